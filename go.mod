@@ -1,0 +1,3 @@
+module github.com/sidecar-supervisor/sidecar-supervisor
+
+go 1.26.0

@@ -1,0 +1,13 @@
+// Package procscan reads a pod's processes from /proc and tells its
+// containers apart.
+//
+// It reads through a procfs.FS it is given, so tests run against fixture trees
+// under testdata/, and returns plain values. It never signals or waits.
+//
+// Containers are told apart by the whole content of /proc/PID/cgroup: two
+// processes are in the same container when it is identical. The rule holds on
+// cgroup v2, v1 and hybrid hosts alike, with or without a cgroup namespace. A
+// container's main process is the one whose parent is outside the pod's PID
+// namespace (PPID 0); orphans are re-parented to the pause process (PID 1) and
+// keep their container's cgroup.
+package procscan
