@@ -43,3 +43,43 @@ cached() {
 	mkdir -p "$d"
 	printf '%s\n' "$d"
 }
+
+# --- container images without a Docker engine (buildah + skopeo) -------------
+
+# Private containers-storage for every image build: vfs (no overlay mounts to
+# leak), under the cache, apart from any other buildah or podman user.
+BUILDAH_ROOT="$CACHE/buildah/root"
+BUILDAH_RUNROOT="$CACHE/buildah/runroot"
+
+# oci_build REF CONTAINERFILE CONTEXT OUT [BUD-ARG...]: build CONTAINERFILE with
+# buildah (chroot isolation, so no runc or daemon is needed), tag it REF and
+# write it as an OCI archive to OUT (atomically: OUT exists only when complete).
+# The image is removed from the build storage afterwards; OUT is the artefact.
+oci_build() {
+	local ref="$1" file="$2" ctx="$3" out="$4"
+	shift 4
+	apt_install buildah skopeo
+	local store=(--root "$BUILDAH_ROOT" --runroot "$BUILDAH_RUNROOT" --storage-driver vfs)
+	local iid
+	mkdir -p "$(dirname "$out")"
+	# A unique temporary tag, so concurrent builds of the same REF don't collide.
+	local tmpref="localhost/e2e-build/tmp-$$-$RANDOM:latest"
+	iid="$(buildah "${store[@]}" bud --quiet --isolation chroot --format oci \
+		--layers=false --pull-never -f "$file" -t "$tmpref" "$@" "$ctx" | tail -n1)" ||
+		die "buildah bud of $file failed"
+	skopeo --insecure-policy copy --quiet \
+		"containers-storage:[vfs@$BUILDAH_ROOT+$BUILDAH_RUNROOT]$tmpref" \
+		"oci-archive:$out.tmp.$$:$ref" >&2 || die "skopeo copy of $ref failed"
+	buildah "${store[@]}" rmi "$tmpref" >/dev/null 2>&1 || true
+	mv -f "$out.tmp.$$" "$out"
+	log "image $ref -> $out ($(du -h "$out" | cut -f1), id ${iid:0:12})"
+}
+
+# inputs_hash FILE...: a short hash of the named files' contents and paths plus
+# the Go toolchain version, for cache keys of things built from repo sources.
+inputs_hash() {
+	{
+		go env GOVERSION
+		sha256sum "$@"
+	} | sha256sum | cut -c1-16
+}
