@@ -1,0 +1,148 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/istioproxy/record"
+)
+
+// statusWriter remembers the status code a handler sent, for the record.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach Flush on the real writer.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// adminHandler serves the admin API endpoints that pilot-agent (and people
+// debugging a pod) use, and records every request, known or not.
+type adminHandler struct {
+	srv   *server
+	rec   *record.Writer
+	drain func(q url.Values)
+	quit  func()
+}
+
+// has reports whether a query has key, with or without a value:
+// pilot-agent sends "?inboundonly&graceful", flags with no "=".
+func has(q url.Values, key string) bool {
+	_, ok := q[key]
+	return ok
+}
+
+func (h *adminHandler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	w := &statusWriter{ResponseWriter: rw}
+	h.serve(w, r)
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	_ = h.rec.Write(record.Event{
+		Kind: record.Admin, Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery,
+		Remote: r.RemoteAddr, Status: w.status,
+	})
+	if r.URL.Path == "/quitquitquit" && r.Method == http.MethodPost {
+		// The answer must reach the caller before we go: flush, then exit
+		// from the main goroutine (which also records the exit).
+		_ = http.NewResponseController(rw).Flush()
+		h.quit()
+	}
+}
+
+// postOnly mirrors envoy, whose mutating admin endpoints refuse GET.
+func postOnly(w http.ResponseWriter, r *http.Request) bool {
+	if r.Method != http.MethodPost {
+		http.Error(w, "This endpoint requires POST", http.StatusMethodNotAllowed)
+		return false
+	}
+	return true
+}
+
+func (h *adminHandler) serve(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	switch r.URL.Path {
+	case "/stats":
+		if has(q, "format") && q.Get("format") == "prometheus" {
+			w.Header().Set("Content-Type", "text/plain; charset=UTF-8")
+			_, _ = w.Write([]byte(statsPrometheus(h.srv.stats())))
+			return
+		}
+		body, err := statsText(h.srv.stats(), q.Get("filter"))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=UTF-8")
+		_, _ = w.Write([]byte(body))
+	case "/stats/prometheus":
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		_, _ = w.Write([]byte(statsPrometheus(h.srv.stats())))
+	case "/ready":
+		state := h.srv.stateName()
+		if state != "LIVE" {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		_, _ = w.Write([]byte(state + "\n"))
+	case "/server_info":
+		writeJSON(w, map[string]any{
+			"version": "envoy-standin (sidecar-supervisor e2e)",
+			"state":   h.srv.stateName(),
+			"command_line_options": map[string]any{
+				"concurrency": h.srv.concurrency,
+			},
+		})
+	case "/config_dump":
+		writeJSON(w, map[string]any{"configs": []any{}})
+	case "/listeners", "/clusters", "/certs", "/memory", "/runtime", "/hot_restart_version":
+		writeJSON(w, map[string]any{})
+	case "/drain_listeners":
+		if !postOnly(w, r) {
+			return
+		}
+		h.drain(q)
+		_, _ = w.Write([]byte("OK\n"))
+	case "/healthcheck/fail", "/healthcheck/ok":
+		if !postOnly(w, r) {
+			return
+		}
+		h.srv.mu.Lock()
+		h.srv.healthFailed = r.URL.Path == "/healthcheck/fail"
+		h.srv.mu.Unlock()
+		_, _ = w.Write([]byte("OK\n"))
+	case "/quitquitquit":
+		if !postOnly(w, r) {
+			return
+		}
+		_, _ = w.Write([]byte("OK\n"))
+	case "/logging", "/reset_counters", "/reopen_logs":
+		if !postOnly(w, r) {
+			return
+		}
+		_, _ = w.Write([]byte("OK\n"))
+	default:
+		http.Error(w, "invalid path (envoy stand-in: not implemented)", http.StatusNotFound)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
