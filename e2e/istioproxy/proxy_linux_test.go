@@ -1,0 +1,504 @@
+package istioproxy_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/istioproxy"
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/istioproxy/record"
+)
+
+// buildTools runs build-tools.sh once per test binary. A cold build of
+// pilot-agent takes about a minute on 2 cores; warm, well under a second.
+var buildTools = sync.OnceValues(func() (istioproxy.Tools, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	return istioproxy.BuildTools(ctx)
+})
+
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skipf("needs root: network namespaces and running pilot-agent as uid %d", istioproxy.ProxyUID)
+	}
+}
+
+// lockedBuffer collects a process's output while it runs.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// agent is a running pilot-agent (with the stand-in envoy) in a network
+// namespace of its own.
+type agent struct {
+	t       *testing.T
+	proxy   *istioproxy.Proxy
+	ns      *netns
+	http    *http.Client
+	cmd     *exec.Cmd
+	out     *lockedBuffer
+	started time.Time
+	done    chan struct{} // closed when cmd.Wait returned
+	exited  time.Time
+	waitErr error
+}
+
+func startAgent(t *testing.T, cfg istioproxy.Config) *agent {
+	t.Helper()
+	requireRoot(t)
+	tools, err := buildTools()
+	if err != nil {
+		t.Fatalf("building the tools with e2e/%s failed: %v", istioproxy.BuildScript, err)
+	}
+	cfg.Tools = tools
+	root := t.TempDir()
+	// t.TempDir's parent is 0700; uid 1337 must be able to reach the tree.
+	if err := os.Chmod(filepath.Dir(root), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p, err := istioproxy.Prepare(root, cfg)
+	if err != nil {
+		t.Fatalf("Prepare: %v", err)
+	}
+	cmd, err := p.Command()
+	if err != nil {
+		t.Fatalf("Command: %v", err)
+	}
+	a := &agent{t: t, proxy: p, ns: newNetns(t), cmd: cmd, out: &lockedBuffer{}, done: make(chan struct{})}
+	a.http = a.ns.httpClient(3 * time.Second)
+	cmd.Stdout, cmd.Stderr = a.out, a.out
+	a.ns.run(func() {
+		a.started = time.Now()
+		err = cmd.Start()
+	})
+	if err != nil {
+		t.Fatalf("start pilot-agent: %v", err)
+	}
+	go func() {
+		a.waitErr = cmd.Wait()
+		a.exited = time.Now()
+		close(a.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-a.done:
+		default:
+			_ = cmd.Process.Kill()
+			select {
+			case <-a.done:
+			case <-time.After(10 * time.Second):
+				t.Errorf("pilot-agent pid %d did not die within 10s of SIGKILL", cmd.Process.Pid)
+			}
+		}
+		if t.Failed() {
+			a.dump()
+		}
+	})
+	return a
+}
+
+// dump logs what a failing test needs: pilot-agent's output and the record.
+func (a *agent) dump() {
+	out := a.out.String()
+	lines := strings.Split(out, "\n")
+	if len(lines) > 80 {
+		lines = append([]string{fmt.Sprintf("... (%d earlier lines)", len(lines)-80)}, lines[len(lines)-80:]...)
+	}
+	a.t.Logf("pilot-agent output:\n%s", strings.Join(lines, "\n"))
+	events, err := a.proxy.Record()
+	a.t.Logf("stand-in envoy record (%s, err=%v):\n%s", a.proxy.RecordFile(), err, record.Format(events))
+}
+
+func (a *agent) url(port int, path string) string {
+	return fmt.Sprintf("http://127.0.0.1:%d%s", port, path)
+}
+
+// waitReady polls the pod's readiness probe (envoy's :15021, forwarded to
+// pilot-agent's :15020) as the kubelet would, until it answers 200, and
+// returns how long that took since pilot-agent started. Readiness has no
+// push notification, so polling is the event here; the context bounds it.
+func (a *agent) waitReady(ctx context.Context) time.Duration {
+	a.t.Helper()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	last := "no answer yet"
+	for {
+		code, body, err := a.get(ctx, a.url(istioproxy.HealthPort, "/healthz/ready"))
+		if err == nil && code == http.StatusOK {
+			return time.Since(a.started)
+		}
+		if err != nil {
+			last = err.Error()
+		} else {
+			last = fmt.Sprintf("%d %q", code, body)
+		}
+		select {
+		case <-ctx.Done():
+			a.t.Fatalf("pilot-agent not ready on :%d/healthz/ready after %v: last answer: %s",
+				istioproxy.HealthPort, time.Since(a.started).Round(time.Millisecond), last)
+		case <-a.done:
+			a.t.Fatalf("pilot-agent exited before becoming ready: %v", a.waitErr)
+		case <-tick.C:
+		}
+	}
+}
+
+func (a *agent) get(ctx context.Context, url string) (int, string, error) {
+	return a.do(ctx, http.MethodGet, url)
+}
+
+func (a *agent) do(ctx context.Context, method, url string) (int, string, error) {
+	req, err := http.NewRequestWithContext(ctx, method, url, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	resp, err := a.http.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
+}
+
+// waitExit waits for pilot-agent to exit and returns its status.
+func (a *agent) waitExit(ctx context.Context) syscall.WaitStatus {
+	a.t.Helper()
+	select {
+	case <-a.done:
+	case <-ctx.Done():
+		a.t.Fatalf("pilot-agent still running %v after start", time.Since(a.started).Round(time.Millisecond))
+	}
+	var ee *exec.ExitError
+	if a.waitErr != nil && !errors.As(a.waitErr, &ee) {
+		a.t.Fatalf("wait for pilot-agent: %v", a.waitErr)
+	}
+	return a.cmd.ProcessState.Sys().(syscall.WaitStatus)
+}
+
+func (a *agent) signal(sig syscall.Signal) time.Time {
+	a.t.Helper()
+	at := time.Now()
+	if err := a.cmd.Process.Signal(sig); err != nil {
+		a.t.Fatalf("signal pilot-agent: %v", err)
+	}
+	return at
+}
+
+func (a *agent) record() []record.Event {
+	a.t.Helper()
+	events, err := a.proxy.Record()
+	if err != nil {
+		a.t.Fatalf("read record: %v", err)
+	}
+	return events
+}
+
+// envoyStart returns the stand-in's start event, failing if it never started.
+func (a *agent) envoyStart() record.Event {
+	a.t.Helper()
+	starts := record.OfKind(a.record(), record.Start)
+	if len(starts) != 1 {
+		a.t.Fatalf("want exactly one envoy start in the record, got %d", len(starts))
+	}
+	return starts[0]
+}
+
+// assertDies waits (bounded) until pid is dead: gone or a zombie. pilot-agent
+// SIGKILLs envoy but does not wait for it before exiting itself, so right
+// after pilot-agent's exit envoy may still be dying or be an unreaped
+// zombie that init collects later.
+func assertDies(t *testing.T, pid int, what string) {
+	t.Helper()
+	ctx := ctxTimeout(t, 5*time.Second)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if errors.Is(err, os.ErrNotExist) {
+			return
+		}
+		if err == nil {
+			if rest := b[bytes.LastIndexByte(b, ')')+1:]; bytes.HasPrefix(rest, []byte(" Z")) {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Errorf("%s (pid %d) still alive 5s after pilot-agent exited: %q", what, pid, b)
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func exitDesc(ws syscall.WaitStatus) string {
+	if ws.Signaled() {
+		return "killed by " + ws.Signal().String()
+	}
+	return fmt.Sprintf("exit %d", ws.ExitStatus())
+}
+
+func ctxTimeout(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestReady: the real pilot-agent, run as uid 1337 with the layout, starts the
+// stand-in with its envoy command line and becomes ready through envoy's
+// :15021 listener.
+func TestReady(t *testing.T) {
+	a := startAgent(t, istioproxy.Config{})
+	ready := a.waitReady(ctxTimeout(t, 30*time.Second))
+	t.Logf("ready after %v", ready.Round(time.Millisecond))
+
+	ctx := ctxTimeout(t, 10*time.Second)
+	if code, body, err := a.get(ctx, a.url(istioproxy.StatusPort, "/healthz/ready")); err != nil || code != http.StatusOK {
+		t.Errorf("pilot-agent :%d/healthz/ready = %d %q, %v; want 200", istioproxy.StatusPort, code, body, err)
+	}
+
+	start := a.envoyStart()
+	if start.UID == nil || *start.UID != istioproxy.ProxyUID {
+		t.Errorf("envoy runs as uid %v, want %d (pilot-agent's)", start.UID, istioproxy.ProxyUID)
+	}
+	if ppid := parentOf(t, start.PID); ppid != a.cmd.Process.Pid {
+		t.Errorf("envoy pid %d has parent %d, want pilot-agent %d", start.PID, ppid, a.cmd.Process.Pid)
+	}
+	// The command line pilot-agent builds for envoy (pkg/envoy/proxy.go).
+	for _, want := range [][]string{
+		{"./" + istioproxy.EnvoyPath},
+		{"-c", "etc/istio/proxy/envoy-rev.json"},
+		{"--drain-time-s", "45"},
+		{"--drain-strategy", "immediate"},
+		{"--disable-hot-restart"},
+		{"--concurrency", "2"},
+	} {
+		if !containsSeq(start.Args, want) {
+			t.Errorf("envoy args %q lack %q", start.Args, want)
+		}
+	}
+	events := a.record()
+	// pilot-agent's readiness probe read envoy's stats...
+	if stats := record.AdminRequests(events, "/stats"); len(stats) == 0 {
+		t.Errorf("pilot-agent never read envoy's /stats")
+	}
+	// ...and the kubelet-style probe went through envoy's listener to the agent.
+	proxied := record.Filter(events, func(e record.Event) bool {
+		return e.Kind == record.Proxy && e.Path == "/healthz/ready" && e.Cluster == "agent" && e.Status == http.StatusOK
+	})
+	if len(proxied) == 0 {
+		t.Errorf("no /healthz/ready forwarded by envoy to cluster agent with 200")
+	}
+	if d := record.OfKind(events, record.Drain); len(d) != 0 {
+		t.Errorf("drain while merely running: %v", d)
+	}
+	// pilot-agent wrote its bootstrap into the writable config dir, as uid 1337.
+	fi, err := os.Stat(a.proxy.Path("etc/istio/proxy/envoy-rev.json"))
+	if err != nil {
+		t.Fatalf("bootstrap: %v", err)
+	}
+	if uid := fi.Sys().(*syscall.Stat_t).Uid; uid != istioproxy.ProxyUID {
+		t.Errorf("envoy-rev.json owned by uid %d, want %d", uid, istioproxy.ProxyUID)
+	}
+}
+
+// TestReadyAsRoot: the same layout works with the container running as root.
+func TestReadyAsRoot(t *testing.T) {
+	a := startAgent(t, istioproxy.Config{RunAsRoot: true})
+	a.waitReady(ctxTimeout(t, 30*time.Second))
+	if start := a.envoyStart(); start.UID == nil || *start.UID != 0 {
+		t.Errorf("envoy runs as uid %v, want 0", start.UID)
+	}
+}
+
+// TestNotReadyUntilEnvoyIs: readiness follows the envoy stats, not just
+// pilot-agent being up.
+func TestNotReadyUntilEnvoyIs(t *testing.T) {
+	const delay = 1500 * time.Millisecond
+	a := startAgent(t, istioproxy.Config{EnvoyReadyDelay: delay})
+	ready := a.waitReady(ctxTimeout(t, 30*time.Second))
+	if ready < delay {
+		t.Errorf("ready after %v, before the stand-in's %v delay", ready, delay)
+	}
+	if r := record.OfKind(a.record(), record.Ready); len(r) != 1 {
+		t.Errorf("want one ready event, got %d", len(r))
+	}
+}
+
+// TestSIGTERMDrains: SIGTERM makes pilot-agent ask envoy to drain inbound
+// listeners gracefully, wait terminationDrainDuration, kill envoy, exit 0.
+func TestSIGTERMDrains(t *testing.T) {
+	testSIGTERM(t, time.Second)
+}
+
+// TestSIGTERMDefaultDrain checks Istio's default 5s once.
+func TestSIGTERMDefaultDrain(t *testing.T) {
+	testSIGTERM(t, 0)
+}
+
+func testSIGTERM(t *testing.T, drain time.Duration) {
+	a := startAgent(t, istioproxy.Config{TerminationDrainDuration: drain})
+	want := a.proxy.TerminationDrainDuration
+	if drain == 0 && want != istioproxy.DefaultTerminationDrainDuration {
+		t.Fatalf("default drain %v, want %v", want, istioproxy.DefaultTerminationDrainDuration)
+	}
+	a.waitReady(ctxTimeout(t, 30*time.Second))
+	envoy := a.envoyStart()
+
+	sent := a.signal(syscall.SIGTERM)
+	ws := a.waitExit(ctxTimeout(t, want+10*time.Second))
+	took := a.exited.Sub(sent)
+	t.Logf("SIGTERM to exit: %v (terminationDrainDuration %v), %s", took.Round(time.Millisecond), want, exitDesc(ws))
+	if ws.Signaled() || ws.ExitStatus() != 0 {
+		t.Errorf("pilot-agent after SIGTERM: %s, want exit 0", exitDesc(ws))
+	}
+	if took < want || took > want+2*time.Second {
+		t.Errorf("SIGTERM to exit took %v, want terminationDrainDuration %v (+ <2s)", took, want)
+	}
+	events := a.record()
+	drains := record.OfKind(events, record.Drain)
+	if len(drains) != 1 {
+		t.Fatalf("want exactly one drain, got %d", len(drains))
+	}
+	d := drains[0]
+	if !d.Graceful || !d.InboundOnly || d.SkipExit {
+		t.Errorf("drain %v: want graceful, inboundonly, no skip_exit", d)
+	}
+	if d.Time.Before(sent) || d.Time.After(sent.Add(time.Second)) {
+		t.Errorf("drain at %v, want within 1s after SIGTERM at %v", d.Time, sent)
+	}
+	req := record.AdminRequests(events, "/drain_listeners")
+	if len(req) != 1 || req[0].Method != http.MethodPost || req[0].Query != "inboundonly&graceful" {
+		t.Errorf("drain requests %v, want one POST /drain_listeners?inboundonly&graceful", req)
+	}
+	// pilot-agent ends envoy with SIGKILL: no signal or exit of its own is recorded.
+	if s := record.OfKind(events, record.Signal); len(s) != 0 {
+		t.Errorf("envoy got catchable signals %v, want none (pilot-agent SIGKILLs it)", s)
+	}
+	if e := record.OfKind(events, record.Exit); len(e) != 0 {
+		t.Errorf("envoy exited by itself %v, want killed", e)
+	}
+	assertDies(t, envoy.PID, "envoy")
+}
+
+// TestQuitQuitQuit: POST :15020/quitquitquit answers 200 and pilot-agent
+// exits 0 at once, without draining envoy.
+func TestQuitQuitQuit(t *testing.T) {
+	a := startAgent(t, istioproxy.Config{})
+	a.waitReady(ctxTimeout(t, 30*time.Second))
+	envoy := a.envoyStart()
+
+	ctx := ctxTimeout(t, 10*time.Second)
+	// Only POST is accepted.
+	if code, _, err := a.get(ctx, a.url(istioproxy.StatusPort, "/quitquitquit")); err != nil || code != http.StatusMethodNotAllowed {
+		t.Errorf("GET /quitquitquit = %d, %v; want 405", code, err)
+	}
+	sent := time.Now()
+	code, body, err := a.do(ctx, http.MethodPost, a.url(istioproxy.StatusPort, "/quitquitquit"))
+	if err != nil || code != http.StatusOK || body != "OK" {
+		t.Fatalf("POST /quitquitquit = %d %q, %v; want 200 \"OK\"", code, body, err)
+	}
+	ws := a.waitExit(ctxTimeout(t, 5*time.Second))
+	took := a.exited.Sub(sent)
+	t.Logf("quitquitquit to exit: %v, %s", took.Round(time.Millisecond), exitDesc(ws))
+	if ws.Signaled() || ws.ExitStatus() != 0 {
+		t.Errorf("pilot-agent after quitquitquit: %s, want exit 0", exitDesc(ws))
+	}
+	if took > time.Second {
+		t.Errorf("quitquitquit to exit took %v, want < 1s", took)
+	}
+	events := a.record()
+	if d := record.OfKind(events, record.Drain); len(d) != 0 {
+		t.Errorf("quitquitquit drained envoy: %v", d)
+	}
+	if d := record.AdminRequests(events, "/drain_listeners"); len(d) != 0 {
+		t.Errorf("quitquitquit called /drain_listeners: %v", d)
+	}
+	assertDies(t, envoy.PID, "envoy")
+}
+
+// TestSIGKILL: pilot-agent dies at once; the stand-in notices its parent is
+// gone and exits, as the container runtime would have killed it.
+func TestSIGKILL(t *testing.T) {
+	a := startAgent(t, istioproxy.Config{})
+	a.waitReady(ctxTimeout(t, 30*time.Second))
+	envoy := a.envoyStart()
+
+	a.signal(syscall.SIGKILL)
+	ws := a.waitExit(ctxTimeout(t, 5*time.Second))
+	if !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Errorf("pilot-agent after SIGKILL: %s, want killed by SIGKILL", exitDesc(ws))
+	}
+	// Bounded wait for the orphaned stand-in to record its exit.
+	ctx := ctxTimeout(t, 5*time.Second)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		exits := record.OfKind(a.record(), record.Exit)
+		if len(exits) == 1 {
+			if !strings.Contains(exits[0].Reason, "parent") {
+				t.Errorf("envoy exit %v, want reason parent exited", exits[0])
+			}
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("orphaned envoy pid %d did not exit within 5s", envoy.PID)
+		case <-tick.C:
+		}
+	}
+	if d := record.OfKind(a.record(), record.Drain); len(d) != 0 {
+		t.Errorf("SIGKILL path drained envoy: %v", d)
+	}
+}
+
+func parentOf(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatalf("read stat of pid %d: %v", pid, err)
+	}
+	// Fields after the last ')' (comm may contain spaces): state, ppid, ...
+	var state string
+	var ppid int
+	if _, err := fmt.Sscanf(string(b[bytes.LastIndexByte(b, ')')+2:]), "%s %d", &state, &ppid); err != nil {
+		t.Fatalf("parse stat of pid %d: %v", pid, err)
+	}
+	return ppid
+}
+
+func containsSeq(s, sub []string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if slices.Equal(s[i:i+len(sub)], sub) {
+			return true
+		}
+	}
+	return false
+}
