@@ -502,3 +502,65 @@ func containsSeq(s, sub []string) bool {
 	}
 	return false
 }
+
+// TestEnvoyQuitQuitQuit: stopping envoy through its own admin API (some Job
+// sidecar killers do POST :15000/quitquitquit) makes envoy exit 0, and
+// pilot-agent follows it, exiting 0 with no drain.
+func TestEnvoyQuitQuitQuit(t *testing.T) {
+	a := startAgent(t, istioproxy.Config{})
+	a.waitReady(ctxTimeout(t, 30*time.Second))
+
+	ctx := ctxTimeout(t, 10*time.Second)
+	sent := time.Now()
+	code, body, err := a.do(ctx, http.MethodPost, a.url(istioproxy.AdminPort, "/quitquitquit"))
+	if err != nil || code != http.StatusOK {
+		t.Fatalf("POST envoy /quitquitquit = %d %q, %v; want 200", code, body, err)
+	}
+	ws := a.waitExit(ctxTimeout(t, 5*time.Second))
+	took := a.exited.Sub(sent)
+	t.Logf("envoy quitquitquit to pilot-agent exit: %v, %s", took.Round(time.Millisecond), exitDesc(ws))
+	if ws.Signaled() || ws.ExitStatus() != 0 {
+		t.Errorf("pilot-agent after envoy's quitquitquit: %s, want exit 0", exitDesc(ws))
+	}
+	if took > time.Second {
+		t.Errorf("took %v, want < 1s", took)
+	}
+	events := a.record()
+	exits := record.OfKind(events, record.Exit)
+	if len(exits) != 1 || exits[0].Code != 0 || exits[0].Reason != "POST /quitquitquit" {
+		t.Errorf("envoy exits %v, want one exit 0 for POST /quitquitquit", exits)
+	}
+	if d := record.OfKind(events, record.Drain); len(d) != 0 {
+		t.Errorf("drained: %v", d)
+	}
+}
+
+// TestDrainThenSIGTERM: the native-sidecar shutdown. POST :15020/drain
+// drains envoy at once with skip_exit; a later SIGTERM then exits without
+// waiting terminationDrainDuration again.
+func TestDrainThenSIGTERM(t *testing.T) {
+	a := startAgent(t, istioproxy.Config{TerminationDrainDuration: 3 * time.Second})
+	a.waitReady(ctxTimeout(t, 30*time.Second))
+
+	ctx := ctxTimeout(t, 10*time.Second)
+	if code, body, err := a.do(ctx, http.MethodPost, a.url(istioproxy.StatusPort, "/drain")); err != nil || code != http.StatusOK {
+		t.Fatalf("POST /drain = %d %q, %v; want 200", code, body, err)
+	}
+	drains := record.OfKind(a.record(), record.Drain)
+	if len(drains) != 1 || !drains[0].SkipExit || !drains[0].Graceful || !drains[0].InboundOnly {
+		t.Fatalf("drains after POST /drain: %v, want one graceful inboundonly skip_exit", drains)
+	}
+	sent := a.signal(syscall.SIGTERM)
+	ws := a.waitExit(ctxTimeout(t, 10*time.Second))
+	took := a.exited.Sub(sent)
+	t.Logf("SIGTERM after /drain to exit: %v, %s", took.Round(time.Millisecond), exitDesc(ws))
+	if ws.Signaled() || ws.ExitStatus() != 0 {
+		t.Errorf("pilot-agent: %s, want exit 0", exitDesc(ws))
+	}
+	if took >= a.proxy.TerminationDrainDuration {
+		t.Errorf("SIGTERM after /drain took %v, want well under terminationDrainDuration %v", took, a.proxy.TerminationDrainDuration)
+	}
+	if n := len(record.OfKind(a.record(), record.Drain)); n != 1 {
+		t.Errorf("want the one drain from /drain only, got %d", n)
+	}
+}

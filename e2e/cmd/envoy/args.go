@@ -10,12 +10,11 @@ import (
 // options is the part of envoy's command line that the stand-in acts on. The
 // rest is accepted (so pilot-agent's real command line works) and recorded.
 type options struct {
-	configPath   string
-	configYAML   string
-	drainTime    time.Duration
-	concurrency  int
-	version      bool
-	unknownFlags []string // flags we do not know: real envoy refuses them, so do we
+	configPath  string
+	configYAML  string
+	drainTime   time.Duration
+	concurrency int
+	version     bool
 }
 
 // Envoy's flags (see `envoy --help`) that take a value. Keeping an explicit
@@ -72,8 +71,8 @@ func parseArgs(args []string) (options, error) {
 				val = args[i]
 			}
 		default:
-			o.unknownFlags = append(o.unknownFlags, a)
-			continue
+			// Real envoy refuses flags it does not know, and so do we.
+			return o, fmt.Errorf("unknown flag %q (the stand-in knows envoy's flags; add new ones to args.go)", a)
 		}
 		switch name {
 		case "c", "config-path":
@@ -93,9 +92,6 @@ func parseArgs(args []string) (options, error) {
 			}
 			o.concurrency = n
 		}
-	}
-	if len(o.unknownFlags) > 0 {
-		return o, fmt.Errorf("unknown flags %v (the stand-in knows envoy's flags; add new ones to args.go)", o.unknownFlags)
 	}
 	if o.configPath == "" && o.configYAML == "" && !o.version {
 		return o, fmt.Errorf("at least one of --config-path or --config-yaml is required")
