@@ -1,0 +1,263 @@
+package qemu
+
+import (
+	"bufio"
+	"bytes"
+	"debug/elf"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+)
+
+// File is one file to put into the guest's initramfs.
+type File struct {
+	// Host is the file to copy. Leave it empty to use Data.
+	Host string
+	// Data is the content when Host is empty.
+	Data []byte
+	// Guest is the absolute path in the guest, e.g. "/bin/supervisor".
+	// Missing parent directories are created.
+	Guest string
+	// Mode is the guest file's permission bits. Zero means the host file's
+	// mode, or 0644 for Data.
+	Mode fs.FileMode
+}
+
+// Paths the initramfs reserves for itself; a File may not replace them.
+const (
+	guestInit    = "/init"
+	guestBusybox = "/bin/busybox"
+	guestCommand = "/.qemu/command.sh"
+)
+
+// initramfs is everything that goes into one guest's root file system.
+type initramfs struct {
+	busybox string // host path
+	init    []byte
+	script  []byte // Config.Script, if any
+	files   []File
+	modules []module
+}
+
+// module is a kernel module file on the host and where the guest finds it.
+type module struct {
+	host, guest string
+}
+
+// write writes the archive to name, uncompressed: the kernel unpacks a plain
+// cpio without a decompression pass, which under TCG is the faster choice,
+// and the file is deleted after the run anyway.
+func (s initramfs) write(name string) (size int64, err error) {
+	f, err := os.Create(name)
+	if err != nil {
+		return 0, err
+	}
+	defer func() {
+		if cerr := f.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+	}()
+	c := newCPIOWriter(f)
+
+	for _, d := range []struct {
+		name string
+		perm fs.FileMode
+	}{
+		{"/bin", 0o755}, {"/sbin", 0o755}, {"/usr/bin", 0o755}, {"/usr/sbin", 0o755},
+		{"/dev", 0o755}, {"/proc", 0o555}, {"/sys", 0o555}, {"/run", 0o755},
+		{"/tmp", 0o1777}, {"/root", 0o700}, {"/etc", 0o755}, {"/.qemu", 0o755},
+		{"/mnt", 0o755}, {"/var", 0o755},
+	} {
+		if err := c.dir(d.name, d.perm); err != nil {
+			return 0, err
+		}
+	}
+	// Without /dev/console in the archive the kernel starts /init with no
+	// stdin, stdout or stderr ("unable to open an initial console").
+	if err := c.charDev("/dev/console", 0o600, 5, 1); err != nil {
+		return 0, err
+	}
+	if err := c.file(guestInit, 0o755, int64(len(s.init)), bytes.NewReader(s.init)); err != nil {
+		return 0, err
+	}
+	if s.script != nil {
+		if err := c.file(guestCommand, 0o755, int64(len(s.script)), bytes.NewReader(s.script)); err != nil {
+			return 0, err
+		}
+	}
+	// Programs that look users up (ps, id, Go's os/user) need these two; uid
+	// 65534 is what a test uses for "not root".
+	etc := map[string]string{
+		"/etc/passwd": "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n",
+		"/etc/group":  "root:x:0:\nnogroup:x:65534:\n",
+	}
+	for _, name := range []string{"/etc/passwd", "/etc/group"} {
+		if err := c.file(name, 0o644, int64(len(etc[name])), strings.NewReader(etc[name])); err != nil {
+			return 0, err
+		}
+	}
+	if err := copyHost(c, s.busybox, guestBusybox, 0o755); err != nil {
+		return 0, err
+	}
+	for _, m := range s.modules {
+		if err := copyHost(c, m.host, m.guest, 0o644); err != nil {
+			return 0, err
+		}
+	}
+	for _, f := range s.files {
+		if err := addFile(c, f); err != nil {
+			return 0, err
+		}
+	}
+	if err := c.close(); err != nil {
+		return 0, err
+	}
+	return c.n, nil
+}
+
+func addFile(c *cpioWriter, f File) error {
+	if !path.IsAbs(f.Guest) || path.Clean(f.Guest) != f.Guest || f.Guest == "/" {
+		return fmt.Errorf("initramfs: guest path %q must be absolute and clean", f.Guest)
+	}
+	switch f.Guest {
+	case guestInit, guestBusybox, guestCommand, "/dev/console":
+		return fmt.Errorf("initramfs: %s is reserved by the qemu package", f.Guest)
+	}
+	if f.Host == "" {
+		mode := f.Mode
+		if mode == 0 {
+			mode = 0o644
+		}
+		return c.file(f.Guest, mode, int64(len(f.Data)), bytes.NewReader(f.Data))
+	}
+	return copyHost(c, f.Host, f.Guest, f.Mode)
+}
+
+// copyHost copies one host file; perm 0 keeps the host file's mode.
+func copyHost(c *cpioWriter, host, guest string, perm fs.FileMode) error {
+	fh, err := os.Open(host)
+	if err != nil {
+		return fmt.Errorf("initramfs: %w", err)
+	}
+	defer fh.Close()
+	st, err := fh.Stat()
+	if err != nil {
+		return fmt.Errorf("initramfs: %w", err)
+	}
+	if !st.Mode().IsRegular() {
+		return fmt.Errorf("initramfs: %s is not a regular file", host)
+	}
+	if err := checkStatic(fh, host); err != nil {
+		return err
+	}
+	if perm == 0 {
+		perm = st.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
+	}
+	return c.file(guest, perm, st.Size(), fh)
+}
+
+// checkStatic refuses dynamically linked executables: the guest has no libc
+// or loader, and the kernel's "No such file or directory" for a missing
+// loader is a puzzling failure to meet halfway through a test run.
+func checkStatic(fh *os.File, host string) error {
+	ef, err := elf.NewFile(fh)
+	if err != nil {
+		return nil // not ELF: data, a script, a module checked elsewhere
+	}
+	for _, p := range ef.Progs {
+		if p.Type == elf.PT_INTERP {
+			return fmt.Errorf("initramfs: %s is dynamically linked; the guest has no libc (build Go programs with CGO_ENABLED=0)", host)
+		}
+	}
+	return nil
+}
+
+// resolveModules turns module names into the files to load, dependencies
+// first, using the kernel's modules.dep. Names match with '-' and '_' alike,
+// as modprobe does.
+func resolveModules(modDir, release string, names []string) ([]module, error) {
+	if len(names) == 0 {
+		return nil, nil
+	}
+	if modDir == "" {
+		return nil, errors.New("modules requested but the kernel has no module directory")
+	}
+	deps, err := readModulesDep(filepath.Join(modDir, "modules.dep"))
+	if err != nil {
+		return nil, err
+	}
+	byName := map[string]string{} // module name -> path relative to modDir
+	for rel := range deps {
+		byName[moduleName(rel)] = rel
+	}
+	var order []string
+	done := map[string]bool{}
+	var visit func(rel string, depth int) error
+	visit = func(rel string, depth int) error {
+		if done[rel] {
+			return nil
+		}
+		if depth > 64 {
+			return fmt.Errorf("modules.dep: dependency loop at %s", rel)
+		}
+		for _, d := range deps[rel] {
+			if err := visit(d, depth+1); err != nil {
+				return err
+			}
+		}
+		done[rel] = true
+		order = append(order, rel)
+		return nil
+	}
+	for _, n := range names {
+		rel, ok := byName[strings.ReplaceAll(n, "-", "_")]
+		if !ok {
+			return nil, fmt.Errorf("kernel module %q not in %s/modules.dep (built in, or misspelt? see the kernel's config)", n, modDir)
+		}
+		if err := visit(rel, 0); err != nil {
+			return nil, err
+		}
+	}
+	mods := make([]module, 0, len(order))
+	for _, rel := range order {
+		mods = append(mods, module{
+			host:  filepath.Join(modDir, rel),
+			guest: path.Join("/lib/modules", release, rel),
+		})
+	}
+	return mods, nil
+}
+
+// readModulesDep parses lines of the form "kernel/a/b.ko: kernel/c.ko ...".
+func readModulesDep(name string) (map[string][]string, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	deps := map[string][]string{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		mod, rest, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		deps[mod] = strings.Fields(rest)
+	}
+	return deps, sc.Err()
+}
+
+// moduleName is "overlay" for "kernel/fs/overlayfs/overlay.ko", with '-'
+// folded to '_' as the kernel does.
+func moduleName(rel string) string {
+	base := path.Base(rel)
+	if i := strings.Index(base, ".ko"); i >= 0 {
+		base = base[:i]
+	}
+	return strings.ReplaceAll(base, "-", "_")
+}

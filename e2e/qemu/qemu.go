@@ -1,0 +1,416 @@
+package qemu
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Config describes one guest run.
+type Config struct {
+	// Kernel to boot. The zero value means DefaultKernel: Debian's 6.1
+	// kernel from e2e/scripts/qemu-kernel.sh, installed on first use.
+	Kernel Kernel
+
+	// Files are copied into the initramfs, e.g. static binaries and a test
+	// binary. Executables must be statically linked.
+	Files []File
+
+	// Command is the argv run as the test, e.g. {"/bin/probe", "-v"}. It is
+	// looked up in PATH (/bin:/sbin:/usr/bin:/usr/sbin; busybox provides the
+	// usual tools). Exactly one of Command and Script is set.
+	Command []string
+	// Script is a busybox sh script run as the test instead of Command.
+	Script string
+	// Env holds extra KEY=VALUE pairs for the command. It otherwise gets only
+	// PATH, HOME=/root, USER=root and TMPDIR=/tmp.
+	Env []string
+	// Dir is the command's working directory in the guest; default "/".
+	Dir string
+	// Hostname of the guest; default "qemu-guest".
+	Hostname string
+
+	// Modules are kernel modules to load before the command, by name (e.g.
+	// "overlay", "veth"), with their dependencies. Most of what a pod
+	// simulation needs (namespaces, cgroup2, tmpfs) is built into Debian's
+	// kernel and needs nothing here.
+	Modules []string
+	// KernelArgs are appended to the kernel command line.
+	KernelArgs []string
+	// MemoryMiB is the guest's RAM; default 512. The initramfs lives in it,
+	// unpacked, so large test binaries need more.
+	MemoryMiB int
+
+	// Timeout bounds the whole run, boot included: qemu is killed when it
+	// expires (or when ctx ends). Default 5 minutes.
+	Timeout time.Duration
+	// CommandTimeout bounds the command inside the guest. When it expires
+	// the guest kills the command and reports Result.TimedOut, with its
+	// console intact. Default: three quarters of Timeout, leaving the rest
+	// for booting under software emulation.
+	CommandTimeout time.Duration
+
+	// Console, if set, receives the cleaned console output line by line
+	// while the guest runs, for watching a long run.
+	Console io.Writer
+}
+
+// Result is what a guest run produced.
+type Result struct {
+	// Console is the guest's whole serial console: kernel messages, /init's
+	// marker lines and the command's output, without CRs and terminal
+	// escape sequences.
+	Console string
+	// Output is the part of Console the command printed (stdout and stderr
+	// interleaved, plus any kernel message logged meanwhile).
+	Output string
+	// KernelRelease is the guest's `uname -r`, e.g. "6.1.0-57-amd64".
+	KernelRelease string
+	// ExitStatus is the command's status as the guest shell reports it:
+	// 0-255, 128+N when killed by signal N, 124 when CommandTimeout expired.
+	ExitStatus int
+	// TimedOut reports that CommandTimeout expired and the guest killed the
+	// command.
+	TimedOut bool
+
+	// InitramfsBuild is the time taken to write the initramfs, and
+	// InitramfsBytes its size.
+	InitramfsBuild time.Duration
+	InitramfsBytes int64
+	// Boot is the time from starting qemu until the guest's /init was ready
+	// to run the command; Elapsed until qemu exited.
+	Boot, Elapsed time.Duration
+	// QEMULog is what qemu itself wrote on stderr.
+	QEMULog string
+}
+
+// Defaults for Config.
+const (
+	defaultMemoryMiB = 512
+	defaultTimeout   = 5 * time.Minute
+	defaultHostname  = "qemu-guest"
+	// waitDelay bounds how long Run waits for qemu's output pipes after
+	// qemu has exited or been killed.
+	waitDelay = 5 * time.Second
+	// consoleTail is how many console lines an error message quotes.
+	consoleTail = 40
+)
+
+// Run boots the kernel with an initramfs holding cfg.Files, runs the
+// command and returns its exit status and the console.
+//
+// A command that fails is not an error: check Result.ExitStatus. Run returns
+// an error when the guest produced no status: qemu could not start, the
+// kernel panicked, /init's set-up failed, or Timeout or ctx expired (qemu is
+// then killed). The Result is filled as far as the run got, so the caller
+// can print its Console.
+//
+// Run starts one qemu with one vCPU and waits for it; no process outlives
+// the call.
+func Run(ctx context.Context, cfg Config) (Result, error) {
+	var res Result
+	if (len(cfg.Command) == 0) == (cfg.Script == "") {
+		return res, errors.New("qemu: set exactly one of Config.Command and Config.Script")
+	}
+	if cfg.MemoryMiB == 0 {
+		cfg.MemoryMiB = defaultMemoryMiB
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = defaultTimeout
+	}
+	if cfg.CommandTimeout == 0 {
+		cfg.CommandTimeout = cfg.Timeout * 3 / 4
+	}
+	if cfg.Hostname == "" {
+		cfg.Hostname = defaultHostname
+	}
+	if cfg.Dir == "" {
+		cfg.Dir = "/"
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+
+	if cfg.Kernel == (Kernel{}) {
+		k, err := DefaultKernel(ctx)
+		if err != nil {
+			return res, err
+		}
+		cfg.Kernel = k
+	}
+	if err := cfg.Kernel.check(); err != nil {
+		return res, err
+	}
+
+	tmp, err := os.MkdirTemp("", "qemu-guest-")
+	if err != nil {
+		return res, err
+	}
+	defer os.RemoveAll(tmp)
+	initrd := filepath.Join(tmp, "initramfs.cpio")
+	start := time.Now()
+	res.InitramfsBytes, err = buildInitramfs(cfg, initrd)
+	if err != nil {
+		return res, err
+	}
+	res.InitramfsBuild = time.Since(start)
+
+	args := []string{
+		// /dev/kvm exists on the build machines but a guest hangs with it:
+		// software emulation only.
+		"-accel", "tcg",
+		"-smp", "1",
+		"-m", strconv.Itoa(cfg.MemoryMiB),
+		"-nodefaults", "-no-user-config",
+		"-display", "none", "-monitor", "none",
+		"-serial", "stdio",
+		"-nic", "none",
+		// A kernel panic (panic=-1) reboots, and -no-reboot turns that into
+		// qemu exiting 0: "no status" rather than a guest looping forever.
+		"-no-reboot",
+		"-device", fmt.Sprintf("isa-debug-exit,iobase=%#x,iosize=0x04", debugExitPort),
+		"-kernel", cfg.Kernel.Image,
+		"-initrd", initrd,
+		"-append", strings.Join(append([]string{"console=ttyS0", "panic=-1", "quiet"}, cfg.KernelArgs...), " "),
+	}
+	cmd := exec.CommandContext(ctx, cfg.Kernel.QEMU, args...)
+	con := &consoleWriter{live: cfg.Console}
+	var qlog bytes.Buffer
+	cmd.Stdin = nil // /dev/null: the serial console is output only
+	cmd.Stdout = con
+	cmd.Stderr = &qlog
+	cmd.WaitDelay = waitDelay
+	// Pdeathsig kills qemu if the test process dies without cancelling ctx
+	// (e.g. go test's own -timeout panic).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+
+	// Pdeathsig fires when the OS thread that started qemu exits, not the
+	// process, and Go ends a thread whenever a goroutine exits while locked
+	// to it: the pod simulation does exactly that after setns. Holding our
+	// own thread locked while qemu runs keeps it out of such hands
+	// (golang/go#27505).
+	done := make(chan error, 1) // buffered: the goroutine never blocks on send
+	con.start = time.Now()
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		done <- cmd.Run()
+	}()
+	runErr := <-done
+	res.Elapsed = time.Since(con.start)
+	con.flush()
+	res.Console = con.text()
+	res.QEMULog = qlog.String()
+	res.Boot = con.bootAt()
+	return decode(ctx, cfg, res, cmd.ProcessState, runErr)
+}
+
+func buildInitramfs(cfg Config, name string) (int64, error) {
+	mods, err := resolveModules(cfg.Kernel.Modules, cfg.Kernel.Release, cfg.Modules)
+	if err != nil {
+		return 0, err
+	}
+	argv := cfg.Command
+	var script []byte
+	if cfg.Script != "" {
+		script = []byte(cfg.Script)
+		argv = []string{"/bin/sh", guestCommand}
+	}
+	spec := initramfs{
+		busybox: cfg.Kernel.Busybox,
+		script:  script,
+		files:   cfg.Files,
+		modules: mods,
+		init: initScript(initParams{
+			hostname: cfg.Hostname,
+			release:  cfg.Kernel.Release,
+			modules:  mods,
+			argv:     argv,
+			env:      cfg.Env,
+			dir:      cfg.Dir,
+			timeout:  cfg.CommandTimeout,
+		}),
+	}
+	return spec.write(name)
+}
+
+// decode turns qemu's exit and the console's marker lines into a Result
+// or an error.
+func decode(ctx context.Context, cfg Config, res Result, ps *os.ProcessState, runErr error) (Result, error) {
+	res.KernelRelease = lastAfter(res.Console, markRelease)
+	start := strings.Index(res.Console, markStart+"\n")
+	if start >= 0 {
+		out := res.Console[start+len(markStart)+1:]
+		if end := strings.Index(out, markEnd); end >= 0 {
+			out = out[:end]
+			// /init printed one newline of its own before the end marker.
+			out = strings.TrimSuffix(out, "\n")
+		}
+		res.Output = out
+	}
+	fail := func(format string, args ...any) (Result, error) {
+		msg := fmt.Sprintf(format, args...)
+		if q := strings.TrimSpace(res.QEMULog); q != "" {
+			msg += "\nqemu stderr: " + q
+		}
+		return res, fmt.Errorf("qemu: %s\nlast console lines:\n%s", msg, tail(res.Console, consoleTail))
+	}
+
+	if ctx.Err() != nil {
+		return fail("guest killed after %s (%v)", res.Elapsed.Round(time.Millisecond), context.Cause(ctx))
+	}
+	if setup := lastAfter(res.Console, markSetupErr); setup != "" {
+		return fail("guest /init set-up failed: %s", setup)
+	}
+	if ps == nil {
+		return fail("cannot run %s: %v", cfg.Kernel.QEMU, runErr)
+	}
+	code := ps.ExitCode()
+	switch {
+	case code == 0:
+		return fail("guest powered off without reporting a status (kernel panic, or /init died?)")
+	case code < 0 || code&1 == 0 || code == 1:
+		return fail("qemu failed (%v)", ps)
+	}
+	debug := code>>1 - 1 // see debugExitSaturated
+
+	exit := lastAfter(res.Console, markExit)
+	if exit == "" {
+		if debug+1 == debugExitSaturated {
+			return fail("guest status is 126 or more but its exit= line is missing")
+		}
+		res.ExitStatus = debug
+		return res, nil
+	}
+	var status, timedOut int
+	if _, err := fmt.Sscanf(exit, "%d timeout=%d", &status, &timedOut); err != nil {
+		return fail("cannot parse %q: %v", markExit+exit, err)
+	}
+	if status != debug && !(debug+1 == debugExitSaturated && status >= debugExitSaturated-1) {
+		return fail("guest status disagrees: console says %d, debug-exit says %d", status, debug)
+	}
+	res.ExitStatus = status
+	res.TimedOut = timedOut == 1
+	return res, nil
+}
+
+// lastAfter returns the rest of the last line that starts with prefix.
+func lastAfter(console, prefix string) string {
+	i := strings.LastIndex(console, prefix)
+	if i < 0 || (i > 0 && console[i-1] != '\n') {
+		return ""
+	}
+	rest := console[i+len(prefix):]
+	if j := strings.IndexByte(rest, '\n'); j >= 0 {
+		rest = rest[:j]
+	}
+	return rest
+}
+
+// tail returns the last n lines of s.
+func tail(s string, n int) string {
+	s = strings.TrimRight(s, "\n")
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// consoleWriter collects qemu's serial output, cleans it line by line and
+// copies finished lines to an optional live writer. It notes when /init's
+// release line went by, which ends the boot.
+type consoleWriter struct {
+	mu      sync.Mutex
+	live    io.Writer
+	start   time.Time
+	partial []byte
+	buf     bytes.Buffer
+	boot    time.Duration
+}
+
+func (c *consoleWriter) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.partial = append(c.partial, p...)
+	for {
+		i := bytes.IndexByte(c.partial, '\n')
+		if i < 0 {
+			break
+		}
+		c.line(c.partial[:i+1])
+		c.partial = c.partial[i+1:]
+	}
+	return len(p), nil
+}
+
+func (c *consoleWriter) line(raw []byte) {
+	clean := cleanConsole(raw)
+	if c.boot == 0 && bytes.HasPrefix(clean, []byte(markRelease)) {
+		c.boot = time.Since(c.start)
+	}
+	c.buf.Write(clean)
+	if c.live != nil {
+		c.live.Write(clean) // best effort: a broken live view must not fail the run
+	}
+}
+
+func (c *consoleWriter) flush() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.partial) > 0 {
+		c.line(append(c.partial, '\n'))
+		c.partial = nil
+	}
+}
+
+func (c *consoleWriter) text() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.buf.String()
+}
+
+func (c *consoleWriter) bootAt() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.boot
+}
+
+// cleanConsole drops CRs, terminal escape sequences (CSI "ESC [ ... final"
+// and two-byte "ESC x") and other control bytes except tab and newline,
+// which the serial line carries alongside the text.
+func cleanConsole(b []byte) []byte {
+	out := make([]byte, 0, len(b))
+	for i := 0; i < len(b); i++ {
+		switch ch := b[i]; {
+		case ch == 0x1b:
+			if i+1 < len(b) && b[i+1] == '[' {
+				// Parameters and intermediates run until a final byte in @..~.
+				j := i + 2
+				for j < len(b) && b[j] >= 0x20 && b[j] < 0x40 {
+					j++
+				}
+				if j < len(b) && b[j] >= 0x40 && b[j] <= 0x7e {
+					i = j
+				} else {
+					i = j - 1 // malformed: drop what was read, keep the rest
+				}
+			} else {
+				i++ // ESC and the byte after it
+			}
+		case ch == '\n' || ch == '\t' || ch >= 0x20 && ch != 0x7f:
+			out = append(out, ch)
+		}
+	}
+	return out
+}

@@ -1,0 +1,436 @@
+package qemu
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// releasePrefix is the kernel line the tests expect: Debian's 6.1, the one
+// e2e/versions.env pins.
+const releasePrefix = "6.1."
+
+// testBudget bounds each test that boots a guest; a boot and a short
+// command take a few seconds under TCG on an idle machine.
+const testBudget = 3 * time.Minute
+
+// needRoot skips when not root: the guest tools and kernel are installed
+// by apt on first use. CI runs as root, where a missing qemu or kernel
+// is a failure (DefaultKernel's error), never a skip.
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skipf("needs root to install qemu and fetch the 6.1 kernel (e2e/scripts/qemu-kernel.sh); running as uid %d", os.Geteuid())
+	}
+}
+
+// defaultKernel runs the script once per test binary.
+var defaultKernel = sync.OnceValues(func() (Kernel, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	return DefaultKernel(ctx)
+})
+
+func kernel(t *testing.T) Kernel {
+	t.Helper()
+	needRoot(t)
+	start := time.Now()
+	k, err := defaultKernel()
+	if err != nil {
+		t.Fatalf("cannot prepare qemu and Debian's 6.1 kernel: %v", err)
+	}
+	t.Logf("kernel %s (%s), ready in %s", k.Release, k.Image, time.Since(start).Round(time.Millisecond))
+	return k
+}
+
+// run boots a guest and fails the test when Run reports an error. The
+// console is printed whenever the test fails, by this or a later check.
+func run(t *testing.T, cfg Config) Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), testBudget)
+	defer cancel()
+	res, err := Run(ctx, cfg)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("guest console:\n%s", res.Console)
+		}
+	})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	t.Logf("initramfs %.1f MB built in %s; boot %s, boot+run %s",
+		float64(res.InitramfsBytes)/1e6, res.InitramfsBuild.Round(time.Millisecond),
+		res.Boot.Round(time.Millisecond), res.Elapsed.Round(time.Millisecond))
+	return res
+}
+
+// TestKernelProbe runs testdata/kernelprobe in the 6.1 guest and checks the
+// facts the supervisor and the pod simulation rely on there.
+func TestKernelProbe(t *testing.T) {
+	k := kernel(t)
+	probe := filepath.Join(t.TempDir(), "kernelprobe")
+	start := time.Now()
+	if err := BuildStatic(t.Context(), ".", "./testdata/kernelprobe", probe); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("probe built in %s", time.Since(start).Round(time.Millisecond))
+
+	res := run(t, Config{
+		Kernel:   k,
+		Files:    []File{{Host: probe, Guest: "/bin/kernelprobe"}},
+		Command:  []string{"kernelprobe"},
+		Env:      []string{"KERNELPROBE_IN_GUEST=1"},
+		Hostname: "probe-guest",
+		Timeout:  2 * time.Minute,
+	})
+	if res.ExitStatus != 0 {
+		t.Fatalf("kernelprobe exited %d", res.ExitStatus)
+	}
+	if !strings.HasPrefix(res.KernelRelease, releasePrefix) {
+		t.Errorf("guest kernel %q, want %s*", res.KernelRelease, releasePrefix)
+	}
+	line := lastAfter(res.Output, "KERNELPROBE ")
+	var facts map[string]string
+	if err := json.Unmarshal([]byte(line), &facts); err != nil {
+		t.Fatalf("no facts from kernelprobe (%v)", err)
+	}
+	for _, name := range []string{"release", "yama.ptrace_scope", "cgroup.controllers"} {
+		t.Logf("guest %s: %s", name, facts[name])
+	}
+
+	for _, c := range []struct {
+		fact, want string
+		why        string
+	}{
+		{"hostname", "probe-guest", "/init sets Config.Hostname"},
+		{"mount.proc", "ok", "/init mounts proc"},
+		{"mount.sys", "ok", "/init mounts sysfs"},
+		{"mount.dev", "ok", "/init mounts devtmpfs"},
+		{"mount.tmp", "ok", "/init mounts a tmpfs on /tmp"},
+		{"mount.run", "ok", "/init mounts a tmpfs on /run"},
+		{"mount.cgroup2", "ok", "/init mounts cgroup2 on /sys/fs/cgroup"},
+		{"lo", "up", "/init brings up lo"},
+
+		{"grandchild", "ok", "the probe starts a grandchild"},
+		{"grandchild.parent", "middle", "the watched process is not the watcher's child"},
+		{"pidfd_open", "ok", "pidfd_open works on a non-child"},
+		{"pidfd_get_info", "ENOTTY", "PIDFD_GET_INFO is unknown before 6.13: the supervisor must fall back"},
+		{"pidfd.poll", "readable", "a pidfd polls readable once the process exited"},
+		{"ptrace_seize", "ok", "root may PTRACE_SEIZE a non-child"},
+		{"ptrace.exit_event", "seen", "PTRACE_O_TRACEEXIT stops the tracee at exit"},
+		{"ptrace.exit_status", "3", "the tracer's wait4 gets the exact exit status"},
+		{"parent.exit_status", "3", "the real parent still reaps the same status after the tracer"},
+
+		{"pidns.getpid", "1", "CLONE_NEWPID gives PID 1"},
+		{"pidns.proc_self", "1", "a fresh /proc shows the new PID namespace"},
+		{"pidns.proc_pids", "1", "a fresh /proc lists only the namespace's processes"},
+		{"userns.uid", "0", "CLONE_NEWUSER with a uid map works"},
+		{"userns.uid_map", "0 65534 1", "the user namespace maps its root to nobody"},
+		{"pivot_root", "ok", "pivot_root works (the root is not the bare rootfs)"},
+
+		{"cgroup.mkdir", "ok", "a cgroup2 leaf can be created"},
+		{"cgroup.subtree_control", "ok", "controllers can be enabled for the leaf"},
+		{"cgroup.move", "0::/kernelprobe", "a process moves into the leaf via cgroup.procs"},
+		{"cgroup.clone_into", "0::/kernelprobe", "clone3(CLONE_INTO_CGROUP) starts a process in the leaf"},
+		{"cgroupns.before", "0::/kernelprobe", "a process in the leaf sees its path"},
+		{"cgroupns.after", "0::/", "after unshare(CLONE_NEWCGROUP) the leaf is its root"},
+	} {
+		if got, ok := facts[c.fact]; !ok || got != c.want {
+			t.Errorf("%s = %q, want %q (%s)", c.fact, got, c.want, c.why)
+		}
+	}
+	if !strings.HasPrefix(facts["release"], releasePrefix) || facts["release"] != res.KernelRelease {
+		t.Errorf("probe saw release %q, /init %q, want both %s*", facts["release"], res.KernelRelease, releasePrefix)
+	}
+}
+
+// TestRunGoTest runs testdata/guesttest's test binary in the guest, with an
+// extra static binary and environment, and reads a deliberate failure as
+// one.
+func TestRunGoTest(t *testing.T) {
+	k := kernel(t)
+	probe := filepath.Join(t.TempDir(), "kernelprobe")
+	if err := BuildStatic(t.Context(), ".", "./testdata/kernelprobe", probe); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), testBudget)
+	defer cancel()
+	res, err := RunGoTest(ctx, GoTest{
+		Package: "./testdata/guesttest",
+		Run:     "^TestGuest",
+		Config: Config{
+			Kernel:  k,
+			Files:   []File{{Host: probe, Guest: "/bin/kernelprobe"}},
+			Env:     []string{"GUESTTEST_RELEASE_PREFIX=" + releasePrefix, "GUESTTEST_FAIL=1"},
+			Timeout: 2 * time.Minute,
+		},
+	})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("guest console:\n%s", res.Console)
+		}
+	})
+	if err != nil {
+		t.Fatalf("RunGoTest: %v", err)
+	}
+	t.Logf("go test -c %s; initramfs %.1f MB in %s; boot %s, boot+run %s",
+		res.Build.Round(time.Millisecond), float64(res.InitramfsBytes)/1e6, res.InitramfsBuild.Round(time.Millisecond),
+		res.Boot.Round(time.Millisecond), res.Elapsed.Round(time.Millisecond))
+
+	want := map[string]string{
+		"TestGuestKernel":              "PASS",
+		"TestGuestKernel/ExtraBinary":  "PASS",
+		"TestGuestKernel/PidfdGetInfo": "PASS",
+		"TestGuestFailsOnPurpose":      "FAIL",
+	}
+	for name, w := range want {
+		if got := res.Tests[name]; got != w {
+			t.Errorf("%s: %q, want %q", name, got, w)
+		}
+	}
+	if len(res.Tests) != len(want) {
+		t.Errorf("tests seen: %v, want exactly %v", res.Tests, want)
+	}
+	if res.Passed || res.ExitStatus != 1 {
+		t.Errorf("Passed=%v, exit status %d; want a failed run with status 1", res.Passed, res.ExitStatus)
+	}
+	if !strings.HasPrefix(res.KernelRelease, releasePrefix) {
+		t.Errorf("guest kernel %q, want %s*", res.KernelRelease, releasePrefix)
+	}
+}
+
+// TestRunExitStatus checks both ways a status comes back: directly through
+// isa-debug-exit (below 126) and from the console line when the debug-exit
+// value saturates.
+func TestRunExitStatus(t *testing.T) {
+	k := kernel(t)
+	for _, status := range []int{3, 200} {
+		res := run(t, Config{
+			Kernel: k,
+			// No final newline: the output must still end where it should.
+			Script:  "printf 'out\\n'; printf 'err\\n' >&2; printf 'no newline'; exit " + strconv.Itoa(status),
+			Timeout: time.Minute,
+		})
+		if res.ExitStatus != status || res.TimedOut {
+			t.Errorf("exit %d: got status %d, timed out %v", status, res.ExitStatus, res.TimedOut)
+		}
+		if want := "out\nerr\nno newline"; res.Output != want {
+			t.Errorf("exit %d: output %q, want %q", status, res.Output, want)
+		}
+	}
+}
+
+// TestRunCommandTimeout checks that the guest kills a command that runs
+// past CommandTimeout and says so, with the output so far.
+func TestRunCommandTimeout(t *testing.T) {
+	k := kernel(t)
+	res := run(t, Config{
+		Kernel:         k,
+		Script:         "echo started; sleep 600",
+		CommandTimeout: 3 * time.Second,
+		Timeout:        time.Minute,
+	})
+	if !res.TimedOut || res.ExitStatus != timedOutStatus {
+		t.Errorf("timed out %v, status %d; want true, %d", res.TimedOut, res.ExitStatus, timedOutStatus)
+	}
+	if !strings.HasPrefix(res.Output, "started\n") {
+		t.Errorf("output %q, want it to start with %q", res.Output, "started\n")
+	}
+	if res.Elapsed > 30*time.Second {
+		t.Errorf("run took %s with a 3s command timeout", res.Elapsed)
+	}
+}
+
+// TestRunHostTimeout checks that Run kills qemu when Timeout expires (here
+// before the guest has even booted) and reports it as an error.
+func TestRunHostTimeout(t *testing.T) {
+	k := kernel(t)
+	start := time.Now()
+	res, err := Run(t.Context(), Config{
+		Kernel:         k,
+		Script:         "sleep 600",
+		Timeout:        500 * time.Millisecond,
+		CommandTimeout: time.Minute,
+	})
+	if err == nil || !strings.Contains(err.Error(), "guest killed") {
+		t.Fatalf("Run: %v, want a 'guest killed' error; console:\n%s", err, res.Console)
+	}
+	if d := time.Since(start); d > waitDelay+10*time.Second {
+		t.Errorf("Run returned after %s with a 500ms timeout", d)
+	}
+}
+
+// TestRunModules loads two modules that Debian builds as modules and uses
+// them: overlayfs, and veth (a pod simulation may want a network namespace
+// with a link to the outside).
+func TestRunModules(t *testing.T) {
+	k := kernel(t)
+	res := run(t, Config{
+		Kernel:  k,
+		Modules: []string{"overlay", "veth"},
+		Script: `set -e
+mkdir -p /tmp/l /tmp/u /tmp/w /tmp/m
+echo lower > /tmp/l/f
+mount -t overlay overlay -o lowerdir=/tmp/l,upperdir=/tmp/u,workdir=/tmp/w /tmp/m
+cat /tmp/m/f
+# busybox ip ignores "peer name": the kernel names the peer veth0.
+ip link add v0 type veth
+ip -o link show v0 | grep -o 'v0@veth0'
+`,
+		Timeout: time.Minute,
+	})
+	if want := "lower\nv0@veth0\n"; res.ExitStatus != 0 || res.Output != want {
+		t.Errorf("status %d, output %q; want 0, %q", res.ExitStatus, res.Output, want)
+	}
+}
+
+// TestInitramfsFormat writes an archive and unpacks it with busybox cpio,
+// an independent reader of the format.
+func TestInitramfsFormat(t *testing.T) {
+	bb, err := exec.LookPath("busybox")
+	if err != nil {
+		t.Skip("busybox not installed (e2e/scripts/qemu-kernel.sh installs busybox-static)")
+	}
+	dir := t.TempDir()
+	host := filepath.Join(dir, "host-file")
+	if err := os.WriteFile(host, []byte("from the host\n"), 0o751); err != nil {
+		t.Fatal(err)
+	}
+	archive := filepath.Join(dir, "a.cpio")
+	spec := initramfs{
+		busybox: bb,
+		init:    []byte("#!/bin/sh\n"),
+		files: []File{
+			{Host: host, Guest: "/deep/er/file"},
+			{Data: []byte("data"), Guest: "/etc/data"},
+			{Data: []byte("x"), Guest: "/odd", Mode: 0o600},
+		},
+	}
+	if _, err := spec.write(archive); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "out")
+	if err := os.Mkdir(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bb, "cpio", "-i", "-d", "-F", archive)
+	cmd.Dir = out
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("busybox cpio -i: %v\n%s", err, b)
+	}
+	for _, c := range []struct {
+		name, content string
+		mode          os.FileMode
+	}{
+		{"deep/er/file", "from the host\n", 0o751},
+		{"etc/data", "data", 0o644},
+		{"odd", "x", 0o600},
+		{"init", "#!/bin/sh\n", 0o755},
+	} {
+		p := filepath.Join(out, c.name)
+		b, err := os.ReadFile(p)
+		if err != nil || string(b) != c.content {
+			t.Errorf("%s: %q, %v; want %q", c.name, b, err, c.content)
+			continue
+		}
+		if st, _ := os.Stat(p); st.Mode().Perm() != c.mode {
+			t.Errorf("%s: mode %v, want %v", c.name, st.Mode().Perm(), c.mode)
+		}
+	}
+
+	// A second entry for one path is a caller's mistake, not "last wins".
+	spec.files = append(spec.files, File{Data: []byte("y"), Guest: "/odd"})
+	if _, err := spec.write(archive); err == nil || !strings.Contains(err.Error(), "added twice") {
+		t.Errorf("duplicate path: %v, want an 'added twice' error", err)
+	}
+	// A dynamically linked program cannot run in the guest.
+	if _, err := (initramfs{busybox: bb, files: []File{{Host: "/bin/ls", Guest: "/bin/ls"}}}).write(archive); err == nil || !strings.Contains(err.Error(), "dynamically linked") {
+		t.Errorf("dynamic /bin/ls: %v, want a 'dynamically linked' error", err)
+	}
+}
+
+func TestCleanConsole(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"plain\r\n", "plain\n"},
+		{"\x1b[2J\x1b[01;01Hboot\r\n", "boot\n"},
+		{"\x1bc\x1b[?7lSeaBIOS\n", "SeaBIOS\n"},
+		{"tab\there\x00\x07\n", "tab\there\n"},
+		{"broken \x1b[12\n", "broken \n"},
+	} {
+		if got := string(cleanConsole([]byte(c.in))); got != c.want {
+			t.Errorf("cleanConsole(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+func TestShellQuote(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh")
+	}
+	for _, s := range []string{"plain", "", "with space", "it's", `"$HOME" $(id) \n *`, "a\nb"} {
+		out, err := exec.Command(sh, "-c", "printf %s "+shellQuote(s)).Output()
+		if err != nil || string(out) != s {
+			t.Errorf("shellQuote(%q) = %s: sh printed %q, %v", s, shellQuote(s), out, err)
+		}
+	}
+}
+
+func TestResolveModules(t *testing.T) {
+	dir := t.TempDir()
+	dep := "kernel/a/top.ko: kernel/b/mid-dep.ko kernel/c/base.ko\n" +
+		"kernel/b/mid-dep.ko: kernel/c/base.ko\n" +
+		"kernel/c/base.ko:\n"
+	if err := os.WriteFile(filepath.Join(dir, "modules.dep"), []byte(dep), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mods, err := resolveModules(dir, "6.1.0-test", []string{"top", "mid_dep"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range mods {
+		got = append(got, m.guest)
+	}
+	want := []string{
+		"/lib/modules/6.1.0-test/kernel/c/base.ko",
+		"/lib/modules/6.1.0-test/kernel/b/mid-dep.ko",
+		"/lib/modules/6.1.0-test/kernel/a/top.ko",
+	}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("load order %v, want %v", got, want)
+	}
+	if _, err := resolveModules(dir, "6.1.0-test", []string{"nope"}); err == nil {
+		t.Error("unknown module: no error")
+	}
+}
+
+func TestParseKernel(t *testing.T) {
+	k, err := parseKernel([]byte("KERNEL=/k\nMODULES=/m\nRELEASE=6.1.0-1-amd64\nQEMU=/q\nBUSYBOX=/b\n"))
+	want := Kernel{Image: "/k", Modules: "/m", Release: "6.1.0-1-amd64", QEMU: "/q", Busybox: "/b"}
+	if err != nil || k != want {
+		t.Errorf("parseKernel = %+v, %v; want %+v", k, err, want)
+	}
+	if _, err := parseKernel([]byte("KERNEL=/k\n")); err == nil {
+		t.Error("incomplete output: no error")
+	}
+}
+
+func TestDecodeNoStatus(t *testing.T) {
+	// qemu exited 0: the guest powered off or panicked without a report.
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Skip("no true(1)")
+	}
+	_, err := decode(t.Context(), Config{}, Result{Console: "Kernel panic - not syncing\n"}, cmd.ProcessState, nil)
+	if err == nil || !strings.Contains(err.Error(), "without reporting") || !strings.Contains(err.Error(), "Kernel panic") {
+		t.Errorf("decode: %v, want 'without reporting' with the console tail", err)
+	}
+}
