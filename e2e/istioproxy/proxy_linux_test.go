@@ -90,6 +90,10 @@ func startAgent(t *testing.T, cfg istioproxy.Config) *agent {
 	if err != nil {
 		t.Fatalf("Command: %v", err)
 	}
+	// Should the test binary die, take pilot-agent along. Safe here (unlike
+	// in general, see the stand-in's watchParent): the parent thread is the
+	// namespace's locked thread, which outlives the process.
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	a := &agent{t: t, proxy: p, ns: newNetns(t), cmd: cmd, out: &lockedBuffer{}, done: make(chan struct{})}
 	a.http = a.ns.httpClient(3 * time.Second)
 	cmd.Stdout, cmd.Stderr = a.out, a.out
@@ -327,6 +331,26 @@ func TestReady(t *testing.T) {
 	if uid := fi.Sys().(*syscall.Stat_t).Uid; uid != istioproxy.ProxyUID {
 		t.Errorf("envoy-rev.json owned by uid %d, want %d", uid, istioproxy.ProxyUID)
 	}
+	// Everything the running container created lies in Proxy.Writable.
+	var created []string
+	err = filepath.Walk(a.proxy.Root, func(path string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(a.proxy.Root, path)
+		if fi.Sys().(*syscall.Stat_t).Uid != istioproxy.ProxyUID || slices.Contains(a.proxy.Writable, rel) {
+			return nil
+		}
+		created = append(created, fmt.Sprintf("%s (%v)", rel, fi.Mode()))
+		if !slices.ContainsFunc(a.proxy.Writable, func(w string) bool { return strings.HasPrefix(rel, w+"/") }) {
+			t.Errorf("%s created outside Proxy.Writable", rel)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("written by the running container: %s", strings.Join(created, ", "))
 }
 
 // TestReadyAsRoot: the same layout works with the container running as root.
