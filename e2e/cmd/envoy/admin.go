@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 
@@ -105,6 +106,7 @@ func (h *adminHandler) serve(w http.ResponseWriter, r *http.Request) {
 			"state":   h.srv.stateName(),
 			"command_line_options": map[string]any{
 				"concurrency": h.srv.concurrency,
+				"drain_time":  fmt.Sprintf("%ds", int(h.srv.drainTime.Seconds())),
 			},
 		})
 	case "/config_dump":

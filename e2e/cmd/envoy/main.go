@@ -105,7 +105,7 @@ func run() int {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2)
 
-	srv := &server{start: time.Now(), concurrency: opts.concurrency}
+	srv := &server{start: time.Now(), concurrency: opts.concurrency, drainTime: opts.drainTime}
 	quit := make(chan string, 1)
 	admin := &adminHandler{
 		srv: srv, rec: rec,

@@ -1,10 +1,16 @@
 package main
 
 import (
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/istioproxy/record"
 )
 
 func TestParseArgs(t *testing.T) {
@@ -96,5 +102,53 @@ func TestStatsText(t *testing.T) {
 	}
 	if _, err := statsText(s.stats(), "("); err == nil {
 		t.Errorf("invalid regex accepted")
+	}
+}
+
+func TestAdminHandler(t *testing.T) {
+	dir := t.TempDir()
+	rec, err := record.Create(filepath.Join(dir, "rec.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var drained []url.Values
+	quits := 0
+	h := &adminHandler{
+		srv:   &server{start: time.Now(), ready: true},
+		rec:   rec,
+		drain: func(q url.Values) { drained = append(drained, q) },
+		quit:  func() { quits++ },
+	}
+	do := func(method, target string) int {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(method, target, nil))
+		return w.Code
+	}
+	for _, tt := range []struct {
+		method, target string
+		want           int
+	}{
+		{http.MethodGet, "/drain_listeners?inboundonly&graceful", http.StatusMethodNotAllowed},
+		{http.MethodPost, "/drain_listeners?inboundonly&graceful", http.StatusOK},
+		{http.MethodGet, "/ready", http.StatusOK},
+		{http.MethodGet, "/no/such/endpoint", http.StatusNotFound},
+		{http.MethodPost, "/quitquitquit", http.StatusOK},
+	} {
+		if got := do(tt.method, tt.target); got != tt.want {
+			t.Errorf("%s %s = %d, want %d", tt.method, tt.target, got, tt.want)
+		}
+	}
+	if len(drained) != 1 || !has(drained[0], "inboundonly") || !has(drained[0], "graceful") || has(drained[0], "skip_exit") {
+		t.Errorf("drain calls %v, want one with inboundonly and graceful", drained)
+	}
+	if quits != 1 {
+		t.Errorf("quit called %d times, want 1", quits)
+	}
+	events, err := record.Read(filepath.Join(dir, "rec.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(record.OfKind(events, record.Admin)); got != 5 {
+		t.Errorf("recorded %d admin requests, want 5:\n%s", got, record.Format(events))
 	}
 }

@@ -21,7 +21,8 @@ const (
 type server struct {
 	start       time.Time
 	concurrency int
-	listeners   []string // stat names of the bootstrap listeners, e.g. "0.0.0.0_15021"
+	drainTime   time.Duration // --drain-time-s, shown in /server_info
+	listeners   []string      // stat names of the bootstrap listeners, e.g. "0.0.0.0_15021"
 
 	mu           sync.Mutex
 	ready        bool // config "received" and workers "started"
