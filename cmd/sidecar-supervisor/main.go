@@ -1,5 +1,142 @@
 // Command sidecar-supervisor stops a pod's sidecar once its application
 // containers have finished. See the README for how to add it to a pod.
+//
+// Exit codes: 0 done (or the pod is being deleted); 1 cannot work here (no
+// shared PID namespace, /proc unreadable, no pidfd support); 2 bad
+// configuration.
 package main
 
-func main() {}
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/procscan"
+	"github.com/sidecar-supervisor/sidecar-supervisor/supervisor"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// probeExitArg makes the binary exit 7 at once: the real process that the
+// start-up probe watches to learn whether the kernel reports exit statuses.
+const probeExitArg = "probe-exit"
+
+const (
+	exitOK        = 0
+	exitCannotRun = 1
+	exitBadConfig = 2
+)
+
+func main() {
+	if len(os.Args) == 2 && os.Args[1] == probeExitArg {
+		os.Exit(7)
+	}
+	os.Exit(run(os.Environ(), os.Stderr))
+}
+
+func run(environ []string, stderr io.Writer) int {
+	cfg, unknown, err := supervisor.LoadConfig(environ)
+	if err != nil {
+		fmt.Fprintf(stderr, "sidecar-supervisor: bad configuration, nothing was done:\n")
+		for _, e := range flatten(err) {
+			fmt.Fprintf(stderr, "  %v\n", e)
+		}
+		return exitBadConfig
+	}
+	log := newLogger(cfg, stderr)
+	for _, name := range unknown {
+		log.Warn().Str("variable", name).Msg("unknown setting ignored: a typo, or a setting of a newer version")
+	}
+	log.Info().Str("version", version).Object("config", cfg).Msg("starting")
+
+	// SIGTERM is the kubelet deleting the pod; SIGINT a person at a terminal.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	res, err := supervise(ctx, cfg, log)
+	if err != nil {
+		log.Error().Err(err).Msg("cannot work here")
+		report(log, cfg, "error: "+err.Error())
+		return exitCannotRun
+	}
+	report(log, cfg, res.Summary)
+	log.Info().Str("summary", res.Summary).Msg("done")
+	return exitOK
+}
+
+// supervise wires the real scanner and kernel into the run loop.
+func supervise(ctx context.Context, cfg supervisor.Config, log zerolog.Logger) (supervisor.Result, error) {
+	scanner, err := procscan.NewScanner("/proc")
+	if err != nil {
+		return supervisor.Result{}, err
+	}
+	self, err := scanner.Self()
+	if err != nil {
+		return supervisor.Result{}, err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return supervisor.Result{}, fmt.Errorf("find own executable for the exit probe: %w", err)
+	}
+	support, err := supervisor.ProbePidfd([]string{exe, probeExitArg})
+	if err != nil {
+		return supervisor.Result{}, err
+	}
+	if support.ExitInfo {
+		log.Info().Str("method", string(supervisor.MethodPidfd)).Msg("exit statuses read with pidfd (PIDFD_INFO_EXIT)")
+	} else {
+		log.Warn().Str("method", string(supervisor.MethodNone)).Str("reason", support.Reason).
+			Stringer("on_unknown", cfg.OnUnknown).
+			Msg("app exit statuses cannot be read: exits are seen, statuses are unknown and get the on-unknown action; run on Linux 6.15+ to read them")
+	}
+	kernel, err := supervisor.NewPidfdKernel(scanner, support.ExitInfo)
+	if err != nil {
+		return supervisor.Result{}, err
+	}
+	defer kernel.Close()
+	rules := procscan.Rules{Sidecar: cfg.SidecarProcesses, Ignore: cfg.IgnoreProcesses}
+	sup := supervisor.New(cfg, log, supervisor.ProcScanner{Procs: scanner, Self: self, Rules: rules}, kernel, nil)
+	return sup.Run(ctx)
+}
+
+func report(log zerolog.Logger, cfg supervisor.Config, summary string) {
+	written, err := supervisor.WriteTerminationMessage(cfg.TerminationMessagePath, summary)
+	switch {
+	case err != nil:
+		log.Warn().Err(err).Str("path", cfg.TerminationMessagePath).Msg("cannot write the termination message")
+	case !written:
+		log.Debug().Str("path", cfg.TerminationMessagePath).Msg("no termination message file: not written")
+	}
+}
+
+func newLogger(cfg supervisor.Config, w io.Writer) zerolog.Logger {
+	// Durations as seconds ("elapsed":5.012), times to the millisecond: the
+	// log is read as a timeline.
+	zerolog.DurationFieldUnit = time.Second
+	zerolog.TimeFieldFormat = "2006-01-02T15:04:05.000Z07:00"
+	if cfg.LogFormat == "console" {
+		w = zerolog.ConsoleWriter{Out: w, NoColor: true, TimeFormat: "15:04:05.000"}
+	}
+	return zerolog.New(w).Level(cfg.LogLevel).With().Timestamp().Logger()
+}
+
+// flatten lists the errors joined in err, one per bad setting.
+func flatten(err error) []error {
+	var j interface{ Unwrap() []error }
+	if errors.As(err, &j) {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, flatten(e)...)
+		}
+		return out
+	}
+	return []error{err}
+}

@@ -1,0 +1,214 @@
+package procscan
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/prometheus/procfs"
+)
+
+// pfKthread is PF_KTHREAD from include/linux/sched.h: the flags word of
+// /proc/PID/stat has it for kernel threads. kthreadd has PPID 0 like a
+// container's main process, so the flag is what keeps it out of the pod.
+const pfKthread = 0x00200000
+
+// Process is one process as read from /proc, as plain values.
+type Process struct {
+	PID  int
+	PPID int
+	// StartTime is field 22 of /proc/PID/stat, in clock ticks since boot.
+	// With PID it names a process uniquely: a recycled PID has a later one.
+	StartTime uint64
+	// Comm is the kernel's name for the process (at most 15 bytes; any bytes).
+	Comm string
+	// Cmdline is argv; empty for zombies.
+	Cmdline []string
+	// Cgroup is the whole content of /proc/PID/cgroup, one line per
+	// hierarchy. Equal Cgroup strings mean the same container.
+	Cgroup string
+	// State is the one-letter state from /proc/PID/stat ("Z" for a zombie).
+	State string
+	// UID is the owner of /proc/PID (the process's effective uid).
+	UID int
+}
+
+// Name is the process's name as users write it: the base name of argv[0]
+// when there is one, else the comm.
+func (p Process) Name() string {
+	if len(p.Cmdline) > 0 && p.Cmdline[0] != "" {
+		return path.Base(p.Cmdline[0])
+	}
+	return p.Comm
+}
+
+// Matches reports whether the comm or the base name of argv[0] is one of names.
+func (p Process) Matches(names []string) bool {
+	for _, n := range names {
+		if n == "" {
+			continue
+		}
+		if p.Comm == n || p.Name() == n {
+			return true
+		}
+		// comm is truncated to 15 bytes (TASK_COMM_LEN-1): a long name
+		// matches its truncation when argv[0] was rewritten or is empty.
+		if len(n) > 15 && len(p.Comm) == 15 && n[:15] == p.Comm {
+			return true
+		}
+	}
+	return false
+}
+
+// IsZombie reports whether the process has exited and awaits its reaper.
+func (p Process) IsZombie() bool { return p.State == "Z" }
+
+// Scanner reads processes from a proc filesystem.
+type Scanner struct {
+	fs   procfs.FS
+	root string
+}
+
+// NewScanner returns a Scanner over the proc filesystem mounted at root
+// (normally /proc, or a fixture tree in tests).
+func NewScanner(root string) (*Scanner, error) {
+	fs, err := procfs.NewFS(root)
+	if err != nil {
+		return nil, fmt.Errorf("open proc filesystem %s: %w", root, err)
+	}
+	return &Scanner{fs: fs, root: root}, nil
+}
+
+// ErrGone is returned for a process that exited (and was reaped) while it
+// was being read. It is an expected event, not a failure.
+var ErrGone = errors.New("process is gone")
+
+// Self returns the PID of the calling process as the proc filesystem sees it
+// (its /proc/self link), which is its PID in the pod's namespace.
+func (s *Scanner) Self() (int, error) {
+	p, err := s.fs.Self()
+	if err != nil {
+		return 0, fmt.Errorf("read %s/self: %w", s.root, err)
+	}
+	return p.PID, nil
+}
+
+// Processes returns every user-space process (thread-group leader) visible
+// now, ordered by PID. Kernel threads and processes that vanish while being
+// read are left out.
+func (s *Scanner) Processes() ([]Process, error) {
+	all, err := s.fs.AllProcs()
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", s.root, err)
+	}
+	out := make([]Process, 0, len(all))
+	for _, p := range all {
+		proc, err := s.read(p.PID)
+		switch {
+		case err == nil:
+			out = append(out, proc)
+		case errors.Is(err, ErrGone), errors.Is(err, errKernelThread):
+			// Gone between readdir and read, or not a user process.
+		default:
+			return nil, err
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].PID < out[j].PID })
+	return out, nil
+}
+
+// Process reads one process. It returns ErrGone if it no longer exists.
+func (s *Scanner) Process(pid int) (Process, error) {
+	p, err := s.read(pid)
+	if errors.Is(err, errKernelThread) {
+		return Process{}, fmt.Errorf("pid %d is a kernel thread: %w", pid, ErrGone)
+	}
+	return p, err
+}
+
+// StartTime reads only the start time of pid, for the PID-reuse check
+// after a pidfd was opened.
+func (s *Scanner) StartTime(pid int) (uint64, error) {
+	p, err := s.fs.Proc(pid)
+	if err != nil {
+		return 0, gone(pid, err)
+	}
+	st, err := p.Stat()
+	if err != nil {
+		return 0, gone(pid, err)
+	}
+	return st.Starttime, nil
+}
+
+var errKernelThread = errors.New("kernel thread")
+
+func (s *Scanner) read(pid int) (Process, error) {
+	// fs.Proc stats the directory: that is where the uid comes from.
+	dir := s.root + "/" + strconv.Itoa(pid)
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return Process{}, gone(pid, err)
+	}
+	p, err := s.fs.Proc(pid)
+	if err != nil {
+		return Process{}, gone(pid, err)
+	}
+	st, err := p.Stat()
+	if err != nil {
+		return Process{}, gone(pid, err)
+	}
+	if st.Flags&pfKthread != 0 {
+		return Process{}, errKernelThread
+	}
+	cmdline, err := p.CmdLine()
+	if err != nil {
+		return Process{}, gone(pid, err)
+	}
+	cg, err := p.Cgroups()
+	if err != nil {
+		return Process{}, gone(pid, err)
+	}
+	proc := Process{
+		PID:       pid,
+		PPID:      st.PPID,
+		StartTime: st.Starttime,
+		Comm:      st.Comm,
+		Cmdline:   cmdline,
+		Cgroup:    cgroupKey(cg),
+		State:     st.State,
+		UID:       -1,
+	}
+	if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
+		proc.UID = int(sys.Uid)
+	}
+	return proc, nil
+}
+
+// gone maps the errors of a process that disappeared mid-read to ErrGone:
+// ENOENT once its /proc directory is removed, ESRCH for files of a task
+// being torn down.
+func gone(pid int, err error) error {
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("pid %d: %w", pid, ErrGone)
+	}
+	return fmt.Errorf("read pid %d: %w", pid, err)
+}
+
+// cgroupKey rebuilds the file's content from its parsed lines: the same
+// container has the same key on v1, v2 and hybrid hosts alike.
+func cgroupKey(cgs []procfs.Cgroup) string {
+	var b strings.Builder
+	for i, c := range cgs {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		fmt.Fprintf(&b, "%d:%s:%s", c.HierarchyID, strings.Join(c.Controllers, ","), c.Path)
+	}
+	return b.String()
+}

@@ -1,0 +1,83 @@
+package supervisor
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Outcome is what the application containers' statuses add up to.
+type Outcome int
+
+// The outcomes, in rising order of precedence.
+const (
+	// Success: every app container exited 0.
+	Success Outcome = iota
+	// Unknown: none failed, but at least one status is unknown.
+	Unknown
+	// Failure: at least one exited non-zero or was killed by a signal.
+	Failure
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Success:
+		return "success"
+	case Unknown:
+		return "unknown"
+	case Failure:
+		return "failure"
+	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
+}
+
+// AppStatus is one application container's end.
+type AppStatus struct {
+	Container string
+	Status    ExitStatus
+}
+
+// Decide is the whole decision table: any failure makes a Failure (a known
+// failure outweighs an unknown); else any unknown status makes Unknown,
+// which is never taken for success; else Success. The reason names the
+// containers that decided it.
+func Decide(apps []AppStatus) (Outcome, string) {
+	var failed, unknown []string
+	for _, a := range apps {
+		switch {
+		case a.Status.Failure():
+			failed = append(failed, a.Container+" "+a.Status.String())
+		case !a.Status.Known:
+			unknown = append(unknown, a.Container+" "+a.Status.String())
+		}
+	}
+	switch {
+	case len(apps) == 0:
+		return Unknown, "no application container was seen"
+	case len(failed) > 0:
+		return Failure, strings.Join(failed, ", ")
+	case len(unknown) > 0:
+		return Unknown, strings.Join(unknown, ", ")
+	}
+	if len(apps) == 1 {
+		return Success, apps[0].Container + " exit 0"
+	}
+	return Success, fmt.Sprintf("all %d app containers exit 0", len(apps))
+}
+
+// ActionFor is the configured action for an outcome.
+func (c *Config) ActionFor(o Outcome) Action {
+	switch o {
+	case Success:
+		return c.OnSuccess
+	case Failure:
+		return c.OnFailure
+	}
+	return c.OnUnknown
+}
+
+// killedByTermination reports whether an app's end looks like the kubelet's
+// SIGTERM: killed by it, or exit 143 (128+15), as a shell reports a child
+// killed by it.
+func killedByTermination(s ExitStatus) bool {
+	return s.Known && (s.Signal == SIGTERM || (s.Signal == 0 && s.Code == 128+int(SIGTERM)))
+}
