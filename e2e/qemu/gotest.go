@@ -51,6 +51,19 @@ func goCmd(ctx context.Context, dir string, args ...string) error {
 	return nil
 }
 
+// goList returns the source directory of pkg.
+func goList(ctx context.Context, dir, pkg string) (string, error) {
+	cmd := exec.CommandContext(ctx, "go", "list", "-f", "{{.Dir}}", pkg)
+	cmd.Dir = dir
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("go list %s (in %s): %w\n%s", pkg, dir, err, strings.TrimSpace(stderr.String()))
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
 // GoTest describes a Go test package to run inside the guest.
 type GoTest struct {
 	// Dir is where go runs (default "."), which fixes the module and what
@@ -61,6 +74,10 @@ type GoTest struct {
 	Package string
 	// Run is the -test.run pattern; empty runs all tests.
 	Run string
+	// Testdata copies the package's testdata directory, if it has one, to
+	// /gotest/testdata, so that tests reading "testdata/..." relative to
+	// their working directory find it as under go test.
+	Testdata bool
 	// Args are more flags for the test binary (-test.v and -test.timeout are
 	// set already), e.g. "-test.count=1".
 	Args []string
@@ -92,8 +109,8 @@ var testResultLine = regexp.MustCompile(`(?m)^\s*--- (PASS|FAIL|SKIP): (\S+) \(`
 
 // RunGoTest compiles a package's tests as a static binary and runs it in
 // the guest as `X -test.v -test.run <Run>`, with the files and environment
-// of t.Config. The binary's working directory is /gotest; a test that reads
-// its testdata needs those files in t.Config.Files. -test.timeout is set just
+// of t.Config. The binary's working directory is /gotest; set t.Testdata for
+// tests that read their testdata directory. -test.timeout is set just
 // below Config.CommandTimeout, so a hung test prints its goroutines before
 // the guest kills it.
 //
@@ -126,6 +143,16 @@ func RunGoTest(ctx context.Context, t GoTest) (GoTestResult, error) {
 	res.Build = time.Since(start)
 
 	cfg := t.Config
+	if t.Testdata {
+		pkgDir, err := goList(ctx, dir, t.Package)
+		if err != nil {
+			return res, err
+		}
+		td := filepath.Join(pkgDir, "testdata")
+		if st, err := os.Stat(td); err == nil && st.IsDir() {
+			cfg.Trees = append(append([]Tree(nil), cfg.Trees...), Tree{Host: td, Guest: path.Join(guestTestDir, "testdata")})
+		}
+	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = defaultTimeout
 	}

@@ -27,6 +27,13 @@ type File struct {
 	Mode fs.FileMode
 }
 
+// Tree is a host directory to copy, with everything below it, into the
+// guest's initramfs at Guest.
+type Tree struct {
+	Host  string
+	Guest string
+}
+
 // Paths the initramfs reserves for itself; a File may not replace them.
 const (
 	guestInit    = "/init"
@@ -40,6 +47,7 @@ type initramfs struct {
 	init    []byte
 	script  []byte // Config.Script, if any
 	files   []File
+	trees   []Tree
 	modules []module
 }
 
@@ -113,6 +121,11 @@ func (s initramfs) write(name string) (size int64, err error) {
 			return 0, err
 		}
 	}
+	for _, t := range s.trees {
+		if err := addTree(c, t); err != nil {
+			return 0, err
+		}
+	}
 	if err := c.close(); err != nil {
 		return 0, err
 	}
@@ -135,6 +148,41 @@ func addFile(c *cpioWriter, f File) error {
 		return c.file(f.Guest, mode, int64(len(f.Data)), bytes.NewReader(f.Data))
 	}
 	return copyHost(c, f.Host, f.Guest, f.Mode)
+}
+
+// addTree copies a host directory tree. Symlinks are copied as links (a
+// fixture tree of /proc has plenty), not followed.
+func addTree(c *cpioWriter, t Tree) error {
+	if !path.IsAbs(t.Guest) || path.Clean(t.Guest) != t.Guest {
+		return fmt.Errorf("initramfs: guest path %q must be absolute and clean", t.Guest)
+	}
+	return filepath.WalkDir(t.Host, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return fmt.Errorf("initramfs: %w", err)
+		}
+		rel, err := filepath.Rel(t.Host, p)
+		if err != nil {
+			return err
+		}
+		guest := path.Join(t.Guest, filepath.ToSlash(rel))
+		switch {
+		case d.IsDir():
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			return c.dir(guest, info.Mode().Perm())
+		case d.Type()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return fmt.Errorf("initramfs: %w", err)
+			}
+			return c.symlink(guest, target)
+		case d.Type().IsRegular():
+			return addFile(c, File{Host: p, Guest: guest})
+		}
+		return nil // sockets, fifos, devices: not test data
+	})
 }
 
 // copyHost copies one host file; perm 0 keeps the host file's mode.

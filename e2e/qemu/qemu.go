@@ -26,6 +26,9 @@ type Config struct {
 	// Files are copied into the initramfs, e.g. static binaries and a test
 	// binary. Executables must be statically linked.
 	Files []File
+	// Trees are host directories copied recursively into the guest:
+	// directories, regular files and symlinks (other kinds are skipped).
+	Trees []Tree
 
 	// Command is the argv run as the test, e.g. {"/bin/probe", "-v"}. It is
 	// looked up in PATH (/bin:/sbin:/usr/bin:/usr/sbin; busybox provides the
@@ -230,6 +233,7 @@ func buildInitramfs(cfg Config, name string) (int64, error) {
 		busybox: cfg.Kernel.Busybox,
 		script:  script,
 		files:   cfg.Files,
+		trees:   cfg.Trees,
 		modules: mods,
 		init: initScript(initParams{
 			hostname: cfg.Hostname,

@@ -152,8 +152,8 @@ func TestKernelProbe(t *testing.T) {
 }
 
 // TestRunGoTest runs testdata/guesttest's test binary in the guest, with an
-// extra static binary and environment, and reads a deliberate failure as
-// one.
+// extra static binary, environment and the package's testdata, and reads a
+// deliberate failure as one.
 func TestRunGoTest(t *testing.T) {
 	k := kernel(t)
 	probe := filepath.Join(t.TempDir(), "kernelprobe")
@@ -163,8 +163,9 @@ func TestRunGoTest(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), testBudget)
 	defer cancel()
 	res, err := RunGoTest(ctx, GoTest{
-		Package: "./testdata/guesttest",
-		Run:     "^TestGuest",
+		Package:  "./testdata/guesttest",
+		Run:      "^TestGuest",
+		Testdata: true,
 		Config: Config{
 			Kernel:  k,
 			Files:   []File{{Host: probe, Guest: "/bin/kernelprobe"}},
@@ -188,6 +189,7 @@ func TestRunGoTest(t *testing.T) {
 		"TestGuestKernel":              "PASS",
 		"TestGuestKernel/ExtraBinary":  "PASS",
 		"TestGuestKernel/PidfdGetInfo": "PASS",
+		"TestGuestTestdata":            "PASS",
 		"TestGuestFailsOnPurpose":      "FAIL",
 	}
 	for name, w := range want {

@@ -64,3 +64,15 @@ func TestGuestFailsOnPurpose(t *testing.T) {
 	}
 	t.Error("failing on purpose (GUESTTEST_FAIL=1)")
 }
+
+// TestGuestTestdata reads the package's testdata, which RunGoTest copies
+// into the guest when GoTest.Testdata is set (symlinks stay symlinks).
+func TestGuestTestdata(t *testing.T) {
+	b, err := os.ReadFile("testdata/hello.txt")
+	if err != nil || string(b) != "hello from the host\n" {
+		t.Errorf("testdata/hello.txt: %q, %v", b, err)
+	}
+	if target, err := os.Readlink("testdata/link"); err != nil || target != "hello.txt" {
+		t.Errorf("testdata/link: %q, %v; want a symlink to hello.txt", target, err)
+	}
+}
