@@ -1,0 +1,156 @@
+package inject
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+var update = flag.Bool("update", false,
+	"rewrite deploy/istio/values-supervisor.yaml and istiooperator-supervisor.yaml from supervisor.tmpl")
+
+const templateFile = "istio/supervisor.tmpl"
+
+// The parts of the two generated files around the template. The template is
+// inserted as a YAML literal block, indented to its key.
+const (
+	generatedNotice = `#
+# GENERATED from supervisor.tmpl (the injection template itself) by
+#   (cd e2e && go test ./inject -run TestIstioFilesInSync -update)
+# Edit supervisor.tmpl, not this file; e2e/inject fails when they differ.
+`
+	defaultTemplatesDoc = `# Run "supervisor" after Istio's own "sidecar" template for every pod the
+# injector handles. It renders nothing for pods with restartPolicy Always,
+# for a native-sidecar istio-proxy, for pods that already have a
+# sidecar-supervisor container, and for pods annotated
+# supervisor.sidecar-supervisor.io/inject: "false".
+# To opt in per pod instead, delete defaultTemplates and annotate the pods
+# with inject.istio.io/templates: sidecar,supervisor
+# If your installation sets defaultTemplates already, merge the two lists
+# by hand: a later list replaces an earlier one (templates maps do merge).
+`
+	valuesHead = `# Helm values for istiod (chart istio/istiod) adding sidecar-supervisor's
+# "supervisor" injection template.
+` + generatedNotice + `#
+#   helm upgrade istiod istio/istiod -n istio-system --reuse-values \
+#     -f deploy/istio/values-supervisor.yaml
+sidecarInjectorWebhook:
+`
+	operatorHead = `# IstioOperator overlay adding sidecar-supervisor's "supervisor" injection
+# template; istioctl merges it with your own IstioOperator.
+` + generatedNotice + `#
+#   istioctl install -f <your IstioOperator> -f deploy/istio/istiooperator-supervisor.yaml
+apiVersion: install.istio.io/v1alpha1
+kind: IstioOperator
+spec:
+  values:
+    sidecarInjectorWebhook:
+`
+)
+
+// generated returns the contents the two generated files must have.
+func generated(tmpl string) map[string]string {
+	body := func(indent string) string {
+		var b strings.Builder
+		for _, l := range strings.Split(strings.TrimRight(defaultTemplatesDoc, "\n"), "\n") {
+			b.WriteString(indent + l + "\n")
+		}
+		b.WriteString(indent + "defaultTemplates: [sidecar, supervisor]\n")
+		b.WriteString(indent + "templates:\n")
+		b.WriteString(indent + "  supervisor: |\n")
+		for _, l := range strings.SplitAfter(strings.TrimRight(tmpl, "\n"), "\n") {
+			if strings.TrimSpace(l) == "" {
+				b.WriteString("\n")
+				continue
+			}
+			b.WriteString(indent + "    " + l)
+		}
+		b.WriteString("\n")
+		return b.String()
+	}
+	return map[string]string{
+		"istio/values-supervisor.yaml":        valuesHead + body("  "),
+		"istio/istiooperator-supervisor.yaml": operatorHead + body("      "),
+	}
+}
+
+// TestIstioFilesInSync checks that the Helm values file and the IstioOperator
+// overlay carry exactly deploy/istio/supervisor.tmpl, byte for byte after
+// YAML decoding, and are what the generator writes. With -update it writes
+// them.
+func TestIstioFilesInSync(t *testing.T) {
+	tmpl := string(readDeploy(t, templateFile))
+	if strings.Contains(tmpl, "\t") {
+		t.Fatalf("%s contains a tab: YAML block scalars cannot carry it", templateFile)
+	}
+	for path, want := range generated(tmpl) {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			if *update {
+				if err := os.WriteFile(filepath.Join(deployDir, path), []byte(want), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got := string(readDeploy(t, path))
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("%s is not generated from %s; run the -update command in it (-want +got):\n%s",
+					path, templateFile, diff)
+			}
+
+			// Independently of the generator: decode the file as Helm and
+			// istioctl would and compare the template it carries.
+			v := injectorSettings(t, path, got)
+			if diff := cmp.Diff(tmpl, v.Templates["supervisor"]); diff != "" {
+				t.Errorf("templates.supervisor differs from %s (-want +got):\n%s", templateFile, diff)
+			}
+			if diff := cmp.Diff([]string{"sidecar", "supervisor"}, v.DefaultTemplates); diff != "" {
+				t.Errorf("defaultTemplates (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+type injectorValues struct {
+	DefaultTemplates []string          `json:"defaultTemplates"`
+	Templates        map[string]string `json:"templates"`
+}
+
+// injectorSettings decodes the sidecarInjectorWebhook values out of a Helm
+// values file or an IstioOperator.
+func injectorSettings(t *testing.T, path, text string) injectorValues {
+	t.Helper()
+	var doc struct {
+		APIVersion             string          `json:"apiVersion"`
+		Kind                   string          `json:"kind"`
+		SidecarInjectorWebhook *injectorValues `json:"sidecarInjectorWebhook"`
+		Spec                   struct {
+			Values struct {
+				SidecarInjectorWebhook *injectorValues `json:"sidecarInjectorWebhook"`
+			} `json:"values"`
+		} `json:"spec"`
+	}
+	decodeStrict(t, []byte(text), &doc)
+	v := doc.SidecarInjectorWebhook
+	if v == nil {
+		v = doc.Spec.Values.SidecarInjectorWebhook
+	}
+	if v == nil {
+		t.Fatalf("%s has no sidecarInjectorWebhook values:\n%s", path, text)
+	}
+	return *v
+}
+
+// TestGeneratorRoundTrip guards the generator: blank lines, comments and
+// template actions come back verbatim at both indentations.
+func TestGeneratorRoundTrip(t *testing.T) {
+	tmpl := "{{- if .X }}\nspec:\n\n  a: b # c\n    d: \"e\"\n{{- end }}\n"
+	for path, text := range generated(tmpl) {
+		got := injectorSettings(t, path, text).Templates["supervisor"]
+		if diff := cmp.Diff(tmpl, got); diff != "" {
+			t.Errorf("%s: template not carried verbatim (-want +got):\n%s", path, diff)
+		}
+	}
+}

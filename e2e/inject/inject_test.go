@@ -1,0 +1,621 @@
+package inject
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"testing"
+
+	jsonpatch "github.com/evanphx/json-patch/v5"
+	"github.com/google/go-cmp/cmp"
+	admissionv1 "k8s.io/api/admission/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/yaml"
+
+	"istio.io/istio/pilot/pkg/features"
+	"istio.io/istio/pilot/pkg/model"
+	"istio.io/istio/pkg/config/mesh/meshwatcher"
+	"istio.io/istio/pkg/kube/inject"
+	"istio.io/istio/pkg/kube/multicluster"
+)
+
+const namespace = "jobs"
+
+// Workloads the cases start from, as users write them.
+
+func job(name string, restart corev1.RestartPolicy, annotations map[string]string, containers ...string) *batchv1.Job {
+	return &batchv1.Job{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec:       batchv1.JobSpec{Template: podTemplate(restart, annotations, containers...)},
+	}
+}
+
+func cronJob(name string, restart corev1.RestartPolicy, containers ...string) *batchv1.CronJob {
+	return &batchv1.CronJob{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "batch/v1", Kind: "CronJob"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec: batchv1.CronJobSpec{
+			Schedule: "*/15 * * * *",
+			JobTemplate: batchv1.JobTemplateSpec{
+				Spec: batchv1.JobSpec{Template: podTemplate(restart, nil, containers...)},
+			},
+		},
+	}
+}
+
+func deployment(name string, containers ...string) *appsv1.Deployment {
+	tmpl := podTemplate("", nil, containers...) // unset: defaults to Always
+	tmpl.Labels["app"] = name
+	return &appsv1.Deployment{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+			Template: tmpl,
+		},
+	}
+}
+
+// podTemplate returns busybox containers running `sleep 10`, and the label
+// asking Istio for its sidecar.
+func podTemplate(restart corev1.RestartPolicy, annotations map[string]string, containers ...string) corev1.PodTemplateSpec {
+	tmpl := corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{
+			Labels:      map[string]string{"sidecar.istio.io/inject": "true"},
+			Annotations: annotations,
+		},
+		Spec: corev1.PodSpec{RestartPolicy: restart},
+	}
+	for _, name := range containers {
+		tmpl.Spec.Containers = append(tmpl.Spec.Containers, corev1.Container{
+			Name:    name,
+			Image:   "busybox:1.37",
+			Command: []string{"sleep", "10"},
+		})
+	}
+	return tmpl
+}
+
+// supervisorEnv is the environment the template gives the supervisor when no
+// annotation asks for more.
+func supervisorEnv(restart string, apps string, extra ...string) map[string]string {
+	env := map[string]string{
+		"SUPERVISOR_RESTART_POLICY": restart,
+		"SUPERVISOR_APP_CONTAINERS": apps,
+		"GOMEMLIMIT":                "resourceFieldRef:limits.memory",
+	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		env[extra[i]] = extra[i+1]
+	}
+	return env
+}
+
+type injectCase struct {
+	name string
+	in   runtime.Object
+	// nativeSidecars sets istiod's ENABLE_NATIVE_SIDECARS=true for the case.
+	nativeSidecars bool
+	want           podShape
+	ptrace         bool
+	// image overrides the expected supervisor image.
+	image string
+	// templateNotRun: Istio does not run the supervisor template for this
+	// pod at all; rendered on its own, the template would add the supervisor.
+	templateNotRun bool
+}
+
+func (tc injectCase) basics() supervisorBasics {
+	b := wantBasics(tc.ptrace)
+	if tc.image != "" {
+		b.Image = tc.image
+	}
+	return b
+}
+
+func injectCases(t *testing.T) []injectCase {
+	var handWritten batchv1.Job
+	decodeStrict(t, readDeploy(t, "job.yaml"), &handWritten)
+	handWritten.Namespace = namespace
+
+	quit := "http://127.0.0.1:15020/quitquitquit"
+	withSupervisor := func(apps ...string) []string {
+		return append(apps, supervisorName, proxyName)
+	}
+	return []injectCase{
+		{
+			name: "job busybox sleep 10",
+			in:   job("sleep", corev1.RestartPolicyNever, nil, "app"),
+			want: podShape{
+				InitContainers:        []string{"istio-init"},
+				Containers:            withSupervisor("app"),
+				ShareProcessNamespace: true,
+				SupervisorEnv:         supervisorEnv("Never", "1"),
+				SupervisorUser:        "1337",
+			},
+		},
+		{
+			name: "cronjob restartPolicy OnFailure",
+			in:   cronJob("nightly", corev1.RestartPolicyOnFailure, "app"),
+			want: podShape{
+				InitContainers:        []string{"istio-init"},
+				Containers:            withSupervisor("app"),
+				ShareProcessNamespace: true,
+				SupervisorEnv:         supervisorEnv("OnFailure", "1"),
+				SupervisorUser:        "1337",
+			},
+		},
+		{
+			name: "job with two app containers",
+			in:   job("pair", corev1.RestartPolicyNever, nil, "app", "uploader"),
+			want: podShape{
+				InitContainers:        []string{"istio-init"},
+				Containers:            withSupervisor("app", "uploader"),
+				ShareProcessNamespace: true,
+				SupervisorEnv:         supervisorEnv("Never", "2"),
+				SupervisorUser:        "1337",
+			},
+		},
+		{
+			name: "deployment gets istio-proxy only",
+			in:   deployment("web", "web"),
+			want: podShape{
+				InitContainers: []string{"istio-init"},
+				Containers:     []string{"web", proxyName},
+			},
+		},
+		{
+			name: "pod with sidecar.istio.io/inject false gets nothing",
+			in: func() runtime.Object {
+				j := job("plain", corev1.RestartPolicyNever, nil, "app")
+				j.Spec.Template.Labels["sidecar.istio.io/inject"] = "false"
+				return j
+			}(),
+			want:           podShape{Containers: []string{"app"}},
+			templateNotRun: true,
+		},
+		{
+			name: "native sidecar by pod annotation",
+			in: job("native", corev1.RestartPolicyNever,
+				map[string]string{"sidecar.istio.io/nativeSidecar": "true"}, "app"),
+			want: podShape{
+				InitContainers: []string{"istio-init", proxyName},
+				Containers:     []string{"app"},
+			},
+		},
+		{
+			name:           "native sidecar mesh-wide (ENABLE_NATIVE_SIDECARS=true)",
+			in:             job("native-mesh", corev1.RestartPolicyNever, nil, "app"),
+			nativeSidecars: true,
+			want: podShape{
+				InitContainers: []string{"istio-init", proxyName},
+				Containers:     []string{"app"},
+			},
+		},
+		{
+			name: "native sidecars mesh-wide, pod opts out",
+			in: job("classic", corev1.RestartPolicyNever,
+				map[string]string{"sidecar.istio.io/nativeSidecar": "false"}, "app"),
+			nativeSidecars: true,
+			want: podShape{
+				InitContainers:        []string{"istio-init"},
+				Containers:            withSupervisor("app"),
+				ShareProcessNamespace: true,
+				SupervisorEnv:         supervisorEnv("Never", "1"),
+				SupervisorUser:        "1337",
+			},
+		},
+		{
+			name: "annotations tune the supervisor",
+			in: job("tuned", corev1.RestartPolicyNever, map[string]string{
+				annotationPrefix + "on-failure":     quit,
+				annotationPrefix + "stop-timeout":   "45s",
+				annotationPrefix + "log-level":      "debug",
+				annotationPrefix + "app-containers": "3",
+				annotationPrefix + "image":          "registry.example.com/mirror/sidecar-supervisor:v0.1.0",
+			}, "app"),
+			image: "registry.example.com/mirror/sidecar-supervisor:v0.1.0",
+			want: podShape{
+				InitContainers:        []string{"istio-init"},
+				Containers:            withSupervisor("app"),
+				ShareProcessNamespace: true,
+				SupervisorEnv: supervisorEnv("Never", "3",
+					"SUPERVISOR_ON_FAILURE", quit,
+					"SUPERVISOR_STOP_TIMEOUT", "45s",
+					"SUPERVISOR_LOG_LEVEL", "debug"),
+				SupervisorUser: "1337",
+			},
+		},
+		{
+			name: "supervisor opt-out annotation",
+			in: job("no-supervisor", corev1.RestartPolicyNever,
+				map[string]string{annotationPrefix + "inject": "false"}, "app"),
+			want: podShape{
+				InitContainers: []string{"istio-init"},
+				Containers:     []string{"app", proxyName},
+			},
+		},
+		{
+			name: "pod selects only the sidecar template",
+			in: job("sidecar-only", corev1.RestartPolicyNever,
+				map[string]string{"inject.istio.io/templates": "sidecar"}, "app"),
+			want: podShape{
+				InitContainers: []string{"istio-init"},
+				Containers:     []string{"app", proxyName},
+			},
+			templateNotRun: true,
+		},
+		{
+			name: "holdApplicationUntilProxyStarts puts istio-proxy first, the supervisor last",
+			in: job("hold", corev1.RestartPolicyNever,
+				map[string]string{"proxy.istio.io/config": `{"holdApplicationUntilProxyStarts": true}`}, "app"),
+			want: podShape{
+				InitContainers:        []string{"istio-init"},
+				Containers:            []string{proxyName, "app", supervisorName},
+				ShareProcessNamespace: true,
+				SupervisorEnv:         supervisorEnv("Never", "1"),
+				SupervisorUser:        "1337",
+			},
+		},
+		{
+			name: "istio-proxy as root (capNetBindService): quit over HTTP, not signals",
+			in: job("netbind", corev1.RestartPolicyNever,
+				map[string]string{"sidecar.istio.io/capNetBindService": "true"}, "app"),
+			want: podShape{
+				InitContainers:        []string{"istio-init"},
+				Containers:            withSupervisor("app"),
+				ShareProcessNamespace: true,
+				SupervisorEnv: supervisorEnv("Never", "1",
+					"SUPERVISOR_ON_SUCCESS", quit,
+					"SUPERVISOR_ON_FAILURE", quit,
+					"SUPERVISOR_ON_UNKNOWN", quit),
+				SupervisorUser: "1337",
+			},
+		},
+		{
+			name: "exit-status ptrace runs as root with SYS_PTRACE and KILL",
+			in: job("ptrace", corev1.RestartPolicyNever,
+				map[string]string{annotationPrefix + "exit-status": "ptrace"}, "app"),
+			ptrace: true,
+			want: podShape{
+				InitContainers:        []string{"istio-init"},
+				Containers:            withSupervisor("app"),
+				ShareProcessNamespace: true,
+				SupervisorEnv:         supervisorEnv("Never", "1", "SUPERVISOR_EXIT_STATUS", "ptrace"),
+				SupervisorUser:        "0",
+				SupervisorCapsAdd:     []string{"SYS_PTRACE", "KILL"},
+			},
+		},
+		{
+			name: "hand-written deploy/job.yaml keeps its own supervisor",
+			in:   &handWritten,
+			want: podShape{
+				InitContainers:        []string{"istio-init"},
+				Containers:            withSupervisor("app"),
+				ShareProcessNamespace: true,
+				SupervisorEnv: supervisorEnv("Never", "1",
+					"SUPERVISOR_ON_SUCCESS", "SIGTERM",
+					"SUPERVISOR_ON_FAILURE", "SIGKILL",
+					"SUPERVISOR_STOP_TIMEOUT", "30s",
+					"SUPERVISOR_EXIT_STATUS", "auto"),
+				SupervisorUser: "1337",
+			},
+		},
+	}
+}
+
+// TestIstioInjection runs each case through Istio's injector with the
+// configuration of each installation method, in both of the injector's
+// forms: istiod's admission webhook (which runs defaultTemplates) and
+// istioctl kube-inject's IntoObject (which runs only "sidecar" unless the pod
+// names its templates).
+func TestIstioInjection(t *testing.T) {
+	for _, in := range installs(t) {
+		hook := newWebhook(t, in)
+		for _, tc := range injectCases(t) {
+			t.Run(in.name+"/"+tc.name, func(t *testing.T) {
+				if tc.nativeSidecars {
+					setNativeSidecars(t)
+				}
+				t.Run("template output", func(t *testing.T) {
+					checkTemplateOutput(t, in, tc)
+				})
+				t.Run("webhook", func(t *testing.T) {
+					pod := admit(t, hook, podFor(tc.in))
+					if diff := cmp.Diff(tc.want, shapeOf(pod.Spec)); diff != "" {
+						t.Errorf("injected pod (-want +got):\n%s\n%s", diff, dump(pod))
+					}
+					checkOrder(t, pod.Spec, true)
+					checkSupervisorBasics(t, pod.Spec, tc.basics())
+					// With reinvocationPolicy IfNeeded the API server sends
+					// the injected pod again: nothing may change.
+					again := admit(t, hook, pod)
+					if diff := cmp.Diff(shapeOf(pod.Spec), shapeOf(again.Spec)); diff != "" {
+						t.Errorf("re-injection changed the pod (-first +second):\n%s\n%s", diff, dump(again))
+					}
+				})
+				t.Run("kube-inject", func(t *testing.T) {
+					out := kubeInject(t, in, tc.in)
+					spec := podTemplateFor(out).Spec
+					if diff := cmp.Diff(tc.want, shapeOf(spec)); diff != "" {
+						t.Errorf("injected %T (-want +got):\n%s\n%s", out, diff, dump(out))
+					}
+					checkOrder(t, spec, true)
+					checkSupervisorBasics(t, spec, tc.basics())
+				})
+			})
+		}
+	}
+}
+
+// setNativeSidecars turns on istiod's ENABLE_NATIVE_SIDECARS for one test:
+// the feature flag is read once from the environment, at start-up.
+func setNativeSidecars(t *testing.T) {
+	old := features.EnableNativeSidecars
+	features.EnableNativeSidecars = features.NativeSidecarModeEnabled
+	t.Cleanup(func() { features.EnableNativeSidecars = old })
+}
+
+// checkTemplateOutput renders our template alone, as istiod does (same
+// parsed template, same data), and decodes what it emits strictly as a Pod:
+// the injector itself would silently drop a misspelt field.
+func checkTemplateOutput(t *testing.T, in istioInstall, tc injectCase) {
+	pod := podFor(tc.in)
+	data := inject.SidecarTemplateData{
+		ObjectMeta:     pod.ObjectMeta,
+		Spec:           pod.Spec,
+		ProxyConfig:    in.mesh.GetDefaultConfig(),
+		MeshConfig:     in.mesh,
+		Values:         in.values.Map(),
+		NativeSidecars: tc.nativeSidecars,
+		ProxyUID:       1337,
+		ProxyGID:       1337,
+	}
+	var out bytes.Buffer
+	if err := in.config.Templates["supervisor"].Execute(&out, &data); err != nil {
+		t.Fatalf("supervisor template: %v", err)
+	}
+	rendered := strings.TrimSpace(out.String())
+	wantSupervisor := tc.want.SupervisorEnv != nil || tc.templateNotRun
+	// A hand-added supervisor is already in the pod: the template adds none.
+	if findContainer(pod.Spec, supervisorName) != nil {
+		wantSupervisor = false
+	}
+	if !wantSupervisor {
+		if rendered != "" {
+			t.Errorf("template rendered a patch for a pod it should leave alone:\n%s", rendered)
+		}
+		return
+	}
+	patch, order := splitOrderDirective(t, rendered)
+	if got := findContainer(patch.Spec, supervisorName); got == nil || len(patch.Spec.Containers) != 1 {
+		t.Errorf("template output should add exactly the supervisor container:\n%s", rendered)
+	}
+	if patch.Spec.ShareProcessNamespace == nil || !*patch.Spec.ShareProcessNamespace {
+		t.Errorf("template output lacks shareProcessNamespace: true:\n%s", rendered)
+	}
+	wantOrder := append(shapeOf(pod.Spec).Containers, supervisorName)
+	if diff := cmp.Diff(wantOrder, order); diff != "" {
+		t.Errorf("$setElementOrder/containers (-want +got):\n%s\n%s", diff, rendered)
+	}
+}
+
+// splitOrderDirective decodes the template's output: the strategic merge
+// directive $setElementOrder/containers (the container order it asks for),
+// and the rest strictly as a Pod.
+func splitOrderDirective(t *testing.T, rendered string) (corev1.Pod, []string) {
+	t.Helper()
+	var raw struct {
+		Spec map[string]any `json:"spec"`
+	}
+	if err := yaml.Unmarshal([]byte(rendered), &raw); err != nil {
+		t.Fatalf("template output is not YAML: %v\n%s", err, rendered)
+	}
+	var order []string
+	const directive = "$setElementOrder/containers"
+	if items, ok := raw.Spec[directive].([]any); ok {
+		for _, it := range items {
+			m, _ := it.(map[string]any)
+			name, _ := m["name"].(string)
+			order = append(order, name)
+		}
+	}
+	delete(raw.Spec, directive)
+	rest, err := yaml.Marshal(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pod corev1.Pod
+	decodeStrict(t, rest, &pod)
+	// Decoding through a map loses duplicate keys; check those on the text.
+	var dup map[string]any
+	if err := yaml.UnmarshalStrict([]byte(rendered), &dup); err != nil {
+		t.Errorf("template output: %v\n%s", err, rendered)
+	}
+	return pod, order
+}
+
+// newWebhook starts Istio's injection webhook, as istiod runs it, with the
+// installation's configuration, and returns its HTTP handler.
+func newWebhook(t *testing.T, in istioInstall) http.Handler {
+	t.Helper()
+	cfg := in.config
+	mux := http.NewServeMux()
+	_, err := inject.NewWebhook(inject.WebhookParameters{
+		Watcher:      staticWatcher{config: &cfg, values: in.rawValues},
+		Env:          &model.Environment{Watcher: meshwatcher.NewTestWatcher(in.mesh)},
+		Mux:          mux,
+		MultiCluster: multicluster.NewFakeController(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mux
+}
+
+// staticWatcher hands istiod's webhook a fixed injector configuration, in
+// place of the watch on the istio-sidecar-injector ConfigMap.
+type staticWatcher struct {
+	config *inject.Config
+	values string
+}
+
+func (w staticWatcher) SetHandler(func(*inject.Config, string) error) {}
+func (w staticWatcher) Run(<-chan struct{})                           {}
+func (w staticWatcher) Get() (*inject.Config, string, error)          { return w.config, w.values, nil }
+
+// podFor returns the pod a controller would create from the workload, after
+// the API server's defaulting of restartPolicy (admission webhooks see
+// defaulted objects).
+func podFor(obj runtime.Object) *corev1.Pod {
+	var (
+		tmpl  corev1.PodTemplateSpec
+		owner metav1.OwnerReference
+	)
+	yes := true
+	switch o := obj.(type) {
+	case *batchv1.Job:
+		tmpl = o.Spec.Template
+		owner = metav1.OwnerReference{APIVersion: "batch/v1", Kind: "Job", Name: o.Name, Controller: &yes}
+	case *batchv1.CronJob:
+		tmpl = o.Spec.JobTemplate.Spec.Template
+		owner = metav1.OwnerReference{APIVersion: "batch/v1", Kind: "Job", Name: o.Name + "-29000000", Controller: &yes}
+	case *appsv1.Deployment:
+		tmpl = o.Spec.Template
+		owner = metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: o.Name + "-5d4f8b9c7", Controller: &yes}
+	default:
+		panic("podFor: unexpected " + reflect.TypeOf(obj).String())
+	}
+	pod := &corev1.Pod{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: *tmpl.ObjectMeta.DeepCopy(),
+		Spec:       *tmpl.Spec.DeepCopy(),
+	}
+	pod.GenerateName = owner.Name + "-"
+	pod.Namespace = namespace
+	owner.UID = types.UID("uid-" + owner.Name)
+	pod.OwnerReferences = []metav1.OwnerReference{owner}
+	if pod.Spec.RestartPolicy == "" {
+		pod.Spec.RestartPolicy = corev1.RestartPolicyAlways
+	}
+	return pod
+}
+
+// admit sends the pod to the webhook as the API server does (an
+// admission.k8s.io/v1 AdmissionReview over HTTP), applies the JSON patch it
+// answers with, and decodes the result strictly.
+func admit(t *testing.T, hook http.Handler, pod *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	podJSON, err := json.Marshal(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	review, err := json.Marshal(admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request: &admissionv1.AdmissionRequest{
+			UID:       "e2e-inject",
+			Kind:      metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
+			Resource:  metav1.GroupVersionResource{Version: "v1", Resource: "pods"},
+			Namespace: pod.Namespace,
+			Operation: admissionv1.Create,
+			Object:    runtime.RawExtension{Raw: podJSON},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := httptest.NewRequest(http.MethodPost, "/inject", bytes.NewReader(review))
+	req.Header.Set("Content-Type", "application/json")
+	rec := httptest.NewRecorder()
+	hook.ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("webhook answered %d: %s", rec.Code, rec.Body)
+	}
+	var answer admissionv1.AdmissionReview
+	if err := json.Unmarshal(rec.Body.Bytes(), &answer); err != nil {
+		t.Fatalf("webhook answer: %v\n%s", err, rec.Body)
+	}
+	resp := answer.Response
+	if resp == nil || !resp.Allowed || (resp.Result != nil && resp.Result.Message != "") {
+		t.Fatalf("webhook refused the pod: %s", rec.Body)
+	}
+	patched := podJSON
+	if len(resp.Patch) > 0 {
+		p, err := jsonpatch.DecodePatch(resp.Patch)
+		if err != nil {
+			t.Fatalf("webhook patch: %v\n%s", err, resp.Patch)
+		}
+		if patched, err = p.Apply(podJSON); err != nil {
+			t.Fatalf("applying the webhook patch: %v\n%s", err, resp.Patch)
+		}
+	}
+	var got corev1.Pod
+	decodeStrict(t, patched, &got)
+	return &got
+}
+
+// kubeInject runs istioctl kube-inject's library call on the workload and
+// decodes the result strictly into a new object of the same type.
+//
+// kube-inject does not read defaultTemplates: it runs "sidecar" only, unless
+// the pod annotation inject.istio.io/templates names the templates, so it is
+// added here when the case does not set it. For a CronJob, kube-inject reads
+// (and writes) the metadata of spec.jobTemplate, not of the pod template.
+func kubeInject(t *testing.T, in istioInstall, obj runtime.Object) runtime.Object {
+	t.Helper()
+	obj = obj.DeepCopyObject()
+	meta := injectorMeta(obj)
+	if _, ok := podTemplateFor(obj).Annotations["inject.istio.io/templates"]; !ok {
+		if meta.Annotations == nil {
+			meta.Annotations = map[string]string{}
+		}
+		meta.Annotations["inject.istio.io/templates"] = "sidecar,supervisor"
+	}
+	out, err := inject.IntoObject(nil, in.config.Templates, in.values, "", in.mesh, obj, func(string) {})
+	if err != nil {
+		t.Fatalf("kube-inject: %v", err)
+	}
+	b, err := yaml.Marshal(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh := reflect.New(reflect.TypeOf(obj).Elem()).Interface().(runtime.Object)
+	decodeStrict(t, b, fresh)
+	return fresh
+}
+
+// injectorMeta is the metadata kube-inject reads annotations from.
+func injectorMeta(obj runtime.Object) *metav1.ObjectMeta {
+	if c, ok := obj.(*batchv1.CronJob); ok {
+		return &c.Spec.JobTemplate.ObjectMeta
+	}
+	return &podTemplateFor(obj).ObjectMeta
+}
+
+func podTemplateFor(obj runtime.Object) *corev1.PodTemplateSpec {
+	switch o := obj.(type) {
+	case *batchv1.Job:
+		return &o.Spec.Template
+	case *batchv1.CronJob:
+		return &o.Spec.JobTemplate.Spec.Template
+	case *appsv1.Deployment:
+		return &o.Spec.Template
+	}
+	panic("podTemplateFor: unexpected " + reflect.TypeOf(obj).String())
+}
+
+func dump(v any) string {
+	b, err := yaml.Marshal(v)
+	if err != nil {
+		return err.Error()
+	}
+	return "--- got ---\n" + string(b)
+}
