@@ -50,7 +50,6 @@ func ProbePidfd(argv []string) (PidfdSupport, error) {
 	unix.Close(fd)
 
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = []string{}
 	if err := cmd.Start(); err != nil {
 		return PidfdSupport{}, fmt.Errorf("start exit probe %s: %w", argv[0], err)
 	}

@@ -1,0 +1,137 @@
+package supervisor
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/rs/zerolog"
+)
+
+func TestConfigDefaults(t *testing.T) {
+	cfg, unknown, err := LoadConfig(nil)
+	if err != nil || unknown != nil {
+		t.Fatalf("LoadConfig(nil) = %v, %v", unknown, err)
+	}
+	want := Config{
+		SidecarProcesses: []string{"pilot-agent"}, AppContainers: 0,
+		AppStartTimeout: 30 * time.Second, SidecarStartTimeout: 30 * time.Second, StopTimeout: 30 * time.Second,
+		OnSuccess: Action{Kind: ActionSignal, Signal: SIGTERM}, OnFailure: Action{Kind: ActionSignal, Signal: SIGKILL},
+		OnUnknown: Action{Kind: ActionSignal, Signal: SIGTERM}, HTTPTimeout: 5 * time.Second, DeletionGrace: 2 * time.Second,
+		ScanInterval: 100 * time.Millisecond, TerminationMessagePath: "/dev/termination-log",
+		LogLevel: zerolog.InfoLevel, LogFormat: "json",
+	}
+	if diff := cmp.Diff(want, cfg); diff != "" {
+		t.Errorf("defaults (-want +got):\n%s", diff)
+	}
+}
+
+// TestConfigGood sets every setting to a good non-default value.
+func TestConfigGood(t *testing.T) {
+	tests := []struct {
+		env   string
+		check func(Config) bool
+	}{
+		{"SUPERVISOR_SIDECAR_PROCESSES=pilot-agent, cloud-sql-proxy", func(c Config) bool {
+			return cmp.Equal(c.SidecarProcesses, []string{"pilot-agent", "cloud-sql-proxy"})
+		}},
+		{"SUPERVISOR_IGNORE_PROCESSES=fluent-bit", func(c Config) bool { return cmp.Equal(c.IgnoreProcesses, []string{"fluent-bit"}) }},
+		{"SUPERVISOR_APP_CONTAINERS=3", func(c Config) bool { return c.AppContainers == 3 }},
+		{"SUPERVISOR_APP_START_TIMEOUT=2m", func(c Config) bool { return c.AppStartTimeout == 2*time.Minute }},
+		{"SUPERVISOR_SIDECAR_START_TIMEOUT=1m30s", func(c Config) bool { return c.SidecarStartTimeout == 90*time.Second }},
+		{"SUPERVISOR_STOP_TIMEOUT=500ms", func(c Config) bool { return c.StopTimeout == 500*time.Millisecond }},
+		{"SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit", func(c Config) bool {
+			return c.OnSuccess.Kind == ActionHTTP && c.OnSuccess.URL.String() == "http://127.0.0.1:15020/quitquitquit"
+		}},
+		{"SUPERVISOR_ON_SUCCESS=https://localhost/quit", func(c Config) bool { return c.OnSuccess.Kind == ActionHTTP }},
+		{"SUPERVISOR_ON_FAILURE=term", func(c Config) bool { return c.OnFailure == Action{Kind: ActionSignal, Signal: SIGTERM} }},
+		{"SUPERVISOR_ON_FAILURE=9", func(c Config) bool { return c.OnFailure == Action{Kind: ActionSignal, Signal: SIGKILL} }},
+		{"SUPERVISOR_ON_UNKNOWN=None", func(c Config) bool { return c.OnUnknown.Kind == ActionNone }},
+		{"SUPERVISOR_ON_UNKNOWN=SIGINT", func(c Config) bool { return c.OnUnknown.Signal == SIGINT }},
+		{"SUPERVISOR_HTTP_TIMEOUT=1s", func(c Config) bool { return c.HTTPTimeout == time.Second }},
+		{"SUPERVISOR_DELETION_GRACE=0s", func(c Config) bool { return c.DeletionGrace == 0 }},
+		{"SUPERVISOR_SCAN_INTERVAL=1s", func(c Config) bool { return c.ScanInterval == time.Second }},
+		{"SUPERVISOR_TERMINATION_MESSAGE_PATH=/tmp/x", func(c Config) bool { return c.TerminationMessagePath == "/tmp/x" }},
+		{"SUPERVISOR_LOG_LEVEL=debug", func(c Config) bool { return c.LogLevel == zerolog.DebugLevel }},
+		{"SUPERVISOR_LOG_LEVEL=WARN", func(c Config) bool { return c.LogLevel == zerolog.WarnLevel }},
+		{"SUPERVISOR_LOG_FORMAT=console", func(c Config) bool { return c.LogFormat == "console" }},
+	}
+	for _, tt := range tests {
+		cfg, _, err := LoadConfig([]string{tt.env})
+		if err != nil {
+			t.Errorf("%s: %v", tt.env, err)
+			continue
+		}
+		if !tt.check(cfg) {
+			t.Errorf("%s: got %+v", tt.env, cfg)
+		}
+	}
+}
+
+// TestConfigBad: each bad value is refused with a message naming the
+// variable and what it accepts.
+func TestConfigBad(t *testing.T) {
+	tests := []struct{ env, want string }{
+		{"SUPERVISOR_SIDECAR_PROCESSES= , ", `SUPERVISOR_SIDECAR_PROCESSES=" , ": want a comma-separated list`},
+		{"SUPERVISOR_SIDECAR_PROCESSES=/usr/local/bin/pilot-agent", "want process names, not paths"},
+		{"SUPERVISOR_IGNORE_PROCESSES=pilot-agent", `"pilot-agent" is also in SUPERVISOR_SIDECAR_PROCESSES`},
+		{"SUPERVISOR_APP_CONTAINERS=two", `SUPERVISOR_APP_CONTAINERS="two": want a whole number, 0 or more`},
+		{"SUPERVISOR_APP_CONTAINERS=-1", `SUPERVISOR_APP_CONTAINERS="-1": want a whole number, 0 or more`},
+		{"SUPERVISOR_APP_START_TIMEOUT=30", `SUPERVISOR_APP_START_TIMEOUT="30": want a duration such as 30s`},
+		{"SUPERVISOR_SIDECAR_START_TIMEOUT=0s", `SUPERVISOR_SIDECAR_START_TIMEOUT="0s": want a positive duration`},
+		{"SUPERVISOR_STOP_TIMEOUT=-5s", `SUPERVISOR_STOP_TIMEOUT="-5s": want a positive duration`},
+		{"SUPERVISOR_ON_SUCCESS=SIGTERMINATE", `SUPERVISOR_ON_SUCCESS="SIGTERMINATE": unknown signal "SIGTERMINATE"; want a signal name`},
+		{"SUPERVISOR_ON_FAILURE=65", `SUPERVISOR_ON_FAILURE="65": signal number 65 out of range 1-64`},
+		{"SUPERVISOR_ON_UNKNOWN=ftp://host/quit", "only http and https are supported"},
+		{"SUPERVISOR_ON_UNKNOWN=http:///quit", "has no host"},
+		{"SUPERVISOR_ON_SUCCESS=http://user:pw@127.0.0.1/quit", "credentials in the URL are not supported"},
+		{"SUPERVISOR_HTTP_TIMEOUT=soon", `SUPERVISOR_HTTP_TIMEOUT="soon": want a duration`},
+		{"SUPERVISOR_DELETION_GRACE=-1s", `SUPERVISOR_DELETION_GRACE="-1s": want a duration of 0 or more`},
+		{"SUPERVISOR_SCAN_INTERVAL=0", `SUPERVISOR_SCAN_INTERVAL="0": want a positive duration`},
+		{"SUPERVISOR_LOG_LEVEL=loud", `SUPERVISOR_LOG_LEVEL="loud": want trace, debug, info, warn, error or disabled`},
+		{"SUPERVISOR_LOG_FORMAT=xml", `SUPERVISOR_LOG_FORMAT="xml": want json or console`},
+	}
+	for _, tt := range tests {
+		_, _, err := LoadConfig([]string{tt.env})
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: err = %v, want it to contain %q", tt.env, err, tt.want)
+		}
+		if err != nil && strings.Count(err.Error(), "\n") != 0 {
+			t.Errorf("%s: one bad setting gave several errors: %v", tt.env, err)
+		}
+	}
+}
+
+// TestConfigAllBad: every error is reported, not just the first.
+func TestConfigAllBad(t *testing.T) {
+	_, _, err := LoadConfig([]string{"SUPERVISOR_STOP_TIMEOUT=x", "SUPERVISOR_LOG_FORMAT=xml", "SUPERVISOR_APP_CONTAINERS=-2"})
+	if err == nil || strings.Count(err.Error(), "\n") != 2 {
+		t.Errorf("err = %v, want three errors", err)
+	}
+}
+
+func TestConfigUnknown(t *testing.T) {
+	_, unknown, err := LoadConfig([]string{"SUPERVISOR_STOP_TIMOUT=5s", "SUPERVISOR_ON_SUCCESS=none", "OTHER_THING=1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"SUPERVISOR_STOP_TIMOUT"}, unknown); diff != "" {
+		t.Errorf("unknown (-want +got):\n%s", diff)
+	}
+}
+
+func TestSignalNames(t *testing.T) {
+	for in, want := range map[string]Signal{"SIGTERM": 15, "term": 15, "Kill": 9, "SIGUSR1": 10, "2": 2, "34": 34} {
+		got, err := ParseSignal(in)
+		if err != nil || got != want {
+			t.Errorf("ParseSignal(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	if got := Signal(15).String(); got != "SIGTERM" {
+		t.Errorf("Signal(15) = %q", got)
+	}
+	if got := Signal(40).String(); got != "SIG40" {
+		t.Errorf("Signal(40) = %q", got)
+	}
+}

@@ -1,0 +1,297 @@
+//go:build linux
+
+package supervisor
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/procscan"
+)
+
+// The test binary doubles as the processes the tests watch:
+//
+//	HELPER=exit CODE    exits with CODE (the start-up probe's target)
+//	HELPER=parent ARGS  starts "HELPER=child ARGS" as its child, prints the
+//	                    child's PID, reaps it and exits 0: the child is then
+//	                    not ours, like an app's main process in a pod
+//	HELPER=child CODE   waits for stdin to close, then exits with CODE, or
+//	                    kills itself with a signal when CODE is a name
+func TestMain(m *testing.M) {
+	switch os.Getenv("HELPER") {
+	case "exit":
+		code, _ := strconv.Atoi(os.Args[len(os.Args)-1])
+		os.Exit(code)
+	case "parent":
+		cmd := exec.Command(os.Args[0], os.Args[1:]...)
+		cmd.Env = append(os.Environ(), "HELPER=child")
+		cmd.Stdin = os.Stdin
+		if err := cmd.Start(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(100)
+		}
+		fmt.Println(cmd.Process.Pid)
+		cmd.Wait()
+		os.Exit(0)
+	case "child":
+		signal.Ignore(syscall.SIGHUP)
+		io.Copy(io.Discard, os.Stdin)
+		arg := os.Args[len(os.Args)-1]
+		if code, err := strconv.Atoi(arg); err == nil {
+			os.Exit(code)
+		}
+		sig, _ := ParseSignal(arg)
+		signal.Reset()
+		syscall.Kill(os.Getpid(), syscall.Signal(sig))
+		time.Sleep(time.Minute)
+		os.Exit(99)
+	}
+	os.Exit(m.Run())
+}
+
+// grandchild starts a process that is not the test's child, and returns
+// its scanned state and a function that makes it end.
+func grandchild(t *testing.T, end string) (procscan.Process, func()) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$", end)
+	cmd.Env = append(os.Environ(), "HELPER=parent")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("read grandchild pid: %v", err)
+	}
+	pid, _ := strconv.Atoi(line[:len(line)-1])
+	s, err := procscan.NewScanner("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Process(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.PPID != cmd.Process.Pid {
+		t.Fatalf("grandchild %d has parent %d, want %d", pid, p.PPID, cmd.Process.Pid)
+	}
+	return p, func() { stdin.Close() }
+}
+
+func probe(t *testing.T) PidfdSupport {
+	t.Helper()
+	t.Setenv("HELPER", "exit")
+	// -test.run=^$: should HELPER ever be lost, the child runs no tests
+	// (and so starts no probe of its own).
+	sup, err := ProbePidfd([]string{os.Args[0], "-test.run=^$", "7"})
+	if err != nil {
+		t.Fatalf("ProbePidfd: %v", err)
+	}
+	return sup
+}
+
+func newKernel(t *testing.T, exitInfo bool) *PidfdKernel {
+	t.Helper()
+	s, err := procscan.NewScanner("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := NewPidfdKernel(s, exitInfo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { k.Close() })
+	return k
+}
+
+func waitDone(t *testing.T, p Proc) ExitStatus {
+	t.Helper()
+	select {
+	case <-p.Done():
+		return p.Status()
+	case <-time.After(10 * time.Second):
+		t.Fatalf("pid %d: no exit seen within 10s", p.PID())
+	}
+	return ExitStatus{}
+}
+
+// TestPidfdExitStatus watches processes that are not its children exit in
+// every way, and reads each status from the kernel.
+func TestPidfdExitStatus(t *testing.T) {
+	sup := probe(t)
+	if !sup.ExitInfo {
+		t.Skipf("kernel has no PIDFD_INFO_EXIT (%s): needs Linux 6.15+", sup.Reason)
+	}
+	k := newKernel(t, true)
+	tests := []struct {
+		end  string
+		want ExitStatus
+	}{
+		{"0", exited(0)},
+		{"3", exited(3)},
+		{"255", exited(255)},
+		{"SIGKILL", killed(SIGKILL)},
+		{"SIGTERM", killed(SIGTERM)},
+		{"SIGINT", killed(SIGINT)}, // the Go runtime re-raises it with the default action
+	}
+	for _, tt := range tests {
+		t.Run(tt.end, func(t *testing.T) {
+			p, end := grandchild(t, tt.end)
+			proc, err := k.Open(p, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer proc.Close()
+			select {
+			case <-proc.Done():
+				t.Fatal("done before the process ended")
+			case <-time.After(20 * time.Millisecond):
+			}
+			end()
+			if got := waitDone(t, proc); got != tt.want {
+				t.Errorf("status = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestPidfdManyAtOnce: one epoll loop serves many watched processes.
+func TestPidfdManyAtOnce(t *testing.T) {
+	sup := probe(t)
+	k := newKernel(t, sup.ExitInfo)
+	const n = 20
+	var procs []Proc
+	var ends []func()
+	for i := 0; i < n; i++ {
+		p, end := grandchild(t, strconv.Itoa(i))
+		proc, err := k.Open(p, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		procs = append(procs, proc)
+		ends = append(ends, end)
+	}
+	for i := n - 1; i >= 0; i-- {
+		ends[i]()
+	}
+	for i, p := range procs {
+		got := waitDone(t, p)
+		if sup.ExitInfo && got != exited(i) {
+			t.Errorf("proc %d: status %v, want exit %d", i, got, i)
+		}
+		if !sup.ExitInfo && got.Known {
+			t.Errorf("proc %d: status %v known without exit info", i, got)
+		}
+	}
+}
+
+// TestPidfdWithoutExitInfo: with the method "none" an exit is still seen,
+// and its status is unknown, never success.
+func TestPidfdWithoutExitInfo(t *testing.T) {
+	k := newKernel(t, false)
+	p, end := grandchild(t, "0")
+	proc, err := k.Open(p, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	end()
+	got := waitDone(t, proc)
+	if got.Known || got.Success() || got.Reason == "" {
+		t.Errorf("status = %+v, want unknown with a reason", got)
+	}
+	if k.Method() != "none" {
+		t.Errorf("Method() = %q", k.Method())
+	}
+}
+
+// TestPidfdSignal: a signal through the pidfd reaches the process, and a
+// process that is gone answers ErrGone.
+func TestPidfdSignal(t *testing.T) {
+	sup := probe(t)
+	k := newKernel(t, sup.ExitInfo)
+	p, _ := grandchild(t, "0")
+	proc, err := k.Open(p, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := proc.Signal(SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, proc)
+	// Reaped by its parent shortly after: then the pidfd says ESRCH.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err = proc.Signal(SIGTERM)
+		if errors.Is(err, ErrGone) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Signal after exit = %v, want ErrGone", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestPidfdReuse: a scanned process whose PID now belongs to another (a
+// different start time) is refused as gone, and one already reaped too.
+func TestPidfdReuse(t *testing.T) {
+	k := newKernel(t, false)
+	p, end := grandchild(t, "0")
+	stale := p
+	stale.StartTime--
+	if _, err := k.Open(stale, true); !errors.Is(err, ErrGone) {
+		t.Errorf("Open with another start time = %v, want ErrGone", err)
+	}
+	proc, err := k.Open(p, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	end()
+	waitDone(t, proc)
+	proc.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := k.Open(p, true)
+		if errors.Is(err, ErrGone) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Open of a reaped process = %v, want ErrGone", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestProbePidfd runs the probe against this kernel and a target with the
+// wrong exit code.
+func TestProbePidfd(t *testing.T) {
+	sup := probe(t)
+	t.Logf("this kernel: exit info %v (%s)", sup.ExitInfo, sup.Reason)
+	if !sup.ExitInfo && sup.Reason == "" {
+		t.Error("no exit info and no reason")
+	}
+	t.Setenv("HELPER", "exit")
+	if _, err := ProbePidfd([]string{os.Args[0], "-test.run=^$", "3"}); err == nil {
+		t.Error("probe with a target exiting 3 did not fail")
+	}
+	if _, err := ProbePidfd([]string{"/nonexistent/probe"}); err == nil {
+		t.Error("probe with a missing target did not fail")
+	}
+}
