@@ -1,0 +1,388 @@
+// Package cluster gives the e2e tests a real one-node Kubernetes: etcd,
+// kube-apiserver, kube-controller-manager, kube-scheduler and a kubelet on
+// containerd (with runc and a host-only bridge network), all on 127.0.0.1,
+// started by e2e/scripts/cluster-up.sh from binaries built at
+// KUBERNETES_VERSION (e2e/versions.env) and stopped by cluster-down.sh.
+//
+//	c, err := cluster.Start(ctx, t) // skips the test when not root
+//	if err != nil { t.Fatal(err) }
+//	// c.Client (client-go), c.Kubeconfig, c.ImportImage(ctx, archive)
+//	// Stop runs by itself in t.Cleanup.
+//
+// A cold start builds the Kubernetes binaries (about ten minutes on two
+// cores): run such tests with `go test -timeout 40m`.
+//
+// The cluster is shared: Start reuses a healthy cluster started by another
+// test or test binary (packages run in parallel under `go test ./...`), and the
+// last user's Stop tears it down. Two lock files next to the state directory
+// arbitrate: a start lock, held exclusively while starting or tearing down, and
+// a users lock that every Cluster holds shared while it is in use. Set
+// SUPERVISOR_E2E_KEEP_CLUSTER=1 to leave the cluster running after the tests
+// (cluster-down.sh removes it).
+package cluster
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// Cluster is a running one-node cluster in use by one test.
+type Cluster struct {
+	// Kubeconfig is the path of an admin kubeconfig for the cluster.
+	Kubeconfig string
+	// Dir is the cluster's state directory (configs, logs under Dir/logs).
+	Dir string
+	// NodeName is the name of the one node.
+	NodeName string
+	// Config and Client talk to the API server as an admin.
+	Config *rest.Config
+	Client kubernetes.Interface
+	// Env holds what cluster-up.sh printed: KUBECTL, CRICTL, CONTAINERD_SOCK,
+	// PAUSE_IMAGE, BUSYBOX_IMAGE, ...
+	Env map[string]string
+
+	scripts  string
+	log      func(format string, args ...any)
+	users    *os.File // holds the shared lock while in use
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// BusyboxImage is the app image every cluster has: Debian's static busybox with
+// its applets under /bin. It also answers to busybox:1.37, the name deploy/ uses.
+const BusyboxImage = "localhost/sidecar-supervisor-e2e/busybox:debian"
+
+// startLockWait bounds the wait for another process that is starting the
+// cluster, a cold start (building Kubernetes) included.
+const startLockWait = 30 * time.Minute
+
+// Start returns a running cluster, starting one if none is up, and registers
+// Stop with t.Cleanup. It skips the test when not run as root; anything
+// missing as root (packages, binaries, images) is installed or built.
+func Start(ctx context.Context, t testing.TB) (*Cluster, error) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skipf("a real cluster needs root (containerd, kubelet, network namespaces); running as uid %d", os.Geteuid())
+	}
+	scripts, err := scriptsDir()
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{scripts: scripts, log: t.Logf}
+	dir := stateDir()
+
+	start, err := lockFile(ctx, dir+".start.lock", syscall.LOCK_EX, startLockWait)
+	if err != nil {
+		return nil, fmt.Errorf("wait for the cluster start lock: %w", err)
+	}
+	defer start.Close()
+
+	t0 := time.Now()
+	out, err := c.runScript(ctx, "cluster-up.sh")
+	if err != nil {
+		return nil, fmt.Errorf("cluster-up.sh: %w", err)
+	}
+	c.Env = parseEnv(out)
+	c.Kubeconfig, c.Dir, c.NodeName = c.Env["KUBECONFIG"], c.Env["CLUSTER_DIR"], c.Env["NODE_NAME"]
+	if c.Kubeconfig == "" || c.NodeName == "" {
+		return nil, fmt.Errorf("cluster-up.sh printed no KUBECONFIG or NODE_NAME: %q", out)
+	}
+	t.Logf("cluster ready in %s (kubeconfig %s)", time.Since(t0).Round(time.Second), c.Kubeconfig)
+
+	// Shared lock: held while this Cluster is in use, so that another user's
+	// Stop leaves the cluster up. Exclusive holders only try without waiting,
+	// so this waits for nothing in practice; bounded all the same.
+	c.users, err = lockFile(ctx, dir+".users.lock", syscall.LOCK_SH, time.Minute)
+	if err != nil {
+		return nil, fmt.Errorf("take the cluster users lock: %w", err)
+	}
+	t.Cleanup(func() {
+		if err := c.Stop(); err != nil {
+			t.Errorf("stop cluster: %v", err)
+		}
+	})
+
+	c.Config, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("load kubeconfig %s: %w", c.Kubeconfig, err)
+	}
+	c.Config.QPS, c.Config.Burst = 50, 100
+	c.Client, err = kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		return nil, fmt.Errorf("client for %s: %w", c.Kubeconfig, err)
+	}
+	return c, nil
+}
+
+// Stop ends this test's use of the cluster and tears the cluster down if no
+// other user (in this or another process) holds it. Safe to call twice.
+func (c *Cluster) Stop() error {
+	c.stopOnce.Do(func() { c.stopErr = c.stop() })
+	return c.stopErr
+}
+
+func (c *Cluster) stop() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	dir := stateDir()
+	if c.users != nil {
+		c.users.Close() // releases our shared lock
+	}
+	start, err := lockFile(ctx, dir+".start.lock", syscall.LOCK_EX, 4*time.Minute)
+	if err != nil {
+		return fmt.Errorf("wait for the cluster start lock: %w", err)
+	}
+	defer start.Close()
+	last, err := lockFile(ctx, dir+".users.lock", syscall.LOCK_EX, 0)
+	if err != nil {
+		c.log("cluster still in use by another test; leaving it up")
+		return nil
+	}
+	defer last.Close()
+	if os.Getenv("SUPERVISOR_E2E_KEEP_CLUSTER") == "1" {
+		c.log("SUPERVISOR_E2E_KEEP_CLUSTER=1: leaving the cluster up in %s", c.Dir)
+		return nil
+	}
+	if _, err := c.runScript(ctx, "cluster-down.sh"); err != nil {
+		return fmt.Errorf("cluster-down.sh: %w", err)
+	}
+	return nil
+}
+
+// ImportImage imports an OCI (or docker) image archive into the node's
+// containerd, where the kubelet finds it without pulling (use an
+// imagePullPolicy of IfNotPresent or Never, and a tag other than latest).
+// Each alias becomes another name of the same image.
+func (c *Cluster) ImportImage(ctx context.Context, archive string, aliases ...string) error {
+	sock := c.Env["CONTAINERD_SOCK"]
+	ctr := func(args ...string) error {
+		args = append([]string{"--address", sock, "-n", "k8s.io"}, args...)
+		out, err := exec.CommandContext(ctx, "ctr", args...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("ctr %s: %w: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
+		}
+		return nil
+	}
+	if err := ctr("images", "import", "--snapshotter", "overlayfs", archive); err != nil {
+		return err
+	}
+	if len(aliases) == 0 {
+		return nil
+	}
+	ref, err := archiveRef(archive)
+	if err != nil {
+		return err
+	}
+	for _, a := range aliases {
+		if err := ctr("images", "tag", "--force", ref, a); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Kubectl runs the kubectl built at KUBERNETES_VERSION against the cluster and
+// returns its combined output.
+func (c *Cluster) Kubectl(ctx context.Context, args ...string) (string, error) {
+	args = append([]string{"--kubeconfig", c.Kubeconfig}, args...)
+	out, err := exec.CommandContext(ctx, c.Env["KUBECTL"], args...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args[2:], " "), err, bytes.TrimSpace(out))
+	}
+	return string(out), nil
+}
+
+// Image is an image built for the cluster: its name and OCI archive.
+type Image struct {
+	Ref     string
+	Archive string
+}
+
+// BuildSupervisorImage builds (or finds in the cache) the product image from
+// the repo's Dockerfile with e2e/scripts/build-image.sh.
+func (c *Cluster) BuildSupervisorImage(ctx context.Context) (Image, error) {
+	out, err := c.runScript(ctx, "build-image.sh")
+	if err != nil {
+		return Image{}, fmt.Errorf("build-image.sh: %w", err)
+	}
+	env := parseEnv(out)
+	return Image{Ref: env["SUPERVISOR_IMAGE"], Archive: env["SUPERVISOR_IMAGE_ARCHIVE"]}, nil
+}
+
+// BuildIstioProxyImage builds (or finds in the cache) the istio-proxy image:
+// the real pilot-agent and the stand-in envoy.
+func (c *Cluster) BuildIstioProxyImage(ctx context.Context) (Image, error) {
+	out, err := c.runScript(ctx, "cluster-images.sh", "istio-proxy")
+	if err != nil {
+		return Image{}, fmt.Errorf("cluster-images.sh: %w", err)
+	}
+	env := parseEnv(out)
+	return Image{Ref: env["ISTIO_PROXY_IMAGE"], Archive: env["ISTIO_PROXY_ARCHIVE"]}, nil
+}
+
+// DaemonLog returns the last n lines of a daemon's log (kubelet, containerd,
+// kube-apiserver, ...), for failure reports.
+func (c *Cluster) DaemonLog(name string, n int) string {
+	b, err := os.ReadFile(filepath.Join(c.Dir, "logs", name+".log"))
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// runScript runs e2e/scripts/NAME, logging its stderr to the test log as it
+// comes, and returns its stdout.
+func (c *Cluster) runScript(ctx context.Context, name string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, "bash", append([]string{filepath.Join(c.scripts, name)}, args...)...)
+	// On cancellation, end the script's whole process group, not only bash.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 10 * time.Second
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return "", err
+	}
+	if err := cmd.Start(); err != nil {
+		return "", err
+	}
+	var tail []string
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		c.log("%s: %s", name, sc.Text())
+		tail = append(tail, sc.Text())
+		if len(tail) > 40 {
+			tail = tail[1:]
+		}
+	}
+	_, _ = io.Copy(io.Discard, stderr)
+	if err := cmd.Wait(); err != nil {
+		return stdout.String(), fmt.Errorf("%w (last output: %s)", err, strings.Join(tail, " | "))
+	}
+	return stdout.String(), nil
+}
+
+// parseEnv reads NAME=VALUE lines.
+func parseEnv(s string) map[string]string {
+	env := map[string]string{}
+	for _, line := range strings.Split(s, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), "="); ok && k != "" && !strings.ContainsAny(k, " \t") {
+			env[k] = v
+		}
+	}
+	return env
+}
+
+// scriptsDir finds e2e/scripts: SUPERVISOR_E2E_SCRIPTS, else next to this
+// source file (which go test compiles from the repo).
+func scriptsDir() (string, error) {
+	if d := os.Getenv("SUPERVISOR_E2E_SCRIPTS"); d != "" {
+		return d, nil
+	}
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		return "", errors.New("cannot locate e2e/scripts: set SUPERVISOR_E2E_SCRIPTS")
+	}
+	d := filepath.Join(filepath.Dir(file), "..", "scripts")
+	if _, err := os.Stat(filepath.Join(d, "cluster-up.sh")); err != nil {
+		return "", fmt.Errorf("cannot locate e2e/scripts (set SUPERVISOR_E2E_SCRIPTS): %w", err)
+	}
+	return d, nil
+}
+
+// stateDir mirrors CLUSTER_DIR in e2e/scripts/cluster-lib.sh.
+func stateDir() string {
+	if d := os.Getenv("SUPERVISOR_E2E_CLUSTER_DIR"); d != "" {
+		return d
+	}
+	return "/tmp/sidecar-supervisor-e2e-cluster"
+}
+
+// lockFile opens path and takes a flock of kind how (LOCK_SH or LOCK_EX),
+// retrying until wait has passed (a wait of 0 tries once). Closing the file
+// releases the lock, as does the process's death.
+func lockFile(ctx context.Context, path string, how int, wait time.Duration) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		err := syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
+		if err == nil {
+			return f, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) || !time.Now().Before(deadline) {
+			f.Close()
+			return nil, fmt.Errorf("flock %s: %w", path, err)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// archiveRef returns the image name recorded in an OCI archive's index.json
+// (the org.opencontainers.image.ref.name annotation skopeo writes).
+func archiveRef(archive string) (string, error) {
+	f, err := os.Open(archive)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return "", fmt.Errorf("%s has no index.json: not an OCI archive", archive)
+		}
+		if err != nil {
+			return "", fmt.Errorf("read %s: %w", archive, err)
+		}
+		if path.Clean(h.Name) != "index.json" {
+			continue
+		}
+		var index struct {
+			Manifests []struct {
+				Annotations map[string]string `json:"annotations"`
+			} `json:"manifests"`
+		}
+		if err := json.NewDecoder(tr).Decode(&index); err != nil {
+			return "", fmt.Errorf("%s: index.json: %w", archive, err)
+		}
+		for _, m := range index.Manifests {
+			if ref := m.Annotations["org.opencontainers.image.ref.name"]; ref != "" {
+				return ref, nil
+			}
+		}
+		return "", fmt.Errorf("%s: index.json names no image", archive)
+	}
+}

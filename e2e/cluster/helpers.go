@@ -1,0 +1,105 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// Namespace creates a fresh namespace (deleted at cleanup) and waits until its
+// default ServiceAccount exists, before which pods are refused.
+func (c *Cluster) Namespace(ctx context.Context, t testing.TB, prefix string) string {
+	t.Helper()
+	ns, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-"},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create namespace: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		err := c.Client.CoreV1().Namespaces().Delete(ctx, ns.Name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("delete namespace %s: %v", ns.Name, err)
+		}
+	})
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := c.Client.CoreV1().ServiceAccounts(ns.Name).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("namespace %s got no default ServiceAccount within 1m: %v", ns.Name, err)
+	}
+	return ns.Name
+}
+
+// DumpOnFailure registers a cleanup that, if the test failed, logs the status
+// and container logs of the pod named name in ns (every pod if name is ""),
+// the namespace's events and the tail of the kubelet's log.
+func (c *Cluster) DumpOnFailure(t testing.TB, ns, name string) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		t.Log(c.Describe(ctx, ns, name))
+		t.Logf("kubelet log (tail):\n%s", c.DaemonLog("kubelet", 40))
+	})
+}
+
+// Describe renders the status and container logs of the pod name in ns (of
+// every pod in ns if name is ""), and the namespace's events.
+func (c *Cluster) Describe(ctx context.Context, ns, name string) string {
+	var b strings.Builder
+	var pods []corev1.Pod
+	if name != "" {
+		p, err := c.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			fmt.Fprintf(&b, "get pod %s/%s: %v\n", ns, name, err)
+		} else {
+			pods = append(pods, *p)
+		}
+	} else if l, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); err != nil {
+		fmt.Fprintf(&b, "list pods in %s: %v\n", ns, err)
+	} else {
+		pods = l.Items
+	}
+	for _, p := range pods {
+		fmt.Fprintf(&b, "pod %s/%s: phase %s, node %q, reason %q %s\n", ns, p.Name, p.Status.Phase, p.Spec.NodeName, p.Status.Reason, p.Status.Message)
+		for _, cond := range p.Status.Conditions {
+			fmt.Fprintf(&b, "  condition %s=%s %s %s\n", cond.Type, cond.Status, cond.Reason, cond.Message)
+		}
+		for _, s := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
+			fmt.Fprintf(&b, "  container %s: ready=%v restarts=%d state=%+v\n", s.Name, s.Ready, s.RestartCount, s.State)
+			logs, err := c.Client.CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{Container: s.Name}).DoRaw(ctx)
+			if err != nil {
+				fmt.Fprintf(&b, "    logs: %v\n", err)
+				continue
+			}
+			fmt.Fprintf(&b, "    logs:\n%s\n", indent(string(logs), "      "))
+		}
+	}
+	if ev, err := c.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, e := range ev.Items {
+			fmt.Fprintf(&b, "event %s %s/%s: %s %s\n", e.Type, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message)
+		}
+	}
+	return b.String()
+}
+
+func indent(s, prefix string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	for i := range lines {
+		lines[i] = prefix + lines[i]
+	}
+	return strings.Join(lines, "\n")
+}

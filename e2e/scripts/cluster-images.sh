@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Build the images the e2e cluster runs besides the product image (which
+# build-image.sh builds), from e2e/images/<name>/Containerfile, as OCI archives:
+#
+#   pause        catatonit in pause mode, the sandbox image containerd is told to use
+#   busybox      Debian's busybox-static, the app image of the tests; also tagged
+#                with the name deploy/ uses, so those manifests run unchanged
+#   istio-proxy  the real pilot-agent and the stand-in envoy from build-tools.sh
+#
+# Each is cached under $CACHE/images/<name>-<hash of its Containerfile and
+# context files>. Prints <NAME>_IMAGE=<ref> and <NAME>_ARCHIVE=<path> lines
+# (NAME: PAUSE, BUSYBOX, ISTIO_PROXY) and BUSYBOX_ALIASES=<refs>; logs go to stderr.
+#
+#   cluster-images.sh [pause|busybox|istio-proxy]...   (default: all three)
+. "$(dirname "$0")/lib.sh"
+
+PAUSE_IMAGE=localhost/sidecar-supervisor-e2e/pause:catatonit
+BUSYBOX_IMAGE=localhost/sidecar-supervisor-e2e/busybox:debian
+# deploy/*.yaml name busybox:1.37; the local image answers to that name too.
+BUSYBOX_ALIASES=docker.io/library/busybox:1.37
+# Hub localhost/sidecar-supervisor-e2e, image proxyv2, tag e2e in Istio's terms.
+ISTIO_PROXY_IMAGE=localhost/sidecar-supervisor-e2e/proxyv2:e2e
+
+cluster_images_main() {
+	local want=("$@") n
+	[ ${#want[@]} -gt 0 ] || want=(pause busybox istio-proxy)
+	for n in "${want[@]}"; do
+		case "$n" in
+		pause) image_pause ;;
+		busybox) image_busybox ;;
+		istio-proxy) image_istio_proxy ;;
+		*) die "unknown image $n (want pause, busybox or istio-proxy)" ;;
+		esac
+	done
+}
+
+# build_cached NAME REF CTX: build e2e/images/NAME/Containerfile with context CTX
+# unless an archive for the same inputs exists; print the archive path.
+build_cached() {
+	local name="$1" ref="$2" ctx="$3" file="$E2E_DIR/images/$1/Containerfile" hash dir start=$SECONDS files
+	mapfile -t files < <(cd "$ctx" && find . -type f | LC_ALL=C sort)
+	hash="$( (
+		printf '%s\n' "$ref"
+		cd "$ctx" && inputs_hash "$file" "${files[@]}"
+	) | sha256sum | cut -c1-16)"
+	dir="$(cached images "$name-$hash")"
+	if [ ! -s "$dir/$name.oci.tar" ]; then
+		oci_build "$ref" "$file" "$ctx" "$dir/$name.oci.tar"
+		log "built image $name in $((SECONDS - start))s"
+	fi
+	printf '%s\n' "$dir/$name.oci.tar"
+}
+
+# stage_dir NAME: an empty staging context for NAME's image.
+stage_dir() {
+	local d="$CACHE/images/stage/$1.$$"
+	rm -rf "$d"
+	mkdir -p "$d"
+	printf '%s\n' "$d"
+}
+
+image_pause() {
+	apt_install catatonit
+	local ctx out
+	ctx="$(stage_dir pause)"
+	install -m 0755 /usr/bin/catatonit "$ctx/pause"
+	out="$(build_cached pause "$PAUSE_IMAGE" "$ctx")"
+	rm -rf "$ctx"
+	printf 'PAUSE_IMAGE=%s\nPAUSE_ARCHIVE=%s\n' "$PAUSE_IMAGE" "$out"
+}
+
+image_busybox() {
+	apt_install busybox-static
+	local ctx out
+	ctx="$(stage_dir busybox)"
+	install -m 0755 /bin/busybox "$ctx/busybox"
+	out="$(build_cached busybox "$BUSYBOX_IMAGE" "$ctx")"
+	rm -rf "$ctx"
+	printf 'BUSYBOX_IMAGE=%s\nBUSYBOX_ARCHIVE=%s\nBUSYBOX_ALIASES=%s\n' "$BUSYBOX_IMAGE" "$out" "$BUSYBOX_ALIASES"
+}
+
+image_istio_proxy() {
+	local tools="$E2E_DIR/scripts/build-tools.sh" ctx out PILOT_AGENT='' ENVOY='' ENVOY_BOOTSTRAP_TMPL=''
+	[ -f "$tools" ] || die "$tools is missing: it builds pilot-agent and the stand-in envoy"
+	eval "$(bash "$tools")"
+	[ -x "$PILOT_AGENT" ] && [ -x "$ENVOY" ] && [ -s "$ENVOY_BOOTSTRAP_TMPL" ] ||
+		die "build-tools.sh did not print PILOT_AGENT, ENVOY and ENVOY_BOOTSTRAP_TMPL paths"
+	ctx="$(stage_dir istio-proxy)"
+	install -m 0755 "$PILOT_AGENT" "$ctx/pilot-agent"
+	install -m 0755 "$ENVOY" "$ctx/envoy"
+	install -m 0644 "$ENVOY_BOOTSTRAP_TMPL" "$ctx/envoy_bootstrap_tmpl.json"
+	printf 'root:x:0:0:root:/:/sbin/nologin\nistio-proxy:x:1337:1337:istio-proxy:/:/sbin/nologin\n' >"$ctx/passwd"
+	printf 'root:x:0:\nistio-proxy:x:1337:\n' >"$ctx/group"
+	out="$(build_cached istio-proxy "$ISTIO_PROXY_IMAGE" "$ctx")"
+	rm -rf "$ctx"
+	printf 'ISTIO_PROXY_IMAGE=%s\nISTIO_PROXY_ARCHIVE=%s\n' "$ISTIO_PROXY_IMAGE" "$out"
+}
+
+cluster_images_main "$@"

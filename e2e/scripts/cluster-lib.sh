@@ -1,0 +1,59 @@
+# shellcheck shell=bash disable=SC2034
+# Shared definitions of the one-node e2e cluster, sourced by cluster-up.sh and
+# cluster-down.sh after lib.sh. Source it; do not run it.
+#
+# Everything the cluster writes lives under one state directory (CLUSTER_DIR,
+# default /tmp/sidecar-supervisor-e2e-cluster, override with
+# SUPERVISOR_E2E_CLUSTER_DIR): configs, PKI, etcd data, containerd's root and
+# state (its network namespaces included), kubelet's root, pod logs, and one
+# pid file and one log file per daemon. Nothing goes to /etc, /var/lib or
+# /opt, so the cluster coexists with whatever else the machine runs and
+# cluster-down.sh can find everything it must remove.
+
+CLUSTER_DIR="${SUPERVISOR_E2E_CLUSTER_DIR:-/tmp/sidecar-supervisor-e2e-cluster}"
+# Fixed loopback ports, away from the usual ones (2379, 6443, 10250, ...), so
+# that a second cluster on the same machine fails to start rather than mixing.
+ETCD_CLIENT_PORT=23790
+ETCD_PEER_PORT=23800
+APISERVER_PORT=16443
+KUBELET_PORT=11250
+KUBELET_HEALTHZ_PORT=11248
+# The node is called localhost: the API server reaches the kubelet (logs, exec)
+# at the node's Hostname address, and only that name resolves to 127.0.0.1
+# without touching /etc/hosts. (The kubelet refuses --node-ip 127.0.0.1:
+# "nodeIP can't be loopback address", and then publishes no address at all.)
+NODE_NAME=localhost
+# Pod network: one host-only bridge, no gateway, no masquerade, no route out;
+# pods reach only each other. Their resolv.conf points at 127.0.0.1 inside the
+# pod, so a DNS lookup (pilot-agent looking for istiod) fails at once instead of
+# leaving the machine.
+CNI_BRIDGE=ssve2e0
+POD_SUBNET=10.234.0.0/24
+SERVICE_SUBNET=10.234.128.0/24
+
+CONTAINERD_SOCK="$CLUSTER_DIR/containerd/containerd.sock"
+KUBECONFIG_PATH="$CLUSTER_DIR/kubeconfig"
+# Daemons, in start order; stopped in reverse.
+CLUSTER_DAEMONS=(etcd containerd kube-apiserver kube-controller-manager kube-scheduler kubelet)
+
+# pid_alive NAME: the daemon NAME recorded in its pid file is still running.
+pid_alive() {
+	local f="$CLUSTER_DIR/pids/$1.pid" pid
+	[ -s "$f" ] || return 1
+	pid="$(cat "$f")"
+	kill -0 "$pid" 2>/dev/null || return 1
+	# Guard against pid reuse: the process must still be the binary we started.
+	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$1" || return 1
+}
+
+ctr_cmd() { ctr --address "$CONTAINERD_SOCK" -n k8s.io "$@"; }
+
+# kubectl_cmd ARGS: the kubectl built from KUBERNETES_VERSION (a kubectl on PATH
+# may be any version) against this cluster.
+kubectl_cmd() { "$KUBECTL" --kubeconfig "$KUBECONFIG_PATH" "$@"; }
+
+# mounts_under DIR: mount points at or below DIR, deepest first.
+mounts_under() {
+	awk -v d="$1" '{ p = $5; gsub(/\\040/, " ", p); if (p == d || index(p, d "/") == 1) print p }' /proc/self/mountinfo |
+		awk '{ print length($0) "\t" $0 }' | sort -rn | cut -f2-
+}

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Install and build everything the one-node Kubernetes of e2e/cluster runs:
+#
+#   Debian      containerd (+ctr, CRI plugin), runc, etcd-server, the CNI
+#               plugins, buildah, skopeo, catatonit, busybox-static, openssl
+#   Go modules  kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
+#               kubectl from k8s.io/kubernetes at KUBERNETES_VERSION, and crictl
+#               from sigs.k8s.io/cri-tools at CRI_TOOLS_VERSION (not in Debian;
+#               the teardown uses it to stop pod sandboxes through the CRI).
+#
+# The Kubernetes binaries are built in a throw-away module under the cache (never
+# in the repo's e2e module: k8s.io/kubernetes needs one `replace` line per
+# staging module, which would leak into everybody's dependency graph). Each
+# binary is cached under $CACHE/kube/<version>/, so a warm run builds nothing and
+# bumping KUBERNETES_VERSION in e2e/versions.env rebuilds them all.
+#
+# Prints one NAME=PATH line per binary on stdout (logs go to stderr), so a caller
+# can `eval "$(e2e/scripts/cluster-tools.sh)"`. Idempotent.
+. "$(dirname "$0")/lib.sh"
+
+KUBE_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
+
+cluster_tools_main() {
+	# shellcheck disable=SC2086 # a space-separated list
+	apt_install $CLUSTER_DEBIAN_PACKAGES
+
+	local dir b
+	dir="$(cached kube "$KUBERNETES_VERSION")"
+	for b in "${KUBE_BINARIES[@]}"; do
+		[ -x "$dir/$b" ] || build_kube_binary "$b" "$dir"
+	done
+	local crictl_dir
+	crictl_dir="$(cached crictl "$CRI_TOOLS_VERSION")"
+	[ -x "$crictl_dir/crictl" ] || build_crictl "$crictl_dir"
+
+	for b in "${KUBE_BINARIES[@]}"; do
+		printf '%s=%s\n' "$(kube_var "$b")" "$dir/$b"
+	done
+	printf 'CRICTL=%s\n' "$crictl_dir/crictl"
+}
+
+# kube_var kube-apiserver -> KUBE_APISERVER
+kube_var() {
+	local v="${1^^}"
+	printf '%s\n' "${v//-/_}"
+}
+
+# staging_version v1.37.2 -> v0.37.2: the k8s.io staging modules (api,
+# client-go, ...) are tagged v0.X.Y for Kubernetes v1.X.Y.
+staging_version() {
+	printf 'v0.%s\n' "${1#v1.}"
+}
+
+# kube_module_dir: the throw-away module that requires k8s.io/kubernetes and
+# replaces every staging module (k8s.io/kubernetes's own go.mod points them at
+# ./staging/src/..., which does not exist outside its repository).
+kube_module_dir() {
+	local mod sv gomod
+	mod="$(cached kube-build "$KUBERNETES_VERSION")"
+	if [ ! -s "$mod/go.mod.done" ]; then
+		sv="$(staging_version "$KUBERNETES_VERSION")"
+		log "preparing build module for k8s.io/kubernetes@$KUBERNETES_VERSION in $mod"
+		gomod="$(cd "$mod" && GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" |
+			sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')"
+		[ -s "$gomod" ] || die "could not download the go.mod of k8s.io/kubernetes@$KUBERNETES_VERSION"
+		{
+			printf 'module sidecar-supervisor-e2e/kubebuild\n\ngo %s\n\n' "$(sed -n 's/^go //p' "$gomod")"
+			printf 'require k8s.io/kubernetes %s\n\nreplace (\n' "$KUBERNETES_VERSION"
+			# Each "k8s.io/x => ./staging/src/k8s.io/x" becomes "k8s.io/x => k8s.io/x v0.X.Y".
+			sed -n 's#^[[:space:]]*\(k8s\.io/[^ ]*\) => \./staging/src/.*#\t\1 => \1 '"$sv"'#p' "$gomod"
+			printf ')\n'
+		} >"$mod/go.mod"
+		rm -f "$mod/go.sum"
+		cp "$mod/go.mod" "$mod/go.mod.done"
+	fi
+	printf '%s\n' "$mod"
+}
+
+# build_kube_binary NAME DIR: build k8s.io/kubernetes/cmd/NAME into DIR/NAME.
+# CGO_ENABLED=0 gives static binaries (what Kubernetes releases ship for these);
+# the gitVersion ldflag makes `version` report the real release, without which
+# kubectl refuses to parse the server's version.
+build_kube_binary() {
+	local name="$1" dir="$2" mod start=$SECONDS pkgbase=k8s.io/component-base/version
+	mod="$(kube_module_dir)"
+	log "building $name $KUBERNETES_VERSION (nice; minutes on 2 cores)"
+	(
+		cd "$mod"
+		export GOFLAGS=-mod=mod CGO_ENABLED=0
+		go get "k8s.io/kubernetes/cmd/$name@$KUBERNETES_VERSION" >&2
+		nice -n 10 go build -trimpath -o "$dir/$name.tmp.$$" \
+			-ldflags "-s -w -X $pkgbase.gitVersion=$KUBERNETES_VERSION -X $pkgbase.gitTreeState=clean -X $pkgbase.gitMajor=1 -X $pkgbase.gitMinor=$(minor "$KUBERNETES_VERSION")" \
+			"k8s.io/kubernetes/cmd/$name" >&2
+	)
+	mv -f "$dir/$name.tmp.$$" "$dir/$name"
+	log "built $name in $((SECONDS - start))s ($(du -h "$dir/$name" | cut -f1))"
+}
+
+minor() {
+	local v="${1#v1.}"
+	printf '%s\n' "${v%%.*}"
+}
+
+build_crictl() {
+	local dir="$1" mod start=$SECONDS
+	mod="$(cached crictl-build "$CRI_TOOLS_VERSION")"
+	log "building crictl $CRI_TOOLS_VERSION"
+	(
+		cd "$mod"
+		[ -s go.mod ] || go mod init sidecar-supervisor-e2e/crictlbuild >&2
+		export GOFLAGS=-mod=mod CGO_ENABLED=0
+		go get "sigs.k8s.io/cri-tools/cmd/crictl@$CRI_TOOLS_VERSION" >&2
+		nice -n 10 go build -trimpath -ldflags "-s -w" -o "$dir/crictl.tmp.$$" sigs.k8s.io/cri-tools/cmd/crictl >&2
+	)
+	mv -f "$dir/crictl.tmp.$$" "$dir/crictl"
+	log "built crictl in $((SECONDS - start))s"
+}
+
+cluster_tools_main "$@"

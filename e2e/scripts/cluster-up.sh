@@ -1,0 +1,339 @@
+#!/usr/bin/env bash
+# Start a one-node Kubernetes from real parts, all on 127.0.0.1:
+#
+#   etcd (Debian) -> containerd with its CRI plugin (Debian, runc, bridge CNI)
+#   -> kube-apiserver -> kube-controller-manager, kube-scheduler -> kubelet
+#
+# The Kubernetes binaries come from cluster-tools.sh (built from the Go module
+# proxy, cached); the pause and busybox images from cluster-images.sh, imported
+# into containerd before the kubelet starts. Waits (bounded) until the node is
+# Ready, the default ServiceAccount and kube-root-ca.crt exist (pods are
+# rejected or stuck before that), then prints, one NAME=VALUE a line:
+#   KUBECONFIG CLUSTER_DIR NODE_NAME CONTAINERD_SOCK KUBECTL CRICTL
+#   PAUSE_IMAGE BUSYBOX_IMAGE
+# Logs go to stderr; the daemons' logs to $CLUSTER_DIR/logs/<name>.log.
+#
+# Idempotent: if the cluster in CLUSTER_DIR is already up and Ready, it is
+# reused as it is; leftovers of a dead one are removed (cluster-down.sh) first.
+# On failure it prints the tail of each daemon's log and tears down what it
+# started (SUPERVISOR_E2E_KEEP_CLUSTER=1 keeps it for a look).
+#
+# Needs root (containerd, kubelet and network namespaces).
+#
+# Kubelet settings this host needs (see also shared notes, real-stack.md):
+#   failCgroupV1: false               the host is cgroup v1/v2 hybrid
+#   cgroupDriver: cgroupfs            no systemd here
+#   cgroupsPerQOS: false, enforceNodeAllocatable: []
+#                                     no QoS/allocatable cgroup trees to manage
+#   containerd restrict_oom_score_adj lowering oom_score_adj is refused here
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/cluster-lib.sh"
+
+READY_TIMEOUT="${SUPERVISOR_E2E_READY_TIMEOUT:-180}"
+
+cluster_up_main() {
+	[ "$(id -u)" -eq 0 ] || die "cluster-up.sh needs root (containerd, kubelet, network namespaces)"
+	local start=$SECONDS
+	eval "$(bash "$E2E_DIR/scripts/cluster-tools.sh")"
+	eval "$(bash "$E2E_DIR/scripts/cluster-images.sh" pause busybox)"
+	log "tools and images ready in $((SECONDS - start))s"
+
+	if cluster_healthy; then
+		log "reusing the cluster in $CLUSTER_DIR"
+		import_images # cheap, and an image rebuilt since then replaces the old one
+		print_env
+		return 0
+	fi
+	bash "$E2E_DIR/scripts/cluster-down.sh" >&2
+	trap on_failure EXIT
+	mkdir -p "$CLUSTER_DIR"/{pids,logs,pki,etcd,containerd,cni/net.d,cni/ipam,kubelet,pod-logs}
+	start=$SECONDS
+
+	make_pki
+	write_configs
+
+	start_daemon etcd /usr/bin/etcd \
+		--name e2e --data-dir "$CLUSTER_DIR/etcd" \
+		--listen-client-urls "http://127.0.0.1:$ETCD_CLIENT_PORT" \
+		--advertise-client-urls "http://127.0.0.1:$ETCD_CLIENT_PORT" \
+		--listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+		--initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+		--initial-cluster "e2e=http://127.0.0.1:$ETCD_PEER_PORT" \
+		--logger zap --log-outputs stderr
+	wait_for etcd 30 curl -fsS "http://127.0.0.1:$ETCD_CLIENT_PORT/health"
+
+	start_daemon containerd /usr/bin/containerd --config "$CLUSTER_DIR/containerd/config.toml"
+	wait_for containerd 30 ctr_cmd version
+	import_images
+
+	start_daemon kube-apiserver "$KUBE_APISERVER" \
+		--etcd-servers "http://127.0.0.1:$ETCD_CLIENT_PORT" \
+		--bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
+		--tls-cert-file "$CLUSTER_DIR/pki/apiserver.crt" --tls-private-key-file "$CLUSTER_DIR/pki/apiserver.key" \
+		--client-ca-file "$CLUSTER_DIR/pki/ca.crt" \
+		--authorization-mode AlwaysAllow \
+		--service-account-issuer https://kubernetes.default.svc.cluster.local \
+		--service-account-key-file "$CLUSTER_DIR/pki/sa.pub" \
+		--service-account-signing-key-file "$CLUSTER_DIR/pki/sa.key" \
+		--service-cluster-ip-range "$SERVICE_SUBNET" \
+		--endpoint-reconciler-type none \
+		--kubelet-preferred-address-types Hostname \
+		--kubelet-client-certificate "$CLUSTER_DIR/pki/admin.crt" --kubelet-client-key "$CLUSTER_DIR/pki/admin.key" \
+		--allow-privileged=true --profiling=false
+	wait_for kube-apiserver 90 kubectl_cmd get --raw /readyz
+
+	start_daemon kube-controller-manager "$KUBE_CONTROLLER_MANAGER" \
+		--kubeconfig "$KUBECONFIG_PATH" \
+		--authentication-kubeconfig "$KUBECONFIG_PATH" --authorization-kubeconfig "$KUBECONFIG_PATH" \
+		--bind-address 127.0.0.1 --secure-port 0 \
+		--service-account-private-key-file "$CLUSTER_DIR/pki/sa.key" \
+		--root-ca-file "$CLUSTER_DIR/pki/ca.crt" \
+		--leader-elect=false --profiling=false
+	start_daemon kube-scheduler "$KUBE_SCHEDULER" \
+		--kubeconfig "$KUBECONFIG_PATH" \
+		--authentication-kubeconfig "$KUBECONFIG_PATH" --authorization-kubeconfig "$KUBECONFIG_PATH" \
+		--bind-address 127.0.0.1 --secure-port 0 \
+		--leader-elect=false --profiling=false
+
+	start_daemon kubelet "$KUBELET" \
+		--config "$CLUSTER_DIR/kubelet/config.yaml" \
+		--kubeconfig "$KUBECONFIG_PATH" \
+		--root-dir "$CLUSTER_DIR/kubelet" --cert-dir "$CLUSTER_DIR/kubelet/pki" \
+		--hostname-override "$NODE_NAME" --v 1
+
+	wait_for "node $NODE_NAME Ready" "$READY_TIMEOUT" node_ready
+	wait_for "ServiceAccount default" 60 kubectl_cmd -n default get serviceaccount default
+	wait_for "ConfigMap kube-root-ca.crt" 60 kubectl_cmd -n default get configmap kube-root-ca.crt
+	trap - EXIT
+	log "cluster up in $((SECONDS - start))s (node Ready), state in $CLUSTER_DIR"
+	print_env
+}
+
+print_env() {
+	printf 'KUBECONFIG=%s\nCLUSTER_DIR=%s\nNODE_NAME=%s\nCONTAINERD_SOCK=%s\nKUBECTL=%s\nCRICTL=%s\n' \
+		"$KUBECONFIG_PATH" "$CLUSTER_DIR" "$NODE_NAME" "$CONTAINERD_SOCK" "$KUBECTL" "$CRICTL"
+	printf 'PAUSE_IMAGE=%s\nBUSYBOX_IMAGE=%s\n' "$PAUSE_IMAGE" "$BUSYBOX_IMAGE"
+}
+
+on_failure() {
+	local rc=$? d
+	[ $rc -eq 0 ] && return
+	log "cluster-up failed (exit $rc); last lines of each daemon's log:"
+	for d in "${CLUSTER_DAEMONS[@]}"; do
+		[ -s "$CLUSTER_DIR/logs/$d.log" ] || continue
+		printf '\n==> %s <==\n' "$d" >&2
+		tail -n 25 "$CLUSTER_DIR/logs/$d.log" >&2
+	done
+	if [ "${SUPERVISOR_E2E_KEEP_CLUSTER:-}" = 1 ]; then
+		log "SUPERVISOR_E2E_KEEP_CLUSTER=1: leaving it up; cluster-down.sh removes it"
+	else
+		bash "$E2E_DIR/scripts/cluster-down.sh" >&2 || true
+	fi
+	exit $rc
+}
+
+# cluster_healthy: every daemon runs and the node is Ready.
+cluster_healthy() {
+	local d
+	[ -s "$KUBECONFIG_PATH" ] || return 1
+	for d in "${CLUSTER_DAEMONS[@]}"; do
+		pid_alive "$d" || return 1
+	done
+	node_ready
+}
+
+node_ready() {
+	[ "$(kubectl_cmd get node "$NODE_NAME" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
+}
+
+# start_daemon NAME BINARY ARGS...: start in its own session (it must outlive
+# the caller, e.g. a go test that hands the cluster to the next package), with
+# stdin closed and output to logs/NAME.log; pid to pids/NAME.pid.
+start_daemon() {
+	local name="$1"
+	shift
+	log "starting $name"
+	setsid "$@" </dev/null >>"$CLUSTER_DIR/logs/$name.log" 2>&1 &
+	printf '%s\n' "$!" >"$CLUSTER_DIR/pids/$name.pid"
+}
+
+# wait_for WHAT SECONDS CMD...: run CMD every half second until it succeeds;
+# fail after SECONDS, or at once if a daemon died meanwhile.
+wait_for() {
+	local what="$1" limit="$2" t0=$SECONDS d
+	shift 2
+	until "$@" >/dev/null 2>&1; do
+		for d in "${CLUSTER_DAEMONS[@]}"; do
+			if [ -e "$CLUSTER_DIR/pids/$d.pid" ] && ! pid_alive "$d"; then
+				die "$d exited while waiting for $what (see $CLUSTER_DIR/logs/$d.log)"
+			fi
+		done
+		[ $((SECONDS - t0)) -lt "$limit" ] || die "timed out after ${limit}s waiting for $what"
+		sleep 0.5
+	done
+	log "$what ready after $((SECONDS - t0))s"
+}
+
+import_images() {
+	import_image "$PAUSE_ARCHIVE"
+	# shellcheck disable=SC2086 # a space-separated list
+	import_image "$BUSYBOX_ARCHIVE" $BUSYBOX_ALIASES
+}
+
+# import_image ARCHIVE [ALIAS...]: import an OCI archive into containerd's k8s.io
+# namespace (the one its CRI plugin serves), unpacked for the CRI snapshotter.
+import_image() {
+	local archive="$1" ref alias
+	shift
+	ref="$(tar -xOf "$archive" index.json | sed -n 's/.*"org.opencontainers.image.ref.name":"\([^"]*\)".*/\1/p')"
+	ctr_cmd images import --snapshotter overlayfs "$archive" >/dev/null
+	for alias in "$@"; do
+		ctr_cmd images tag --force "$ref" "$alias" >/dev/null
+	done
+	log "imported $ref${*:+ (also as $*)}"
+}
+
+make_pki() {
+	local p="$CLUSTER_DIR/pki"
+	log "generating the cluster's CA, serving and client certificates"
+	(
+		cd "$p"
+		umask 077
+		openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 7 \
+			-subj "/CN=sidecar-supervisor-e2e-ca" 2>/dev/null
+		leaf apiserver "/CN=kube-apiserver" \
+			"subjectAltName=IP:127.0.0.1,IP:${SERVICE_SUBNET%.0/*}.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
+extendedKeyUsage=serverAuth"
+		# One identity for every client: authorization is AlwaysAllow on a
+		# loopback-only cluster, and system:masters keeps it working if that changes.
+		leaf admin "/O=system:masters/CN=e2e-admin" "extendedKeyUsage=clientAuth"
+		openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out sa.key 2>/dev/null
+		openssl pkey -in sa.key -pubout -out sa.pub 2>/dev/null
+	)
+	local ca crt key
+	ca="$(base64 -w0 "$p/ca.crt")"
+	crt="$(base64 -w0 "$p/admin.crt")"
+	key="$(base64 -w0 "$p/admin.key")"
+	umask 077
+	cat >"$KUBECONFIG_PATH" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: e2e
+  cluster:
+    server: https://127.0.0.1:$APISERVER_PORT
+    certificate-authority-data: $ca
+users:
+- name: e2e-admin
+  user:
+    client-certificate-data: $crt
+    client-key-data: $key
+contexts:
+- name: e2e
+  context: {cluster: e2e, user: e2e-admin, namespace: default}
+current-context: e2e
+EOF
+	umask 022
+}
+
+# leaf NAME SUBJECT EXTENSIONS: NAME.key and NAME.crt signed by ca.
+leaf() {
+	openssl req -newkey rsa:2048 -nodes -keyout "$1.key" -out "$1.csr" -subj "$2" 2>/dev/null
+	printf '%s\n' "$3" >"$1.ext"
+	openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 7 \
+		-extfile "$1.ext" -out "$1.crt" 2>/dev/null
+	rm -f "$1.csr" "$1.ext"
+}
+
+write_configs() {
+	local c="$CLUSTER_DIR/containerd"
+	cat >"$c/config.toml" <<EOF
+version = 2
+root = "$c/root"
+state = "$c/state"
+# Plugins that cannot work here and only log errors.
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+
+[grpc]
+  address = "$CONTAINERD_SOCK"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$c/opt"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "$PAUSE_IMAGE"
+  # Lowering oom_score_adj is refused on this host; clamp instead of failing.
+  restrict_oom_score_adj = true
+  # Network namespaces under the state dir, not /run/netns: teardown finds them.
+  netns_mounts_under_state_dir = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        BinaryName = "/usr/sbin/runc"
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$CLUSTER_DIR/cni/net.d"
+EOF
+	cat >"$CLUSTER_DIR/cni/net.d/10-e2e.conflist" <<EOF
+{
+  "cniVersion": "1.0.0",
+  "name": "sidecar-supervisor-e2e",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "$CNI_BRIDGE",
+      "isGateway": false,
+      "ipMasq": false,
+      "ipam": {
+        "type": "host-local",
+        "ranges": [[{"subnet": "$POD_SUBNET"}]],
+        "dataDir": "$CLUSTER_DIR/cni/ipam"
+      }
+    }
+  ]
+}
+EOF
+	printf 'nameserver 127.0.0.1\n' >"$CLUSTER_DIR/resolv.conf"
+	cat >"$CLUSTER_DIR/kubelet/config.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: 127.0.0.1
+port: $KUBELET_PORT
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: $KUBELET_HEALTHZ_PORT
+authentication:
+  anonymous: {enabled: true}
+  webhook: {enabled: false}
+  x509: {clientCAFile: "$CLUSTER_DIR/pki/ca.crt"}
+authorization: {mode: AlwaysAllow}
+containerRuntimeEndpoint: unix://$CONTAINERD_SOCK
+# This host: cgroup v1/v2 hybrid, no systemd.
+failCgroupV1: false
+cgroupDriver: cgroupfs
+cgroupsPerQOS: false
+enforceNodeAllocatable: []
+failSwapOn: false
+# No cluster DNS runs; pods get a nameserver that answers nothing (127.0.0.1 in
+# their own network namespace) with the usual search path, so lookups fail at
+# once and never leave the machine.
+clusterDomain: cluster.local
+clusterDNS: [127.0.0.1]
+resolvConf: "$CLUSTER_DIR/resolv.conf"
+podLogsDir: "$CLUSTER_DIR/pod-logs"
+# Images cannot be pulled again here: never garbage-collect them, never evict
+# for a disk that other builds on the machine are filling.
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
+serializeImagePulls: false
+EOF
+}
+
+cluster_up_main "$@"
