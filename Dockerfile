@@ -17,8 +17,10 @@ WORKDIR /src
 COPY go.* ./
 RUN go mod download
 COPY . .
-# Static (no libc), without paths of the build machine, stripped.
-RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/sidecar-supervisor ./cmd/sidecar-supervisor
+ARG VERSION=dev
+# Static (no libc), without paths of the build machine, stripped; the version
+# goes into the start-up log line.
+RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X main.version=${VERSION}" -o /out/sidecar-supervisor ./cmd/sidecar-supervisor
 
 FROM scratch AS runtime
 ARG VERSION=dev

@@ -61,22 +61,9 @@ ps -o pid,args; exit 1`},
 		if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("create pod: %v", err)
 		}
-		var watcher *corev1.ContainerStateTerminated
-		err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-			p, err := c.Client.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
-			if err != nil {
-				return false, err
-			}
-			for _, s := range p.Status.ContainerStatuses {
-				if s.Name == "watcher" && s.State.Terminated != nil {
-					watcher = s.State.Terminated
-					return true, nil
-				}
-			}
-			return false, nil
-		})
+		watcher, err := c.WaitTerminated(ctx, ns, pod.Name, "watcher", 2*time.Minute)
 		if err != nil {
-			t.Fatalf("watcher container did not finish within 2m: %v", err)
+			t.Fatal(err)
 		}
 		logs, err := c.Client.CoreV1().Pods(ns).GetLogs(pod.Name, &corev1.PodLogOptions{Container: "watcher"}).DoRaw(ctx)
 		if err != nil {
@@ -152,6 +139,73 @@ ps -o pid,args; exit 1`},
 			t.Errorf("job pod's log = %q, want %q", got, "job ran")
 		}
 	})
+}
+
+// TestImages imports the product image and the istio-proxy image with
+// ImportImage and runs each once: the name resolves on the node without a
+// pull (imagePullPolicy Never), the entrypoint exists, and the static binary
+// runs as uid 1337 on an empty filesystem.
+func TestImages(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 35*time.Minute)
+	defer cancel()
+	c, err := Start(ctx, t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := c.Namespace(ctx, t, "images")
+
+	for _, tc := range []struct {
+		name     string
+		build    func(context.Context) (Image, error)
+		args     []string
+		wantExit int32
+		wantLog  string
+	}{
+		// probe-exit: the supervisor's start-up probe child, which exits 7 at once.
+		{name: "supervisor", build: c.BuildSupervisorImage, args: []string{"probe-exit"}, wantExit: 7},
+		{name: "istio-proxy", build: c.BuildIstioProxyImage, args: []string{"version", "--short"}, wantExit: 0, wantLog: "version"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			img, err := tc.build(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.ImportImage(ctx, img.Archive); err != nil {
+				t.Fatal(err)
+			}
+			pod := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: tc.name},
+				Spec: corev1.PodSpec{
+					RestartPolicy:                 corev1.RestartPolicyNever,
+					TerminationGracePeriodSeconds: ptr.To[int64](1),
+					Containers: []corev1.Container{{
+						Name:            "main",
+						Image:           img.Ref,
+						ImagePullPolicy: corev1.PullNever,
+						Args:            tc.args,
+					}},
+				},
+			}
+			c.DumpOnFailure(t, ns, pod.Name)
+			if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+				t.Fatalf("create pod: %v", err)
+			}
+			term, err := c.WaitTerminated(ctx, ns, pod.Name, "main", 2*time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			logs, err := c.Client.CoreV1().Pods(ns).GetLogs(pod.Name, &corev1.PodLogOptions{Container: "main"}).DoRaw(ctx)
+			if err != nil {
+				t.Fatalf("logs: %v", err)
+			}
+			if term.ExitCode != tc.wantExit {
+				t.Errorf("%s %v exited %d (%s), want %d; log:\n%s", img.Ref, tc.args, term.ExitCode, term.Reason, tc.wantExit, logs)
+			}
+			if !strings.Contains(string(logs), tc.wantLog) {
+				t.Errorf("log of %s %v lacks %q:\n%s", img.Ref, tc.args, tc.wantLog, logs)
+			}
+		})
+	}
 }
 
 func hasCondition(conds []batchv1.JobCondition, typ batchv1.JobConditionType) bool {

@@ -103,3 +103,38 @@ func indent(s, prefix string) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// WaitTerminated waits, up to limit, until container in pod ns/name has
+// terminated, and returns how. A pod that cannot start the container (image
+// missing, bad command) ends the wait early with an error naming the reason.
+func (c *Cluster) WaitTerminated(ctx context.Context, ns, name, container string, limit time.Duration) (*corev1.ContainerStateTerminated, error) {
+	var term *corev1.ContainerStateTerminated
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 300*time.Millisecond, limit, true, func(ctx context.Context) (bool, error) {
+		p, err := c.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, s := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
+			if s.Name != container {
+				continue
+			}
+			if s.State.Terminated != nil {
+				term = s.State.Terminated
+				return true, nil
+			}
+			if w := s.State.Waiting; w != nil {
+				last = w.Reason + ": " + w.Message
+				switch w.Reason {
+				case "ErrImageNeverPull", "InvalidImageName", "CreateContainerError", "CreateContainerConfigError", "RunContainerError":
+					return false, fmt.Errorf("container %s of pod %s/%s cannot start: %s", container, ns, name, last)
+				}
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("container %s of pod %s/%s did not terminate within %s (last waiting reason %q): %w", container, ns, name, limit, last, err)
+	}
+	return term, nil
+}

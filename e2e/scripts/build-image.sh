@@ -25,7 +25,8 @@
 # this script and the Go version>.
 . "$(dirname "$0")/lib.sh"
 
-DOCKERFILE="$REPO_DIR/Dockerfile"
+# SUPERVISOR_DOCKERFILE: another Dockerfile, for the tests of the translation.
+DOCKERFILE="${SUPERVISOR_DOCKERFILE:-$REPO_DIR/Dockerfile}"
 
 build_image_main() {
 	local check=false
@@ -47,8 +48,9 @@ build_image_main() {
 		rm -rf "$dir/ctx"
 		mkdir -p "$dir/ctx/out" "$dir/ctx/etc/ssl/certs"
 		log "compiling: $gobuild"
-		# The build stage's own command, with /out/ redirected to the staging dir.
-		(cd "$REPO_DIR" && eval "${gobuild//-o \/out\//-o $dir/ctx/out/}")
+		# The build stage's own command, with /out/ redirected to the staging
+		# dir and the build stage's ARG VERSION set as docker build would.
+		(cd "$REPO_DIR" && VERSION="$tag" && eval "${gobuild//-o \/out\//-o $dir/ctx/out/}")
 		[ -f /etc/ssl/certs/ca-certificates.crt ] || apt_install ca-certificates
 		install -m 0644 /etc/ssl/certs/ca-certificates.crt "$dir/ctx/etc/ssl/certs/"
 		printf '%s\n' "$runtime" >"$dir/Containerfile"
