@@ -25,6 +25,23 @@ const (
 	annotationPrefix = "supervisor.sidecar-supervisor.io/"
 )
 
+// settingAnnotations maps each SUPERVISOR_* variable that can be tuned per
+// pod to its annotation (after annotationPrefix). The injection template and
+// the kustomize component must both honour exactly these.
+var settingAnnotations = map[string]string{
+	"SUPERVISOR_APP_CONTAINERS":        "app-containers",
+	"SUPERVISOR_ON_SUCCESS":            "on-success",
+	"SUPERVISOR_ON_FAILURE":            "on-failure",
+	"SUPERVISOR_ON_UNKNOWN":            "on-unknown",
+	"SUPERVISOR_STOP_TIMEOUT":          "stop-timeout",
+	"SUPERVISOR_APP_START_TIMEOUT":     "app-start-timeout",
+	"SUPERVISOR_SIDECAR_START_TIMEOUT": "sidecar-start-timeout",
+	"SUPERVISOR_EXIT_STATUS":           "exit-status",
+	"SUPERVISOR_LOG_LEVEL":             "log-level",
+	"SUPERVISOR_LOG_FORMAT":            "log-format",
+	"SUPERVISOR_IGNORE_PROCESSES":      "ignore-processes",
+}
+
 // readDeploy returns the contents of a file under deploy/.
 func readDeploy(t *testing.T, path string) []byte {
 	t.Helper()

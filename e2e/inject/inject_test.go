@@ -99,6 +99,24 @@ func supervisorEnv(restart string, apps string, extra ...string) map[string]stri
 	return env
 }
 
+// everyAnnotation sets every tuning annotation, each to a value of its own.
+func everyAnnotation() map[string]string {
+	a := map[string]string{}
+	for v, key := range settingAnnotations {
+		a[annotationPrefix+key] = "value-of-" + v
+	}
+	return a
+}
+
+// everyAnnotationEnv is the supervisor environment everyAnnotation gives.
+func everyAnnotationEnv() map[string]string {
+	env := supervisorEnv("Never", "")
+	for v := range settingAnnotations {
+		env[v] = "value-of-" + v
+	}
+	return env
+}
+
 type injectCase struct {
 	name string
 	in   runtime.Object
@@ -232,6 +250,17 @@ func injectCases(t *testing.T) []injectCase {
 					"SUPERVISOR_STOP_TIMEOUT", "45s",
 					"SUPERVISOR_LOG_LEVEL", "debug"),
 				SupervisorUser: "1337",
+			},
+		},
+		{
+			name: "every tuning annotation reaches its variable",
+			in:   job("all-settings", corev1.RestartPolicyNever, everyAnnotation(), "app"),
+			want: podShape{
+				InitContainers:        []string{"istio-init"},
+				Containers:            withSupervisor("app"),
+				ShareProcessNamespace: true,
+				SupervisorEnv:         everyAnnotationEnv(),
+				SupervisorUser:        "1337",
 			},
 		},
 		{
