@@ -45,11 +45,15 @@ build_image_main() {
 	dir="$(cached image "$hash")"
 	tag="${SUPERVISOR_IMAGE##*:}"
 	if [ ! -s "$dir/sidecar-supervisor.oci.tar" ]; then
+		cache_lock "image-$hash"
+	fi
+	if [ ! -s "$dir/sidecar-supervisor.oci.tar" ]; then
 		rm -rf "$dir/ctx"
 		mkdir -p "$dir/ctx/out" "$dir/ctx/etc/ssl/certs"
 		log "compiling: $gobuild"
 		# The build stage's own command, with /out/ redirected to the staging
 		# dir and the build stage's ARG VERSION set as docker build would.
+		# shellcheck disable=SC2034 # VERSION is read by the eval'd line
 		(cd "$REPO_DIR" && VERSION="$tag" && eval "${gobuild//-o \/out\//-o $dir/ctx/out/}")
 		[ -f /etc/ssl/certs/ca-certificates.crt ] || apt_install ca-certificates
 		install -m 0644 /etc/ssl/certs/ca-certificates.crt "$dir/ctx/etc/ssl/certs/"

@@ -26,6 +26,9 @@ cluster_tools_main() {
 
 	local dir b
 	dir="$(cached kube "$KUBERNETES_VERSION")"
+	if [ ! -x "$CACHE/crictl/$CRI_TOOLS_VERSION/crictl" ] || ! all_built "$dir"; then
+		cache_lock cluster-tools # one builder at a time; the others then find it built
+	fi
 	for b in "${KUBE_BINARIES[@]}"; do
 		[ -x "$dir/$b" ] || build_kube_binary "$b" "$dir"
 	done
@@ -37,6 +40,13 @@ cluster_tools_main() {
 		printf '%s=%s\n' "$(kube_var "$b")" "$dir/$b"
 	done
 	printf 'CRICTL=%s\n' "$crictl_dir/crictl"
+}
+
+all_built() {
+	local b
+	for b in "${KUBE_BINARIES[@]}"; do
+		[ -x "$1/$b" ] || return 1
+	done
 }
 
 # kube_var kube-apiserver -> KUBE_APISERVER

@@ -83,3 +83,13 @@ inputs_hash() {
 		sha256sum "$@"
 	} | sha256sum | cut -c1-16
 }
+
+# cache_lock NAME: take an exclusive lock on $CACHE/NAME.lock, held on file
+# descriptor 9 until the calling script exits, so that two test binaries
+# building the same thing at once take turns (the second then finds it built).
+# Waits at most an hour: a cold Kubernetes build takes many minutes.
+cache_lock() {
+	mkdir -p "$CACHE"
+	exec 9>"$CACHE/$1.lock"
+	flock -w 3600 9 || die "waited an hour for $CACHE/$1.lock"
+}
