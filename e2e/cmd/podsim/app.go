@@ -1,0 +1,92 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+// app is the application of a test pod.
+//
+//	--sleep D       work for D, then end
+//	--exit N        end with exit code N
+//	--kill SIG      end by sending itself SIG (a number)
+//	--children N    start N children that end with it
+//	--orphan D      start a child that outlives the app by D
+//	--on-term D     on SIGTERM, keep working D more (a drain), then end
+//	--term-exit N   the exit code after a SIGTERM drain (default 143)
+//	--get URL       during the SIGTERM drain, GET URL every 200ms and
+//	                record each outcome ("get ok 200" / "get fail ...")
+//	--record FILE   append events to FILE
+func app(args []string) error {
+	fs := flag.NewFlagSet("app", flag.ContinueOnError)
+	sleep := fs.Duration("sleep", 0, "")
+	code := fs.Int("exit", 0, "")
+	kill := fs.Int("kill", 0, "")
+	children := fs.Int("children", 0, "")
+	orphan := fs.Duration("orphan", 0, "")
+	onTerm := fs.Duration("on-term", 0, "")
+	termExit := fs.Int("term-exit", 143, "")
+	get := fs.String("get", "", "")
+	record := fs.String("record", "", "")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	rec := newRecorder(*record)
+	rec.log("app start pid=%d ppid=%d uid=%d", os.Getpid(), os.Getppid(), os.Getuid())
+	for i := 0; i < *children; i++ {
+		c := exec.Command("/proc/self/exe", "app", "--sleep", "1h")
+		if err := c.Start(); err != nil {
+			return err
+		}
+		defer c.Process.Kill()
+	}
+	if *orphan > 0 {
+		c := exec.Command("/proc/self/exe", "app", "--sleep", orphan.String())
+		if err := c.Start(); err != nil {
+			return err
+		}
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM)
+	select {
+	case <-time.After(*sleep):
+	case <-sigs:
+		rec.log("app signal SIGTERM")
+		if *onTerm == 0 {
+			rec.log("app exit %d", *termExit)
+			os.Exit(*termExit)
+		}
+		end := time.Now().Add(*onTerm)
+		for time.Now().Before(end) {
+			if *get != "" {
+				c := &http.Client{Timeout: time.Second}
+				resp, err := c.Get(*get)
+				if err != nil {
+					rec.log("get fail %v", err)
+				} else {
+					resp.Body.Close()
+					rec.log("get ok %d", resp.StatusCode)
+				}
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		rec.log("app exit %d", *termExit)
+		os.Exit(*termExit)
+	}
+	if *kill != 0 {
+		rec.log("app kill %d", *kill)
+		signal.Reset()
+		syscall.Kill(os.Getpid(), syscall.Signal(*kill))
+		time.Sleep(time.Minute)
+	}
+	rec.log("app exit %d", *code)
+	fmt.Fprintf(os.Stdout, "app done\n")
+	os.Exit(*code)
+	return nil
+}

@@ -1,0 +1,61 @@
+// Command podsim is the multi-call binary behind the e2e pod simulation
+// (package e2e/pod). Its mode is argv[0]'s base name, or the first argument
+// when that is podsim itself (as busybox does):
+//
+//	pause        PID 1 of a pod: brings lo up, sets the hostname, reaps
+//	             orphans, exits on SIGTERM/SIGINT
+//	enter        a container's entry: mounts a fresh /proc, joins the
+//	             container's cgroup and a new cgroup namespace, drops to the
+//	             container's uid, then execs the container's command
+//	pilot-agent  a stand-in for Istio's pilot-agent: a child named envoy,
+//	             /quitquitquit and /healthz/ready, and a record of every
+//	             signal it gets (see pilotagent.go)
+//	app          a test application: sleeps, exits, kills itself, forks
+//	             children, makes HTTP requests (see app.go)
+//	wait-http    polls a URL until it answers 200, within a bound (a
+//	             postStart hook, as `pilot-agent wait` is in Istio)
+//	ps           lists the processes it sees: pid, ppid, uid, comm, cgroup
+//
+// It must stay small and static: the qemu tests run it on another kernel.
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+func main() {
+	mode, args := filepath.Base(os.Args[0]), os.Args[1:]
+	if mode == "podsim" || strings.HasPrefix(mode, "podsim") {
+		if len(args) == 0 {
+			fmt.Fprintln(os.Stderr, "usage: podsim pause|enter|pilot-agent|app|wait-http ...")
+			os.Exit(2)
+		}
+		mode, args = args[0], args[1:]
+	}
+	var err error
+	switch mode {
+	case "pause":
+		err = pause(args)
+	case "enter":
+		err = enter(args)
+	case "pilot-agent":
+		err = pilotAgent(args)
+	case "envoy":
+		err = envoy(args)
+	case "app":
+		err = app(args)
+	case "wait-http":
+		err = waitHTTP(args)
+	case "ps":
+		err = ps(args)
+	default:
+		err = fmt.Errorf("unknown mode %q", mode)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "podsim %s: %v\n", mode, err)
+		os.Exit(125)
+	}
+}

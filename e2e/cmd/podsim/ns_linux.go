@@ -1,0 +1,181 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Namespace and credential changes below apply to the calling thread, and
+// execve keeps only the calling thread: everything runs on the main thread,
+// locked to the main goroutine from the start.
+func init() { runtime.LockOSThread() }
+
+// pause is the pod's PID 1. The harness started it in new PID, network, IPC
+// and UTS namespaces; it makes them usable and then only reaps.
+func pause(args []string) error {
+	fs := flag.NewFlagSet("pause", flag.ContinueOnError)
+	hostname := fs.String("hostname", "pod", "the pod's hostname")
+	cgroup := fs.String("cgroup", "", "cgroup v2 directory to move into")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *cgroup != "" {
+		if err := joinCgroup(*cgroup); err != nil {
+			return err
+		}
+	}
+	if err := unix.Sethostname([]byte(*hostname)); err != nil {
+		return fmt.Errorf("sethostname: %w", err)
+	}
+	if err := loUp(); err != nil {
+		return err
+	}
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGCHLD)
+	// The harness waits for this line before it starts any container.
+	fmt.Println("ready")
+	for sig := range sigs {
+		if sig != syscall.SIGCHLD {
+			return nil
+		}
+		for {
+			var ws unix.WaitStatus
+			pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+			if pid <= 0 || err != nil {
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// loUp brings the loopback interface of the pod's network namespace up, as
+// the pause container's runtime does.
+func loUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("socket: %w", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("SIOCGIFFLAGS lo: %w", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("SIOCSIFFLAGS lo: %w", err)
+	}
+	return nil
+}
+
+func joinCgroup(dir string) error {
+	if err := os.WriteFile(dir+"/cgroup.procs", []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
+		return fmt.Errorf("join cgroup %s: %w", dir, err)
+	}
+	return nil
+}
+
+// enter becomes a container's process. The harness started it, from
+// outside, in the pod's PID/network/IPC/UTS namespaces and a new mount
+// namespace, so its parent is outside the pod (PPID 0 from inside).
+func enter(args []string) error {
+	fs := flag.NewFlagSet("enter", flag.ContinueOnError)
+	cgroup := fs.String("cgroup", "", "cgroup v2 directory of the container")
+	uid := fs.Int("uid", 0, "user id")
+	gid := fs.Int("gid", 0, "group id")
+	dir := fs.String("dir", "/", "working directory")
+	caps := fs.String("caps", "", "capability numbers to keep in the bounding set, comma-separated (\"none\" alone keeps none); unset keeps all")
+	noNewPrivs := fs.Bool("no-new-privs", false, "set no_new_privs (allowPrivilegeEscalation: false)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	argv := fs.Args()
+	if len(argv) == 0 {
+		return errors.New("no command")
+	}
+	// A private copy of the mounts, then this PID namespace's own /proc.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make mounts private: %w", err)
+	}
+	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mount /proc: %w", err)
+	}
+	if *cgroup != "" {
+		if err := joinCgroup(*cgroup); err != nil {
+			return err
+		}
+		// The container sees its own cgroup as "/" and siblings as
+		// "/../name", as under containerd on a cgroup v2 node.
+		if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
+			return fmt.Errorf("unshare cgroup namespace: %w", err)
+		}
+	}
+	if *caps != "" {
+		keep := map[int]bool{}
+		for _, c := range strings.Split(*caps, ",") {
+			if c == "none" {
+				continue
+			}
+			n, err := strconv.Atoi(c)
+			if err != nil {
+				return fmt.Errorf("bad capability %q", c)
+			}
+			keep[n] = true
+		}
+		for c := 0; c <= unix.CAP_LAST_CAP; c++ {
+			if !keep[c] {
+				if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+					return fmt.Errorf("drop capability %d: %w", c, err)
+				}
+			}
+		}
+	}
+	if err := os.Chdir(*dir); err != nil {
+		return err
+	}
+	path := argv[0]
+	if !strings.Contains(path, "/") {
+		p, err := exec.LookPath(path)
+		if err != nil {
+			return err
+		}
+		path = p
+	}
+	if *noNewPrivs {
+		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			return fmt.Errorf("no_new_privs: %w", err)
+		}
+	}
+	// Drop to the container's user last: the mounts above need root. From
+	// uid 0 to another, the kernel clears every capability.
+	if err := syscall.Setgroups(nil); err != nil {
+		return fmt.Errorf("setgroups: %w", err)
+	}
+	if err := syscall.Setresgid(*gid, *gid, *gid); err != nil {
+		return fmt.Errorf("setresgid %d: %w", *gid, err)
+	}
+	if err := syscall.Setresuid(*uid, *uid, *uid); err != nil {
+		return fmt.Errorf("setresuid %d: %w", *uid, err)
+	}
+	return syscall.Exec(path, argv, os.Environ())
+}
+
+func statUID(fi os.FileInfo) uint32 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return st.Uid
+	}
+	return 0
+}

@@ -1,0 +1,369 @@
+package pod
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Namespaces is the backend that builds a pod from namespaces by hand, over
+// the host filesystem. Podsim is the path of the podsim binary
+// (e2e/cmd/podsim).
+type Namespaces struct {
+	Podsim string
+}
+
+// nsState is what Namespaces keeps per pod.
+type nsState struct {
+	cgroup string // the pod's cgroup v2 directory
+	pause  *exec.Cmd
+	exited chan struct{}
+}
+
+// Name implements Backend.
+func (Namespaces) Name() string { return "namespaces" }
+
+// Sandbox starts pause in new PID, network, IPC and UTS namespaces, in its
+// own cgroup. It is started from a goroutine that keeps its thread for the
+// pod's lifetime, so Pdeathsig (which fires when the starting *thread*
+// ends) kills the pod only if the test process dies.
+func (n Namespaces) Sandbox(ctx context.Context, p *Pod) error {
+	root, err := CgroupRoot()
+	if err != nil {
+		return err
+	}
+	st := &nsState{cgroup: filepath.Join(root, filepath.Base(p.Dir)), exited: make(chan struct{})}
+	p.BackendState = st
+	if err := os.MkdirAll(filepath.Join(st.cgroup, "pause"), 0o755); err != nil {
+		return fmt.Errorf("create pod cgroup: %w", err)
+	}
+	started := make(chan error, 1)
+	var out *bufio.Reader
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		cmd := exec.Command(n.Podsim, "pause", "--hostname", p.Spec.Name, "--cgroup", filepath.Join(st.cgroup, "pause"))
+		cmd.SysProcAttr = &syscall.SysProcAttr{
+			Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
+			Pdeathsig:  syscall.SIGKILL,
+		}
+		cmd.Stderr = os.Stderr
+		pipe, err := cmd.StdoutPipe()
+		if err == nil {
+			err = cmd.Start()
+		}
+		if err != nil {
+			started <- err
+			close(st.exited)
+			return
+		}
+		st.pause = cmd
+		out = bufio.NewReader(pipe)
+		started <- nil
+		cmd.Wait()
+		close(st.exited)
+	}()
+	if err := <-started; err != nil {
+		return fmt.Errorf("start pause: %w", err)
+	}
+	p.PausePID = st.pause.Process.Pid
+	line := make(chan string, 1)
+	go func() { s, _ := out.ReadString('\n'); line <- s }()
+	select {
+	case s := <-line:
+		if strings.TrimSpace(s) != "ready" {
+			return fmt.Errorf("pause did not start (said %q)", s)
+		}
+	case <-ctx.Done():
+		return fmt.Errorf("pause not ready: %w", ctx.Err())
+	case <-time.After(30 * time.Second):
+		return errors.New("pause not ready within 30s")
+	}
+	return nil
+}
+
+// cgroupDir is a container attempt's cgroup: a restarted container is a new
+// container, with a new cgroup, as under containerd.
+func (st *nsState) cgroupDir(c *Container, attempt int) string {
+	name := c.Name
+	if attempt > 0 {
+		name = fmt.Sprintf("%s-r%d", c.Name, attempt)
+	}
+	return filepath.Join(st.cgroup, name)
+}
+
+// Start implements Backend: podsim enter, in the pod's namespaces.
+func (n Namespaces) Start(ctx context.Context, p *Pod, c *Container, attempt int, stdout *os.File) (Process, error) {
+	st := p.BackendState.(*nsState)
+	cg := st.cgroupDir(c, attempt)
+	if err := os.MkdirAll(cg, 0o755); err != nil {
+		return nil, err
+	}
+	cmd, err := n.enter(p, c, cg, c.Argv, stdout)
+	if err != nil {
+		return nil, err
+	}
+	proc := &nsProc{cmd: cmd, cgroup: cg, done: make(chan struct{})}
+	go proc.wait()
+	return proc, nil
+}
+
+// Exec implements Backend: a process that joins a running container (its
+// cgroup and the pod's namespaces) as kubectl exec does, so it too has PPID 0.
+func (n Namespaces) Exec(ctx context.Context, p *Pod, c *Container, attempt int, argv []string) ([]byte, error) {
+	st := p.BackendState.(*nsState)
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	cmd, err := n.enter(p, c, st.cgroupDir(c, attempt), argv, w)
+	w.Close()
+	if err != nil {
+		return nil, err
+	}
+	outc := make(chan []byte, 1)
+	go func() {
+		var b strings.Builder
+		buf := make([]byte, 4096)
+		for {
+			n, err := r.Read(buf)
+			b.Write(buf[:n])
+			if err != nil {
+				break
+			}
+		}
+		outc <- []byte(b.String())
+	}()
+	waitc := make(chan error, 1)
+	go func() { waitc <- cmd.Wait() }()
+	select {
+	case err := <-waitc:
+		select {
+		case out := <-outc:
+			return out, err
+		case <-time.After(time.Second):
+			// A child of the hook holds the pipe open: return without it.
+			return nil, err
+		}
+	case <-ctx.Done():
+		cmd.Process.Kill()
+		<-waitc
+		return nil, fmt.Errorf("hook %v: %w", argv, ctx.Err())
+	}
+}
+
+// enter starts podsim enter in the pod's namespaces from a throw-away
+// locked thread: setns changes the calling thread, and the thread is
+// discarded (never unlocked) afterwards.
+func (n Namespaces) enter(p *Pod, c *Container, cgroup string, argv []string, out *os.File) (*exec.Cmd, error) {
+	dir := c.Dir
+	if dir == "" {
+		dir = "/"
+	}
+	args := []string{"enter", "--cgroup", cgroup, "--uid", strconv.Itoa(c.UID), "--gid", strconv.Itoa(c.GID), "--dir", dir}
+	if c.Caps != nil {
+		s := []string{"none"}
+		for _, cp := range c.Caps {
+			s = append(s, strconv.Itoa(cp))
+		}
+		args = append(args, "--caps", strings.Join(s, ","))
+	}
+	if c.NoNewPrivs {
+		args = append(args, "--no-new-privs")
+	}
+	args = append(append(args, "--"), argv...)
+	type result struct {
+		cmd *exec.Cmd
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		// No UnlockOSThread: this thread joins the pod's namespaces and must
+		// end with this goroutine.
+		for _, ns := range []struct {
+			name string
+			flag int
+		}{{"pid", unix.CLONE_NEWPID}, {"net", unix.CLONE_NEWNET}, {"ipc", unix.CLONE_NEWIPC}, {"uts", unix.CLONE_NEWUTS}} {
+			fd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/%s", p.PausePID, ns.name), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				res <- result{err: fmt.Errorf("open pod %s namespace: %w", ns.name, err)}
+				return
+			}
+			err = unix.Setns(fd, ns.flag)
+			unix.Close(fd)
+			if err != nil {
+				res <- result{err: fmt.Errorf("join pod %s namespace: %w", ns.name, err)}
+				return
+			}
+		}
+		cmd := exec.Command(n.Podsim, args...)
+		cmd.Env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, c.Env...)
+		cmd.Stdout, cmd.Stderr = out, out
+		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS}
+		err := cmd.Start()
+		res <- result{cmd, err}
+	}()
+	r := <-res
+	return r.cmd, r.err
+}
+
+// Teardown implements Backend: SIGKILL to pause ends every process of the
+// pod's PID namespace; then the cgroups go.
+func (n Namespaces) Teardown(p *Pod) error {
+	st, ok := p.BackendState.(*nsState)
+	if !ok {
+		return nil
+	}
+	if st.pause != nil && st.pause.Process != nil {
+		st.pause.Process.Kill()
+		select {
+		case <-st.exited:
+		case <-time.After(10 * time.Second):
+			return errors.New("pause did not exit")
+		}
+	}
+	return removeCgroupTree(st.cgroup)
+}
+
+type nsProc struct {
+	cmd    *exec.Cmd
+	cgroup string
+	done   chan struct{}
+	once   sync.Once
+	code   int
+	sig    syscall.Signal
+}
+
+func (p *nsProc) PID() int { return p.cmd.Process.Pid }
+
+func (p *nsProc) wait() {
+	// Process.Wait, not Cmd.Wait: the output pipe belongs to the pod, and
+	// orphans may hold it open.
+	ps, _ := p.cmd.Process.Wait()
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok {
+		if ws.Signaled() {
+			p.sig = ws.Signal()
+			p.code = 128 + int(p.sig)
+		} else {
+			p.code = ws.ExitStatus()
+		}
+	}
+	close(p.done)
+}
+
+func (p *nsProc) Wait() (int, syscall.Signal) {
+	<-p.done
+	return p.code, p.sig
+}
+
+func (p *nsProc) Signal(sig syscall.Signal) error {
+	select {
+	case <-p.done:
+		return os.ErrProcessDone
+	default:
+	}
+	return p.cmd.Process.Signal(sig)
+}
+
+func (p *nsProc) KillAll() { killCgroup(p.cgroup) }
+
+// CgroupRoot is where pods' cgroups are made: a cgroup v2 hierarchy (the
+// unified one on a hybrid host), under this process's own cgroup.
+func CgroupRoot() (string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	mnt := ""
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		for i, fld := range fields {
+			if fld == "-" && i+1 < len(fields) && fields[i+1] == "cgroup2" {
+				mnt = fields[4]
+			}
+		}
+		if mnt != "" {
+			break
+		}
+	}
+	if mnt == "" {
+		return "", errors.New("no cgroup2 filesystem mounted: the pod simulation needs cgroup v2 (mount -t cgroup2 none /sys/fs/cgroup/unified)")
+	}
+	self, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return "", err
+	}
+	own := "/"
+	for _, line := range strings.Split(string(self), "\n") {
+		if strings.HasPrefix(line, "0::") {
+			own = strings.TrimPrefix(line, "0::")
+		}
+	}
+	return filepath.Join(mnt, own), nil
+}
+
+// killCgroup kills every process in a cgroup v2 directory: cgroup.kill
+// (Linux 5.14+), else one by one.
+func killCgroup(dir string) {
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0); err == nil {
+		return
+	}
+	for i := 0; i < 10; i++ {
+		b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+		if err != nil || len(strings.TrimSpace(string(b))) == 0 {
+			return
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// removeCgroupTree removes a pod's cgroup directories, waiting (bounded) for
+// killed processes to leave them.
+func removeCgroupTree(dir string) error {
+	entries, _ := os.ReadDir(dir)
+	var errs []error
+	for _, e := range entries {
+		if e.IsDir() {
+			sub := filepath.Join(dir, e.Name())
+			killCgroup(sub)
+			errs = append(errs, rmdirRetry(sub))
+		}
+	}
+	errs = append(errs, rmdirRetry(dir))
+	return errors.Join(errs...)
+}
+
+func rmdirRetry(dir string) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := syscall.Rmdir(dir)
+		if err == nil || errors.Is(err, syscall.ENOENT) {
+			return nil
+		}
+		if !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
+			return fmt.Errorf("remove cgroup %s: %w", dir, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

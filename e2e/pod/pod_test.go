@@ -1,0 +1,180 @@
+package pod
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the pod simulation creates namespaces and cgroups")
+	}
+}
+
+func needTools(t *testing.T) Tools {
+	t.Helper()
+	requireRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	tl, err := BuildTools(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tl
+}
+
+func backends(t *testing.T, tl Tools) []Backend {
+	return []Backend{Namespaces{Podsim: tl.Podsim}}
+}
+
+func startPod(t *testing.T, b Backend, spec Spec) *Pod {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, err := Start(ctx, b, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(p.Describe())
+		}
+		if err := p.Close(); err != nil {
+			t.Errorf("close pod: %v", err)
+		}
+	})
+	return p
+}
+
+// TestPodShape: the containers see one another as a pod with
+// shareProcessNamespace does: pause is PID 1, each main process has PPID 0,
+// each container has its own cgroup (itself "/", others "/../name"), and
+// uids are as set.
+func TestPodShape(t *testing.T) {
+	tl := needTools(t)
+	for _, b := range backends(t, tl) {
+		t.Run(b.Name(), func(t *testing.T) {
+			p := startPod(t, b, Spec{Name: "shape", Containers: []Container{
+				{Name: "app", Argv: []string{tl.Podsim, "app", "--sleep", "1m"}, UID: 1000, GID: 1000},
+				{Name: "viewer", Argv: []string{tl.Podsim, "app", "--sleep", "1m"}, UID: 1337, GID: 1337},
+			}})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if _, err := p.WaitRunning(ctx, "viewer", 0); err != nil {
+				t.Fatal(err)
+			}
+			out, err := p.Exec(ctx, "viewer", tl.Podsim, "ps")
+			if err != nil {
+				t.Fatalf("ps: %v\n%s", err, out)
+			}
+			lines := map[string][]string{} // comm -> fields, first seen
+			var all []string
+			for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+				f := strings.Fields(l)
+				all = append(all, l)
+				if len(f) == 5 {
+					key := f[0]
+					lines[key] = f
+				}
+			}
+			// PID 1 is pause, in its own cgroup.
+			if f := lines["1"]; f == nil || f[3] != "podsim" || f[4] != "/../pause" {
+				t.Errorf("PID 1 = %v, want pause in /../pause; ps:\n%s", f, out)
+			}
+			var app, viewer, exec []string
+			for _, f := range lines {
+				switch {
+				case f[4] == "/../app" && f[1] == "0":
+					app = f
+				case f[4] == "/" && f[1] == "0" && f[3] == "podsim" && f[2] == "1337" && viewer == nil:
+					viewer = f
+				}
+				if f[4] == "/" && f[3] == "podsim" {
+					exec = f
+				}
+			}
+			if app == nil || app[2] != "1000" {
+				t.Errorf("app main process = %v, want PPID 0, uid 1000, cgroup /../app; ps:\n%s", app, strings.Join(all, "\n"))
+			}
+			if viewer == nil || exec == nil {
+				t.Errorf("viewer's processes missing; ps:\n%s", strings.Join(all, "\n"))
+			}
+		})
+	}
+}
+
+// TestPodPhases: exit codes are recorded and the phase follows the policy.
+func TestPodPhases(t *testing.T) {
+	tl := needTools(t)
+	app := func(name string, args ...string) Container {
+		return Container{Name: name, Argv: append([]string{tl.Podsim, "app"}, args...)}
+	}
+	tests := []struct {
+		name   string
+		policy RestartPolicy
+		ctrs   []Container
+		phase  Phase
+		codes  map[string]int
+	}{
+		{"never ok", Never, []Container{app("a"), app("b", "--sleep", "100ms")}, Succeeded, map[string]int{"a": 0, "b": 0}},
+		{"never fail", Never, []Container{app("a", "--exit", "3"), app("b")}, Failed, map[string]int{"a": 3, "b": 0}},
+		{"never killed", Never, []Container{app("a", "--kill", "9")}, Failed, map[string]int{"a": 137}},
+		{"onfailure ok", OnFailure, []Container{app("a")}, Succeeded, map[string]int{"a": 0}},
+	}
+	for _, b := range backends(t, tl) {
+		for _, tt := range tests {
+			t.Run(b.Name()+"/"+tt.name, func(t *testing.T) {
+				p := startPod(t, b, Spec{Name: "phases", RestartPolicy: tt.policy, Containers: tt.ctrs})
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				st, err := p.WaitPhase(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if st.Phase != tt.phase {
+					t.Errorf("phase %s, want %s", st.Phase, tt.phase)
+				}
+				for name, code := range tt.codes {
+					if got := st.Container(name).ExitCode; got != code {
+						t.Errorf("%s exit %d, want %d", name, got, code)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestPodRestartAndDelete: under OnFailure a failing container is restarted
+// as a new container; deletion sends SIGTERM and the pod stops.
+func TestPodRestartAndDelete(t *testing.T) {
+	tl := needTools(t)
+	for _, b := range backends(t, tl) {
+		t.Run(b.Name(), func(t *testing.T) {
+			p := startPod(t, b, Spec{Name: "restart", RestartPolicy: OnFailure, RestartBackoff: 50 * time.Millisecond,
+				TerminationGracePeriod: 5 * time.Second, Containers: []Container{
+					{Name: "flaky", Argv: []string{tl.Podsim, "app", "--sleep", "50ms", "--exit", "1"}},
+					{Name: "server", Argv: []string{tl.Podsim, "app", "--sleep", "1h"}},
+				}})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if _, err := p.WaitFor(ctx, func(s Status) bool { return s.Container("flaky").Restarts >= 2 }); err != nil {
+				t.Fatal(err)
+			}
+			if ph := p.Status().Phase; ph != Running {
+				t.Errorf("phase while restarting = %s, want Running", ph)
+			}
+			st := p.Delete(ctx)
+			// The app handles SIGTERM and exits 143, as a shell would report.
+			if c := st.Container("server"); c.Running || c.ExitCode != 143 {
+				t.Errorf("server after delete = %+v, want exit 143 after SIGTERM", c)
+			}
+			if !strings.Contains(p.Logs("server"), "app signal SIGTERM") {
+				t.Errorf("server never got SIGTERM")
+			}
+		})
+	}
+}

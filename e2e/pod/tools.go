@@ -1,0 +1,81 @@
+package pod
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+)
+
+// Tools are the binaries a simulated pod runs, built from this checkout.
+type Tools struct {
+	// Dir holds them; it and they are readable by every user, since
+	// containers run as several.
+	Dir string
+	// Podsim is e2e/cmd/podsim (pause, enter, app, wait-http).
+	Podsim string
+	// PilotAgent is podsim under the name pilot-agent, so that its comm is
+	// "pilot-agent": the stand-in sidecar.
+	PilotAgent string
+	// Supervisor is cmd/sidecar-supervisor, static, as the image has it.
+	Supervisor string
+}
+
+var (
+	toolsOnce sync.Once
+	tools     Tools
+	toolsErr  error
+)
+
+// RepoDir is the checkout's root directory.
+func RepoDir() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// BuildTools builds the tools once per process (the Go build cache makes a
+// rebuild of unchanged sources quick).
+func BuildTools(ctx context.Context) (Tools, error) {
+	toolsOnce.Do(func() { tools, toolsErr = buildTools(ctx) })
+	return tools, toolsErr
+}
+
+func buildTools(ctx context.Context) (Tools, error) {
+	dir, err := os.MkdirTemp("", "podsim-tools-")
+	if err != nil {
+		return Tools{}, err
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return Tools{}, err
+	}
+	repo := RepoDir()
+	t := Tools{
+		Dir:        dir,
+		Podsim:     filepath.Join(dir, "podsim"),
+		PilotAgent: filepath.Join(dir, "sidecar", "pilot-agent"),
+		Supervisor: filepath.Join(dir, "sidecar-supervisor"),
+	}
+	builds := []struct{ moduleDir, out, pkg string }{
+		{filepath.Join(repo, "e2e"), t.Podsim, "./cmd/podsim"},
+		// As the Dockerfile builds it.
+		{repo, t.Supervisor, "./cmd/sidecar-supervisor"},
+	}
+	for _, b := range builds {
+		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", b.out, b.pkg)
+		cmd.Dir = b.moduleDir
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return Tools{}, fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(t.PilotAgent), 0o755); err != nil {
+		return Tools{}, err
+	}
+	if err := os.Link(t.Podsim, t.PilotAgent); err != nil {
+		return Tools{}, err
+	}
+	return t, nil
+}
