@@ -51,6 +51,7 @@ cluster_down_main() {
 		ip link delete "$CNI_BRIDGE" || log "could not delete bridge $CNI_BRIDGE"
 	fi
 	remove_cgroups
+	remove_host_paths
 
 	local left
 	left="$(mounts_under "$CLUSTER_DIR")"
@@ -116,6 +117,23 @@ kill_strays() {
 		kill -KILL $pids 2>/dev/null || true
 		sleep 0.3
 	done
+}
+
+# remove_host_paths: what the daemons left outside the state directory (see
+# HOST_PATHS), for the paths that cluster-up.sh saw appear. Links into the
+# state directory go in any case: they dangle now.
+remove_host_paths() {
+	local l p
+	for l in /var/log/containers/*.log; do
+		[ -L "$l" ] || continue
+		case "$(readlink "$l")" in "$CLUSTER_DIR"/*) rm -f "$l" ;; esac
+	done
+	[ -s "$CLUSTER_DIR/created-host-paths" ] || return 0
+	while read -r p; do
+		[ -e "$p" ] || continue
+		find "$p" -depth \( -type s -o -xtype l -o -type d -empty \) -delete 2>/dev/null || true
+		[ ! -e "$p" ] || log "left $p in place: it holds files of someone else"
+	done <"$CLUSTER_DIR/created-host-paths"
 }
 
 # remove_cgroups: the pod and container cgroups runc made for this cluster's

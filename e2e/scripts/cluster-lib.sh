@@ -33,6 +33,15 @@ SERVICE_SUBNET=10.234.128.0/24
 
 CONTAINERD_SOCK="$CLUSTER_DIR/containerd/containerd.sock"
 KUBECONFIG_PATH="$CLUSTER_DIR/kubeconfig"
+# Paths outside CLUSTER_DIR that the daemons use whatever they are told:
+#   /var/log/containers  the kubelet's links to container logs
+#   /var/lib/kubelet     the kubelet's device-plugin socket
+#   /var/lib/cni         the CNI library's result cache (containerd 1.6 has no setting)
+#   /run/containerd      containerd 1.6's shim sockets (/run/containerd/s)
+# cluster-up.sh records which of them did not exist before it started;
+# cluster-down.sh removes what is left in those (sockets, dangling links, empty
+# directories; never a regular file).
+HOST_PATHS=(/var/log/containers /var/lib/kubelet /var/lib/cni /run/containerd)
 # Daemons, in start order; stopped in reverse.
 CLUSTER_DAEMONS=(etcd containerd kube-apiserver kube-controller-manager kube-scheduler kubelet)
 

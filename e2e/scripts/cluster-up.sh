@@ -49,6 +49,10 @@ cluster_up_main() {
 	mkdir -p "$CLUSTER_DIR"/{pids,logs,pki,etcd,containerd,cni/net.d,cni/ipam,kubelet,pod-logs}
 	start=$SECONDS
 
+	local p
+	for p in "${HOST_PATHS[@]}"; do
+		[ -e "$p" ] || printf '%s\n' "$p" >>"$CLUSTER_DIR/created-host-paths"
+	done
 	make_pki
 	write_configs
 
@@ -275,6 +279,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         BinaryName = "/usr/sbin/runc"
+        # runc's state, else under /run/containerd/runc.
+        Root = "$c/runc"
         SystemdCgroup = false
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
@@ -333,6 +339,9 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
 serializeImagePulls: false
+# Leave the host's firewall alone: by default the kubelet adds KUBE-* chains
+# and a KUBE-FIREWALL jump to INPUT and OUTPUT, which outlive it.
+makeIPTablesUtilChains: false
 EOF
 }
 
