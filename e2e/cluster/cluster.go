@@ -258,10 +258,13 @@ func (c *Cluster) DaemonLog(name string, n int) string {
 // comes, and returns its stdout.
 func (c *Cluster) runScript(ctx context.Context, name string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, "bash", append([]string{filepath.Join(c.scripts, name)}, args...)...)
-	// On cancellation, end the script's whole process group, not only bash.
+	// On cancellation, SIGTERM the script's whole process group (bash and
+	// whatever it waits for), so that cluster-up.sh's EXIT trap still tears
+	// down what it started; the daemons run in sessions of their own. Past
+	// WaitDelay, bash is killed.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 10 * time.Second
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
+	cmd.WaitDelay = 30 * time.Second
 	var stdout bytes.Buffer
 	cmd.Stdout = &stdout
 	stderr, err := cmd.StderrPipe()

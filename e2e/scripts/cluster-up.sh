@@ -46,6 +46,10 @@ cluster_up_main() {
 	fi
 	bash "$E2E_DIR/scripts/cluster-down.sh" >&2
 	trap on_failure EXIT
+	# A signal must end the script through exit, so that the EXIT trap tears
+	# down what was started (bash runs no EXIT trap when a signal kills it).
+	trap 'exit 143' TERM
+	trap 'exit 130' INT
 	mkdir -p "$CLUSTER_DIR"/{pids,logs,pki,etcd,containerd,cni/net.d,cni/ipam,kubelet,pod-logs}
 	start=$SECONDS
 
@@ -108,7 +112,7 @@ cluster_up_main() {
 	wait_for "node $NODE_NAME Ready" "$READY_TIMEOUT" node_ready
 	wait_for "ServiceAccount default" 60 kubectl_cmd -n default get serviceaccount default
 	wait_for "ConfigMap kube-root-ca.crt" 60 kubectl_cmd -n default get configmap kube-root-ca.crt
-	trap - EXIT
+	trap - EXIT TERM INT
 	log "cluster up in $((SECONDS - start))s (node Ready), state in $CLUSTER_DIR"
 	print_env
 }
