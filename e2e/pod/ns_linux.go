@@ -194,10 +194,15 @@ func (n Namespaces) enter(p *Pod, c *Container, cgroup string, argv []string, ou
 		runtime.LockOSThread()
 		// No UnlockOSThread: this thread joins the pod's namespaces and must
 		// end with this goroutine.
-		for _, ns := range []struct {
+		type nsKind struct {
 			name string
 			flag int
-		}{{"pid", unix.CLONE_NEWPID}, {"net", unix.CLONE_NEWNET}, {"ipc", unix.CLONE_NEWIPC}, {"uts", unix.CLONE_NEWUTS}} {
+		}
+		join := []nsKind{{"net", unix.CLONE_NEWNET}, {"ipc", unix.CLONE_NEWIPC}, {"uts", unix.CLONE_NEWUTS}}
+		if !c.OwnPIDNamespace {
+			join = append(join, nsKind{"pid", unix.CLONE_NEWPID})
+		}
+		for _, ns := range join {
 			fd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/%s", p.PausePID, ns.name), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 			if err != nil {
 				res <- result{err: fmt.Errorf("open pod %s namespace: %w", ns.name, err)}
@@ -214,6 +219,9 @@ func (n Namespaces) enter(p *Pod, c *Container, cgroup string, argv []string, ou
 		cmd.Env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, c.Env...)
 		cmd.Stdout, cmd.Stderr = out, out
 		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS}
+		if c.OwnPIDNamespace {
+			cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWPID
+		}
 		err := cmd.Start()
 		res <- result{cmd, err}
 	}()

@@ -64,6 +64,9 @@ type Spec struct {
 	// Log receives every container's output as it comes, each line prefixed
 	// with the container's name (the demo shows it). May be nil.
 	Log io.Writer
+	// Dir is the directory for the pod's files (see Pod.Dir); empty makes
+	// a temporary one. It is removed by Close either way.
+	Dir string
 }
 
 // Container is one container of the pod.
@@ -86,6 +89,12 @@ type Container struct {
 	Caps []int
 	// NoNewPrivs is allowPrivilegeEscalation: false.
 	NoNewPrivs bool
+	// OwnPIDNamespace leaves the container out of the pod's PID namespace,
+	// as shareProcessNamespace: false does.
+	OwnPIDNamespace bool
+	// StartDelay holds the container's start back, as a slow image pull
+	// does; the containers after it wait too.
+	StartDelay time.Duration
 	// PostStart runs in the container after it starts; the next container
 	// starts only once it returns (how Istio holds the application until
 	// the proxy is ready).
@@ -94,7 +103,9 @@ type Container struct {
 	PreStop []string
 	// TerminationMessage is where the container writes its termination
 	// message, as the container sees it ("" for none). The pod creates the
-	// file, as the kubelet does; read it with Pod.TerminationMessage.
+	// file, as the kubelet does, at Pod.TerminationMessagePath; the runc
+	// backend mounts it there. The namespaces backend runs over the host
+	// filesystem: there the container must be told the host path.
 	TerminationMessage string
 }
 
@@ -213,13 +224,17 @@ func Start(ctx context.Context, b Backend, spec Spec) (*Pod, error) {
 	if spec.Name == "" {
 		spec.Name = "pod"
 	}
-	dir, err := os.MkdirTemp("", "podsim-"+spec.Name+"-")
-	if err != nil {
-		return nil, err
-	}
-	// Containers run as other users and must reach their files.
-	if err := os.Chmod(dir, 0o755); err != nil {
-		return nil, err
+	dir := spec.Dir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "podsim-"+spec.Name+"-")
+		if err != nil {
+			return nil, err
+		}
+		// Containers run as other users and must reach their files.
+		if err := os.Chmod(d, 0o755); err != nil {
+			return nil, err
+		}
+		dir = d
 	}
 	p := &Pod{Spec: spec, Backend: b, Dir: dir, changed: make(chan struct{}), done: make(chan struct{})}
 	n := len(spec.Containers)
@@ -295,6 +310,13 @@ func (p *Pod) supervise(ctx context.Context, i int, started chan struct{}) {
 	c := &p.Spec.Containers[i]
 	once := sync.OnceFunc(func() { close(started) })
 	defer once()
+	if c.StartDelay > 0 {
+		select {
+		case <-time.After(c.StartDelay):
+		case <-ctx.Done():
+			return
+		}
+	}
 	for attempt := 0; ; attempt++ {
 		r, w, err := os.Pipe()
 		if err != nil {

@@ -1,0 +1,378 @@
+package scenarios
+
+import (
+	"context"
+	"os"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/pod"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	os.Exit(code)
+}
+
+// builder makes a Desc into a startable pod for one backend.
+type builder struct {
+	name  string
+	build func(Desc) (Built, error)
+}
+
+func builders(t *testing.T) []builder {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the pod simulation creates namespaces and cgroups")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	tl, err := pod.BuildTools(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []builder{
+		{"namespaces", func(d Desc) (Built, error) { return BuildNamespaces(d, tl) }},
+	}
+}
+
+// run starts the pod and returns it with its build; cleanup closes it and
+// prints everything when the test failed.
+func run(t *testing.T, b builder, d Desc) (*pod.Pod, Built) {
+	t.Helper()
+	built, err := b.build(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, err := pod.Start(ctx, built.Backend, built.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("%s\n--- pilot-agent record:\n%s", p.Describe(), strings.Join(Record(built.PilotRecord), "\n"))
+		}
+		if err := p.Close(); err != nil {
+			t.Errorf("close pod: %v", err)
+		}
+	})
+	return p, built
+}
+
+func waitPhase(t *testing.T, p *pod.Pod, within time.Duration) pod.Status {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	st, err := p.WaitPhase(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// fast makes the supervisor's bounds short enough for tests.
+var fast = []string{"SUPERVISOR_STOP_TIMEOUT=3s", "SUPERVISOR_SIDECAR_START_TIMEOUT=10s", "SUPERVISOR_APP_START_TIMEOUT=10s"}
+
+// TestJobs is the core table: a Job pod (restartPolicy Never) with the
+// stand-in pilot-agent, on every backend.
+func TestJobs(t *testing.T) {
+	tests := []struct {
+		name string
+		desc Desc
+		// want
+		phase      pod.Phase
+		codes      map[string]int
+		record     []string // the stand-in's record after its start line
+		summary    string   // in the termination message
+		supervisor []string // log messages, in order (a subsequence)
+	}{
+		{
+			name:  "app exits 0",
+			desc:  Desc{Apps: []App{{Name: "app", Args: []string{"--sleep", "300ms"}, UID: 1000}}},
+			phase: pod.Succeeded, codes: map[string]int{"app": 0, "istio-proxy": 0, "supervisor": 0},
+			record:     []string{"signal SIGTERM", "exit 0"},
+			summary:    "success: app exit 0; action SIGTERM; sidecar stopped",
+			supervisor: []string{"starting", "app found", "app exited", "decision", "sidecar signalled", "sidecar stopped", "done"},
+		},
+		{
+			name:  "app exits 3",
+			desc:  Desc{Apps: []App{{Name: "app", Args: []string{"--sleep", "300ms", "--exit", "3"}}}},
+			phase: pod.Failed, codes: map[string]int{"app": 3, "istio-proxy": 137, "supervisor": 0},
+			record:  []string{},
+			summary: "failure: app exit 3; action SIGKILL",
+		},
+		{
+			name:  "app killed by a signal",
+			desc:  Desc{Apps: []App{{Name: "app", Args: []string{"--sleep", "300ms", "--kill", "9"}}}},
+			phase: pod.Failed, codes: map[string]int{"app": 137, "istio-proxy": 137, "supervisor": 0},
+			record:  []string{},
+			summary: "failure: app killed by SIGKILL; action SIGKILL",
+		},
+		{
+			name: "two apps, the sidecar stops after the second",
+			desc: Desc{Apps: []App{{Name: "quick", Args: []string{"--sleep", "500ms"}},
+				{Name: "slow", Args: []string{"--sleep", "1500ms"}}}},
+			phase: pod.Succeeded, codes: map[string]int{"quick": 0, "slow": 0, "istio-proxy": 0},
+			record:  []string{"signal SIGTERM", "exit 0"},
+			summary: "success: all 2 app containers exit 0",
+		},
+		{
+			name: "sidecar starts after the app is done",
+			desc: Desc{Apps: []App{{Name: "app"}}, ProxyStartDelay: 1500 * time.Millisecond},
+			// The supervisor comes after istio-proxy in the spec, so it
+			// starts late too: the app has already finished by then.
+			phase: pod.Succeeded, codes: map[string]int{"app": 0, "istio-proxy": 0},
+			record: []string{"signal SIGTERM", "exit 0"},
+		},
+		{
+			name: "sidecar ignores SIGTERM",
+			desc: Desc{Apps: []App{{Name: "app", Args: []string{"--sleep", "200ms"}}},
+				ProxyEnv: []string{"PILOT_IGNORE_TERM=1"}, SupervisorEnv: []string{"SUPERVISOR_STOP_TIMEOUT=1s"}},
+			phase: pod.Failed, codes: map[string]int{"app": 0, "istio-proxy": 137, "supervisor": 0},
+			record:     []string{"signal SIGTERM"},
+			summary:    "pilot-agent did not stop within 1s, sent SIGKILL",
+			supervisor: []string{"sidecar signalled", "sidecar did not stop in time: sending SIGKILL", "sidecar signalled", "sidecar stopped"},
+		},
+		{
+			name: "HTTP action",
+			desc: Desc{Apps: []App{{Name: "app", Args: []string{"--sleep", "200ms"}}},
+				SupervisorEnv: []string{"SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit"}},
+			phase: pod.Succeeded, codes: map[string]int{"app": 0, "istio-proxy": 0},
+			record:     []string{"quitquitquit", "exit 0"},
+			summary:    "action POST http://127.0.0.1:15020/quitquitquit",
+			supervisor: []string{"decision", "sidecar asked to stop", "sidecar stopped"},
+		},
+		{
+			name: "HTTP action refused falls back to SIGTERM",
+			desc: Desc{Apps: []App{{Name: "app", Args: []string{"--sleep", "200ms"}}},
+				SupervisorEnv: []string{"SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15999/quitquitquit"}},
+			phase: pod.Succeeded, codes: map[string]int{"app": 0, "istio-proxy": 0},
+			record:     []string{"signal SIGTERM", "exit 0"},
+			supervisor: []string{"decision", "http action failed: falling back to SIGTERM", "sidecar signalled", "sidecar stopped"},
+		},
+		{
+			name: "app held until the proxy is ready",
+			desc: Desc{Apps: []App{{Name: "app", Args: []string{"--sleep", "100ms"}}}, HoldApp: true,
+				ProxyEnv: []string{"PILOT_READY_DELAY=500ms"}},
+			phase: pod.Succeeded, codes: map[string]int{"app": 0, "istio-proxy": 0},
+			record: []string{"signal SIGTERM", "exit 0"},
+		},
+	}
+	for _, b := range builders(t) {
+		for _, tt := range tests {
+			t.Run(b.name+"/"+tt.name, func(t *testing.T) {
+				d := tt.desc
+				d.Name = "job"
+				d.SupervisorEnv = append(append([]string{}, fast...), d.SupervisorEnv...)
+				p, built := run(t, b, d)
+				st := waitPhase(t, p, time.Minute)
+				if st.Phase != tt.phase {
+					t.Errorf("phase %s, want %s (%s)", st.Phase, tt.phase, st)
+				}
+				for name, code := range tt.codes {
+					if got := st.Container(name).ExitCode; got != code {
+						t.Errorf("%s exit %d, want %d", name, got, code)
+					}
+				}
+				rec := Record(built.PilotRecord)
+				if len(rec) == 0 || !strings.HasPrefix(rec[0], "start ") {
+					t.Fatalf("stand-in never started: %q", rec)
+				}
+				if got := rec[1:]; !slices.Equal(got, tt.record) {
+					t.Errorf("pilot-agent record %q, want %q", got, tt.record)
+				}
+				if tt.summary != "" {
+					if msg := p.TerminationMessage("supervisor"); !strings.Contains(msg, tt.summary) {
+						t.Errorf("termination message %q, want it to contain %q", msg, tt.summary)
+					}
+				}
+				if tt.supervisor != nil {
+					msgs := Messages(ParseLog(p.Logs("supervisor")))
+					if !isSubsequence(tt.supervisor, msgs) {
+						t.Errorf("supervisor log %q, want in order %q", msgs, tt.supervisor)
+					}
+				}
+			})
+		}
+	}
+}
+
+func isSubsequence(want, got []string) bool {
+	i := 0
+	for _, g := range got {
+		if i < len(want) && g == want[i] {
+			i++
+		}
+	}
+	return i == len(want)
+}
+
+// TestTwoAppsOrder: while the second app runs, the sidecar is untouched.
+func TestTwoAppsOrder(t *testing.T) {
+	for _, b := range builders(t) {
+		t.Run(b.name, func(t *testing.T) {
+			p, built := run(t, b, Desc{Name: "two", SupervisorEnv: fast, Apps: []App{
+				// quick must outlive the supervisor's start to be seen.
+				{Name: "quick", Args: []string{"--sleep", "500ms"}}, {Name: "slow", Args: []string{"--sleep", "1h"}}}})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if _, err := p.WaitFor(ctx, func(s pod.Status) bool {
+				q := s.Container("quick")
+				return q.Started && !q.Running && s.Container("supervisor").Running
+			}); err != nil {
+				t.Fatal(err)
+			}
+			// The supervisor has seen "quick" exit; give it every chance to
+			// act wrongly, then check it did not.
+			waitLog(t, p, "app exited")
+			time.Sleep(500 * time.Millisecond)
+			if rec := Record(built.PilotRecord); len(rec) != 1 || !p.Status().Container("istio-proxy").Running {
+				t.Fatalf("sidecar touched while an app runs: %q", rec)
+			}
+			if err := p.Signal("slow", syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			st := waitPhase(t, p, 30*time.Second)
+			if st.Container("istio-proxy").ExitCode != 137 || st.Phase != pod.Failed {
+				t.Errorf("after slow was killed by SIGKILL: %s, want istio-proxy 137 and Failed", st)
+			}
+		})
+	}
+}
+
+// waitLog waits (bounded) for a message in the supervisor's log.
+func waitLog(t *testing.T, p *pod.Pod, msg string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if slices.Contains(Messages(ParseLog(p.Logs("supervisor"))), msg) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("no %q in the supervisor's log", msg)
+}
+
+// TestBadSetting: exit 2 before touching anything, naming the variable.
+func TestBadSetting(t *testing.T) {
+	for _, b := range builders(t) {
+		t.Run(b.name, func(t *testing.T) {
+			p, built := run(t, b, Desc{Name: "bad", Apps: []App{{Name: "app", Args: []string{"--sleep", "1h"}}},
+				SupervisorEnv: []string{"SUPERVISOR_STOP_TIMEOUT=soon"}})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			st, err := p.WaitFor(ctx, func(s pod.Status) bool { c := s.Container("supervisor"); return c.Started && !c.Running })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c := st.Container("supervisor"); c.ExitCode != 2 {
+				t.Errorf("supervisor exit %d, want 2", c.ExitCode)
+			}
+			if logs := p.Logs("supervisor"); !strings.Contains(logs, `SUPERVISOR_STOP_TIMEOUT="soon": want a duration`) {
+				t.Errorf("supervisor output does not name the variable:\n%s", logs)
+			}
+			if rec := Record(built.PilotRecord); len(rec) != 1 || !st.Container("app").Running || !st.Container("istio-proxy").Running {
+				t.Errorf("something was touched: record %q, status %s", rec, st)
+			}
+		})
+	}
+}
+
+// TestNotShared: without a shared PID namespace, exit 1 saying how to fix it.
+func TestNotShared(t *testing.T) {
+	for _, b := range builders(t) {
+		t.Run(b.name, func(t *testing.T) {
+			p, _ := run(t, b, Desc{Name: "unshared", Apps: []App{{Name: "app", Args: []string{"--sleep", "1h"}}},
+				SupervisorOwnPIDNS: true})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			st, err := p.WaitFor(ctx, func(s pod.Status) bool { c := s.Container("supervisor"); return c.Started && !c.Running })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c := st.Container("supervisor"); c.ExitCode != 1 {
+				t.Errorf("supervisor exit %d, want 1", c.ExitCode)
+			}
+			if logs := p.Logs("supervisor"); !strings.Contains(logs, "shareProcessNamespace: true") {
+				t.Errorf("supervisor output does not say how to fix it:\n%s", logs)
+			}
+			if msg := p.TerminationMessage("supervisor"); !strings.Contains(msg, "shareProcessNamespace") {
+				t.Errorf("termination message %q", msg)
+			}
+		})
+	}
+}
+
+// TestSupervisorTerminated: SIGTERM to the supervisor mid-wait (pod
+// deletion): it exits 0 at once and leaves the sidecar alone.
+func TestSupervisorTerminated(t *testing.T) {
+	for _, b := range builders(t) {
+		t.Run(b.name, func(t *testing.T) {
+			p, built := run(t, b, Desc{Name: "term", Apps: []App{{Name: "app", Args: []string{"--sleep", "1h"}}}})
+			waitLog(t, p, "app found")
+			if err := p.Signal("supervisor", syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			st, err := p.WaitFor(ctx, func(s pod.Status) bool { return !s.Container("supervisor").Running })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c := st.Container("supervisor"); c.ExitCode != 0 {
+				t.Errorf("supervisor exit %d, want 0", c.ExitCode)
+			}
+			if rec := Record(built.PilotRecord); len(rec) != 1 || !st.Container("istio-proxy").Running {
+				t.Errorf("sidecar touched: %q", rec)
+			}
+		})
+	}
+}
+
+// TestPodDeletion: the kubelet SIGTERMs every container at once; the app
+// dies of it. That is no Job failure: the supervisor must not SIGKILL the
+// draining proxy.
+func TestPodDeletion(t *testing.T) {
+	for _, b := range builders(t) {
+		t.Run(b.name, func(t *testing.T) {
+			p, built := run(t, b, Desc{Name: "delete", Apps: []App{{Name: "app", Args: []string{"--sleep", "1h"}}},
+				ProxyEnv: []string{"PILOT_DRAIN=1s"}, Grace: 10 * time.Second})
+			waitLog(t, p, "app found")
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			st := p.Delete(ctx)
+			if c := st.Container("istio-proxy"); c.ExitCode != 0 {
+				t.Errorf("istio-proxy exit %d, want 0 (drained, not killed)", c.ExitCode)
+			}
+			if rec := Record(built.PilotRecord); len(rec) == 0 || !slices.Equal(rec[1:], []string{"signal SIGTERM", "exit 0"}) {
+				t.Errorf("pilot-agent record %q, want one SIGTERM (the kubelet's) and exit 0", rec)
+			}
+			if c := st.Container("supervisor"); c.ExitCode != 0 {
+				t.Errorf("supervisor exit %d, want 0", c.ExitCode)
+			}
+		})
+	}
+}
+
+// TestControl: without the supervisor the pod never completes.
+func TestControl(t *testing.T) {
+	for _, b := range builders(t) {
+		t.Run(b.name, func(t *testing.T) {
+			p, _ := run(t, b, Desc{Name: "control", NoSupervisor: true, Apps: []App{{Name: "app"}}})
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			st, err := p.WaitPhase(ctx)
+			if err == nil {
+				t.Fatalf("pod reached %s without the supervisor", st.Phase)
+			}
+			if st.Phase != pod.Running || st.Container("app").Running || !st.Container("istio-proxy").Running {
+				t.Errorf("status %s, want Running with the app done and istio-proxy up", st)
+			}
+		})
+	}
+}
