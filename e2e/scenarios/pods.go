@@ -94,8 +94,8 @@ func BuildNamespaces(d Desc, tl pod.Tools) (Built, error) {
 	if d.Proxy == StandIn {
 		proxy = &pod.Container{
 			Name: "istio-proxy", Argv: []string{tl.PilotAgent, "proxy", "sidecar"},
-			Env:  append([]string{"PILOT_RECORD=" + b.PilotRecord}, d.ProxyEnv...),
-			UID:  ProxyUID, GID: ProxyUID, NoNewPrivs: true, StartDelay: d.ProxyStartDelay,
+			Env: append([]string{"PILOT_RECORD=" + b.PilotRecord}, d.ProxyEnv...),
+			UID: ProxyUID, GID: ProxyUID, NoNewPrivs: true, StartDelay: d.ProxyStartDelay,
 		}
 		if d.HoldApp {
 			proxy.PostStart = []string{tl.Podsim, "wait-http", "http://127.0.0.1:15021/healthz/ready", "60s"}
