@@ -26,6 +26,13 @@
 #   cgroupsPerQOS: false, enforceNodeAllocatable: []
 #                                     no QoS/allocatable cgroup trees to manage
 #   containerd restrict_oom_score_adj lowering oom_score_adj is refused here
+#   node name localhost, API server --kubelet-preferred-address-types Hostname
+#                                     the kubelet refuses --node-ip 127.0.0.1, and
+#                                     logs/exec need an address that reaches it
+#   makeIPTablesUtilChains: false     else KUBE-* rules stay in the host firewall
+#
+# A cluster started by hand is torn down by the next go test that uses it
+# (the last user's Stop), unless SUPERVISOR_E2E_KEEP_CLUSTER=1 is set there.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/cluster-lib.sh"
 
