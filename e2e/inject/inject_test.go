@@ -22,7 +22,9 @@ import (
 
 	"istio.io/istio/pilot/pkg/features"
 	"istio.io/istio/pilot/pkg/model"
+	"istio.io/istio/pkg/cluster"
 	"istio.io/istio/pkg/config/mesh/meshwatcher"
+	"istio.io/istio/pkg/kube"
 	"istio.io/istio/pkg/kube/inject"
 	"istio.io/istio/pkg/kube/multicluster"
 )
@@ -647,4 +649,66 @@ func dump(v any) string {
 		return err.Error()
 	}
 	return "--- got ---\n" + string(b)
+}
+
+// TestNativeSidecarAutoDetection shows istiod's default,
+// ENABLE_NATIVE_SIDECARS=auto: istio-proxy becomes a native sidecar when every
+// node's kubelet is 1.33 or newer, and the supervisor then stays out. The
+// webhook sees the nodes through a fake cluster holding one Node.
+func TestNativeSidecarAutoDetection(t *testing.T) {
+	old := features.EnableNativeSidecars
+	features.EnableNativeSidecars = features.NativeSidecarModeAuto
+	t.Cleanup(func() { features.EnableNativeSidecars = old })
+	in := installs(t)[0]
+	for _, tc := range []struct {
+		kubelet string
+		want    podShape
+	}{
+		{
+			kubelet: "v1.32.9",
+			want: podShape{
+				InitContainers:        []string{"istio-init"},
+				Containers:            []string{"app", supervisorName, proxyName},
+				ShareProcessNamespace: true,
+				SupervisorEnv:         supervisorEnv("Never", "1"),
+				SupervisorUser:        "1337",
+			},
+		},
+		{
+			kubelet: "v1.37.2",
+			want: podShape{
+				InitContainers: []string{"istio-init", proxyName},
+				Containers:     []string{"app"},
+			},
+		},
+	} {
+		t.Run("kubelet "+tc.kubelet, func(t *testing.T) {
+			node := &corev1.Node{
+				ObjectMeta: metav1.ObjectMeta{Name: "node-1"},
+				Status:     corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{KubeletVersion: tc.kubelet}},
+			}
+			clusters := multicluster.NewFakeController()
+			cfg := in.config
+			mux := http.NewServeMux()
+			if _, err := inject.NewWebhook(inject.WebhookParameters{
+				Watcher:      staticWatcher{config: &cfg, values: in.rawValues},
+				Env:          &model.Environment{Watcher: meshwatcher.NewTestWatcher(in.mesh)},
+				Mux:          mux,
+				MultiCluster: clusters,
+			}); err != nil {
+				t.Fatal(err)
+			}
+			stop := make(chan struct{})
+			t.Cleanup(func() { close(stop) })
+			client := kube.NewFakeClient(node)
+			clusters.Add(cluster.ID("Kubernetes"), client, stop)
+			if !client.RunAndWait(stop) {
+				t.Fatal("fake cluster did not sync")
+			}
+			pod := admit(t, mux, podFor(job("auto", corev1.RestartPolicyNever, nil, "app")))
+			if diff := cmp.Diff(tc.want, shapeOf(pod.Spec)); diff != "" {
+				t.Errorf("injected pod (-want +got):\n%s\n%s", diff, dump(pod))
+			}
+		})
+	}
 }
