@@ -121,6 +121,7 @@ func newLogger(cfg supervisor.Config, w io.Writer) zerolog.Logger {
 	// Durations as seconds ("elapsed":5.012), times to the millisecond: the
 	// log is read as a timeline.
 	zerolog.DurationFieldUnit = time.Second
+	zerolog.FloatingPointPrecision = 3
 	zerolog.TimeFieldFormat = "2006-01-02T15:04:05.000Z07:00"
 	if cfg.LogFormat == "console" {
 		w = zerolog.ConsoleWriter{Out: w, NoColor: true, TimeFormat: "15:04:05.000"}
