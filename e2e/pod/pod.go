@@ -82,6 +82,9 @@ type Container struct {
 	// Rootfs is the container's root filesystem (runc backend only; the
 	// namespaces backend runs over the host filesystem).
 	Rootfs string
+	// ReadOnlyRootfs mounts Rootfs read-only (readOnlyRootFilesystem; runc
+	// backend).
+	ReadOnlyRootfs bool
 	// Mounts are bind mounts host path -> container path (runc backend).
 	Mounts []Mount
 	// Caps keeps only these capabilities (numbers) in a root container's
