@@ -1,17 +1,22 @@
 // Package scenarios describes the pods the end-to-end tests and the demo
 // run — a Job's app containers, istio-proxy and the supervisor — once, and
-// builds them for each backend of package pod.
+// builds them for each backend of package pod: BuildNamespaces over the
+// host's filesystem, BuildRunc with a root filesystem per container (the
+// supervisor's unpacked from the image the Dockerfile builds).
 package scenarios
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/istioproxy"
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/pod"
 )
 
@@ -24,6 +29,10 @@ const (
 	StandIn ProxyKind = iota
 	// NoProxy leaves istio-proxy out.
 	NoProxy
+	// RealPilot is Istio's own pilot-agent (e2e/scripts/build-tools.sh)
+	// with the stand-in envoy, laid out by package istioproxy; its
+	// postStart hook for HoldApp is Istio's `pilot-agent wait`.
+	RealPilot
 )
 
 // App is one application container running podsim app with Args.
@@ -39,8 +48,17 @@ type Desc struct {
 	Policy pod.RestartPolicy
 	Apps   []App
 	Proxy  ProxyKind
-	// ProxyEnv configures the stand-in (PILOT_DRAIN, PILOT_IGNORE_TERM...).
+	// ProxyEnv configures the stand-in (PILOT_DRAIN, PILOT_IGNORE_TERM...)
+	// or is added to the real pilot-agent's environment.
 	ProxyEnv []string
+	// ProxyDrain is how long the proxy drains after SIGTERM: the real
+	// pilot-agent's terminationDrainDuration (default DefaultRealDrain
+	// here, 5s in Istio), the stand-in's PILOT_DRAIN.
+	ProxyDrain time.Duration
+	// ProxyReadyDelay keeps the proxy unready this long after it starts:
+	// the stand-in envoy's ENVOY_STANDIN_READY_DELAY under the real
+	// pilot-agent, the stand-in's PILOT_READY_DELAY.
+	ProxyReadyDelay time.Duration
 	// ProxyStartDelay starts istio-proxy late (after the apps).
 	ProxyStartDelay time.Duration
 	// HoldApp puts istio-proxy first with a postStart hook that waits for
@@ -62,15 +80,24 @@ type Built struct {
 	Backend pod.Backend
 	// Dir is the pod's directory (Spec.Dir).
 	Dir string
-	// PilotRecord is the stand-in pilot-agent's record file on the host.
+	// PilotRecord is the stand-in pilot-agent's record file on the host
+	// (StandIn).
 	PilotRecord string
+	// Proxy is the real pilot-agent's tree (RealPilot); its stand-in envoy
+	// keeps a record (Proxy.Record).
+	Proxy *istioproxy.Proxy
 }
+
+// DefaultRealDrain is the real pilot-agent's terminationDrainDuration when
+// Desc.ProxyDrain is unset: Istio's 5s would slow every test down.
+const DefaultRealDrain = time.Second
 
 // ProxyUID is istio-proxy's uid, as Istio's injector sets it; the
 // supervisor runs as the same non-root uid in our manifests.
 const ProxyUID = 1337
 
-// BuildNamespaces builds d for the namespaces backend.
+// BuildNamespaces builds d for the namespaces backend: every container runs
+// over the host's filesystem, the supervisor is the binary of pod.Tools.
 func BuildNamespaces(d Desc, tl pod.Tools) (Built, error) {
 	dir, err := os.MkdirTemp("", "podsim-"+d.Name+"-")
 	if err != nil {
@@ -80,9 +107,7 @@ func BuildNamespaces(d Desc, tl pod.Tools) (Built, error) {
 	if err := os.Chmod(dir, 0o777); err != nil {
 		return Built{}, err
 	}
-	b := Built{Dir: dir, PilotRecord: filepath.Join(dir, "pilot-agent.record"),
-		Backend: pod.Namespaces{Podsim: tl.Podsim}}
-	spec := pod.Spec{Name: d.Name, RestartPolicy: d.Policy, Dir: dir, TerminationGracePeriod: d.Grace}
+	b := Built{Dir: dir, Backend: pod.Namespaces{Podsim: tl.Podsim}}
 	var apps []pod.Container
 	for _, a := range d.Apps {
 		apps = append(apps, pod.Container{
@@ -91,14 +116,102 @@ func BuildNamespaces(d Desc, tl pod.Tools) (Built, error) {
 		})
 	}
 	var proxy *pod.Container
-	if d.Proxy == StandIn {
+	switch d.Proxy {
+	case StandIn:
+		b.PilotRecord = filepath.Join(dir, "pilot-agent.record")
 		proxy = &pod.Container{
-			Name: "istio-proxy", Argv: []string{tl.PilotAgent, "proxy", "sidecar"},
-			Env: append([]string{"PILOT_RECORD=" + b.PilotRecord}, d.ProxyEnv...),
-			UID: ProxyUID, GID: ProxyUID, NoNewPrivs: true, StartDelay: d.ProxyStartDelay,
+			Argv: []string{tl.PilotAgent, "proxy", "sidecar"}, Env: standInEnv(d, b.PilotRecord),
+			PostStart: []string{tl.Podsim, "wait-http", "http://127.0.0.1:15021/healthz/ready", "60s"},
 		}
-		if d.HoldApp {
-			proxy.PostStart = []string{tl.Podsim, "wait-http", "http://127.0.0.1:15021/healthz/ready", "60s"}
+	case RealPilot:
+		// The tree is pilot-agent's working directory.
+		px, err := prepareRealPilot(d, filepath.Join(dir, "istio-proxy"))
+		if err != nil {
+			return Built{}, err
+		}
+		b.Proxy = px
+		proxy = &pod.Container{Argv: px.Argv, Env: px.Env, Dir: px.Root, UID: px.UID, GID: px.GID,
+			PostStart: realPilotWait}
+	}
+	supervisor := &pod.Container{
+		Argv: []string{tl.Supervisor},
+		Env: append([]string{
+			"SUPERVISOR_TERMINATION_MESSAGE_PATH=" + filepath.Join(dir, "supervisor.termination-log"),
+		}, d.SupervisorEnv...),
+		UID: ProxyUID, GID: ProxyUID,
+		TerminationMessage: filepath.Join(dir, "supervisor.termination-log"),
+	}
+	b.Spec = assemble(d, dir, apps, proxy, supervisor)
+	return b, nil
+}
+
+// realPilotWait is Istio's holdApplicationUntilProxyStarts hook, `pilot-agent
+// wait` (it polls http://localhost:15021/healthz/ready, every 500ms, for
+// up to 60s), with the tree's relative path: the working directory is the
+// tree's root in both backends, and the namespaces backend's PATH is the
+// host's.
+var realPilotWait = []string{"./" + istioproxy.PilotAgentPath, "wait"}
+
+// standInEnv is the stand-in pilot-agent's environment.
+func standInEnv(d Desc, record string) []string {
+	env := []string{"PILOT_RECORD=" + record}
+	if d.ProxyDrain > 0 {
+		env = append(env, "PILOT_DRAIN="+d.ProxyDrain.String())
+	}
+	if d.ProxyReadyDelay > 0 {
+		env = append(env, "PILOT_READY_DELAY="+d.ProxyReadyDelay.String())
+	}
+	return append(env, d.ProxyEnv...)
+}
+
+// istioTools builds the real pilot-agent and the stand-in envoy once per
+// process (cached across runs by build-tools.sh).
+var istioTools = sync.OnceValues(func() (istioproxy.Tools, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	return istioproxy.BuildTools(ctx)
+})
+
+// prepareRealPilot lays the real pilot-agent's tree out at root.
+func prepareRealPilot(d Desc, root string) (*istioproxy.Proxy, error) {
+	tools, err := istioTools()
+	if err != nil {
+		return nil, fmt.Errorf("building pilot-agent with e2e/%s: %w", istioproxy.BuildScript, err)
+	}
+	drain := d.ProxyDrain
+	if drain == 0 {
+		drain = DefaultRealDrain
+	}
+	var apps []string
+	for _, a := range d.Apps {
+		apps = append(apps, a.Name)
+	}
+	return istioproxy.Prepare(root, istioproxy.Config{
+		Tools: tools, PodName: d.Name, AppContainers: apps,
+		TerminationDrainDuration: drain, EnvoyReadyDelay: d.ProxyReadyDelay, Env: d.ProxyEnv,
+	})
+}
+
+// assemble puts the containers in the order Istio's injector does and sets
+// what every backend shares. proxy and supervisor come with what differs
+// (command, files); the rest is set here: istio-proxy as the injector makes
+// it (uid 1337, no privilege escalation, every capability dropped, the
+// readiness hook only with HoldApp), the supervisor as deploy/ does (uid
+// 1337, no capabilities, no privilege escalation).
+func assemble(d Desc, dir string, apps []pod.Container, proxy, supervisor *pod.Container) pod.Spec {
+	spec := pod.Spec{Name: d.Name, RestartPolicy: d.Policy, Dir: dir, TerminationGracePeriod: d.Grace}
+	if d.Proxy == NoProxy {
+		proxy = nil
+	}
+	if proxy != nil {
+		proxy.Name = "istio-proxy"
+		if proxy.UID == 0 {
+			proxy.UID, proxy.GID = ProxyUID, ProxyUID
+		}
+		proxy.NoNewPrivs, proxy.Caps = true, []int{}
+		proxy.StartDelay = d.ProxyStartDelay
+		if !d.HoldApp {
+			proxy.PostStart = nil
 		}
 	}
 	// Istio appends istio-proxy after the app containers, or puts it first
@@ -111,18 +224,12 @@ func BuildNamespaces(d Desc, tl pod.Tools) (Built, error) {
 		spec.Containers = append(spec.Containers, *proxy)
 	}
 	if !d.NoSupervisor {
-		env := append([]string{
-			"SUPERVISOR_TERMINATION_MESSAGE_PATH=" + filepath.Join(dir, "supervisor.termination-log"),
-		}, d.SupervisorEnv...)
-		spec.Containers = append(spec.Containers, pod.Container{
-			Name: "supervisor", Argv: []string{tl.Supervisor}, Env: env,
-			UID: ProxyUID, GID: ProxyUID, NoNewPrivs: true, Caps: []int{},
-			TerminationMessage: filepath.Join(dir, "supervisor.termination-log"),
-			OwnPIDNamespace:    d.SupervisorOwnPIDNS,
-		})
+		supervisor.Name = "supervisor"
+		supervisor.NoNewPrivs, supervisor.Caps = true, []int{}
+		supervisor.OwnPIDNamespace = d.SupervisorOwnPIDNS
+		spec.Containers = append(spec.Containers, *supervisor)
 	}
-	b.Spec = spec
-	return b, nil
+	return spec
 }
 
 // Record reads a record file (the stand-in's or an app's): one event per

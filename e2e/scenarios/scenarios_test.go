@@ -34,8 +34,13 @@ func builders(t *testing.T) []builder {
 	if err != nil {
 		t.Fatal(err)
 	}
+	runc, err := pod.FindRunc(ctx)
+	if err != nil {
+		t.Fatalf("the runc backend needs runc (e2e/%s installs it): %v", pod.InstallScript, err)
+	}
 	return []builder{
 		{"namespaces", func(d Desc) (Built, error) { return BuildNamespaces(d, tl) }},
+		{"runc", func(d Desc) (Built, error) { return BuildRunc(d, tl, runc) }},
 	}
 }
 

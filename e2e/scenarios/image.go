@@ -1,0 +1,295 @@
+package scenarios
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/pod"
+)
+
+// ImageScript builds the supervisor image from the Dockerfile, relative to
+// the e2e module.
+const ImageScript = "scripts/build-image.sh"
+
+// Image is the supervisor image as e2e/scripts/build-image.sh builds it: an
+// OCI archive (an OCI image layout in a tar file).
+type Image struct {
+	Ref     string
+	Archive string
+	// Config is the image's runtime configuration (USER, ENTRYPOINT, ...).
+	Config ImageConfig
+
+	layers []layer
+}
+
+// ImageConfig is the "config" object of an OCI image configuration.
+type ImageConfig struct {
+	User       string   `json:"User"`
+	Env        []string `json:"Env"`
+	Entrypoint []string `json:"Entrypoint"`
+	Cmd        []string `json:"Cmd"`
+	WorkingDir string   `json:"WorkingDir"`
+}
+
+type layer struct {
+	mediaType string
+	blob      []byte
+}
+
+// supervisorImage builds (or finds in the cache) the image once per process.
+var supervisorImage = sync.OnceValues(func() (*Image, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	return BuildImage(ctx)
+})
+
+// BuildImage runs e2e/scripts/build-image.sh (cached, quick when nothing
+// changed) and reads the archive it prints.
+func BuildImage(ctx context.Context) (*Image, error) {
+	script := filepath.Join(pod.RepoDir(), "e2e", ImageScript)
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, "bash", script)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("%s: %w\n%s", script, err, stderr.String())
+	}
+	var ref, archive string
+	for _, line := range strings.Split(stdout.String(), "\n") {
+		if v, ok := strings.CutPrefix(line, "SUPERVISOR_IMAGE="); ok {
+			ref = v
+		}
+		if v, ok := strings.CutPrefix(line, "SUPERVISOR_IMAGE_ARCHIVE="); ok {
+			archive = v
+		}
+	}
+	if archive == "" {
+		return nil, fmt.Errorf("%s printed no SUPERVISOR_IMAGE_ARCHIVE= line:\n%s", script, stdout.String())
+	}
+	return ReadImage(ref, archive)
+}
+
+// ReadImage reads an OCI archive: its one manifest, the image
+// configuration and the layers.
+func ReadImage(ref, archive string) (*Image, error) {
+	f, err := os.Open(archive)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	files := map[string][]byte{}
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", archive, err)
+		}
+		if h.Typeflag != tar.TypeReg {
+			continue
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %s: %w", archive, h.Name, err)
+		}
+		files[path.Clean(h.Name)] = b
+	}
+	blob := func(digest string) ([]byte, error) {
+		algo, hex, ok := strings.Cut(digest, ":")
+		if !ok {
+			return nil, fmt.Errorf("bad digest %q", digest)
+		}
+		b, ok := files[path.Join("blobs", algo, hex)]
+		if !ok {
+			return nil, fmt.Errorf("%s: no blob %s", archive, digest)
+		}
+		return b, nil
+	}
+	type descriptor struct {
+		MediaType string `json:"mediaType"`
+		Digest    string `json:"digest"`
+	}
+	var index struct {
+		Manifests []descriptor `json:"manifests"`
+	}
+	if err := json.Unmarshal(files["index.json"], &index); err != nil {
+		return nil, fmt.Errorf("%s: index.json: %w", archive, err)
+	}
+	if len(index.Manifests) != 1 {
+		return nil, fmt.Errorf("%s: %d manifests, want 1", archive, len(index.Manifests))
+	}
+	mb, err := blob(index.Manifests[0].Digest)
+	if err != nil {
+		return nil, err
+	}
+	var manifest struct {
+		Config descriptor   `json:"config"`
+		Layers []descriptor `json:"layers"`
+	}
+	if err := json.Unmarshal(mb, &manifest); err != nil {
+		return nil, fmt.Errorf("%s: manifest: %w", archive, err)
+	}
+	cb, err := blob(manifest.Config.Digest)
+	if err != nil {
+		return nil, err
+	}
+	var config struct {
+		Config ImageConfig `json:"config"`
+	}
+	if err := json.Unmarshal(cb, &config); err != nil {
+		return nil, fmt.Errorf("%s: image config: %w", archive, err)
+	}
+	im := &Image{Ref: ref, Archive: archive, Config: config.Config}
+	for _, l := range manifest.Layers {
+		b, err := blob(l.Digest)
+		if err != nil {
+			return nil, err
+		}
+		im.layers = append(im.layers, layer{mediaType: l.MediaType, blob: b})
+	}
+	return im, nil
+}
+
+// Argv is the command the image runs: ENTRYPOINT then CMD.
+func (im *Image) Argv() []string {
+	return append(append([]string{}, im.Config.Entrypoint...), im.Config.Cmd...)
+}
+
+// User is USER as numbers ("1337:1337", "1337"); names would need the
+// image's /etc/passwd, which a scratch image lacks.
+func (im *Image) User() (uid, gid int, err error) {
+	if im.Config.User == "" {
+		return 0, 0, nil
+	}
+	u, g, hasGroup := strings.Cut(im.Config.User, ":")
+	if uid, err = strconv.Atoi(u); err != nil {
+		return 0, 0, fmt.Errorf("image USER %q is not numeric", im.Config.User)
+	}
+	gid = uid
+	if hasGroup {
+		if gid, err = strconv.Atoi(g); err != nil {
+			return 0, 0, fmt.Errorf("image USER %q is not numeric", im.Config.User)
+		}
+	}
+	return uid, gid, nil
+}
+
+// Unpack lays the image's layers out under dir, in order, as a container
+// runtime's snapshotter would: files with their modes and owners, and the
+// whiteouts of later layers applied.
+func (im *Image) Unpack(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for i, l := range im.layers {
+		var r io.Reader = bytes.NewReader(l.blob)
+		switch {
+		case strings.HasSuffix(l.mediaType, "+gzip"):
+			zr, err := gzip.NewReader(r)
+			if err != nil {
+				return fmt.Errorf("layer %d: %w", i, err)
+			}
+			r = zr
+		case strings.HasSuffix(l.mediaType, ".tar"):
+		default:
+			return fmt.Errorf("layer %d: media type %s not supported", i, l.mediaType)
+		}
+		if err := applyLayer(dir, tar.NewReader(r)); err != nil {
+			return fmt.Errorf("layer %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+func applyLayer(dir string, tr *tar.Reader) error {
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		name := path.Clean("/" + h.Name) // no way out of dir
+		if name == "/" {
+			continue
+		}
+		target := filepath.Join(dir, filepath.FromSlash(name))
+		base := path.Base(name)
+		// Whiteouts: ".wh..wh..opq" empties its directory, ".wh.NAME" deletes NAME.
+		if base == ".wh..wh..opq" {
+			ents, _ := os.ReadDir(filepath.Dir(target))
+			for _, e := range ents {
+				os.RemoveAll(filepath.Join(filepath.Dir(target), e.Name()))
+			}
+			continue
+		}
+		if rest, ok := strings.CutPrefix(base, ".wh."); ok {
+			os.RemoveAll(filepath.Join(filepath.Dir(target), rest))
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+			return err
+		}
+		mode := os.FileMode(h.Mode).Perm() | os.FileMode(h.Mode)&(os.ModeSetuid|os.ModeSetgid|os.ModeSticky)
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if fi, err := os.Lstat(target); err == nil && !fi.IsDir() {
+				os.RemoveAll(target)
+			}
+			if err := os.MkdirAll(target, 0o755); err != nil {
+				return err
+			}
+		case tar.TypeReg:
+			os.RemoveAll(target)
+			f, err := os.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+			if err != nil {
+				return err
+			}
+			_, err = io.Copy(f, tr)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return err
+			}
+		case tar.TypeSymlink:
+			os.RemoveAll(target)
+			if err := os.Symlink(h.Linkname, target); err != nil {
+				return err
+			}
+		case tar.TypeLink:
+			os.RemoveAll(target)
+			src := filepath.Join(dir, filepath.FromSlash(path.Clean("/"+h.Linkname)))
+			if err := os.Link(src, target); err != nil {
+				return err
+			}
+			continue
+		default:
+			return fmt.Errorf("%s: tar entry type %q not supported", h.Name, h.Typeflag)
+		}
+		if err := os.Lchown(target, h.Uid, h.Gid); err != nil {
+			return err
+		}
+		if h.Typeflag != tar.TypeSymlink {
+			// After chown, which clears the set-id bits.
+			if err := os.Chmod(target, mode); err != nil {
+				return err
+			}
+		}
+	}
+}
