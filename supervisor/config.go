@@ -49,6 +49,9 @@ type Config struct {
 	ScanInterval time.Duration `env:"SCAN_INTERVAL" envDefault:"100ms"`
 	// TerminationMessagePath receives a one-line summary at exit.
 	TerminationMessagePath string `env:"TERMINATION_MESSAGE_PATH" envDefault:"/dev/termination-log"`
+	// ExitStatus says how app exit statuses are read: auto, pidfd, ptrace
+	// or none.
+	ExitStatus ExitStatusMode `env:"EXIT_STATUS" envDefault:"auto"`
 	// LogLevel and LogFormat shape the log on stderr.
 	LogLevel  zerolog.Level `env:"LOG_LEVEL" envDefault:"info"`
 	LogFormat string        `env:"LOG_FORMAT" envDefault:"json"`
@@ -140,6 +143,8 @@ func describe(name string, err error) string {
 		return "want a whole number, 0 or more"
 	case "LOG_LEVEL":
 		return "want trace, debug, info, warn, error or disabled"
+	case "EXIT_STATUS":
+		return "want auto, pidfd, ptrace or none"
 	}
 	if strings.HasSuffix(name, "TIMEOUT") || strings.HasSuffix(name, "GRACE") || strings.HasSuffix(name, "INTERVAL") {
 		return "want a duration such as 30s, 1m30s or 500ms"
@@ -226,6 +231,7 @@ func (c Config) MarshalZerologObject(e *zerolog.Event) {
 		Str("deletion_grace", c.DeletionGrace.String()).
 		Str("scan_interval", c.ScanInterval.String()).
 		Str("termination_message_path", c.TerminationMessagePath).
+		Str("exit_status", string(c.ExitStatus)).
 		Stringer("log_level", c.LogLevel).
 		Str("log_format", c.LogFormat)
 }

@@ -19,7 +19,7 @@ func TestConfigDefaults(t *testing.T) {
 		AppStartTimeout: 30 * time.Second, SidecarStartTimeout: 30 * time.Second, StopTimeout: 30 * time.Second,
 		OnSuccess: Action{Kind: ActionSignal, Signal: SIGTERM}, OnFailure: Action{Kind: ActionSignal, Signal: SIGKILL},
 		OnUnknown: Action{Kind: ActionSignal, Signal: SIGTERM}, HTTPTimeout: 5 * time.Second, DeletionGrace: 2 * time.Second,
-		ScanInterval: 100 * time.Millisecond, TerminationMessagePath: "/dev/termination-log",
+		ScanInterval: 100 * time.Millisecond, TerminationMessagePath: "/dev/termination-log", ExitStatus: ModeAuto,
 		LogLevel: zerolog.InfoLevel, LogFormat: "json",
 	}
 	if diff := cmp.Diff(want, cfg); diff != "" {
@@ -56,6 +56,11 @@ func TestConfigGood(t *testing.T) {
 		{"SUPERVISOR_LOG_LEVEL=debug", func(c Config) bool { return c.LogLevel == zerolog.DebugLevel }},
 		{"SUPERVISOR_LOG_LEVEL=WARN", func(c Config) bool { return c.LogLevel == zerolog.WarnLevel }},
 		{"SUPERVISOR_LOG_FORMAT=console", func(c Config) bool { return c.LogFormat == "console" }},
+		{"SUPERVISOR_EXIT_STATUS=ptrace", func(c Config) bool { return c.ExitStatus == ModePtrace }},
+		{"SUPERVISOR_EXIT_STATUS=None", func(c Config) bool { return c.ExitStatus == ModeNone }},
+		// An empty value means the default (a template may render one).
+		{"SUPERVISOR_STOP_TIMEOUT=", func(c Config) bool { return c.StopTimeout == 30*time.Second }},
+		{"SUPERVISOR_ON_FAILURE=", func(c Config) bool { return c.OnFailure.Signal == SIGKILL }},
 	}
 	for _, tt := range tests {
 		cfg, _, err := LoadConfig([]string{tt.env})
@@ -91,6 +96,7 @@ func TestConfigBad(t *testing.T) {
 		{"SUPERVISOR_SCAN_INTERVAL=0", `SUPERVISOR_SCAN_INTERVAL="0": want a positive duration`},
 		{"SUPERVISOR_LOG_LEVEL=loud", `SUPERVISOR_LOG_LEVEL="loud": want trace, debug, info, warn, error or disabled`},
 		{"SUPERVISOR_LOG_FORMAT=xml", `SUPERVISOR_LOG_FORMAT="xml": want json or console`},
+		{"SUPERVISOR_EXIT_STATUS=strace", `SUPERVISOR_EXIT_STATUS="strace": want auto, pidfd, ptrace or none`},
 	}
 	for _, tt := range tests {
 		_, _, err := LoadConfig([]string{tt.env})

@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
+	"os"
 	"net"
 	"net/url"
 	"strconv"
@@ -57,10 +59,12 @@ func Post(ctx context.Context, u *url.URL, timeout time.Duration) (int, error) {
 		return 0, err
 	}
 	line, err := bufio.NewReaderSize(conn, 512).ReadString('\n')
-	if err != nil {
-		if ctx.Err() != nil {
-			return 0, ctx.Err()
-		}
+	switch {
+	case errors.Is(ctx.Err(), context.Canceled):
+		return 0, ctx.Err()
+	case errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return 0, fmt.Errorf("no answer within %s", timeout)
+	case err != nil:
 		return 0, fmt.Errorf("read status line: %w", err)
 	}
 	// "HTTP/1.1 200 OK"

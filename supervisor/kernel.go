@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/procscan"
 )
@@ -93,9 +94,69 @@ type Method string
 const (
 	// MethodPidfd reads PIDFD_INFO_EXIT at reap (Linux 6.15+), no privileges.
 	MethodPidfd Method = "pidfd"
+	// MethodPtrace traces each app's main thread (any kernel, CAP_SYS_PTRACE).
+	MethodPtrace Method = "ptrace"
 	// MethodNone sees exits but not their status.
 	MethodNone Method = "none"
 )
+
+// ExitStatusMode is SUPERVISOR_EXIT_STATUS: a method, or auto.
+type ExitStatusMode string
+
+// The modes.
+const (
+	ModeAuto   ExitStatusMode = "auto"
+	ModePidfd  ExitStatusMode = "pidfd"
+	ModePtrace ExitStatusMode = "ptrace"
+	ModeNone   ExitStatusMode = "none"
+)
+
+// UnmarshalText lets env parse a mode.
+func (m *ExitStatusMode) UnmarshalText(b []byte) error {
+	switch v := ExitStatusMode(strings.ToLower(strings.TrimSpace(string(b)))); v {
+	case ModeAuto, ModePidfd, ModePtrace, ModeNone:
+		*m = v
+		return nil
+	}
+	return fmt.Errorf("want auto, pidfd, ptrace or none")
+}
+
+// Choice is the method picked at start-up and why.
+type Choice struct {
+	Method Method
+	// Reason explains a method other than pidfd, with the fix.
+	Reason string
+}
+
+// SelectMethod picks how exit statuses are read. auto takes pidfd exit
+// info where the kernel has it, else ptrace where permitted, else none; a
+// forced method that cannot work is an error. ptrace is probed only when
+// it may be chosen.
+func SelectMethod(mode ExitStatusMode, pidfd PidfdSupport, ptrace func() PtraceSupport) (Choice, error) {
+	switch mode {
+	case ModeNone:
+		return Choice{Method: MethodNone, Reason: "SUPERVISOR_EXIT_STATUS=none"}, nil
+	case ModePidfd:
+		if !pidfd.ExitInfo {
+			return Choice{}, fmt.Errorf("%sEXIT_STATUS=pidfd cannot work here: %s; use auto, or ptrace", EnvPrefix, pidfd.Reason)
+		}
+		return Choice{Method: MethodPidfd}, nil
+	case ModePtrace:
+		if p := ptrace(); !p.OK {
+			return Choice{}, fmt.Errorf("%sEXIT_STATUS=ptrace cannot work here: %s", EnvPrefix, p.Reason)
+		}
+		return Choice{Method: MethodPtrace}, nil
+	}
+	if pidfd.ExitInfo {
+		return Choice{Method: MethodPidfd}, nil
+	}
+	p := ptrace()
+	if p.OK {
+		return Choice{Method: MethodPtrace, Reason: pidfd.Reason}, nil
+	}
+	return Choice{Method: MethodNone, Reason: pidfd.Reason + "; and " + p.Reason +
+		". Fix: add SYS_PTRACE (see deploy/job-ptrace.yaml), or run on Linux 6.15+"}, nil
+}
 
 // errUnsupported wraps errors.ErrUnsupported with what is missing.
 func errUnsupported(what string) error {

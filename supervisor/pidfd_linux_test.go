@@ -10,7 +10,9 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -20,21 +22,37 @@ import (
 
 // The test binary doubles as the processes the tests watch:
 //
-//	HELPER=exit CODE    exits with CODE (the start-up probe's target)
+//	HELPER=exit CODE    exits with CODE once stdin closes (the start-up
+//	                    probes' target)
 //	HELPER=parent ARGS  starts "HELPER=child ARGS" as its child, prints the
 //	                    child's PID, reaps it and exits 0: the child is then
 //	                    not ours, like an app's main process in a pod
-//	HELPER=child CODE   waits for stdin to close, then exits with CODE, or
-//	                    kills itself with a signal when CODE is a name
+//	HELPER=child HOW    see child()
+// The helper modes need the main goroutine on the main thread (leader-exit).
+func init() {
+	if os.Getenv("HELPER") != "" {
+		runtime.LockOSThread()
+	}
+}
+
 func TestMain(m *testing.M) {
 	switch os.Getenv("HELPER") {
+	case "tracerpid":
+		b, _ := os.ReadFile("/proc/self/status")
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "TracerPid:") {
+				fmt.Println("child", strings.Join(strings.Fields(l), " "))
+			}
+		}
+		os.Exit(0)
 	case "exit":
 		code, _ := strconv.Atoi(os.Args[len(os.Args)-1])
+		io.Copy(io.Discard, os.Stdin)
 		os.Exit(code)
 	case "parent":
 		cmd := exec.Command(os.Args[0], os.Args[1:]...)
 		cmd.Env = append(os.Environ(), "HELPER=child")
-		cmd.Stdin = os.Stdin
+		cmd.Stdin, cmd.Stdout = os.Stdin, os.Stdout
 		if err := cmd.Start(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(100)
@@ -43,26 +61,28 @@ func TestMain(m *testing.M) {
 		cmd.Wait()
 		os.Exit(0)
 	case "child":
-		signal.Ignore(syscall.SIGHUP)
-		io.Copy(io.Discard, os.Stdin)
-		arg := os.Args[len(os.Args)-1]
-		if code, err := strconv.Atoi(arg); err == nil {
-			os.Exit(code)
-		}
-		sig, _ := ParseSignal(arg)
-		signal.Reset()
-		syscall.Kill(os.Getpid(), syscall.Signal(sig))
-		time.Sleep(time.Minute)
-		os.Exit(99)
+		child(os.Args[len(os.Args)-1])
 	}
 	os.Exit(m.Run())
 }
 
 // grandchild starts a process that is not the test's child, and returns
-// its scanned state and a function that makes it end.
-func grandchild(t *testing.T, end string) (procscan.Process, func()) {
+// its scanned state and a function that closes its stdin (most modes then
+// end).
+func grandchild(t *testing.T, how string) (procscan.Process, func()) {
+	g := startGrandchild(t, how)
+	return g.proc, g.end
+}
+
+type grand struct {
+	proc procscan.Process
+	end  func()
+	out  *bufio.Reader // what it prints after its PID
+}
+
+func startGrandchild(t *testing.T, how string) grand {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$", end)
+	cmd := exec.Command(os.Args[0], "-test.run=^$", how)
 	cmd.Env = append(os.Environ(), "HELPER=parent")
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -76,7 +96,8 @@ func grandchild(t *testing.T, end string) (procscan.Process, func()) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() })
-	line, err := bufio.NewReader(out).ReadString('\n')
+	r := bufio.NewReader(out)
+	line, err := r.ReadString('\n')
 	if err != nil {
 		t.Fatalf("read grandchild pid: %v", err)
 	}
@@ -92,7 +113,7 @@ func grandchild(t *testing.T, end string) (procscan.Process, func()) {
 	if p.PPID != cmd.Process.Pid {
 		t.Fatalf("grandchild %d has parent %d, want %d", pid, p.PPID, cmd.Process.Pid)
 	}
-	return p, func() { stdin.Close() }
+	return grand{proc: p, end: func() { stdin.Close() }, out: r}
 }
 
 func probe(t *testing.T) PidfdSupport {
@@ -294,4 +315,88 @@ func TestProbePidfd(t *testing.T) {
 	if _, err := ProbePidfd([]string{"/nonexistent/probe"}); err == nil {
 		t.Error("probe with a missing target did not fail")
 	}
+}
+
+// child is the watched process. HOW is what it does:
+//
+//	N (a number)   waits for stdin to close, exits N
+//	SIGNAME        waits for stdin to close, kills itself with SIGNAME
+//	signals        prints "got SIG..." for each signal it receives (USR1,
+//	               USR2, INT, TERM, HUP, CHLD), "ready" once set up; exits 0
+//	               when stdin closes
+//	stopcont       prints "ready"; exits 0 when stdin closes (the test
+//	               stops and continues it in between)
+//	thread-exit    exits 5 from a goroutine locked to another thread
+//	leader-exit    its main thread exits alone; another calls exit_group(6)
+//	fork           runs two children of its own (which print their
+//	               TracerPid), waits for them, exits 4
+//	shell          execs sh -c 'CHILD 0; exit 4' (a shell as main process)
+func child(how string) {
+	signal.Ignore(syscall.SIGHUP)
+	ready := func() { fmt.Println("ready") }
+	switch how {
+	case "signals":
+		sigs := make(chan os.Signal, 16)
+		signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGCHLD)
+		go func() {
+			for s := range sigs {
+				fmt.Println("got", sigName(s))
+			}
+		}()
+		ready()
+		io.Copy(io.Discard, os.Stdin)
+		time.Sleep(50 * time.Millisecond) // let the last signal print
+		os.Exit(0)
+	case "stopcont":
+		ready()
+		io.Copy(io.Discard, os.Stdin)
+		os.Exit(0)
+	case "thread-exit":
+		done := make(chan struct{})
+		go func() {
+			runtime.LockOSThread()
+			io.Copy(io.Discard, os.Stdin)
+			os.Exit(5)
+		}()
+		<-done
+	case "leader-exit":
+		go func() {
+			io.Copy(io.Discard, os.Stdin)
+			time.Sleep(100 * time.Millisecond)
+			os.Exit(6) // exit_group, after the leader is gone
+		}()
+		// The main goroutine runs on the main thread (locked in init):
+		// end that thread alone, with exit(2), not exit_group(2).
+		syscall.RawSyscall(syscall.SYS_EXIT, 0, 0, 0)
+	case "fork":
+		io.Copy(io.Discard, os.Stdin)
+		for i := 0; i < 2; i++ {
+			c := exec.Command(os.Args[0], "-test.run=^$", "tracerpid")
+			c.Env = append(os.Environ(), "HELPER=tracerpid")
+			c.Stdout = os.Stdout
+			c.Run()
+		}
+		os.Exit(4)
+	case "shell":
+		sh, err := exec.LookPath("sh")
+		if err != nil {
+			os.Exit(111)
+		}
+		io.Copy(io.Discard, os.Stdin)
+		cmd := fmt.Sprintf("HELPER=tracerpid %q -test.run=^$ x; exit 4", os.Args[0])
+		syscall.Exec(sh, []string{"sh", "-c", cmd}, os.Environ())
+	}
+	io.Copy(io.Discard, os.Stdin)
+	if code, err := strconv.Atoi(how); err == nil {
+		os.Exit(code)
+	}
+	sig, _ := ParseSignal(how)
+	signal.Reset()
+	syscall.Kill(os.Getpid(), syscall.Signal(sig))
+	time.Sleep(time.Minute)
+	os.Exit(99)
+}
+
+func sigName(s os.Signal) string {
+	return Signal(s.(syscall.Signal)).String()
 }

@@ -33,3 +33,22 @@ func (k *PidfdKernel) Open(p procscan.Process, status bool) (Proc, error) {
 }
 func (k *PidfdKernel) Method() string { return string(MethodNone) }
 func (k *PidfdKernel) Close() error   { return nil }
+
+// PtraceSupport is what ProbePtrace found.
+type PtraceSupport struct {
+	OK     bool
+	Reason string
+}
+
+// ProbePtrace fails: ptrace exit statuses are Linux-only here.
+func ProbePtrace(argv []string) PtraceSupport {
+	return PtraceSupport{Reason: "ptrace needs Linux"}
+}
+
+// PtraceKernel is Linux-only.
+type PtraceKernel struct{ *PidfdKernel }
+
+// NewPtraceKernel fails: Linux-only.
+func NewPtraceKernel(st StartTimer) (*PtraceKernel, error) {
+	return nil, errUnsupported("ptrace needs Linux")
+}

@@ -25,8 +25,9 @@ import (
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
-// probeExitArg makes the binary exit 7 at once: the real process that the
-// start-up probe watches to learn whether the kernel reports exit statuses.
+// probeExitArg makes the binary exit 7 once its stdin closes: the real
+// process the start-up probes watch to learn whether the kernel reports
+// exit statuses (pidfd) and whether this process may trace (ptrace).
 const probeExitArg = "probe-exit"
 
 const (
@@ -37,6 +38,7 @@ const (
 
 func main() {
 	if len(os.Args) == 2 && os.Args[1] == probeExitArg {
+		io.Copy(io.Discard, os.Stdin)
 		os.Exit(7)
 	}
 	os.Exit(run(os.Environ(), os.Stderr))
@@ -86,18 +88,32 @@ func supervise(ctx context.Context, cfg supervisor.Config, log zerolog.Logger) (
 	if err != nil {
 		return supervisor.Result{}, fmt.Errorf("find own executable for the exit probe: %w", err)
 	}
-	support, err := supervisor.ProbePidfd([]string{exe, probeExitArg})
+	probe := []string{exe, probeExitArg}
+	pidfd, err := supervisor.ProbePidfd(probe)
 	if err != nil {
 		return supervisor.Result{}, err
 	}
-	if support.ExitInfo {
-		log.Info().Str("method", string(supervisor.MethodPidfd)).Msg("exit statuses read with pidfd (PIDFD_INFO_EXIT)")
-	} else {
-		log.Warn().Str("method", string(supervisor.MethodNone)).Str("reason", support.Reason).
-			Stringer("on_unknown", cfg.OnUnknown).
-			Msg("app exit statuses cannot be read: exits are seen, statuses are unknown and get the on-unknown action; run on Linux 6.15+ to read them")
+	choice, err := supervisor.SelectMethod(cfg.ExitStatus, pidfd, func() supervisor.PtraceSupport {
+		return supervisor.ProbePtrace(probe)
+	})
+	if err != nil {
+		return supervisor.Result{}, err
 	}
-	kernel, err := supervisor.NewPidfdKernel(scanner, support.ExitInfo)
+	var kernel supervisor.Kernel
+	switch choice.Method {
+	case supervisor.MethodPidfd:
+		log.Info().Str("method", string(choice.Method)).Msg("exit statuses read with pidfd (PIDFD_INFO_EXIT)")
+		kernel, err = supervisor.NewPidfdKernel(scanner, true)
+	case supervisor.MethodPtrace:
+		log.Info().Str("method", string(choice.Method)).Str("reason", choice.Reason).
+			Msg("exit statuses read with ptrace: the apps' main processes are traced, so they cannot be strace'd meanwhile")
+		kernel, err = supervisor.NewPtraceKernel(scanner)
+	default:
+		log.Warn().Str("method", string(choice.Method)).Str("reason", choice.Reason).
+			Stringer("on_unknown", cfg.OnUnknown).
+			Msg("app exit statuses cannot be read: exits are seen, statuses are unknown and get the on-unknown action")
+		kernel, err = supervisor.NewPidfdKernel(scanner, false)
+	}
 	if err != nil {
 		return supervisor.Result{}, err
 	}

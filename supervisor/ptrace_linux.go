@@ -1,0 +1,356 @@
+//go:build linux
+
+package supervisor
+
+// The ptrace method reads an app's exit status on any kernel, as its
+// tracer: PTRACE_SEIZE (3.4) with PTRACE_O_TRACEEXIT, and the final wait4
+// status of the traced main thread, which the kernel reports to the tracer
+// before the real parent may reap it. It needs CAP_SYS_PTRACE (Pod Security
+// "privileged"), and a process can have only one tracer: a traced app
+// cannot be strace'd or gdb'd while the supervisor watches it.
+//
+// The app must behave exactly as without us. Only its main thread is
+// seized (not its other threads, not its children: no TRACEFORK/CLONE
+// options), and every stop is resumed at once:
+//
+//   - signal-delivery-stop: the signal is re-injected with PTRACE_CONT(sig);
+//   - group-stop (SIGSTOP/TSTP/TTIN/TTOU), reported under SEIZE as
+//     PTRACE_EVENT_STOP: PTRACE_LISTEN, so it stays stopped as it should
+//     and a later SIGCONT resumes it;
+//   - PTRACE_EVENT_EXIT: PTRACE_CONT, so the exit completes.
+//
+// The status is the final wait4 one, not PTRACE_GETEVENTMSG at the exit
+// stop: when the main thread exits before another thread calls
+// exit_group(6), the event message says 0 and the final status says 6.
+//
+// All ptrace requests come from one goroutine locked to its OS thread: the
+// kernel ties tracees to the tracer thread. It learns of stops through
+// SIGCHLD (sent to a tracer on every tracee stop and exit) and then drains
+// wait4(WNOHANG) until nothing is left, so no stop is ever left waiting.
+// If the supervisor dies, the kernel detaches the tracees and they go on.
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/procscan"
+)
+
+// PtraceSupport is what ProbePtrace found.
+type PtraceSupport struct {
+	OK     bool
+	Reason string // why not, with the fix
+}
+
+// capSysPtrace is CAP_SYS_PTRACE's bit in CapEff.
+const capSysPtrace = 19
+
+// probeTimeout bounds each start-up probe.
+const probeTimeout = 10 * time.Second
+
+// ProbePtrace checks whether the ptrace method can work here, by real
+// calls: the capability, Yama's scope, then a seize of a child of ours
+// (argv: a process that exits with code 7 when its stdin closes), whose
+// status must come back through the tracer as 7.
+func ProbePtrace(argv []string) PtraceSupport {
+	if b, err := os.ReadFile("/proc/sys/kernel/yama/ptrace_scope"); err == nil && len(b) > 0 && b[0] == '3' {
+		return PtraceSupport{Reason: "ptrace is disabled on this node (kernel.yama.ptrace_scope=3)"}
+	}
+	if !hasCap(capSysPtrace) {
+		return PtraceSupport{Reason: "no CAP_SYS_PTRACE: add SYS_PTRACE to the container's capabilities, and run it as root (capabilities of non-root containers are not effective)"}
+	}
+	t, err := newTracer()
+	if err != nil {
+		return PtraceSupport{Reason: err.Error()}
+	}
+	defer t.close()
+	if err := t.probe(argv); err != nil {
+		return PtraceSupport{Reason: err.Error()}
+	}
+	return PtraceSupport{OK: true}
+}
+
+// hasCap reads the effective capability set of this process.
+func hasCap(bit uint) bool {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return false
+	}
+	return data[bit/32].Effective&(1<<(bit%32)) != 0
+}
+
+// PtraceKernel watches apps as their tracer and everything else (sidecars,
+// and apps it may not trace) through pidfds.
+type PtraceKernel struct {
+	*PidfdKernel
+	t *tracer
+}
+
+// NewPtraceKernel starts the tracer thread.
+func NewPtraceKernel(st StartTimer) (*PtraceKernel, error) {
+	pk, err := NewPidfdKernel(st, false)
+	if err != nil {
+		return nil, err
+	}
+	t, err := newTracer()
+	if err != nil {
+		pk.Close()
+		return nil, err
+	}
+	return &PtraceKernel{PidfdKernel: pk, t: t}, nil
+}
+
+// Method implements Kernel.
+func (k *PtraceKernel) Method() string { return string(MethodPtrace) }
+
+// Open holds p by pidfd and, for an app, seizes its main thread. If the
+// seize is refused the app is still watched, with an unknown status.
+func (k *PtraceKernel) Open(p procscan.Process, status bool) (Proc, error) {
+	proc, err := k.PidfdKernel.Open(p, status)
+	if err != nil || !status {
+		return proc, err
+	}
+	pp := &ptraceProc{Proc: proc, done: make(chan struct{})}
+	err = k.t.seize(p.PID, pp)
+	if err == nil {
+		// The PID may have changed hands between the pidfd check and the
+		// seize: if the process we now trace is not the one scanned, let go.
+		st, serr := k.st.StartTime(p.PID)
+		if serr == nil && st != p.StartTime {
+			k.t.release(p.PID)
+			proc.Close()
+			return nil, fmt.Errorf("pid %d was recycled before it could be traced: %w", p.PID, ErrGone)
+		}
+		return pp, nil
+	}
+	if errors.Is(err, unix.ESRCH) {
+		// Gone between pidfd_open and the seize: the pidfd still reports
+		// its exit, with no status.
+		err = errors.New("it exited before it could be traced")
+	}
+	return &unknownProc{Proc: proc, reason: fmt.Sprintf("ptrace refused (%v)", err)}, nil
+}
+
+// Close stops the tracer; tracees are detached by the kernel when the
+// supervisor exits.
+func (k *PtraceKernel) Close() error {
+	k.t.close()
+	return k.PidfdKernel.Close()
+}
+
+// ptraceProc is an app watched by the tracer; signals still go through
+// the pidfd.
+type ptraceProc struct {
+	Proc
+	once   sync.Once
+	done   chan struct{}
+	status ExitStatus
+}
+
+func (p *ptraceProc) Done() <-chan struct{} { return p.done }
+func (p *ptraceProc) Status() ExitStatus    { return p.status }
+func (p *ptraceProc) finish(s ExitStatus) {
+	p.once.Do(func() { p.status = s; close(p.done) })
+}
+
+// unknownProc is an app whose exit is seen but whose status cannot be read.
+type unknownProc struct {
+	Proc
+	reason string
+}
+
+func (p *unknownProc) Status() ExitStatus { return ExitStatus{Reason: p.reason} }
+
+// tracer owns the thread all ptrace calls come from.
+type tracer struct {
+	reqs     chan func()
+	quit     chan struct{}
+	loopDone chan struct{}
+	tracees  map[int]*ptraceProc // only touched on the tracer thread
+	// probed collects the probe child's status (tracer thread).
+	probed map[int]chan ExitStatus
+}
+
+func newTracer() (*tracer, error) {
+	t := &tracer{reqs: make(chan func()), quit: make(chan struct{}), loopDone: make(chan struct{}),
+		tracees: map[int]*ptraceProc{}, probed: map[int]chan ExitStatus{}}
+	go t.loop()
+	return t, nil
+}
+
+// do runs f on the tracer thread and waits for it.
+func (t *tracer) do(f func()) {
+	done := make(chan struct{})
+	select {
+	case t.reqs <- func() { f(); close(done) }:
+		<-done
+	case <-t.loopDone:
+	}
+}
+
+func (t *tracer) loop() {
+	runtime.LockOSThread()
+	// Never unlocked: the thread is the tracer of every tracee and must
+	// stay the goroutine's until the end.
+	defer close(t.loopDone)
+	// SIGCHLD tells of every tracee stop; the channel may coalesce several,
+	// which is fine since each wake-up drains every pending event.
+	chld := make(chan os.Signal, 1)
+	signal.Notify(chld, syscall.SIGCHLD)
+	defer signal.Stop(chld)
+	for {
+		t.drain()
+		select {
+		case f := <-t.reqs:
+			f()
+		case <-chld:
+		case <-t.quit:
+			return
+		}
+	}
+}
+
+// seize attaches to pid's main thread on the tracer thread.
+func (t *tracer) seize(pid int, pp *ptraceProc) error {
+	var err error
+	t.do(func() {
+		_, _, errno := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_SEIZE, uintptr(pid), 0, unix.PTRACE_O_TRACEEXIT, 0, 0)
+		if errno != 0 {
+			err = errno
+			return
+		}
+		t.tracees[pid] = pp
+	})
+	return err
+}
+
+// release stops tracing pid: interrupt it, then detach at the stop.
+func (t *tracer) release(pid int) {
+	t.do(func() {
+		delete(t.tracees, pid)
+		if unix.PtraceInterrupt(pid) != nil {
+			return
+		}
+		var ws unix.WaitStatus
+		if _, err := unix.Wait4(pid, &ws, unix.WALL, nil); err == nil && ws.Stopped() {
+			unix.PtraceDetach(pid)
+		}
+	})
+}
+
+// drain handles every pending tracee event.
+func (t *tracer) drain() {
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG|unix.WALL, nil)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil || pid <= 0 {
+			return
+		}
+		t.handle(pid, ws)
+	}
+}
+
+func (t *tracer) handle(pid int, ws unix.WaitStatus) {
+	if ws.Exited() || ws.Signaled() {
+		s := decodeWaitStatus(uint32(ws))
+		if pp := t.tracees[pid]; pp != nil {
+			delete(t.tracees, pid)
+			pp.finish(s)
+		}
+		if ch := t.probed[pid]; ch != nil {
+			delete(t.probed, pid)
+			ch <- s
+		}
+		return
+	}
+	if !ws.Stopped() {
+		return
+	}
+	// Errors are ignored: the only one possible is ESRCH, a tracee killed
+	// meanwhile (SIGKILL needs no resume), whose final status still comes
+	// through wait4.
+	switch event, sig := uint32(ws)>>16, ws.StopSignal(); event {
+	case unix.PTRACE_EVENT_EXIT:
+		unix.PtraceCont(pid, 0)
+	case unix.PTRACE_EVENT_STOP:
+		switch sig {
+		case unix.SIGSTOP, unix.SIGTSTP, unix.SIGTTIN, unix.SIGTTOU:
+			// A group-stop: keep it stopped, but let SIGCONT through.
+			unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_LISTEN, uintptr(pid), 0, 0, 0, 0)
+		default:
+			unix.PtraceCont(pid, 0)
+		}
+	case 0:
+		// A signal-delivery-stop: deliver the signal as if we were not here.
+		unix.PtraceCont(pid, int(sig))
+	default:
+		unix.PtraceCont(pid, 0)
+	}
+}
+
+// probe runs argv as a child, seizes it, lets it exit and checks the
+// status comes back through the tracer.
+func (t *tracer) probe(argv []string) error {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	var perr error
+	var ch chan ExitStatus
+	t.do(func() {
+		// Started on the tracer thread: it is then our child and tracee
+		// both, and wait4 on this thread collects it.
+		proc, err := os.StartProcess(argv[0], argv, &os.ProcAttr{Files: []*os.File{r, os.Stderr, os.Stderr}})
+		if err != nil {
+			perr = fmt.Errorf("start ptrace probe: %w", err)
+			return
+		}
+		_, _, errno := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_SEIZE, uintptr(proc.Pid), 0, unix.PTRACE_O_TRACEEXIT, 0, 0)
+		if errno != 0 {
+			proc.Kill()
+			perr = fmt.Errorf("PTRACE_SEIZE: %w (blocked by seccomp, or not permitted)", errno)
+			// Reap it here; it is not ours to leave behind.
+			var ws unix.WaitStatus
+			unix.Wait4(proc.Pid, &ws, 0, nil)
+			return
+		}
+		ch = make(chan ExitStatus, 1)
+		t.probed[proc.Pid] = ch
+	})
+	w.Close()
+	if perr != nil {
+		return perr
+	}
+	var s ExitStatus
+	select {
+	case s = <-ch:
+	case <-time.After(probeTimeout):
+		return fmt.Errorf("ptrace probe: no exit seen within %s", probeTimeout)
+	}
+	if s != (ExitStatus{Known: true, Code: 7}) {
+		return fmt.Errorf("ptrace probe: want exit 7 through the tracer, got %v", s)
+	}
+	return nil
+}
+
+func (t *tracer) close() {
+	select {
+	case <-t.quit:
+	default:
+		close(t.quit)
+	}
+	<-t.loopDone
+}

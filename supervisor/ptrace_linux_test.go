@@ -1,0 +1,284 @@
+//go:build linux
+
+package supervisor
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/procscan"
+)
+
+// needPtrace skips unless this process may trace others.
+func needPtrace(t *testing.T) {
+	t.Helper()
+	t.Setenv("HELPER", "exit")
+	sup := ProbePtrace([]string{os.Args[0], "-test.run=^$", "7"})
+	if !sup.OK {
+		if os.Geteuid() == 0 {
+			t.Fatalf("running as root but ptrace cannot work: %s", sup.Reason)
+		}
+		t.Skipf("ptrace not permitted: %s", sup.Reason)
+	}
+}
+
+func newPtraceKernel(t *testing.T) *PtraceKernel {
+	t.Helper()
+	s, err := procscan.NewScanner("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := NewPtraceKernel(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { k.Close() })
+	return k
+}
+
+// TestPtraceExitStatus: every way a non-child can end, read as its tracer.
+func TestPtraceExitStatus(t *testing.T) {
+	needPtrace(t)
+	k := newPtraceKernel(t)
+	tests := []struct {
+		how  string
+		want ExitStatus
+	}{
+		{"0", exited(0)},
+		{"3", exited(3)},
+		{"SIGKILL", killed(SIGKILL)},
+		{"SIGTERM", killed(SIGTERM)},
+		{"SIGINT", killed(SIGINT)},
+		// os.Exit(5) from a goroutine locked to another thread.
+		{"thread-exit", exited(5)},
+		// The main thread ends alone; exit_group(6) comes later from
+		// another: the event message at the exit stop would say 0.
+		{"leader-exit", exited(6)},
+		// A shell as the main process: its status is the shell's.
+		{"shell", exited(4)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.how, func(t *testing.T) {
+			g := startGrandchild(t, tt.how)
+			proc, err := k.Open(g.proc, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer proc.Close()
+			if _, ok := proc.(*ptraceProc); !ok {
+				t.Fatalf("not traced: %T %+v", proc, proc.Status())
+			}
+			g.end()
+			if got := waitDone(t, proc); got != tt.want {
+				t.Errorf("status %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestPtraceSignalsUnchanged: the signals an app receives reach it exactly
+// as when nobody traces it.
+func TestPtraceSignalsUnchanged(t *testing.T) {
+	needPtrace(t)
+	k := newPtraceKernel(t)
+	send := []syscall.Signal{syscall.SIGUSR1, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGUSR2}
+	run := func(traced bool) ([]string, ExitStatus) {
+		g := startGrandchild(t, "signals")
+		var proc Proc
+		if traced {
+			var err error
+			if proc, err = k.Open(g.proc, true); err != nil {
+				t.Fatal(err)
+			}
+			defer proc.Close()
+		}
+		if l, _ := g.out.ReadString('\n'); l != "ready\n" {
+			t.Fatalf("child said %q", l)
+		}
+		var got []string
+		for _, sig := range send {
+			syscall.Kill(g.proc.PID, sig)
+			l, err := readLine(g.out, 10*time.Second)
+			if err != nil {
+				t.Fatalf("after %v: %v", sig, err)
+			}
+			got = append(got, l)
+		}
+		g.end()
+		if proc == nil {
+			return got, ExitStatus{}
+		}
+		return got, waitDone(t, proc)
+	}
+	plain, _ := run(false)
+	traced, status := run(true)
+	if !slices.Equal(plain, traced) {
+		t.Errorf("signals received: untraced %q, traced %q", plain, traced)
+	}
+	if want := []string{"got SIGUSR1", "got SIGINT", "got SIGTERM", "got SIGHUP", "got SIGUSR2"}; !slices.Equal(traced, want) {
+		t.Errorf("traced app received %q, want %q", traced, want)
+	}
+	if status != exited(0) {
+		t.Errorf("status %v, want exit 0", status)
+	}
+}
+
+// TestPtraceStopCont: SIGSTOP stops a traced app as it would an untraced
+// one, and SIGCONT resumes it.
+func TestPtraceStopCont(t *testing.T) {
+	needPtrace(t)
+	k := newPtraceKernel(t)
+	g := startGrandchild(t, "stopcont")
+	proc, err := k.Open(g.proc, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proc.Close()
+	if l, _ := g.out.ReadString('\n'); l != "ready\n" {
+		t.Fatalf("child said %q", l)
+	}
+	for _, step := range []struct {
+		sig   syscall.Signal
+		state string
+	}{{syscall.SIGSTOP, "Tt"}, {syscall.SIGCONT, "SR"}, {syscall.SIGTSTP, "Tt"}, {syscall.SIGCONT, "SR"}} {
+		syscall.Kill(g.proc.PID, step.sig)
+		if err := waitState(g.proc.PID, step.state); err != nil {
+			t.Fatalf("after %v: %v", step.sig, err)
+		}
+	}
+	g.end()
+	if got := waitDone(t, proc); got != exited(0) {
+		t.Errorf("status %v, want exit 0", got)
+	}
+}
+
+// TestPtraceChildrenUntraced: the app's own children are traced by nobody
+// (they could be strace'd), and its fork/exec works as usual.
+func TestPtraceChildrenUntraced(t *testing.T) {
+	needPtrace(t)
+	k := newPtraceKernel(t)
+	g := startGrandchild(t, "fork")
+	proc, err := k.Open(g.proc, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proc.Close()
+	g.end()
+	for i := 0; i < 2; i++ {
+		l, err := readLine(g.out, 10*time.Second)
+		if err != nil || l != "child TracerPid: 0" {
+			t.Errorf("child %d said %q, %v; want TracerPid 0", i, l, err)
+		}
+	}
+	if got := waitDone(t, proc); got != exited(4) {
+		t.Errorf("status %v, want exit 4", got)
+	}
+}
+
+// TestPtraceTracerPid: while watched, the app's tracer is the supervisor's
+// tracer thread; the real parent still reaps it (else the status would never
+// come).
+func TestPtraceTracerPid(t *testing.T) {
+	needPtrace(t)
+	k := newPtraceKernel(t)
+	g := startGrandchild(t, "0")
+	proc, err := k.Open(g.proc, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proc.Close()
+	// TracerPid names the tracer *thread* (its TID): one of ours.
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", g.proc.PID))
+	tid := ""
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) == 2 && f[0] == "TracerPid:" {
+			tid = f[1]
+		}
+	}
+	if _, err := os.Stat("/proc/self/task/" + tid); tid == "" || tid == "0" || err != nil {
+		t.Errorf("TracerPid %q is not a thread of ours", tid)
+	}
+	g.end()
+	waitDone(t, proc)
+}
+
+func readLine(r *bufio.Reader, within time.Duration) (string, error) {
+	type res struct {
+		s   string
+		err error
+	}
+	c := make(chan res, 1)
+	go func() { s, err := r.ReadString('\n'); c <- res{strings.TrimSuffix(s, "\n"), err} }()
+	select {
+	case x := <-c:
+		return x.s, x.err
+	case <-time.After(within):
+		return "", fmt.Errorf("nothing within %s", within)
+	}
+}
+
+// waitState waits (bounded) for /proc/PID/stat's state letter to be one
+// of want. A stopped tracee shows "t" (tracing stop) where an untraced one
+// shows "T"; both mean it does not run.
+func waitState(pid int, want string) error {
+	deadline := time.Now().Add(10 * time.Second)
+	got := ""
+	for time.Now().Before(deadline) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return err
+		}
+		s := string(b)
+		got = strings.Fields(s[strings.LastIndexByte(s, ')')+1:])[0]
+		if strings.Contains(want, got) {
+			return nil
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return fmt.Errorf("state %s, want one of %s", got, want)
+}
+
+// TestSelectMethod is the method table.
+func TestSelectMethod(t *testing.T) {
+	yes := PidfdSupport{ExitInfo: true}
+	no := PidfdSupport{Reason: "no PIDFD_INFO_EXIT"}
+	canTrace := func() PtraceSupport { return PtraceSupport{OK: true} }
+	cannot := func() PtraceSupport { return PtraceSupport{Reason: "no CAP_SYS_PTRACE"} }
+	tests := []struct {
+		mode   ExitStatusMode
+		pidfd  PidfdSupport
+		ptrace func() PtraceSupport
+		want   Method
+		errs   bool
+		reason string
+	}{
+		{ModeAuto, yes, cannot, MethodPidfd, false, ""},
+		{ModeAuto, no, canTrace, MethodPtrace, false, "no PIDFD_INFO_EXIT"},
+		{ModeAuto, no, cannot, MethodNone, false, "add SYS_PTRACE"},
+		{ModePidfd, yes, cannot, MethodPidfd, false, ""},
+		{ModePidfd, no, canTrace, "", true, "EXIT_STATUS=pidfd cannot work here: no PIDFD_INFO_EXIT"},
+		{ModePtrace, yes, canTrace, MethodPtrace, false, ""},
+		{ModePtrace, yes, cannot, "", true, "EXIT_STATUS=ptrace cannot work here: no CAP_SYS_PTRACE"},
+		{ModeNone, yes, canTrace, MethodNone, false, "EXIT_STATUS=none"},
+	}
+	for _, tt := range tests {
+		c, err := SelectMethod(tt.mode, tt.pidfd, tt.ptrace)
+		if (err != nil) != tt.errs || c.Method != tt.want {
+			t.Errorf("%s/%v: %+v, %v; want %q (error %v)", tt.mode, tt.pidfd.ExitInfo, c, err, tt.want, tt.errs)
+			continue
+		}
+		text := c.Reason
+		if err != nil {
+			text = err.Error()
+		}
+		if !strings.Contains(text, tt.reason) {
+			t.Errorf("%s/%v: %q does not say %q", tt.mode, tt.pidfd.ExitInfo, text, tt.reason)
+		}
+	}
+}
