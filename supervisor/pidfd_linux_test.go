@@ -28,6 +28,7 @@ import (
 //	                    child's PID, reaps it and exits 0: the child is then
 //	                    not ours, like an app's main process in a pod
 //	HELPER=child HOW    see child()
+//
 // The helper modes need the main goroutine on the main thread (leader-exit).
 func init() {
 	if os.Getenv("HELPER") != "" {
