@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -38,6 +39,9 @@ type Config struct {
 	OnSuccess Action `env:"ON_SUCCESS" envDefault:"SIGTERM"`
 	OnFailure Action `env:"ON_FAILURE" envDefault:"SIGKILL"`
 	OnUnknown Action `env:"ON_UNKNOWN" envDefault:"SIGTERM"`
+	// SidecarActions gives some sidecars their own action, whatever the
+	// outcome: "cloud-sql-proxy=SIGINT,pilot-agent=http://...".
+	SidecarActions SidecarActions `env:"SIDECAR_ACTIONS"`
 	// HTTPTimeout bounds an HTTP action's request.
 	HTTPTimeout time.Duration `env:"HTTP_TIMEOUT" envDefault:"5s"`
 	// DeletionGrace is how long an application killed by SIGTERM is given to
@@ -49,12 +53,68 @@ type Config struct {
 	ScanInterval time.Duration `env:"SCAN_INTERVAL" envDefault:"100ms"`
 	// TerminationMessagePath receives a one-line summary at exit.
 	TerminationMessagePath string `env:"TERMINATION_MESSAGE_PATH" envDefault:"/dev/termination-log"`
+	// RestartPolicy is the pod's restartPolicy.
+	RestartPolicy RestartPolicy `env:"RESTART_POLICY" envDefault:"Never"`
+	// RestartTimeout bounds, under OnFailure, the wait for the restart of
+	// an app whose exit status could not be read (the kubelet's back-off
+	// between restarts reaches 5 minutes).
+	RestartTimeout time.Duration `env:"RESTART_TIMEOUT" envDefault:"5m30s"`
+	// NativeSidecar says the sidecar is a native sidecar (an init container
+	// with restartPolicy Always), which the kubelet stops itself.
+	NativeSidecar bool `env:"NATIVE_SIDECAR" envDefault:"false"`
 	// ExitStatus says how app exit statuses are read: auto, pidfd, ptrace
 	// or none.
 	ExitStatus ExitStatusMode `env:"EXIT_STATUS" envDefault:"auto"`
 	// LogLevel and LogFormat shape the log on stderr.
 	LogLevel  zerolog.Level `env:"LOG_LEVEL" envDefault:"info"`
 	LogFormat string        `env:"LOG_FORMAT" envDefault:"json"`
+}
+
+// SidecarActions maps a sidecar process name to its own action.
+type SidecarActions map[string]Action
+
+// UnmarshalText parses "name=action,name=action".
+func (m *SidecarActions) UnmarshalText(b []byte) error {
+	out := SidecarActions{}
+	for _, part := range strings.Split(string(b), ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		name, act, ok := strings.Cut(part, "=")
+		name = strings.TrimSpace(name)
+		if !ok || name == "" {
+			return fmt.Errorf("%q: want name=action, such as cloud-sql-proxy=SIGTERM", part)
+		}
+		a, err := ParseAction(act)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		out[name] = a
+	}
+	*m = out
+	return nil
+}
+
+// RestartPolicy is the pod's restartPolicy.
+type RestartPolicy string
+
+// The restart policies.
+const (
+	Never     RestartPolicy = "Never"
+	OnFailure RestartPolicy = "OnFailure"
+	Always    RestartPolicy = "Always"
+)
+
+// UnmarshalText accepts the policy in any case.
+func (p *RestartPolicy) UnmarshalText(b []byte) error {
+	for _, v := range []RestartPolicy{Never, OnFailure, Always} {
+		if strings.EqualFold(string(b), string(v)) {
+			*p = v
+			return nil
+		}
+	}
+	return errors.New("want Never, OnFailure or Always")
 }
 
 // ConfigError is a bad setting: the variable, the value and what it accepts.
@@ -145,6 +205,10 @@ func describe(name string, err error) string {
 		return "want trace, debug, info, warn, error or disabled"
 	case "EXIT_STATUS":
 		return "want auto, pidfd, ptrace or none"
+	case "RESTART_POLICY":
+		return "want Never, OnFailure or Always (the pod's restartPolicy)"
+	case "NATIVE_SIDECAR":
+		return "want true or false"
 	}
 	if strings.HasSuffix(name, "TIMEOUT") || strings.HasSuffix(name, "GRACE") || strings.HasSuffix(name, "INTERVAL") {
 		return "want a duration such as 30s, 1m30s or 500ms"
@@ -165,6 +229,7 @@ func (c *Config) Validate(vars map[string]string) []error {
 	for name, d := range map[string]time.Duration{
 		"APP_START_TIMEOUT": c.AppStartTimeout, "SIDECAR_START_TIMEOUT": c.SidecarStartTimeout,
 		"STOP_TIMEOUT": c.StopTimeout, "HTTP_TIMEOUT": c.HTTPTimeout, "SCAN_INTERVAL": c.ScanInterval,
+		"RESTART_TIMEOUT": c.RestartTimeout,
 	} {
 		if d <= 0 {
 			bad(name, "want a positive duration such as 30s")
@@ -185,6 +250,22 @@ func (c *Config) Validate(vars map[string]string) []error {
 		for _, s := range c.SidecarProcesses {
 			if n == s {
 				bad("IGNORE_PROCESSES", fmt.Sprintf("%q is also in %sSIDECAR_PROCESSES", n, EnvPrefix))
+			}
+		}
+	}
+	for name, a := range c.SidecarActions {
+		if !slices.Contains(c.SidecarProcesses, name) {
+			bad("SIDECAR_ACTIONS", fmt.Sprintf("%q is not in %sSIDECAR_PROCESSES", name, EnvPrefix))
+		}
+		if c.RestartPolicy == OnFailure && a.Kind == ActionSignal && a.Signal == SIGKILL {
+			bad("SIDECAR_ACTIONS", fmt.Sprintf("%s=SIGKILL under restartPolicy OnFailure makes it exit 137, and the kubelet restarts it", name))
+		}
+	}
+	if c.RestartPolicy == OnFailure {
+		// A sidecar that exits non-zero is itself restarted under OnFailure.
+		for name, a := range map[string]Action{"ON_SUCCESS": c.OnSuccess, "ON_UNKNOWN": c.OnUnknown} {
+			if a.Kind == ActionSignal && a.Signal == SIGKILL {
+				bad(name, "SIGKILL under restartPolicy OnFailure makes the sidecar exit 137, and the kubelet restarts it: use SIGTERM or an http(s) URL")
 			}
 		}
 	}
@@ -227,11 +308,15 @@ func (c Config) MarshalZerologObject(e *zerolog.Event) {
 		Stringer("on_success", c.OnSuccess).
 		Stringer("on_failure", c.OnFailure).
 		Stringer("on_unknown", c.OnUnknown).
+		Interface("sidecar_actions", c.SidecarActions).
 		Str("http_timeout", c.HTTPTimeout.String()).
 		Str("deletion_grace", c.DeletionGrace.String()).
 		Str("scan_interval", c.ScanInterval.String()).
 		Str("termination_message_path", c.TerminationMessagePath).
 		Str("exit_status", string(c.ExitStatus)).
+		Str("restart_policy", string(c.RestartPolicy)).
+		Str("restart_timeout", c.RestartTimeout.String()).
+		Bool("native_sidecar", c.NativeSidecar).
 		Stringer("log_level", c.LogLevel).
 		Str("log_format", c.LogFormat)
 }

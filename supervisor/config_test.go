@@ -20,6 +20,7 @@ func TestConfigDefaults(t *testing.T) {
 		OnSuccess: Action{Kind: ActionSignal, Signal: SIGTERM}, OnFailure: Action{Kind: ActionSignal, Signal: SIGKILL},
 		OnUnknown: Action{Kind: ActionSignal, Signal: SIGTERM}, HTTPTimeout: 5 * time.Second, DeletionGrace: 2 * time.Second,
 		ScanInterval: 100 * time.Millisecond, TerminationMessagePath: "/dev/termination-log", ExitStatus: ModeAuto,
+		RestartPolicy: Never, RestartTimeout: 330 * time.Second,
 		LogLevel: zerolog.InfoLevel, LogFormat: "json",
 	}
 	if diff := cmp.Diff(want, cfg); diff != "" {
@@ -57,6 +58,13 @@ func TestConfigGood(t *testing.T) {
 		{"SUPERVISOR_LOG_LEVEL=WARN", func(c Config) bool { return c.LogLevel == zerolog.WarnLevel }},
 		{"SUPERVISOR_LOG_FORMAT=console", func(c Config) bool { return c.LogFormat == "console" }},
 		{"SUPERVISOR_EXIT_STATUS=ptrace", func(c Config) bool { return c.ExitStatus == ModePtrace }},
+		{"SUPERVISOR_RESTART_POLICY=OnFailure", func(c Config) bool { return c.RestartPolicy == OnFailure }},
+		{"SUPERVISOR_RESTART_POLICY=always", func(c Config) bool { return c.RestartPolicy == Always }},
+		{"SUPERVISOR_RESTART_TIMEOUT=1m", func(c Config) bool { return c.RestartTimeout == time.Minute }},
+		{"SUPERVISOR_NATIVE_SIDECAR=true", func(c Config) bool { return c.NativeSidecar }},
+		{"SUPERVISOR_SIDECAR_ACTIONS=pilot-agent=http://127.0.0.1:15020/quitquitquit", func(c Config) bool {
+			return c.SidecarActions["pilot-agent"].Kind == ActionHTTP
+		}},
 		{"SUPERVISOR_EXIT_STATUS=None", func(c Config) bool { return c.ExitStatus == ModeNone }},
 		// An empty value means the default (a template may render one).
 		{"SUPERVISOR_STOP_TIMEOUT=", func(c Config) bool { return c.StopTimeout == 30*time.Second }},
@@ -97,6 +105,12 @@ func TestConfigBad(t *testing.T) {
 		{"SUPERVISOR_LOG_LEVEL=loud", `SUPERVISOR_LOG_LEVEL="loud": want trace, debug, info, warn, error or disabled`},
 		{"SUPERVISOR_LOG_FORMAT=xml", `SUPERVISOR_LOG_FORMAT="xml": want json or console`},
 		{"SUPERVISOR_EXIT_STATUS=strace", `SUPERVISOR_EXIT_STATUS="strace": want auto, pidfd, ptrace or none`},
+		{"SUPERVISOR_RESTART_POLICY=Sometimes", `SUPERVISOR_RESTART_POLICY="Sometimes": want Never, OnFailure or Always`},
+		{"SUPERVISOR_RESTART_TIMEOUT=0s", `SUPERVISOR_RESTART_TIMEOUT="0s": want a positive duration`},
+		{"SUPERVISOR_NATIVE_SIDECAR=maybe", `SUPERVISOR_NATIVE_SIDECAR="maybe": want true or false`},
+		{"SUPERVISOR_SIDECAR_ACTIONS=cloud-sql-proxy=SIGTERM", `"cloud-sql-proxy" is not in SUPERVISOR_SIDECAR_PROCESSES`},
+		{"SUPERVISOR_SIDECAR_ACTIONS=pilot-agent", `want name=action`},
+		{"SUPERVISOR_SIDECAR_ACTIONS=pilot-agent=SIGNOPE", `pilot-agent: unknown signal "SIGNOPE"`},
 	}
 	for _, tt := range tests {
 		_, _, err := LoadConfig([]string{tt.env})
@@ -106,6 +120,24 @@ func TestConfigBad(t *testing.T) {
 		if err != nil && strings.Count(err.Error(), "\n") != 0 {
 			t.Errorf("%s: one bad setting gave several errors: %v", tt.env, err)
 		}
+	}
+}
+
+// TestConfigOnFailure: SIGKILL would make the sidecar exit 137, and the
+// kubelet would restart it under OnFailure.
+func TestConfigOnFailure(t *testing.T) {
+	for _, env := range [][]string{
+		{"SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_ON_SUCCESS=SIGKILL"},
+		{"SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_ON_UNKNOWN=9"},
+		{"SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_SIDECAR_ACTIONS=pilot-agent=SIGKILL"},
+	} {
+		if _, _, err := LoadConfig(env); err == nil || !strings.Contains(err.Error(), "the kubelet restarts it") {
+			t.Errorf("%q: err = %v", env, err)
+		}
+	}
+	// The default failure action is fine: under OnFailure it is never used.
+	if _, _, err := LoadConfig([]string{"SUPERVISOR_RESTART_POLICY=OnFailure"}); err != nil {
+		t.Errorf("OnFailure with defaults: %v", err)
 	}
 }
 

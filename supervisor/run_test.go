@@ -101,6 +101,14 @@ func (k *fakeKernel) Open(p procscan.Process, status bool) (Proc, error) {
 		return nil, ErrGone
 	}
 	if fp, ok := k.procs[p.PID]; ok {
+		select {
+		case <-fp.done:
+			return nil, ErrGone // exited and reaped before it was held
+		default:
+		}
+		if !status && fp.onSignal == nil {
+			fp.onSignal = k.onSignal
+		}
 		return fp, nil
 	}
 	fp := &fakeProc{pid: p.PID, k: k, done: make(chan struct{})}
@@ -109,6 +117,15 @@ func (k *fakeKernel) Open(p procscan.Process, status bool) (Proc, error) {
 	}
 	k.procs[p.PID] = fp
 	return fp, nil
+}
+
+// spawn makes a process exist before the supervisor holds it.
+func (k *fakeKernel) spawn(pid int) *fakeProc {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	fp := &fakeProc{pid: pid, k: k, done: make(chan struct{})}
+	k.procs[pid] = fp
+	return fp
 }
 
 func (k *fakeKernel) proc(pid int) *fakeProc {

@@ -1,0 +1,356 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/rs/zerolog"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/procscan"
+)
+
+// TestOnFailureRestart: a failed app is restarted by the kubelet as a new
+// container; the sidecar stays up until the restart succeeds, then gets
+// the (graceful) success action.
+func TestOnFailureRestart(t *testing.T) {
+	h := start(t, testConfig(t, "SUPERVISOR_RESTART_POLICY=OnFailure"),
+		container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+	h.proc(10).exit(exited(1))
+	noSignalFor(t, h, 100*time.Millisecond)
+	h.pod.add(container(procscan.App, "app-r1", 11))
+	h.proc(11).exit(killed(SIGKILL)) // OOM-killed: restarted again
+	noSignalFor(t, h, 100*time.Millisecond)
+	h.pod.add(container(procscan.App, "app-r2", 12))
+	h.proc(12).exit(exited(0))
+	res, err := h.wait()
+	if err != nil || res.Outcome != Success {
+		t.Fatalf("res %+v err %v; log:\n%s", res, err, h.log)
+	}
+	if diff := cmp.Diff([]string{"SIGTERM 100"}, h.kernel.sent()); diff != "" {
+		t.Errorf("signals (-want +got):\n%s", diff)
+	}
+	if len(res.Apps) != 1 || res.Apps[0].Container != "app-r2" {
+		t.Errorf("decided on %+v, want only the last instance", res.Apps)
+	}
+}
+
+// TestOnFailureUnknown: with no status, a restart is awaited for
+// RestartTimeout; none comes, so the app is taken as finished (unknown).
+func TestOnFailureUnknown(t *testing.T) {
+	h := start(t, testConfig(t, "SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_RESTART_TIMEOUT=300ms"),
+		container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+	h.proc(10).exit(unknownStatus())
+	noSignalFor(t, h, 150*time.Millisecond)
+	res, _ := h.wait()
+	if res.Outcome != Unknown {
+		t.Errorf("outcome %v, want unknown", res.Outcome)
+	}
+	if diff := cmp.Diff([]string{"SIGTERM 100"}, h.kernel.sent()); diff != "" {
+		t.Errorf("signals (-want +got):\n%s", diff)
+	}
+}
+
+// TestOnFailureUnknownRestarted: an unknown status followed by a restart
+// was a failure after all: the new container is watched.
+func TestOnFailureUnknownRestarted(t *testing.T) {
+	h := start(t, testConfig(t, "SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_RESTART_TIMEOUT=1m"),
+		container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+	h.proc(10).exit(unknownStatus())
+	h.pod.add(container(procscan.App, "app-r1", 11))
+	noSignalFor(t, h, 100*time.Millisecond)
+	h.proc(11).exit(exited(0))
+	res, _ := h.wait()
+	if res.Outcome != Success {
+		t.Errorf("outcome %v, want success; log:\n%s", res.Outcome, h.log)
+	}
+}
+
+// TestAlways: the sidecar is never stopped on an app's exit; SIGTERM ends
+// the idle supervisor.
+func TestAlways(t *testing.T) {
+	for _, env := range [][]string{{"SUPERVISOR_RESTART_POLICY=Always"}, {"SUPERVISOR_RESTART_POLICY=Always", "SUPERVISOR_NATIVE_SIDECAR=true"}} {
+		h := start(t, testConfig(t, env...), container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+		noSignalFor(t, h, 100*time.Millisecond)
+		scans := h.pod.scanCount()
+		time.Sleep(50 * time.Millisecond)
+		if got := h.pod.scanCount(); got != scans {
+			t.Errorf("%v: idle supervisor scanned /proc %d more times", env, got-scans)
+		}
+		h.cancel()
+		res, err := h.wait()
+		if err != nil || !res.Deleted {
+			t.Errorf("%v: res %+v err %v", env, res, err)
+		}
+	}
+}
+
+// TestNativeSidecar: the kubelet stops a native sidecar; the supervisor
+// stays out of the way and ends at once.
+func TestNativeSidecar(t *testing.T) {
+	h := start(t, testConfig(t, "SUPERVISOR_NATIVE_SIDECAR=true"), container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+	res, err := h.wait()
+	if err != nil || res.Deleted || !strings.Contains(res.Summary, "native sidecar") || len(h.kernel.sent()) != 0 {
+		t.Errorf("res %+v err %v signals %v", res, err, h.kernel.sent())
+	}
+}
+
+// TestSidecarActions: several sidecars, each with its own action.
+func TestSidecarActions(t *testing.T) {
+	h := start(t, testConfig(t, "SUPERVISOR_SIDECAR_PROCESSES=pilot-agent,cloud-sql-proxy,vault-agent",
+		"SUPERVISOR_SIDECAR_ACTIONS=cloud-sql-proxy=SIGINT,vault-agent=http://127.0.0.1:8200/quit"),
+		container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100),
+		container(procscan.Sidecar, "cloud-sql-proxy", 101), container(procscan.Sidecar, "vault-agent", 102))
+	go func() { p := h.proc(102); <-time.After(20 * time.Millisecond); p.exit(exited(0)) }()
+	h.proc(10).exit(exited(3))
+	res, err := h.wait()
+	if err != nil || res.Outcome != Failure {
+		t.Fatalf("res %+v err %v", res, err)
+	}
+	if diff := cmp.Diff([]string{"SIGKILL 100", "SIGINT 101"}, h.kernel.sent()); diff != "" {
+		t.Errorf("signals (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"http://127.0.0.1:8200/quit"}, h.posts); diff != "" {
+		t.Errorf("posts (-want +got):\n%s", diff)
+	}
+}
+
+// TestSidecarComesBack: a sidecar that reappears while being stopped
+// (restarted by the kubelet) is stopped too, and the log says why it may
+// have come back.
+func TestSidecarComesBack(t *testing.T) {
+	h := start(t, testConfig(t), container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+	h.kernel.onSignal = func(sig Signal) *ExitStatus {
+		if !h.pod.has("pilot-agent-r1") {
+			h.pod.add(container(procscan.Sidecar, "pilot-agent-r1", 101))
+		}
+		return &ExitStatus{Known: true, Code: 0}
+	}
+	h.proc(10).exit(exited(0))
+	res, err := h.wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"SIGTERM 100", "SIGTERM 101"}, h.kernel.sent()); diff != "" {
+		t.Errorf("signals (-want +got):\n%s", diff)
+	}
+	if !strings.Contains(h.log.String(), "NATIVE_SIDECAR=true") {
+		t.Errorf("no hint in the log:\n%s", h.log)
+	}
+	_ = res
+}
+
+func noSignalFor(t *testing.T, h *harness, d time.Duration) {
+	t.Helper()
+	select {
+	case <-h.kernel.signaled:
+		t.Fatalf("sidecar signalled too early: %v\nlog:\n%s", h.kernel.sent(), h.log)
+	case <-time.After(d):
+	}
+}
+
+func (f *fakePod) scanCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.scans
+}
+
+func (f *fakePod) has(name string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range f.containers {
+		if c.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// TestRandomTimelines drives the run loop through many generated pod
+// timelines (start orders, exit codes, restarts under OnFailure, late
+// sidecars, deletions) and checks two invariants on each: the sidecar is
+// never stopped while an app runs or is about to be restarted, and it is
+// stopped within the configured bounds of the last app's end.
+func TestRandomTimelines(t *testing.T) {
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	const n = 150
+	for i := 0; i < n; i++ {
+		tl := newTimeline(rand.New(rand.NewSource(seed + int64(i))))
+		t.Run(fmt.Sprintf("%d", i), func(t *testing.T) {
+			t.Parallel()
+			tl.run(t)
+		})
+	}
+}
+
+// attempt is one run of an app container.
+type attempt struct {
+	after  time.Duration // after the previous attempt ended (or t0)
+	runs   time.Duration
+	status ExitStatus
+}
+
+type timeline struct {
+	policy       RestartPolicy
+	apps         [][]attempt // per slot
+	sidecarAfter time.Duration
+	deleteAt     time.Duration // 0: never
+	desc         string
+}
+
+func newTimeline(r *rand.Rand) timeline {
+	ms := func(max int) time.Duration { return time.Duration(r.Intn(max)) * time.Millisecond }
+	tl := timeline{policy: Never}
+	if r.Intn(2) == 0 {
+		tl.policy = OnFailure
+	}
+	slots := 1 + r.Intn(3)
+	for s := 0; s < slots; s++ {
+		var atts []attempt
+		for k := 0; ; k++ {
+			st := exited(0)
+			switch r.Intn(4) {
+			case 0:
+				st = exited(1 + r.Intn(3))
+			case 1:
+				st = killed(SIGKILL)
+			}
+			first := time.Duration(0)
+			if k == 0 {
+				first = ms(60)
+			} else {
+				first = 20*time.Millisecond + ms(60) // the kubelet's back-off
+			}
+			if tl.policy == OnFailure && k == 3 {
+				st = exited(0) // the Job gives up on the pod otherwise (deletion, below)
+			}
+			atts = append(atts, attempt{after: first, runs: 20*time.Millisecond + ms(150), status: st})
+			if tl.policy == Never || st.Success() {
+				break
+			}
+		}
+		tl.apps = append(tl.apps, atts)
+	}
+	if r.Intn(3) == 0 {
+		tl.sidecarAfter = ms(400) // starts late, maybe after the apps
+	}
+	if r.Intn(6) == 0 {
+		tl.deleteAt = ms(400)
+	}
+	tl.desc = fmt.Sprintf("%s apps=%v sidecarAfter=%v deleteAt=%v", tl.policy, tl.apps, tl.sidecarAfter, tl.deleteAt)
+	return tl
+}
+
+func (tl timeline) run(t *testing.T) {
+	env := []string{
+		"SUPERVISOR_RESTART_POLICY=" + string(tl.policy), fmt.Sprintf("SUPERVISOR_APP_CONTAINERS=%d", len(tl.apps)),
+		"SUPERVISOR_APP_START_TIMEOUT=1s", "SUPERVISOR_SIDECAR_START_TIMEOUT=2s", "SUPERVISOR_STOP_TIMEOUT=1s",
+		"SUPERVISOR_SCAN_INTERVAL=10ms", "SUPERVISOR_DELETION_GRACE=0s", "SUPERVISOR_RESTART_TIMEOUT=1s",
+	}
+	if tl.policy == OnFailure {
+		env = append(env, "SUPERVISOR_ON_FAILURE=SIGTERM")
+	}
+	cfg := testConfig(t, env...)
+	pod := &fakePod{containers: []procscan.Container{container(procscan.Pause, "pause", 1), container(procscan.Self, "supervisor", 2)}}
+	k := newFakeKernel()
+	var mu sync.Mutex
+	var lastEnd time.Time   // when the last attempt of any slot ended
+	var lastStart time.Time // when the last attempt started
+	var firstSignal time.Time
+	k.onSignal = func(sig Signal) *ExitStatus {
+		mu.Lock()
+		if firstSignal.IsZero() {
+			firstSignal = time.Now()
+		}
+		mu.Unlock()
+		return &ExitStatus{Known: true, Signal: sig}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	t0 := time.Now()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var wg sync.WaitGroup
+		pid := 10
+		for s, atts := range tl.apps {
+			wg.Add(1)
+			base := pid
+			pid += 10
+			go func(s int, atts []attempt, base int) {
+				defer wg.Done()
+				for k2, a := range atts {
+					time.Sleep(a.after)
+					p := base + k2
+					name := fmt.Sprintf("app%d-r%d", s, k2)
+					mu.Lock()
+					lastStart = time.Now()
+					mu.Unlock()
+					fp := k.spawn(p)
+					pod.add(container(procscan.App, name, p))
+					time.Sleep(a.runs)
+					mu.Lock()
+					lastEnd = time.Now()
+					mu.Unlock()
+					fp.exit(a.status)
+				}
+			}(s, atts, base)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(tl.sidecarAfter)
+			k.spawn(100)
+			pod.add(container(procscan.Sidecar, "pilot-agent", 100))
+		}()
+		wg.Wait()
+	}()
+	if tl.deleteAt > 0 {
+		time.AfterFunc(tl.deleteAt, cancel)
+	}
+	res, err := New(cfg, zerolog.Nop(), pod, k, func(context.Context, *url.URL, time.Duration) (int, error) { return 200, nil }).Run(ctx)
+	<-done
+	if err != nil {
+		t.Fatalf("%s: %v", tl.desc, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if res.Deleted {
+		return // deletion may come at any point; nothing must be signalled after it (the kubelet's job)
+	}
+	if firstSignal.IsZero() {
+		t.Fatalf("%s: sidecar never stopped (%+v)", tl.desc, res)
+	}
+	// Invariant 1: not while an app runs or before its restart started.
+	if firstSignal.Before(lastEnd) || firstSignal.Before(lastStart) {
+		t.Errorf("%s: sidecar signalled at %v, last app start %v end %v", tl.desc,
+			firstSignal.Sub(t0), lastStart.Sub(t0), lastEnd.Sub(t0))
+	}
+	// Invariant 2: within the bounds after the last app's end. An app that
+	// was never seen (it ended before the first scan) costs the
+	// APP_START_TIMEOUT; a late sidecar, the time it takes to appear.
+	bound := cfg.AppStartTimeout + cfg.ScanInterval*5 + 500*time.Millisecond
+	if end := lastEnd; tl.sidecarAfter > 0 && t0.Add(tl.sidecarAfter).After(end) {
+		lastEnd = t0.Add(tl.sidecarAfter)
+	}
+	if late := firstSignal.Sub(lastEnd); late > bound {
+		t.Errorf("%s: sidecar signalled %v after the last app ended, bound %v", tl.desc, late, bound)
+	}
+	// The outcome matches the last attempts.
+	want := Success
+	for _, atts := range tl.apps {
+		if !atts[len(atts)-1].status.Success() && tl.policy == Never {
+			want = Failure
+		}
+	}
+	if res.Outcome != want && res.Outcome != Unknown {
+		t.Errorf("%s: outcome %v, want %v", tl.desc, res.Outcome, want)
+	}
+}

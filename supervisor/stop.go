@@ -1,0 +1,321 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/procscan"
+)
+
+// decide maps the statuses to an action. An app killed by SIGTERM may be
+// the pod being deleted (the kubelet signals every container at once, and
+// ours may arrive second): wait DeletionGrace for our own SIGTERM first.
+func (r *run) decide(ctx context.Context) (state, error) {
+	for _, a := range r.apps {
+		if !a.superseded {
+			r.res.Apps = append(r.res.Apps, AppStatus{Container: a.container, Status: a.status})
+		}
+	}
+	outcome, reason := Decide(r.res.Apps)
+	r.res.Outcome, r.res.Reason = outcome, reason
+	if outcome == Failure && r.cfg.DeletionGrace > 0 {
+		if a := r.terminated(); a != nil {
+			r.log.Info().Str("container", a.container).Str("grace", r.cfg.DeletionGrace.String()).
+				Msg("app ended by SIGTERM: waiting to see whether the pod is being deleted")
+			t := time.NewTimer(r.cfg.DeletionGrace)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return r.deleted, nil
+			case <-t.C:
+			}
+		}
+	}
+	r.res.Action = r.cfg.ActionFor(outcome)
+	r.log.Info().Stringer("outcome", outcome).Stringer("action", r.res.Action).Str("reason", reason).Msg("decision")
+	if r.res.Action.Kind == ActionNone {
+		r.note("sidecar left running (action none)")
+		r.log.Info().Msg("sidecar left running: the action is none")
+		return nil, nil
+	}
+	return r.stop, nil
+}
+
+// terminated returns an app that ended the way the kubelet's SIGTERM ends
+// one, or nil.
+func (r *run) terminated() *app {
+	for _, a := range r.apps {
+		if !a.superseded && killedByTermination(a.status) {
+			return a
+		}
+	}
+	return nil
+}
+
+// sidecar is one sidecar main process being stopped.
+type sidecar struct {
+	container string
+	main      procscan.Process
+	proc      Proc
+	gone      bool
+}
+
+// maxStopRounds bounds how often sidecars that come back (restarted, or
+// started late) during the stop are stopped again.
+const maxStopRounds = 3
+
+// stop applies the action to every sidecar and sees them exit, escalating
+// to SIGKILL after StopTimeout. Sidecars that appear meanwhile (one that
+// was restarted, or started late) are stopped too, in a few more rounds.
+func (r *run) stop(ctx context.Context) (state, error) {
+	sidecars, next, err := r.findSidecars(ctx)
+	if next != nil || err != nil || len(sidecars) == 0 {
+		return next, err
+	}
+	r.stopping = true
+	begun := time.Now()
+	handled := map[int]bool{}
+	for round := 1; ; round++ {
+		for _, s := range sidecars {
+			handled[s.main.PID] = true
+		}
+		if next := r.act(ctx, sidecars); next != nil {
+			closeAll(sidecars)
+			return next, nil
+		}
+		next, err := r.watchSidecars(ctx, sidecars, begun)
+		closeAll(sidecars)
+		if errors.Is(err, errGaveUp) {
+			return nil, nil
+		}
+		if next != nil || err != nil {
+			return next, err
+		}
+		// Anything new since? A sidecar the kubelet restarted at once is
+		// a native sidecar, or the restartPolicy is not what we were told.
+		pod, err := r.scan.Scan()
+		if err != nil {
+			return nil, fmt.Errorf("read /proc: %w", err)
+		}
+		sidecars = r.holdSidecars(pod, handled)
+		if len(sidecars) == 0 {
+			break
+		}
+		for _, s := range sidecars {
+			r.log.Warn().Int("pid", s.main.PID).Str("comm", s.main.Comm).Str("container", s.container).
+				Msg("a sidecar appeared while stopping: started late, or restarted by the kubelet (then it is a native sidecar: set " +
+					EnvPrefix + "NATIVE_SIDECAR=true; or the pod's restartPolicy is not " + string(r.cfg.RestartPolicy) + ")")
+		}
+		if round == maxStopRounds {
+			closeAll(sidecars)
+			r.note("sidecars kept coming back")
+			return nil, nil
+		}
+	}
+	r.note(fmt.Sprintf("sidecar stopped in %.1fs", time.Since(begun).Seconds()))
+	return nil, nil
+}
+
+// errGaveUp ends the stop when a sidecar survived SIGKILL: already noted
+// and logged, not an error of the run.
+var errGaveUp = errors.New("sidecar survived SIGKILL")
+
+func closeAll(sidecars []*sidecar) {
+	for _, s := range sidecars {
+		s.proc.Close()
+	}
+}
+
+// actionFor is a sidecar's action: its own, if SIDECAR_ACTIONS names it,
+// else the outcome's.
+func (r *run) actionFor(s *sidecar) Action {
+	for name, a := range r.cfg.SidecarActions {
+		if s.main.Matches([]string{name}) {
+			return a
+		}
+	}
+	return r.res.Action
+}
+
+// act applies each sidecar's action: one POST per distinct URL (a failed
+// one falls back to SIGTERM), signals through each pidfd. It returns the
+// deleted state if the pod is deleted meanwhile.
+func (r *run) act(ctx context.Context, sidecars []*sidecar) state {
+	posted := map[string]bool{} // URL -> the POST worked
+	for _, s := range sidecars {
+		act := r.actionFor(s)
+		if act.Kind == ActionHTTP {
+			u := act.URL.String()
+			ok, done := posted[u]
+			if !done {
+				code, err := r.post(ctx, act.URL, r.cfg.HTTPTimeout)
+				if ctx.Err() != nil {
+					return r.deleted
+				}
+				ok = err == nil && code >= 200 && code <= 299
+				posted[u] = ok
+				if ok {
+					r.log.Info().Str("url", act.URL.Redacted()).Int("status", code).Str("method", "http").
+						Str("container", s.container).Msg("sidecar asked to stop")
+				} else {
+					reason := fmt.Sprintf("status %d", code)
+					if err != nil {
+						reason = err.Error()
+					}
+					r.log.Warn().Str("url", act.URL.Redacted()).Str("reason", reason).Msg("http action failed: falling back to SIGTERM")
+					r.note("POST failed (" + reason + "), sent SIGTERM")
+				}
+			}
+			if ok {
+				continue
+			}
+			act = Action{Kind: ActionSignal, Signal: SIGTERM}
+		}
+		switch act.Kind {
+		case ActionSignal:
+			r.signal(s, act.Signal)
+		case ActionNone:
+			r.log.Info().Int("pid", s.main.PID).Str("container", s.container).Msg("sidecar left running: its action is none")
+			s.gone = true
+		}
+	}
+	return nil
+}
+
+// findSidecars holds the sidecars' main processes, waiting up to
+// SidecarStartTimeout for one to appear if none runs yet.
+func (r *run) findSidecars(ctx context.Context) ([]*sidecar, state, error) {
+	deadline := time.NewTimer(r.cfg.SidecarStartTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(r.cfg.ScanInterval)
+	defer tick.Stop()
+	waiting := false
+	for {
+		pod, err := r.scan.Scan()
+		if err != nil {
+			return nil, nil, fmt.Errorf("read /proc: %w", err)
+		}
+		if out := r.holdSidecars(pod, nil); len(out) > 0 {
+			return out, nil, nil
+		}
+		if !waiting {
+			waiting = true
+			r.log.Info().Strs("names", r.cfg.SidecarProcesses).Str("timeout", r.cfg.SidecarStartTimeout.String()).
+				Msg("no sidecar running yet: waiting for one")
+		}
+		select {
+		case <-ctx.Done():
+			return nil, r.deleted, nil
+		case <-deadline.C:
+			r.log.Warn().Strs("names", r.cfg.SidecarProcesses).Str("timeout", r.cfg.SidecarStartTimeout.String()).
+				Msg("no sidecar appeared: nothing to stop")
+			r.note("no sidecar appeared")
+			return nil, nil, nil
+		case <-tick.C:
+		}
+	}
+}
+
+// holdSidecars opens a pidfd on every sidecar main process not in skip.
+// One that is gone already is skipped; one that cannot be held is logged
+// and skipped (it cannot be signalled safely either).
+func (r *run) holdSidecars(pod procscan.Pod, skip map[int]bool) []*sidecar {
+	var out []*sidecar
+	for _, c := range pod.Of(procscan.Sidecar) {
+		if skip[c.Main.PID] {
+			continue
+		}
+		proc, err := r.kernel.Open(c.Main, false)
+		if errors.Is(err, ErrGone) {
+			continue
+		}
+		if err != nil {
+			r.log.Error().Err(err).Int("pid", c.Main.PID).Str("container", c.Name).Msg("cannot hold sidecar")
+			continue
+		}
+		out = append(out, &sidecar{container: c.Name, main: c.Main, proc: proc})
+	}
+	return out
+}
+
+func (r *run) signal(s *sidecar, sig Signal) {
+	err := s.proc.Signal(sig)
+	ev := r.log.Info()
+	msg := "sidecar signalled"
+	switch {
+	case errors.Is(err, ErrGone):
+		msg = "sidecar already gone"
+	case errors.Is(err, os.ErrPermission):
+		ev = r.log.Error().Err(err).Str("fix", "run the supervisor as the sidecar's uid (istio-proxy: 1337), or use an http(s) action")
+		msg = "cannot signal sidecar: not permitted"
+		r.note("not permitted to signal " + s.main.Comm)
+	case err != nil:
+		ev = r.log.Error().Err(err)
+		msg = "cannot signal sidecar"
+	}
+	ev.Int("pid", s.main.PID).Str("comm", s.main.Comm).Str("container", s.container).
+		Stringer("signal", sig).Str("method", "pidfd").Msg(msg)
+}
+
+// watchSidecars waits for every sidecar to exit: SIGKILL after StopTimeout,
+// then killWait more before giving up.
+func (r *run) watchSidecars(ctx context.Context, sidecars []*sidecar, begun time.Time) (state, error) {
+	exits := make(chan *sidecar, len(sidecars))
+	watchCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for _, s := range sidecars {
+		go func(s *sidecar) {
+			select {
+			case <-s.proc.Done():
+				exits <- s
+			case <-watchCtx.Done():
+			}
+		}(s)
+	}
+	timer := time.NewTimer(r.cfg.StopTimeout)
+	defer timer.Stop()
+	killed := false
+	left := len(sidecars)
+	for _, s := range sidecars {
+		if s.gone { // left running on purpose
+			left--
+		}
+	}
+	for left > 0 {
+		select {
+		case <-ctx.Done():
+			return r.deleted, nil
+		case s := <-exits:
+			left--
+			s.gone = true
+			r.log.Info().Int("pid", s.main.PID).Str("comm", s.main.Comm).Str("container", s.container).
+				Dur("elapsed", time.Since(begun)).Msg("sidecar stopped")
+		case <-timer.C:
+			if killed {
+				for _, s := range sidecars {
+					if !s.gone {
+						r.log.Error().Int("pid", s.main.PID).Str("container", s.container).Dur("elapsed", time.Since(begun)).
+							Msg("sidecar still running after SIGKILL: giving up")
+						r.note(fmt.Sprintf("%s still running after SIGKILL", s.main.Comm))
+					}
+				}
+				return nil, errGaveUp
+			}
+			killed = true
+			for _, s := range sidecars {
+				if !s.gone {
+					r.log.Warn().Int("pid", s.main.PID).Str("container", s.container).Str("timeout", r.cfg.StopTimeout.String()).
+						Msg("sidecar did not stop in time: sending SIGKILL")
+					r.note(fmt.Sprintf("%s did not stop within %s, sent SIGKILL", s.main.Comm, r.cfg.StopTimeout))
+					r.signal(s, SIGKILL)
+				}
+			}
+			timer.Reset(killWait)
+		}
+	}
+	return nil, nil
+}
+
