@@ -79,16 +79,16 @@ type Result struct {
 // returning the next state.
 type run struct {
 	*Supervisor
-	apps   []*app
-	slots  int             // app containers (a restart fills its old one's)
-	want   int             // how many were expected
-	seen   map[string]bool // container IDs already adopted
+	apps  []*app
+	slots int             // app containers (a restart fills its old one's)
+	want  int             // how many were expected
+	seen  map[string]bool // container IDs already adopted
 	// awaiting lists, oldest first, the instances that wait for the kubelet
 	// to restart them (restartPolicy OnFailure).
 	awaiting []*app
-	warned map[int]bool    // stray processes already warned of
-	res    Result
-	notes  []string // for the summary
+	warned   map[int]bool // stray processes already warned of
+	res      Result
+	notes    []string // for the summary
 	// stopping is set once the action is being applied to the sidecars.
 	stopping bool
 }

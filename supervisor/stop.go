@@ -318,4 +318,3 @@ func (r *run) watchSidecars(ctx context.Context, sidecars []*sidecar, begun time
 	}
 	return nil, nil
 }
-
