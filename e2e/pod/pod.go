@@ -128,6 +128,9 @@ type ContainerStatus struct {
 	Restarts int
 	// PID is the main process's PID on the host while it runs.
 	PID int
+	// StartedAt is when the last attempt's main process was running (the
+	// backend's Start returned), on this host's clock.
+	StartedAt time.Time
 }
 
 // Status is the pod's status.
@@ -339,7 +342,10 @@ func (p *Pod) supervise(ctx context.Context, i int, started chan struct{}) {
 		p.mu.Lock()
 		p.procs[i], p.attempts[i] = proc, attempt
 		p.mu.Unlock()
-		p.update(i, func(s *ContainerStatus) { s.Started, s.Running, s.PID, s.Restarts = true, true, proc.PID(), attempt })
+		now := time.Now()
+		p.update(i, func(s *ContainerStatus) {
+			s.Started, s.Running, s.PID, s.Restarts, s.StartedAt = true, true, proc.PID(), attempt, now
+		})
 		once()
 		code, sig := proc.Wait()
 		// A shim with a shared PID namespace kills what the main process
