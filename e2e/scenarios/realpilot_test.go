@@ -1,0 +1,193 @@
+package scenarios
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/istioproxy/record"
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/pod"
+)
+
+// TestRealPilot runs Job pods whose istio-proxy is Istio's own pilot-agent
+// (with the stand-in envoy, whose record says what pilot-agent asked of
+// it), on every backend. Unless a case says otherwise the app is held until
+// the proxy is ready, by Istio's `pilot-agent wait` postStart hook.
+func TestRealPilot(t *testing.T) {
+	const drain = time.Second
+	tests := []struct {
+		name string
+		desc Desc
+		// want
+		phase   pod.Phase
+		codes   map[string]int
+		drained bool // one graceful, inbound-only drain in envoy's record
+		// neverReady: the app is not held and envoy is never ready.
+		neverReady bool
+		// the supervisor's "sidecar stopped" elapsed, within [min, max]
+		stopMin, stopMax time.Duration
+		summary          string
+		supervisor       []string // log messages, in order (a subsequence)
+	}{
+		{
+			name:  "app exits 0: SIGTERM, pilot-agent drains and exits 0",
+			desc:  Desc{Apps: []App{{Name: "app", Args: []string{"--sleep", "300ms"}, UID: 1000}}},
+			phase: pod.Succeeded, codes: map[string]int{"app": 0, "istio-proxy": 0, "supervisor": 0},
+			drained: true, stopMin: drain, stopMax: drain + 2*time.Second,
+			summary:    "success: app exit 0; action SIGTERM; sidecar stopped",
+			supervisor: []string{"starting", "app found", "app exited", "decision", "sidecar signalled", "sidecar stopped", "done"},
+		},
+		{
+			name:  "app exits 3: SIGKILL, istio-proxy 137",
+			desc:  Desc{Apps: []App{{Name: "app", Args: []string{"--sleep", "300ms", "--exit", "3"}, UID: 1000}}},
+			phase: pod.Failed, codes: map[string]int{"app": 3, "istio-proxy": 137, "supervisor": 0},
+			stopMax: time.Second,
+			summary: "failure: app exit 3; action SIGKILL",
+		},
+		{
+			name: "HTTP action: quitquitquit, exit 0 without a drain",
+			desc: Desc{Apps: []App{{Name: "app", Args: []string{"--sleep", "300ms"}, UID: 1000}},
+				// A drain this long would show.
+				ProxyDrain:    5 * time.Second,
+				SupervisorEnv: []string{"SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit"}},
+			phase: pod.Succeeded, codes: map[string]int{"app": 0, "istio-proxy": 0, "supervisor": 0},
+			stopMax:    time.Second,
+			summary:    "success: app exit 0; action POST http://127.0.0.1:15020/quitquitquit; sidecar stopped",
+			supervisor: []string{"decision", "sidecar asked to stop", "sidecar stopped"},
+		},
+		{
+			name: "app done before the proxy is ready",
+			desc: Desc{Apps: []App{{Name: "app", Args: []string{"--sleep", "1s"}, UID: 1000}},
+				ProxyReadyDelay: 20 * time.Second},
+			phase: pod.Succeeded, codes: map[string]int{"app": 0, "istio-proxy": 0, "supervisor": 0},
+			drained: true, neverReady: true, stopMin: drain, stopMax: drain + 2*time.Second,
+			summary: "success: app exit 0; action SIGTERM; sidecar stopped",
+		},
+		{
+			name: "two app containers: stopped after the second",
+			desc: Desc{Apps: []App{{Name: "quick", Args: []string{"--sleep", "300ms"}, UID: 1000},
+				{Name: "slow", Args: []string{"--sleep", "1500ms"}, UID: 1000}}},
+			phase: pod.Succeeded, codes: map[string]int{"quick": 0, "slow": 0, "istio-proxy": 0, "supervisor": 0},
+			drained: true, stopMin: drain, stopMax: drain + 2*time.Second,
+			summary:    "success: all 2 app containers exit 0",
+			supervisor: []string{"app exited", "app exited", "decision", "sidecar signalled", "sidecar stopped"},
+		},
+	}
+	for _, b := range builders(t) {
+		for _, tt := range tests {
+			t.Run(b.name+"/"+tt.name, func(t *testing.T) {
+				d := tt.desc
+				d.Name, d.Proxy, d.HoldApp = "job", RealPilot, !tt.neverReady
+				d.SupervisorEnv = append(append([]string{}, fast...), d.SupervisorEnv...)
+				p, built := run(t, b, d)
+				st := waitPhase(t, p, time.Minute)
+				if st.Phase != tt.phase {
+					t.Errorf("phase %s, want %s (%s)", st.Phase, tt.phase, st)
+				}
+				for name, code := range tt.codes {
+					if got := st.Container(name).ExitCode; got != code {
+						t.Errorf("%s exit %d, want %d", name, got, code)
+					}
+				}
+				events, err := built.Proxy.Record()
+				if err != nil {
+					t.Fatalf("envoy's record: %v", err)
+				}
+				if len(record.OfKind(events, record.Start)) != 1 {
+					t.Fatalf("envoy did not start once: %d start events", len(record.OfKind(events, record.Start)))
+				}
+				drains := record.OfKind(events, record.Drain)
+				switch {
+				case tt.drained && (len(drains) != 1 || !drains[0].Graceful || !drains[0].InboundOnly):
+					t.Errorf("envoy drains %v, want one graceful inbound-only drain", drains)
+				case !tt.drained && len(drains) != 0:
+					t.Errorf("envoy drains %v, want none", drains)
+				}
+				ready := readyProbes(events)
+				if tt.neverReady {
+					if len(ready) != 0 || len(record.OfKind(events, record.Ready)) != 0 {
+						t.Errorf("envoy became ready (probes %v): the app was to finish first", ready)
+					}
+				} else {
+					// Held: every app started after the hook's probe through
+					// envoy's :15021 was answered 200.
+					if len(ready) == 0 {
+						t.Errorf("no readiness probe answered 200 through envoy")
+					} else {
+						for _, a := range d.Apps {
+							if at := st.Container(a.Name).StartedAt; !at.After(ready[0].Time) {
+								t.Errorf("%s started at %v, before the proxy was ready at %v", a.Name, at, ready[0].Time)
+							}
+						}
+					}
+				}
+				logs := ParseLog(p.Logs("supervisor"))
+				var stopped []LogLine
+				for _, l := range logs {
+					if l.Msg() == "sidecar stopped" {
+						stopped = append(stopped, l)
+					}
+				}
+				if len(stopped) != 1 {
+					t.Fatalf("%d \"sidecar stopped\" lines, want 1", len(stopped))
+				}
+				elapsed, err := strconv.ParseFloat(stopped[0].Str("elapsed"), 64)
+				if took := time.Duration(elapsed * float64(time.Second)); err != nil || took < tt.stopMin || took > tt.stopMax {
+					t.Errorf("sidecar stopped after %q s, want within [%v, %v] (terminationDrainDuration %v)",
+						stopped[0].Str("elapsed"), tt.stopMin, tt.stopMax, built.Proxy.TerminationDrainDuration)
+				}
+				if msg := p.TerminationMessage("supervisor"); !strings.Contains(msg, tt.summary) {
+					t.Errorf("termination message %q, want it to contain %q", msg, tt.summary)
+				}
+				if tt.supervisor != nil {
+					if msgs := Messages(logs); !isSubsequence(tt.supervisor, msgs) {
+						t.Errorf("supervisor log %q, want in order %q", msgs, tt.supervisor)
+					}
+				}
+			})
+		}
+	}
+}
+
+// readyProbes are the readiness probes answered 200 through envoy's
+// :15021 listener (Istio's readinessProbe, and `pilot-agent wait`).
+func readyProbes(events []record.Event) []record.Event {
+	return record.Filter(events, func(e record.Event) bool {
+		return e.Kind == record.Proxy && e.Path == "/healthz/ready" && e.Status == 200
+	})
+}
+
+// TestRealPilotControl: without the supervisor the pod stays Running with
+// pilot-agent up and untouched.
+func TestRealPilotControl(t *testing.T) {
+	for _, b := range builders(t) {
+		t.Run(b.name, func(t *testing.T) {
+			p, built := run(t, b, Desc{Name: "control", Proxy: RealPilot, HoldApp: true, NoSupervisor: true,
+				Apps: []App{{Name: "app", UID: 1000}}})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if _, err := p.WaitFor(ctx, func(s pod.Status) bool { c := s.Container("app"); return c.Started && !c.Running }); err != nil {
+				t.Fatal(err)
+			}
+			// Bounded: the pod is given 3s more to (wrongly) complete.
+			ctx, cancel = context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			st, err := p.WaitPhase(ctx)
+			if err == nil {
+				t.Fatalf("pod reached %s without the supervisor", st.Phase)
+			}
+			if st.Phase != pod.Running || st.Container("app").ExitCode != 0 || !st.Container("istio-proxy").Running {
+				t.Errorf("status %s, want Running with the app done (exit 0) and istio-proxy up", st)
+			}
+			events, err := built.Proxy.Record()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d, s := record.OfKind(events, record.Drain), record.OfKind(events, record.Signal); len(d)+len(s) != 0 {
+				t.Errorf("envoy was drained %v or signalled %v", d, s)
+			}
+		})
+	}
+}
