@@ -62,6 +62,10 @@ type Config struct {
 	// NativeSidecar says the sidecar is a native sidecar (an init container
 	// with restartPolicy Always), which the kubelet stops itself.
 	NativeSidecar bool `env:"NATIVE_SIDECAR" envDefault:"false"`
+	// HoldTimeout bounds the hold mode (the istio-proxy container's preStop
+	// hook): keep it under terminationGracePeriodSeconds minus pilot-agent's
+	// terminationDrainDuration.
+	HoldTimeout time.Duration `env:"HOLD_TIMEOUT" envDefault:"20s"`
 	// ExitStatus says how app exit statuses are read: auto, pidfd, ptrace
 	// or none.
 	ExitStatus ExitStatusMode `env:"EXIT_STATUS" envDefault:"auto"`
@@ -229,7 +233,7 @@ func (c *Config) Validate(vars map[string]string) []error {
 	for name, d := range map[string]time.Duration{
 		"APP_START_TIMEOUT": c.AppStartTimeout, "SIDECAR_START_TIMEOUT": c.SidecarStartTimeout,
 		"STOP_TIMEOUT": c.StopTimeout, "HTTP_TIMEOUT": c.HTTPTimeout, "SCAN_INTERVAL": c.ScanInterval,
-		"RESTART_TIMEOUT": c.RestartTimeout,
+		"RESTART_TIMEOUT": c.RestartTimeout, "HOLD_TIMEOUT": c.HoldTimeout,
 	} {
 		if d <= 0 {
 			bad(name, "want a positive duration such as 30s")
@@ -317,6 +321,7 @@ func (c Config) MarshalZerologObject(e *zerolog.Event) {
 		Str("restart_policy", string(c.RestartPolicy)).
 		Str("restart_timeout", c.RestartTimeout.String()).
 		Bool("native_sidecar", c.NativeSidecar).
+		Str("hold_timeout", c.HoldTimeout.String()).
 		Stringer("log_level", c.LogLevel).
 		Str("log_format", c.LogFormat)
 }

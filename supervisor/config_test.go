@@ -20,7 +20,7 @@ func TestConfigDefaults(t *testing.T) {
 		OnSuccess: Action{Kind: ActionSignal, Signal: SIGTERM}, OnFailure: Action{Kind: ActionSignal, Signal: SIGKILL},
 		OnUnknown: Action{Kind: ActionSignal, Signal: SIGTERM}, HTTPTimeout: 5 * time.Second, DeletionGrace: 2 * time.Second,
 		ScanInterval: 100 * time.Millisecond, TerminationMessagePath: "/dev/termination-log", ExitStatus: ModeAuto,
-		RestartPolicy: Never, RestartTimeout: 330 * time.Second,
+		RestartPolicy: Never, RestartTimeout: 330 * time.Second, HoldTimeout: 20 * time.Second,
 		LogLevel: zerolog.InfoLevel, LogFormat: "json",
 	}
 	if diff := cmp.Diff(want, cfg); diff != "" {
@@ -62,6 +62,7 @@ func TestConfigGood(t *testing.T) {
 		{"SUPERVISOR_RESTART_POLICY=always", func(c Config) bool { return c.RestartPolicy == Always }},
 		{"SUPERVISOR_RESTART_TIMEOUT=1m", func(c Config) bool { return c.RestartTimeout == time.Minute }},
 		{"SUPERVISOR_NATIVE_SIDECAR=true", func(c Config) bool { return c.NativeSidecar }},
+		{"SUPERVISOR_HOLD_TIMEOUT=45s", func(c Config) bool { return c.HoldTimeout == 45*time.Second }},
 		{"SUPERVISOR_SIDECAR_ACTIONS=pilot-agent=http://127.0.0.1:15020/quitquitquit", func(c Config) bool {
 			return c.SidecarActions["pilot-agent"].Kind == ActionHTTP
 		}},
@@ -108,6 +109,7 @@ func TestConfigBad(t *testing.T) {
 		{"SUPERVISOR_RESTART_POLICY=Sometimes", `SUPERVISOR_RESTART_POLICY="Sometimes": want Never, OnFailure or Always`},
 		{"SUPERVISOR_RESTART_TIMEOUT=0s", `SUPERVISOR_RESTART_TIMEOUT="0s": want a positive duration`},
 		{"SUPERVISOR_NATIVE_SIDECAR=maybe", `SUPERVISOR_NATIVE_SIDECAR="maybe": want true or false`},
+		{"SUPERVISOR_HOLD_TIMEOUT=forever", `SUPERVISOR_HOLD_TIMEOUT="forever": want a duration`},
 		{"SUPERVISOR_SIDECAR_ACTIONS=cloud-sql-proxy=SIGTERM", `"cloud-sql-proxy" is not in SUPERVISOR_SIDECAR_PROCESSES`},
 		{"SUPERVISOR_SIDECAR_ACTIONS=pilot-agent", `want name=action`},
 		{"SUPERVISOR_SIDECAR_ACTIONS=pilot-agent=SIGNOPE", `pilot-agent: unknown signal "SIGNOPE"`},

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -352,5 +354,55 @@ func (tl timeline) run(t *testing.T) {
 	}
 	if res.Outcome != want && res.Outcome != Unknown {
 		t.Errorf("%s: outcome %v, want %v", tl.desc, res.Outcome, want)
+	}
+}
+
+// TestHold: the hold returns once every app has exited, or at its bound.
+func TestHold(t *testing.T) {
+	pod := &fakePod{containers: []procscan.Container{
+		container(procscan.Pause, "pause", 1), container(procscan.Self, "istio-proxy", 2),
+		container(procscan.App, "app", 10), container(procscan.App, "worker", 11),
+	}}
+	k := newFakeKernel()
+	k.spawn(10)
+	k.spawn(11)
+	go func() {
+		time.Sleep(30 * time.Millisecond)
+		k.proc(10).exit(exited(143))
+		time.Sleep(30 * time.Millisecond)
+		k.proc(11).exit(exited(0))
+	}()
+	res, err := Hold(context.Background(), zerolog.Nop(), pod, k, 10*time.Second)
+	if err != nil || res.TimedOut() || res.Apps != 2 {
+		t.Fatalf("res %+v err %v", res, err)
+	}
+	if !strings.Contains(res.String(), "all 2 app containers have exited") {
+		t.Errorf("%q", res)
+	}
+
+	k2 := newFakeKernel()
+	k2.spawn(10)
+	k2.spawn(11).exit(exited(0))
+	res, err = Hold(context.Background(), zerolog.Nop(), pod, k2, 50*time.Millisecond)
+	if err != nil || !res.TimedOut() || !cmp.Equal(res.Left, []string{"app"}) {
+		t.Fatalf("res %+v err %v, want a timeout with app left", res, err)
+	}
+	if !strings.Contains(res.String(), "gave up") {
+		t.Errorf("%q", res)
+	}
+}
+
+func TestInstall(t *testing.T) {
+	dir := t.TempDir()
+	dst, err := Install(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(dst)
+	if err != nil || fi.Mode().Perm() != 0o755 || fi.Size() == 0 {
+		t.Errorf("installed %s: %v %v", dst, fi, err)
+	}
+	if _, err := Install(filepath.Join(dir, "missing")); err == nil || !strings.Contains(err.Error(), "emptyDir") {
+		t.Errorf("install into a missing dir: %v", err)
 	}
 }

@@ -1,9 +1,17 @@
 // Command sidecar-supervisor stops a pod's sidecar once its application
 // containers have finished. See the README for how to add it to a pod.
 //
+//	sidecar-supervisor               supervise (the supervisor container)
+//	sidecar-supervisor hold          return once every app container has
+//	                                 exited, or after SUPERVISOR_HOLD_TIMEOUT
+//	                                 (istio-proxy's preStop hook)
+//	sidecar-supervisor install DIR   copy this binary into DIR (an init
+//	                                 container filling an emptyDir for hold)
+//	sidecar-supervisor version
+//
 // Exit codes: 0 done (or the pod is being deleted); 1 cannot work here (no
 // shared PID namespace, /proc unreadable, no pidfd support); 2 bad
-// configuration.
+// configuration or usage.
 package main
 
 import (
@@ -37,14 +45,33 @@ const (
 )
 
 func main() {
-	if len(os.Args) == 2 && os.Args[1] == probeExitArg {
+	args := os.Args[1:]
+	mode := ""
+	if len(args) > 0 {
+		mode = args[0]
+	}
+	switch {
+	case mode == probeExitArg && len(args) == 1:
 		io.Copy(io.Discard, os.Stdin)
 		os.Exit(7)
+	case mode == "" || mode == "hold":
+		os.Exit(run(mode, os.Environ(), os.Stderr))
+	case mode == "install" && len(args) == 2:
+		dst, err := supervisor.Install(args[1])
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "sidecar-supervisor install: %v\n", err)
+			os.Exit(exitCannotRun)
+		}
+		fmt.Fprintf(os.Stderr, "sidecar-supervisor %s installed as %s\n", version, dst)
+	case mode == "version" && len(args) == 1:
+		fmt.Println(version)
+	default:
+		fmt.Fprintf(os.Stderr, "usage: sidecar-supervisor [hold | install DIR | version]\n")
+		os.Exit(exitBadConfig)
 	}
-	os.Exit(run(os.Environ(), os.Stderr))
 }
 
-func run(environ []string, stderr io.Writer) int {
+func run(mode string, environ []string, stderr io.Writer) int {
 	cfg, unknown, err := supervisor.LoadConfig(environ)
 	if err != nil {
 		fmt.Fprintf(stderr, "sidecar-supervisor: bad configuration, nothing was done:\n")
@@ -56,6 +83,9 @@ func run(environ []string, stderr io.Writer) int {
 	log := newLogger(cfg, stderr)
 	for _, name := range unknown {
 		log.Warn().Str("variable", name).Msg("unknown setting ignored: a typo, or a setting of a newer version")
+	}
+	if mode == "hold" {
+		return hold(cfg, log)
 	}
 	log.Info().Str("version", version).Object("config", cfg).Msg("starting")
 
@@ -72,6 +102,67 @@ func run(environ []string, stderr io.Writer) int {
 	report(log, cfg, res.Summary)
 	log.Info().Str("summary", res.Summary).Msg("done")
 	return exitOK
+}
+
+// hold is the preStop hook's mode: see supervisor.Hold.
+func hold(cfg supervisor.Config, log zerolog.Logger) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	scanner, err := procscan.NewScanner("/proc")
+	if err != nil {
+		log.Error().Err(err).Msg("hold: cannot read /proc; not holding")
+		return exitCannotRun
+	}
+	self, err := scanner.Self()
+	if err != nil {
+		log.Error().Err(err).Msg("hold: cannot read /proc; not holding")
+		return exitCannotRun
+	}
+	kernel, err := supervisor.NewPidfdKernel(scanner, false)
+	if err != nil {
+		log.Error().Err(err).Msg("hold: no pidfd support; not holding")
+		return exitCannotRun
+	}
+	defer kernel.Close()
+	// The supervisor's own containers (a Job's supervisor) are not apps.
+	rules := procscan.Rules{Sidecar: cfg.SidecarProcesses, Ignore: append(cfg.IgnoreProcesses, supervisor.HoldName)}
+	scan := supervisor.ProcScanner{Procs: scanner, Self: self, Rules: rules}
+	// A preStop hook's output is shown nowhere unless it fails: say what
+	// happened in the sidecar's own log too (kubectl logs istio-proxy).
+	log = log.Output(io.MultiWriter(logWriter(cfg, os.Stderr), logWriter(cfg, sidecarLog(scan))))
+	log.Info().Str("version", version).Str("timeout", cfg.HoldTimeout.String()).Msg("hold: keeping the sidecar up until the apps have exited")
+	res, err := supervisor.Hold(ctx, log, scan, kernel, cfg.HoldTimeout)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		log.Warn().Msg("hold: interrupted")
+	case err != nil:
+		log.Error().Err(err).Msg("hold: cannot hold; the sidecar stops now")
+		return exitCannotRun
+	case res.TimedOut():
+		log.Warn().Strs("left", res.Left).Dur("elapsed", res.Elapsed).Msg(res.String())
+	default:
+		log.Info().Dur("elapsed", res.Elapsed).Msg(res.String())
+	}
+	return exitOK
+}
+
+// sidecarLog opens the stderr of the hook's own container's main process
+// (the sidecar), best effort: a process may write to another's fd through
+// /proc when it may ptrace-read it (same uid, dumpable).
+func sidecarLog(scan supervisor.ProcScanner) io.Writer {
+	pod, err := scan.Scan()
+	if err != nil {
+		return io.Discard
+	}
+	for _, c := range pod.Of(procscan.Self) {
+		if c.HasMain && c.Main.PID != scan.Self {
+			f, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/2", c.Main.PID), os.O_WRONLY|os.O_APPEND, 0)
+			if err == nil {
+				return f
+			}
+		}
+	}
+	return io.Discard
 }
 
 // supervise wires the real scanner and kernel into the run loop.
@@ -139,10 +230,14 @@ func newLogger(cfg supervisor.Config, w io.Writer) zerolog.Logger {
 	zerolog.DurationFieldUnit = time.Second
 	zerolog.FloatingPointPrecision = 3
 	zerolog.TimeFieldFormat = "2006-01-02T15:04:05.000Z07:00"
+	return zerolog.New(logWriter(cfg, w)).Level(cfg.LogLevel).With().Timestamp().Logger()
+}
+
+func logWriter(cfg supervisor.Config, w io.Writer) io.Writer {
 	if cfg.LogFormat == "console" {
-		w = zerolog.ConsoleWriter{Out: w, NoColor: true, TimeFormat: "15:04:05.000"}
+		return zerolog.ConsoleWriter{Out: w, NoColor: true, TimeFormat: "15:04:05.000"}
 	}
-	return zerolog.New(w).Level(cfg.LogLevel).With().Timestamp().Logger()
+	return w
 }
 
 // flatten lists the errors joined in err, one per bad setting.
