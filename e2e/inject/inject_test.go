@@ -21,12 +21,12 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"istio.io/istio/pilot/pkg/features"
-	"istio.io/istio/pilot/pkg/model"
 	"istio.io/istio/pkg/cluster"
-	"istio.io/istio/pkg/config/mesh/meshwatcher"
 	"istio.io/istio/pkg/kube"
 	"istio.io/istio/pkg/kube/inject"
 	"istio.io/istio/pkg/kube/multicluster"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/inject/injector"
 )
 
 const namespace = "jobs"
@@ -352,7 +352,7 @@ func TestIstioInjection(t *testing.T) {
 	for _, in := range installs(t) {
 		hook := newWebhook(t, in)
 		for _, tc := range injectCases(t) {
-			t.Run(in.name+"/"+tc.name, func(t *testing.T) {
+			t.Run(in.Name+"/"+tc.name, func(t *testing.T) {
 				if tc.nativeSidecars {
 					setNativeSidecars(t)
 				}
@@ -403,15 +403,15 @@ func checkTemplateOutput(t *testing.T, in istioInstall, tc injectCase) {
 	data := inject.SidecarTemplateData{
 		ObjectMeta:     pod.ObjectMeta,
 		Spec:           pod.Spec,
-		ProxyConfig:    in.mesh.GetDefaultConfig(),
-		MeshConfig:     in.mesh,
-		Values:         in.values.Map(),
+		ProxyConfig:    in.Mesh.GetDefaultConfig(),
+		MeshConfig:     in.Mesh,
+		Values:         in.Values.Map(),
 		NativeSidecars: tc.nativeSidecars,
 		ProxyUID:       1337,
 		ProxyGID:       1337,
 	}
 	var out bytes.Buffer
-	if err := in.config.Templates["supervisor"].Execute(&out, &data); err != nil {
+	if err := in.Config.Templates["supervisor"].Execute(&out, &data); err != nil {
 		t.Fatalf("supervisor template: %v", err)
 	}
 	rendered := strings.TrimSpace(out.String())
@@ -478,30 +478,12 @@ func splitOrderDirective(t *testing.T, rendered string) (corev1.Pod, []string) {
 // installation's configuration, and returns its HTTP handler.
 func newWebhook(t *testing.T, in istioInstall) http.Handler {
 	t.Helper()
-	cfg := in.config
-	mux := http.NewServeMux()
-	_, err := inject.NewWebhook(inject.WebhookParameters{
-		Watcher:      staticWatcher{config: &cfg, values: in.rawValues},
-		Env:          &model.Environment{Watcher: meshwatcher.NewTestWatcher(in.mesh)},
-		Mux:          mux,
-		MultiCluster: multicluster.NewFakeController(),
-	})
+	hook, err := injector.NewWebhook(in, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return mux
+	return hook
 }
-
-// staticWatcher hands istiod's webhook a fixed injector configuration, in
-// place of the watch on the istio-sidecar-injector ConfigMap.
-type staticWatcher struct {
-	config *inject.Config
-	values string
-}
-
-func (w staticWatcher) SetHandler(func(*inject.Config, string) error) {}
-func (w staticWatcher) Run(<-chan struct{})                           {}
-func (w staticWatcher) Get() (*inject.Config, string, error)          { return w.config, w.values, nil }
 
 // podFor returns the pod a controller would create from the workload, after
 // the API server's defaulting of restartPolicy (admission webhooks see
@@ -610,7 +592,7 @@ func kubeInject(t *testing.T, in istioInstall, obj runtime.Object) runtime.Objec
 		}
 		meta.Annotations["inject.istio.io/templates"] = "sidecar,supervisor"
 	}
-	out, err := inject.IntoObject(nil, in.config.Templates, in.values, "", in.mesh, obj, func(string) {})
+	out, err := inject.IntoObject(nil, in.Config.Templates, in.Values, "", in.Mesh, obj, func(string) {})
 	if err != nil {
 		t.Fatalf("kube-inject: %v", err)
 	}
@@ -688,14 +670,8 @@ func TestNativeSidecarAutoDetection(t *testing.T) {
 				Status:     corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{KubeletVersion: tc.kubelet}},
 			}
 			clusters := multicluster.NewFakeController()
-			cfg := in.config
-			mux := http.NewServeMux()
-			if _, err := inject.NewWebhook(inject.WebhookParameters{
-				Watcher:      staticWatcher{config: &cfg, values: in.rawValues},
-				Env:          &model.Environment{Watcher: meshwatcher.NewTestWatcher(in.mesh)},
-				Mux:          mux,
-				MultiCluster: clusters,
-			}); err != nil {
+			mux, err := injector.NewWebhook(in, clusters)
+			if err != nil {
 				t.Fatal(err)
 			}
 			stop := make(chan struct{})
