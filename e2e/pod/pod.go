@@ -338,7 +338,12 @@ func (p *Pod) supervise(ctx context.Context, i int, started chan struct{}) {
 			once()
 			return
 		}
-		go io.Copy(p.logs[i], r)
+		copied := make(chan struct{})
+		go func() {
+			defer close(copied)
+			defer r.Close()
+			io.Copy(p.logs[i], r)
+		}()
 		p.mu.Lock()
 		p.procs[i], p.attempts[i] = proc, attempt
 		p.mu.Unlock()
@@ -351,6 +356,14 @@ func (p *Pod) supervise(ctx context.Context, i int, started chan struct{}) {
 		// A shim with a shared PID namespace kills what the main process
 		// leaves behind in its container.
 		proc.KillAll()
+		// Everything the container wrote is in its log before it reads as
+		// terminated (as kubectl logs has it all then). Nothing of the
+		// container holds the pipe any more; the bound is for a process
+		// that escaped it.
+		select {
+		case <-copied:
+		case <-time.After(time.Second):
+		}
 		p.update(i, func(s *ContainerStatus) { s.Running, s.ExitCode, s.Signal, s.PID = false, code, sig, 0 })
 		restart := false
 		switch p.Spec.RestartPolicy {
