@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -184,7 +185,15 @@ func (n Namespaces) enter(p *Pod, c *Container, cgroup string, argv []string, ou
 	if c.NoNewPrivs {
 		args = append(args, "--no-new-privs")
 	}
-	args = append(append(args, "--"), argv...)
+	// enter closes fd 3 when it executes argv: Start returns only then, so
+	// that a container seen from the pod already runs its command, as its
+	// uid (runc's pid file likewise comes after the execve).
+	execR, execW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer execR.Close()
+	args = append(append(args, "--exec-fd", "3", "--"), argv...)
 	type result struct {
 		cmd *exec.Cmd
 		err error
@@ -218,6 +227,7 @@ func (n Namespaces) enter(p *Pod, c *Container, cgroup string, argv []string, ou
 		cmd := exec.Command(n.Podsim, args...)
 		cmd.Env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, c.Env...)
 		cmd.Stdout, cmd.Stderr = out, out
+		cmd.ExtraFiles = []*os.File{execW}
 		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS}
 		if c.OwnPIDNamespace {
 			cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWPID
@@ -226,7 +236,20 @@ func (n Namespaces) enter(p *Pod, c *Container, cgroup string, argv []string, ou
 		res <- result{cmd, err}
 	}()
 	r := <-res
-	return r.cmd, r.err
+	execW.Close()
+	if r.err != nil {
+		return r.cmd, r.err
+	}
+	eof := make(chan struct{})
+	go func() { io.Copy(io.Discard, execR); close(eof) }()
+	select {
+	case <-eof:
+	case <-time.After(30 * time.Second):
+		r.cmd.Process.Kill()
+		r.cmd.Wait()
+		return nil, fmt.Errorf("podsim enter %v: no exec within 30s", argv)
+	}
+	return r.cmd, nil
 }
 
 // Teardown implements Backend: SIGKILL to pause ends every process of the
@@ -254,6 +277,8 @@ type nsProc struct {
 	once   sync.Once
 	code   int
 	sig    syscall.Signal
+	// exitedAt is when the wait returned: the reap, as a shim sees it.
+	exitedAt time.Time
 }
 
 func (p *nsProc) PID() int { return p.cmd.Process.Pid }
@@ -262,6 +287,7 @@ func (p *nsProc) wait() {
 	// Process.Wait, not Cmd.Wait: the output pipe belongs to the pod, and
 	// orphans may hold it open.
 	ps, _ := p.cmd.Process.Wait()
+	p.exitedAt = time.Now()
 	if ws, ok := ps.Sys().(syscall.WaitStatus); ok {
 		if ws.Signaled() {
 			p.sig = ws.Signal()
@@ -276,6 +302,18 @@ func (p *nsProc) wait() {
 func (p *nsProc) Wait() (int, syscall.Signal) {
 	<-p.done
 	return p.code, p.sig
+}
+
+// ExitedAt is when the main process was reaped (its wait returned), on
+// this host's clock; zero while it runs. The benchmarks (e2e/bench) measure
+// from it, as from the moment a shim's wait returns.
+func (p *nsProc) ExitedAt() time.Time {
+	select {
+	case <-p.done:
+		return p.exitedAt
+	default:
+		return time.Time{}
+	}
 }
 
 func (p *nsProc) Signal(sig syscall.Signal) error {

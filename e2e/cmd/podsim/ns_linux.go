@@ -99,8 +99,13 @@ func enter(args []string) error {
 	dir := fs.String("dir", "/", "working directory")
 	caps := fs.String("caps", "", "capability numbers to keep in the bounding set, comma-separated (\"none\" alone keeps none); unset keeps all")
 	noNewPrivs := fs.Bool("no-new-privs", false, "set no_new_privs (allowPrivilegeEscalation: false)")
+	execFD := fs.Int("exec-fd", -1, "an inherited descriptor to close when the command is executed (or enter fails): the harness reads EOF on it")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *execFD >= 0 {
+		// The final execve closes it; so does an exit on any error below.
+		unix.CloseOnExec(*execFD)
 	}
 	argv := fs.Args()
 	if len(argv) == 0 {
