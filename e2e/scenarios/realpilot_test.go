@@ -30,6 +30,14 @@ func TestRealPilot(t *testing.T) {
 		stopMin, stopMax time.Duration
 		summary          string
 		supervisor       []string // log messages, in order (a subsequence)
+		// quitRace: pilot-agent's /quitquitquit handler writes its 200 and
+		// starts the shutdown before returning, so the process may exit
+		// before the answer is flushed (istio.io/istio
+		// pilot/cmd/pilot-agent/status/server.go, handleQuit). The
+		// supervisor then reads EOF and falls back to SIGTERM, which finds
+		// pilot-agent already on its way out, drain disabled. Seen under
+		// load (a cold build on 2 cores). Either way: exit 0, no drain.
+		quitRace bool
 	}{
 		{
 			name:  "app exits 0: SIGTERM, pilot-agent drains and exits 0",
@@ -56,6 +64,7 @@ func TestRealPilot(t *testing.T) {
 			stopMax:    time.Second,
 			summary:    "success: app exit 0; action POST http://127.0.0.1:15020/quitquitquit; sidecar stopped",
 			supervisor: []string{"decision", "sidecar asked to stop", "sidecar stopped"},
+			quitRace:   true,
 		},
 		{
 			name: "app done before the proxy is ready",
@@ -138,13 +147,18 @@ func TestRealPilot(t *testing.T) {
 					t.Errorf("sidecar stopped after %q s, want within [%v, %v] (terminationDrainDuration %v)",
 						stopped[0].Str("elapsed"), tt.stopMin, tt.stopMax, built.Proxy.TerminationDrainDuration)
 				}
-				if msg := p.TerminationMessage("supervisor"); !strings.Contains(msg, tt.summary) {
-					t.Errorf("termination message %q, want it to contain %q", msg, tt.summary)
+				summary, want := tt.summary, tt.supervisor
+				msg, msgs := p.TerminationMessage("supervisor"), Messages(logs)
+				if tt.quitRace && strings.Contains(msg, "POST failed (read status line: EOF), sent SIGTERM") {
+					t.Logf("pilot-agent exited before its /quitquitquit answer was flushed; the supervisor fell back to SIGTERM")
+					summary = "success: app exit 0; action POST http://127.0.0.1:15020/quitquitquit; POST failed (read status line: EOF), sent SIGTERM; sidecar stopped"
+					want = []string{"decision", "http action failed: falling back to SIGTERM", "sidecar signalled", "sidecar stopped"}
 				}
-				if tt.supervisor != nil {
-					if msgs := Messages(logs); !isSubsequence(tt.supervisor, msgs) {
-						t.Errorf("supervisor log %q, want in order %q", msgs, tt.supervisor)
-					}
+				if !strings.Contains(msg, summary) {
+					t.Errorf("termination message %q, want it to contain %q", msg, summary)
+				}
+				if want != nil && !isSubsequence(want, msgs) {
+					t.Errorf("supervisor log %q, want in order %q", msgs, want)
 				}
 			})
 		}
