@@ -23,6 +23,12 @@ import (
 //	--get URL       during the SIGTERM drain, GET URL every 200ms and
 //	                record each outcome ("get ok 200" / "get fail ...")
 //	--record FILE   append events to FILE
+//	--fifo PATH     work until PATH (a FIFO) is opened for writing and
+//	                closed, then end (instead of --sleep): a benchmark's
+//	                trigger, with no polling
+//	--stamps FILE   append "exit UNIX_NS" right before ending (benchmarks)
+//	--ack FIFO      on each SIGUSR1, write one byte to FIFO (the signal-rate
+//	                benchmark's ping-pong)
 func app(args []string) error {
 	fs := flag.NewFlagSet("app", flag.ContinueOnError)
 	sleep := fs.Duration("sleep", 0, "")
@@ -34,11 +40,24 @@ func app(args []string) error {
 	termExit := fs.Int("term-exit", 143, "")
 	get := fs.String("get", "", "")
 	record := fs.String("record", "", "")
+	fifo := fs.String("fifo", "", "")
+	stamps := fs.String("stamps", "", "")
+	ack := fs.String("ack", "", "")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	rec := newRecorder(*record)
 	rec.log("app start pid=%d ppid=%d uid=%d", os.Getpid(), os.Getppid(), os.Getuid())
+	st := newStamper(*stamps)
+	exit := func(code int) {
+		st.stamp("exit", time.Now())
+		os.Exit(code)
+	}
+	if *ack != "" {
+		if err := ackSignals(*ack); err != nil {
+			return err
+		}
+	}
 	for i := 0; i < *children; i++ {
 		c := exec.Command("/proc/self/exe", "app", "--sleep", "1h")
 		if err := c.Start(); err != nil {
@@ -54,13 +73,22 @@ func app(args []string) error {
 	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM)
+	var slept <-chan time.Time
+	var woken chan struct{}
+	if *fifo != "" {
+		woken = make(chan struct{})
+		go func() { waitFIFO(*fifo); close(woken) }()
+	} else {
+		slept = time.After(*sleep)
+	}
 	select {
-	case <-time.After(*sleep):
+	case <-slept:
+	case <-woken:
 	case <-sigs:
 		rec.log("app signal SIGTERM")
 		if *onTerm == 0 {
 			rec.log("app exit %d", *termExit)
-			os.Exit(*termExit)
+			exit(*termExit)
 		}
 		end := time.Now().Add(*onTerm)
 		for time.Now().Before(end) {
@@ -77,7 +105,7 @@ func app(args []string) error {
 			time.Sleep(200 * time.Millisecond)
 		}
 		rec.log("app exit %d", *termExit)
-		os.Exit(*termExit)
+		exit(*termExit)
 	}
 	if *kill != 0 {
 		rec.log("app kill %d", *kill)
@@ -87,6 +115,35 @@ func app(args []string) error {
 	}
 	rec.log("app exit %d", *code)
 	fmt.Fprintf(os.Stdout, "app done\n")
-	os.Exit(*code)
+	exit(*code)
+	return nil
+}
+
+// waitFIFO returns once a writer has opened and closed path (or written to
+// it): opening a FIFO for reading blocks until a writer comes.
+func waitFIFO(path string) {
+	f, err := os.Open(path)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "fifo: %v\n", err)
+		return
+	}
+	defer f.Close()
+	f.Read(make([]byte, 1))
+}
+
+// ackSignals answers each SIGUSR1 with one byte written to the FIFO at path.
+// O_RDWR: on Linux, opening a FIFO so never waits for the other end.
+func ackSignals(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	go func() {
+		for range usr1 {
+			f.Write([]byte{1})
+		}
+	}()
 	return nil
 }

@@ -29,11 +29,15 @@ import (
 //	PILOT_DRAIN        how long to drain after SIGTERM (default 200ms)
 //	PILOT_IGNORE_TERM  "1": ignore SIGTERM and SIGINT (a stuck sidecar)
 //	PILOT_READY_DELAY  how long /healthz/ready answers 503 (default 0)
+//	PILOT_TIMESTAMPS   file to append "signal SIGTERM UNIX_NS" and
+//	                   "quitquitquit UNIX_NS" to, the time each was received
+//	                   (benchmarks; the record's format stays as it is)
 func pilotAgent(args []string) error {
 	rec := newRecorder(os.Getenv("PILOT_RECORD"))
 	drain := envDuration("PILOT_DRAIN", 200*time.Millisecond)
 	readyAt := time.Now().Add(envDuration("PILOT_READY_DELAY", 0))
 	ignore := os.Getenv("PILOT_IGNORE_TERM") == "1"
+	stamps := newStamper(os.Getenv("PILOT_TIMESTAMPS"))
 
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1)
@@ -55,6 +59,7 @@ func pilotAgent(args []string) error {
 			w.WriteHeader(http.StatusMethodNotAllowed)
 			return
 		}
+		stamps.stamp("quitquitquit", time.Now())
 		rec.log("quitquitquit")
 		w.Write([]byte("OK"))
 		quitOnce.Do(func() { close(quit) })
@@ -87,6 +92,7 @@ func pilotAgent(args []string) error {
 			rec.log("exit 0")
 			os.Exit(0)
 		case sig := <-sigs:
+			stamps.stamp("signal "+sigName(sig.(syscall.Signal)), time.Now())
 			rec.log("signal %s", sigName(sig.(syscall.Signal)))
 			if ignore || (sig != syscall.SIGTERM && sig != syscall.SIGINT) {
 				continue
