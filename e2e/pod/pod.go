@@ -297,7 +297,7 @@ func (p *Pod) run(ctx context.Context) {
 			hctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 			out, err := p.Backend.Exec(hctx, p, c, p.attempt(i), c.PostStart)
 			cancel()
-			p.logs[i].Write([]byte(fmt.Sprintf("[postStart] %s", out)))
+			p.logs[i].Write(hookLog("postStart", out))
 			if err != nil {
 				// The kubelet kills a container whose postStart fails.
 				p.logs[i].Write([]byte(fmt.Sprintf("[postStart failed: %v]\n", err)))
@@ -546,7 +546,7 @@ func (p *Pod) Delete(ctx context.Context) Status {
 				hctx, cancel := context.WithDeadline(ctx, deadline)
 				out, err := p.Backend.Exec(hctx, p, c, p.attempt(i), c.PreStop)
 				cancel()
-				p.logs[i].Write([]byte(fmt.Sprintf("[preStop] %s", out)))
+				p.logs[i].Write(hookLog("preStop", out))
 				if err != nil {
 					p.logs[i].Write([]byte(fmt.Sprintf("[preStop failed: %v]\n", err)))
 				}
@@ -628,6 +628,16 @@ func (p *Pod) Close() error {
 	p.cancel()
 	os.RemoveAll(p.Dir)
 	return err
+}
+
+// hookLog is a hook's output as it goes into the container's log: prefixed,
+// and ended with a newline so that the container's next line stays apart.
+func hookLog(hook string, out []byte) []byte {
+	b := append([]byte("["+hook+"] "), out...)
+	if !bytes.HasSuffix(b, []byte("\n")) {
+		b = append(b, '\n')
+	}
+	return b
 }
 
 // logBuffer keeps a container's output and streams it, line-prefixed.
