@@ -24,10 +24,12 @@ const (
 # Edit supervisor.tmpl, not this file; e2e/inject fails when they differ.
 `
 	defaultTemplatesDoc = `# Run "supervisor" after Istio's own "sidecar" template for every pod the
-# injector handles. It renders nothing for pods with restartPolicy Always,
-# for a native-sidecar istio-proxy, for pods that already have a
-# sidecar-supervisor container, and for pods annotated
-# supervisor.sidecar-supervisor.io/inject: "false".
+# injector handles: Jobs and other restartPolicy Never/OnFailure pods get the
+# supervisor container, Deployments and other restartPolicy Always pods get
+# the hold (istio-proxy's preStop). It renders nothing for a native-sidecar
+# istio-proxy, for pods that already have either, for an istio-proxy with a
+# preStop hook of its own, and for pods annotated
+# supervisor.sidecar-supervisor.io/inject: "false" (or hold: "false").
 # To opt in per pod instead, delete defaultTemplates and annotate the pods
 # with inject.istio.io/templates: sidecar,supervisor
 # If your installation sets defaultTemplates already, merge the two lists

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -19,6 +20,12 @@ const (
 	supervisorName = "sidecar-supervisor"
 	proxyName      = "istio-proxy"
 	supervisorRef  = "ghcr.io/sidecar-supervisor/sidecar-supervisor:v0.1.0"
+
+	// The hold's parts: the init container that copies the binary into the
+	// volume, the volume, where istio-proxy mounts it.
+	installName = "sidecar-supervisor-install"
+	holdVolume  = "sidecar-supervisor"
+	holdDir     = "/var/run/sidecar-supervisor"
 
 	// annotationPrefix is the prefix of the injection template's per-pod
 	// settings.
@@ -76,11 +83,132 @@ type podShape struct {
 	// The supervisor's runAsUser ("" when unset) and added capabilities.
 	SupervisorUser    string
 	SupervisorCapsAdd []string
+	// What istio-proxy and the pod carry of the hold (or of other hooks).
+	Hold holdShape
+}
+
+// holdShape is what a pod has of the hold, found in it field by field, so
+// that a half-added hold shows which part is missing.
+type holdShape struct {
+	// istio-proxy's preStop hook command, whoever set it: the hold, Istio
+	// (native sidecars: pilot-agent request ... drain) or the user.
+	PreStop []string
+	// istio-proxy's postStart hook command (Istio's pilot-agent wait with
+	// holdApplicationUntilProxyStarts), to show that the hold keeps it.
+	PostStart []string
+	// istio-proxy's SUPERVISOR_* variables, as in SupervisorEnv.
+	Env map[string]string
+	// istio-proxy's mounts of the hold volume: "path" or "path (read-only)".
+	Mounts []string
+	// The hold volume's source: "emptyDir", or "other" for anything else.
+	Volume string
+	// The install init container's args and mounts of the hold volume.
+	InstallArgs   []string
+	InstallMounts []string
+}
+
+// wantHold is the hold as the injection template adds it, with the given
+// SUPERVISOR_HOLD_TIMEOUT and further istio-proxy variables (name, value...).
+func wantHold(timeout string, extra ...string) holdShape {
+	env := map[string]string{"SUPERVISOR_HOLD_TIMEOUT": timeout}
+	for i := 0; i+1 < len(extra); i += 2 {
+		env[extra[i]] = extra[i+1]
+	}
+	return holdShape{
+		PreStop:       []string{holdDir + "/" + supervisorName, "hold"},
+		Env:           env,
+		Mounts:        []string{holdDir + " (read-only)"},
+		Volume:        "emptyDir",
+		InstallArgs:   []string{"install", holdDir},
+		InstallMounts: []string{holdDir},
+	}
+}
+
+func holdOf(spec corev1.PodSpec) holdShape {
+	var h holdShape
+	mounts := func(c *corev1.Container) []string {
+		var out []string
+		for _, m := range c.VolumeMounts {
+			if m.Name != holdVolume {
+				continue
+			}
+			if m.ReadOnly {
+				out = append(out, m.MountPath+" (read-only)")
+			} else {
+				out = append(out, m.MountPath)
+			}
+		}
+		return out
+	}
+	if p := findProxy(spec); p != nil {
+		if l := p.Lifecycle; l != nil {
+			if l.PreStop != nil && l.PreStop.Exec != nil {
+				h.PreStop = l.PreStop.Exec.Command
+			}
+			if l.PostStart != nil && l.PostStart.Exec != nil {
+				h.PostStart = l.PostStart.Exec.Command
+			}
+		}
+		for _, e := range p.Env {
+			if strings.HasPrefix(e.Name, "SUPERVISOR_") {
+				if h.Env == nil {
+					h.Env = map[string]string{}
+				}
+				h.Env[e.Name] = envValue(e)
+			}
+		}
+		h.Mounts = mounts(p)
+	}
+	for _, v := range spec.Volumes {
+		if v.Name == holdVolume {
+			h.Volume = "other"
+			if v.EmptyDir != nil {
+				h.Volume = "emptyDir"
+			}
+		}
+	}
+	if c := findInit(spec, installName); c != nil {
+		h.InstallArgs = c.Args
+		h.InstallMounts = mounts(c)
+	}
+	return h
+}
+
+// findProxy returns istio-proxy, a regular container or a native sidecar.
+func findProxy(spec corev1.PodSpec) *corev1.Container {
+	if c := findContainer(spec, proxyName); c != nil {
+		return c
+	}
+	return findInit(spec, proxyName)
+}
+
+func findInit(spec corev1.PodSpec, name string) *corev1.Container {
+	for i := range spec.InitContainers {
+		if spec.InitContainers[i].Name == name {
+			return &spec.InitContainers[i]
+		}
+	}
+	return nil
+}
+
+// envValue gives a literal value as it is, a downward API value as
+// "fieldRef:<path>" or "resourceFieldRef:<resource>".
+func envValue(e corev1.EnvVar) string {
+	switch {
+	case e.ValueFrom == nil:
+		return e.Value
+	case e.ValueFrom.FieldRef != nil:
+		return "fieldRef:" + e.ValueFrom.FieldRef.FieldPath
+	case e.ValueFrom.ResourceFieldRef != nil:
+		return "resourceFieldRef:" + e.ValueFrom.ResourceFieldRef.Resource
+	}
+	return "valueFrom:?"
 }
 
 func shapeOf(spec corev1.PodSpec) podShape {
 	s := podShape{
 		ShareProcessNamespace: spec.ShareProcessNamespace != nil && *spec.ShareProcessNamespace,
+		Hold:                  holdOf(spec),
 	}
 	for _, c := range spec.InitContainers {
 		s.InitContainers = append(s.InitContainers, c.Name)
@@ -94,17 +222,7 @@ func shapeOf(spec corev1.PodSpec) podShape {
 	}
 	s.SupervisorEnv = map[string]string{}
 	for _, e := range c.Env {
-		v := e.Value
-		switch {
-		case e.ValueFrom == nil:
-		case e.ValueFrom.FieldRef != nil:
-			v = "fieldRef:" + e.ValueFrom.FieldRef.FieldPath
-		case e.ValueFrom.ResourceFieldRef != nil:
-			v = "resourceFieldRef:" + e.ValueFrom.ResourceFieldRef.Resource
-		default:
-			v = "valueFrom:?"
-		}
-		s.SupervisorEnv[e.Name] = v
+		s.SupervisorEnv[e.Name] = envValue(e)
 	}
 	if sc := c.SecurityContext; sc != nil {
 		if sc.RunAsUser != nil {
@@ -207,14 +325,53 @@ func wantBasics(ptrace bool) supervisorBasics {
 	}
 }
 
-// checkSupervisorBasics checks the supervisor container, if the pod has one.
+// checkSupervisorBasics checks the supervisor container and the hold's
+// install init container, if the pod has them: both are the supervisor's
+// image, hardened alike.
 func checkSupervisorBasics(t *testing.T, spec corev1.PodSpec, want supervisorBasics) {
 	t.Helper()
-	c := findContainer(spec, supervisorName)
-	if c == nil {
-		return
+	if c := findContainer(spec, supervisorName); c != nil {
+		if diff := cmp.Diff(want, basicsOf(*c)); diff != "" {
+			t.Errorf("supervisor container settings (-want +got):\n%s", diff)
+		}
 	}
-	if diff := cmp.Diff(want, basicsOf(*c)); diff != "" {
-		t.Errorf("supervisor container settings (-want +got):\n%s", diff)
+	if c := findInit(spec, installName); c != nil {
+		want := want
+		want.RunAsNonRoot = true // never ptrace
+		if diff := cmp.Diff(want, basicsOf(*c)); diff != "" {
+			t.Errorf("%s init container settings (-want +got):\n%s", installName, diff)
+		}
+	}
+}
+
+// checkUnique checks what the API server would refuse or a merge could
+// duplicate: volume names, and in every container the env names and mount
+// paths.
+func checkUnique(t *testing.T, spec corev1.PodSpec) {
+	t.Helper()
+	dup := func(what string, names []string) {
+		seen := map[string]bool{}
+		for _, n := range names {
+			if seen[n] {
+				t.Errorf("%s: %q appears twice in %v", what, n, names)
+			}
+			seen[n] = true
+		}
+	}
+	var vols []string
+	for _, v := range spec.Volumes {
+		vols = append(vols, v.Name)
+	}
+	dup("volumes", vols)
+	for _, c := range append(append([]corev1.Container{}, spec.InitContainers...), spec.Containers...) {
+		var env, mounts []string
+		for _, e := range c.Env {
+			env = append(env, e.Name)
+		}
+		for _, m := range c.VolumeMounts {
+			mounts = append(mounts, m.MountPath)
+		}
+		dup(c.Name+" env", env)
+		dup(c.Name+" volumeMounts", mounts)
 	}
 }

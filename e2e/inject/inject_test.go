@@ -22,6 +22,7 @@ import (
 
 	"istio.io/istio/pilot/pkg/features"
 	"istio.io/istio/pkg/cluster"
+	"istio.io/istio/pkg/config/mesh"
 	"istio.io/istio/pkg/kube"
 	"istio.io/istio/pkg/kube/inject"
 	"istio.io/istio/pkg/kube/multicluster"
@@ -128,9 +129,10 @@ type injectCase struct {
 	ptrace         bool
 	// image overrides the expected supervisor image.
 	image string
-	// templateNotRun: Istio does not run the supervisor template for this
-	// pod at all; rendered on its own, the template would add the supervisor.
-	templateNotRun bool
+	// templateAlone: Istio does not run the supervisor template for this
+	// pod at all; rendered on its own, the template would render this mode
+	// ("job": the supervisor; "hold").
+	templateAlone string
 }
 
 func (tc injectCase) basics() supervisorBasics {
@@ -185,22 +187,14 @@ func injectCases(t *testing.T) []injectCase {
 			},
 		},
 		{
-			name: "deployment gets istio-proxy only",
-			in:   deployment("web", "web"),
-			want: podShape{
-				InitContainers: []string{"istio-init"},
-				Containers:     []string{"web", proxyName},
-			},
-		},
-		{
 			name: "pod with sidecar.istio.io/inject false gets nothing",
 			in: func() runtime.Object {
 				j := job("plain", corev1.RestartPolicyNever, nil, "app")
 				j.Spec.Template.Labels["sidecar.istio.io/inject"] = "false"
 				return j
 			}(),
-			want:           podShape{Containers: []string{"app"}},
-			templateNotRun: true,
+			want:          podShape{Containers: []string{"app"}},
+			templateAlone: "job",
 		},
 		{
 			name: "native sidecar by pod annotation",
@@ -209,6 +203,7 @@ func injectCases(t *testing.T) []injectCase {
 			want: podShape{
 				InitContainers: []string{"istio-init", proxyName},
 				Containers:     []string{"app"},
+				Hold:           holdShape{PreStop: istioDrain},
 			},
 		},
 		{
@@ -218,6 +213,7 @@ func injectCases(t *testing.T) []injectCase {
 			want: podShape{
 				InitContainers: []string{"istio-init", proxyName},
 				Containers:     []string{"app"},
+				Hold:           holdShape{PreStop: istioDrain},
 			},
 		},
 		{
@@ -282,7 +278,7 @@ func injectCases(t *testing.T) []injectCase {
 				InitContainers: []string{"istio-init"},
 				Containers:     []string{"app", proxyName},
 			},
-			templateNotRun: true,
+			templateAlone: "job",
 		},
 		{
 			name: "holdApplicationUntilProxyStarts puts istio-proxy first, the supervisor last",
@@ -294,6 +290,7 @@ func injectCases(t *testing.T) []injectCase {
 				ShareProcessNamespace: true,
 				SupervisorEnv:         supervisorEnv("Never", "1"),
 				SupervisorUser:        "1337",
+				Hold:                  holdShape{PostStart: []string{"pilot-agent", "wait"}},
 			},
 		},
 		{
@@ -343,7 +340,8 @@ func injectCases(t *testing.T) []injectCase {
 	}
 }
 
-// TestIstioInjection runs each case through Istio's injector with the
+// TestIstioInjection runs each case (Jobs and CronJobs here, Deployments and
+// StatefulSets in hold_test.go) through Istio's injector with the
 // configuration of each installation method, in both of the injector's
 // forms: istiod's admission webhook (which runs defaultTemplates) and
 // istioctl kube-inject's IntoObject (which runs only "sidecar" unless the pod
@@ -351,7 +349,7 @@ func injectCases(t *testing.T) []injectCase {
 func TestIstioInjection(t *testing.T) {
 	for _, in := range installs(t) {
 		hook := newWebhook(t, in)
-		for _, tc := range injectCases(t) {
+		for _, tc := range append(injectCases(t), holdCases(t)...) {
 			t.Run(in.Name+"/"+tc.name, func(t *testing.T) {
 				if tc.nativeSidecars {
 					setNativeSidecars(t)
@@ -366,12 +364,14 @@ func TestIstioInjection(t *testing.T) {
 					}
 					checkOrder(t, pod.Spec, true)
 					checkSupervisorBasics(t, pod.Spec, tc.basics())
+					checkUnique(t, pod.Spec)
 					// With reinvocationPolicy IfNeeded the API server sends
 					// the injected pod again: nothing may change.
 					again := admit(t, hook, pod)
 					if diff := cmp.Diff(shapeOf(pod.Spec), shapeOf(again.Spec)); diff != "" {
 						t.Errorf("re-injection changed the pod (-first +second):\n%s\n%s", diff, dump(again))
 					}
+					checkUnique(t, again.Spec)
 				})
 				t.Run("kube-inject", func(t *testing.T) {
 					out := kubeInject(t, in, tc.in)
@@ -381,6 +381,7 @@ func TestIstioInjection(t *testing.T) {
 					}
 					checkOrder(t, spec, true)
 					checkSupervisorBasics(t, spec, tc.basics())
+					checkUnique(t, spec)
 				})
 			})
 		}
@@ -397,13 +398,24 @@ func setNativeSidecars(t *testing.T) {
 
 // checkTemplateOutput renders our template alone, as istiod does (same
 // parsed template, same data), and decodes what it emits strictly as a Pod:
-// the injector itself would silently drop a misspelt field.
+// the injector itself would silently drop a misspelt field. It checks that
+// the patch holds exactly the parts of its mode and the order directives
+// that keep the pod's own containers first.
 func checkTemplateOutput(t *testing.T, in istioInstall, tc injectCase) {
 	pod := podFor(tc.in)
+	// The pod's ProxyConfig: the mesh's defaultConfig under the pod's
+	// proxy.istio.io/config annotation, as both injector forms compute it.
+	meshCfg := in.Mesh
+	if pca, ok := pod.Annotations["proxy.istio.io/config"]; ok {
+		var err error
+		if meshCfg, err = mesh.ApplyProxyConfig(pca, in.Mesh); err != nil {
+			t.Fatal(err)
+		}
+	}
 	data := inject.SidecarTemplateData{
 		ObjectMeta:     pod.ObjectMeta,
 		Spec:           pod.Spec,
-		ProxyConfig:    in.Mesh.GetDefaultConfig(),
+		ProxyConfig:    meshCfg.GetDefaultConfig(),
 		MeshConfig:     in.Mesh,
 		Values:         in.Values.Map(),
 		NativeSidecars: tc.nativeSidecars,
@@ -415,34 +427,78 @@ func checkTemplateOutput(t *testing.T, in istioInstall, tc injectCase) {
 		t.Fatalf("supervisor template: %v", err)
 	}
 	rendered := strings.TrimSpace(out.String())
-	wantSupervisor := tc.want.SupervisorEnv != nil || tc.templateNotRun
-	// A hand-added supervisor is already in the pod: the template adds none.
-	if findContainer(pod.Spec, supervisorName) != nil {
-		wantSupervisor = false
+	mode := tc.templateAlone
+	switch {
+	case mode != "":
+	case findContainer(pod.Spec, supervisorName) != nil, findInit(pod.Spec, installName) != nil:
+		// Added by hand: the template adds nothing.
+	case tc.want.SupervisorEnv != nil:
+		mode = "job"
+	case tc.want.Hold.InstallArgs != nil:
+		mode = "hold"
 	}
-	if !wantSupervisor {
+	if mode == "" {
 		if rendered != "" {
 			t.Errorf("template rendered a patch for a pod it should leave alone:\n%s", rendered)
 		}
 		return
 	}
-	patch, order := splitOrderDirective(t, rendered)
-	if got := findContainer(patch.Spec, supervisorName); got == nil || len(patch.Spec.Containers) != 1 {
-		t.Errorf("template output should add exactly the supervisor container:\n%s", rendered)
-	}
+	patch, orders := splitOrderDirectives(t, rendered)
 	if patch.Spec.ShareProcessNamespace == nil || !*patch.Spec.ShareProcessNamespace {
 		t.Errorf("template output lacks shareProcessNamespace: true:\n%s", rendered)
 	}
-	wantOrder := append(shapeOf(pod.Spec).Containers, supervisorName)
-	if diff := cmp.Diff(wantOrder, order); diff != "" {
-		t.Errorf("$setElementOrder/containers (-want +got):\n%s\n%s", diff, rendered)
+	var apps []string
+	for _, c := range pod.Spec.Containers {
+		if c.Name != proxyName {
+			apps = append(apps, c.Name)
+		}
+	}
+	var wantOrders map[string][]string
+	switch mode {
+	case "job":
+		if got := findContainer(patch.Spec, supervisorName); got == nil || len(patch.Spec.Containers) != 1 ||
+			len(patch.Spec.InitContainers) != 0 || len(patch.Spec.Volumes) != 0 {
+			t.Errorf("template output should add exactly the supervisor container:\n%s", rendered)
+		}
+		wantOrders = map[string][]string{
+			"containers": append(shapeOf(pod.Spec).Containers, supervisorName),
+		}
+	case "hold":
+		// istio-proxy gets only what the hold needs; Istio's own fields stay.
+		proxy := findContainer(patch.Spec, proxyName)
+		if proxy == nil || len(patch.Spec.Containers) != 1 {
+			t.Fatalf("template output should patch exactly istio-proxy:\n%s", rendered)
+		}
+		rest := *proxy.DeepCopy()
+		rest.Env, rest.Lifecycle, rest.VolumeMounts = nil, nil, nil
+		if diff := cmp.Diff(corev1.Container{Name: proxyName}, rest); diff != "" {
+			t.Errorf("template output sets more of istio-proxy than env, lifecycle.preStop and volumeMounts (-want +got):\n%s\n%s", diff, rendered)
+		}
+		if l := proxy.Lifecycle; l == nil || l.PostStart != nil {
+			t.Errorf("template output must set istio-proxy's preStop only:\n%s", rendered)
+		}
+		if findInit(patch.Spec, installName) == nil || len(patch.Spec.InitContainers) != 1 {
+			t.Errorf("template output should add exactly the %s init container:\n%s", installName, rendered)
+		}
+		if len(patch.Spec.Volumes) != 1 || patch.Spec.Volumes[0].Name != holdVolume {
+			t.Errorf("template output should add exactly the %s volume:\n%s", holdVolume, rendered)
+		}
+		wantOrders = map[string][]string{
+			"containers":     append(apps, proxyName),
+			"initContainers": append(shapeOf(pod.Spec).InitContainers, installName),
+		}
+	default:
+		t.Fatalf("unknown mode %q", mode)
+	}
+	if diff := cmp.Diff(wantOrders, orders); diff != "" {
+		t.Errorf("$setElementOrder directives (-want +got):\n%s\n%s", diff, rendered)
 	}
 }
 
-// splitOrderDirective decodes the template's output: the strategic merge
-// directive $setElementOrder/containers (the container order it asks for),
-// and the rest strictly as a Pod.
-func splitOrderDirective(t *testing.T, rendered string) (corev1.Pod, []string) {
+// splitOrderDirectives decodes the template's output: the strategic merge
+// directives $setElementOrder/<list> (the order each asks for, by list), and
+// the rest strictly as a Pod.
+func splitOrderDirectives(t *testing.T, rendered string) (corev1.Pod, map[string][]string) {
 	t.Helper()
 	var raw struct {
 		Spec map[string]any `json:"spec"`
@@ -450,16 +506,22 @@ func splitOrderDirective(t *testing.T, rendered string) (corev1.Pod, []string) {
 	if err := yaml.Unmarshal([]byte(rendered), &raw); err != nil {
 		t.Fatalf("template output is not YAML: %v\n%s", err, rendered)
 	}
-	var order []string
-	const directive = "$setElementOrder/containers"
-	if items, ok := raw.Spec[directive].([]any); ok {
+	orders := map[string][]string{}
+	const directive = "$setElementOrder/"
+	for key, v := range raw.Spec {
+		list, ok := strings.CutPrefix(key, directive)
+		if !ok {
+			continue
+		}
+		items, _ := v.([]any)
+		orders[list] = []string{}
 		for _, it := range items {
 			m, _ := it.(map[string]any)
 			name, _ := m["name"].(string)
-			order = append(order, name)
+			orders[list] = append(orders[list], name)
 		}
+		delete(raw.Spec, key)
 	}
-	delete(raw.Spec, directive)
 	rest, err := yaml.Marshal(raw)
 	if err != nil {
 		t.Fatal(err)
@@ -471,7 +533,7 @@ func splitOrderDirective(t *testing.T, rendered string) (corev1.Pod, []string) {
 	if err := yaml.UnmarshalStrict([]byte(rendered), &dup); err != nil {
 		t.Errorf("template output: %v\n%s", err, rendered)
 	}
-	return pod, order
+	return pod, orders
 }
 
 // newWebhook starts Istio's injection webhook, as istiod runs it, with the
@@ -486,8 +548,8 @@ func newWebhook(t *testing.T, in istioInstall) http.Handler {
 }
 
 // podFor returns the pod a controller would create from the workload, after
-// the API server's defaulting of restartPolicy (admission webhooks see
-// defaulted objects).
+// the API server's defaulting of restartPolicy and
+// terminationGracePeriodSeconds (admission webhooks see defaulted objects).
 func podFor(obj runtime.Object) *corev1.Pod {
 	var (
 		tmpl  corev1.PodTemplateSpec
@@ -504,6 +566,12 @@ func podFor(obj runtime.Object) *corev1.Pod {
 	case *appsv1.Deployment:
 		tmpl = o.Spec.Template
 		owner = metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: o.Name + "-5d4f8b9c7", Controller: &yes}
+	case *appsv1.StatefulSet:
+		tmpl = o.Spec.Template
+		owner = metav1.OwnerReference{APIVersion: "apps/v1", Kind: "StatefulSet", Name: o.Name, Controller: &yes}
+	case *appsv1.DaemonSet:
+		tmpl = o.Spec.Template
+		owner = metav1.OwnerReference{APIVersion: "apps/v1", Kind: "DaemonSet", Name: o.Name, Controller: &yes}
 	default:
 		panic("podFor: unexpected " + reflect.TypeOf(obj).String())
 	}
@@ -518,6 +586,10 @@ func podFor(obj runtime.Object) *corev1.Pod {
 	pod.OwnerReferences = []metav1.OwnerReference{owner}
 	if pod.Spec.RestartPolicy == "" {
 		pod.Spec.RestartPolicy = corev1.RestartPolicyAlways
+	}
+	if pod.Spec.TerminationGracePeriodSeconds == nil {
+		grace := int64(corev1.DefaultTerminationGracePeriodSeconds)
+		pod.Spec.TerminationGracePeriodSeconds = &grace
 	}
 	return pod
 }
@@ -621,6 +693,10 @@ func podTemplateFor(obj runtime.Object) *corev1.PodTemplateSpec {
 		return &o.Spec.JobTemplate.Spec.Template
 	case *appsv1.Deployment:
 		return &o.Spec.Template
+	case *appsv1.StatefulSet:
+		return &o.Spec.Template
+	case *appsv1.DaemonSet:
+		return &o.Spec.Template
 	}
 	panic("podTemplateFor: unexpected " + reflect.TypeOf(obj).String())
 }
@@ -661,6 +737,7 @@ func TestNativeSidecarAutoDetection(t *testing.T) {
 			want: podShape{
 				InitContainers: []string{"istio-init", proxyName},
 				Containers:     []string{"app"},
+				Hold:           holdShape{PreStop: istioDrain},
 			},
 		},
 	} {

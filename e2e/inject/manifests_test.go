@@ -4,8 +4,10 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,8 +15,8 @@ import (
 	"k8s.io/pod-security-admission/policy"
 )
 
-// podTemplateOf decodes a Job or CronJob manifest strictly and returns its
-// pod template.
+// podTemplateOf decodes a Job, CronJob or Deployment manifest strictly and
+// returns its pod template.
 func podTemplateOf(t *testing.T, kind string, data []byte) corev1.PodTemplateSpec {
 	t.Helper()
 	switch kind {
@@ -26,6 +28,10 @@ func podTemplateOf(t *testing.T, kind string, data []byte) corev1.PodTemplateSpe
 		var c batchv1.CronJob
 		decodeStrict(t, data, &c)
 		return c.Spec.JobTemplate.Spec.Template
+	case "Deployment":
+		var d appsv1.Deployment
+		decodeStrict(t, data, &d)
+		return d.Spec.Template
 	}
 	t.Fatalf("unexpected kind %q", kind)
 	return corev1.PodTemplateSpec{}
@@ -130,15 +136,11 @@ func checkConsistent(t *testing.T, spec corev1.PodSpec) {
 
 // TestPodSecurityLevels runs Kubernetes' own Pod Security admission checks
 // (k8s.io/pod-security-admission, the code behind the PodSecurity admission
-// plugin) on the supervisor container alone, as it is in each manifest: the
-// regular one must pass "restricted"; the ptrace one must be refused by
-// "baseline" for SYS_PTRACE (and nothing else), hence needs "privileged".
+// plugin) on the supervisor container alone, or the hold's install init
+// container, as it is in each manifest: the regular ones must pass
+// "restricted"; the ptrace one must be refused by "baseline" for SYS_PTRACE
+// (and nothing else), hence needs "privileged".
 func TestPodSecurityLevels(t *testing.T) {
-	eval, err := policy.NewEvaluator(policy.DefaultChecks(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	levels := []psaapi.Level{psaapi.LevelRestricted, psaapi.LevelBaseline, psaapi.LevelPrivileged}
 	for _, tc := range []struct {
 		file, kind string
 		// What each level says, in the order of levels: "" when allowed,
@@ -147,6 +149,7 @@ func TestPodSecurityLevels(t *testing.T) {
 	}{
 		{file: "job.yaml", kind: "Job", want: []string{"", "", ""}},
 		{file: "cronjob.yaml", kind: "CronJob", want: []string{"", "", ""}},
+		{file: "deployment.yaml", kind: "Deployment", want: []string{"", "", ""}},
 		{file: "job-ptrace.yaml", kind: "Job", want: []string{
 			`unrestricted capabilities: container "sidecar-supervisor" must not include "KILL", "SYS_PTRACE" in securityContext.capabilities.add` + "\n" +
 				`runAsNonRoot != true: container "sidecar-supervisor" must not set securityContext.runAsNonRoot=false` + "\n" +
@@ -158,28 +161,93 @@ func TestPodSecurityLevels(t *testing.T) {
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			tmpl := podTemplateOf(t, tc.kind, readDeploy(t, tc.file))
-			c := findContainer(tmpl.Spec, supervisorName)
-			if c == nil {
-				t.Fatalf("no %s container", supervisorName)
-			}
-			// The supervisor alone: the example app (busybox as root) is not
-			// what is being judged.
-			spec := *tmpl.Spec.DeepCopy()
-			spec.Containers = []corev1.Container{*c}
-			var got []string
-			for _, lvl := range levels {
-				var reasons []string
-				for _, r := range eval.EvaluatePod(psaapi.LevelVersion{Level: lvl, Version: psaapi.LatestVersion()},
-					&metav1.ObjectMeta{}, &spec) {
-					if !r.Allowed {
-						reasons = append(reasons, r.ForbiddenReason+": "+r.ForbiddenDetail)
-					}
-				}
-				got = append(got, strings.Join(reasons, "\n"))
-			}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("Pod Security verdicts for %v (-want +got):\n%s", levels, diff)
+			if diff := cmp.Diff(tc.want, podSecurity(t, tmpl.Spec)); diff != "" {
+				t.Errorf("Pod Security verdicts for %v (-want +got):\n%s", securityLevels, diff)
 			}
 		})
+	}
+}
+
+var securityLevels = []psaapi.Level{psaapi.LevelRestricted, psaapi.LevelBaseline, psaapi.LevelPrivileged}
+
+// podSecurity judges what the pod has of ours, the supervisor container, the
+// install init container and its volume, with the pod-level settings, at each of
+// securityLevels: "" when allowed, else "reason: detail" of each refusal,
+// joined by "\n". The app and istio-proxy are not what is being judged.
+func podSecurity(t *testing.T, spec corev1.PodSpec) []string {
+	t.Helper()
+	eval, err := policy.NewEvaluator(policy.DefaultChecks(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours := *spec.DeepCopy()
+	ours.Containers, ours.InitContainers, ours.Volumes = nil, nil, nil
+	for _, v := range spec.Volumes {
+		if v.Name == holdVolume {
+			ours.Volumes = append(ours.Volumes, v)
+		}
+	}
+	if c := findContainer(spec, supervisorName); c != nil {
+		ours.Containers = append(ours.Containers, *c)
+	}
+	if c := findInit(spec, installName); c != nil {
+		ours.InitContainers = append(ours.InitContainers, *c)
+	}
+	if len(ours.Containers)+len(ours.InitContainers) == 0 {
+		t.Fatalf("no %s or %s container to judge", supervisorName, installName)
+	}
+	var got []string
+	for _, lvl := range securityLevels {
+		var reasons []string
+		for _, r := range eval.EvaluatePod(psaapi.LevelVersion{Level: lvl, Version: psaapi.LatestVersion()},
+			&metav1.ObjectMeta{}, &ours) {
+			if !r.Allowed {
+				reasons = append(reasons, r.ForbiddenReason+": "+r.ForbiddenDetail)
+			}
+		}
+		got = append(got, strings.Join(reasons, "\n"))
+	}
+	return got
+}
+
+// TestHandWrittenDeployment checks deploy/deployment.yaml: strict decoding;
+// the install init container, the volume, istio-proxy's hook, mount and
+// SUPERVISOR_HOLD_TIMEOUT, the shared PID namespace, exactly as the
+// injection template adds them; the hold timeout following the template's
+// rule from the pod's terminationGracePeriodSeconds and Istio's default
+// drain; restartPolicy left to the Deployment default (Always).
+func TestHandWrittenDeployment(t *testing.T) {
+	tmpl := podTemplateOf(t, "Deployment", readDeploy(t, "deployment.yaml"))
+	spec := tmpl.Spec
+	want := podShape{
+		InitContainers:        []string{installName},
+		Containers:            []string{"app", proxyName},
+		ShareProcessNamespace: true,
+		Hold:                  wantHold("20s"),
+	}
+	if diff := cmp.Diff(want, shapeOf(spec)); diff != "" {
+		t.Errorf("pod (-want +got):\n%s", diff)
+	}
+	checkSupervisorBasics(t, spec, wantBasics(false))
+	checkUnique(t, spec)
+	if p := findContainer(spec, proxyName); p == nil || p.Image != "auto" {
+		t.Errorf("istio-proxy must be a customisation with image: auto, got %+v", p)
+	}
+	if spec.RestartPolicy != "" && spec.RestartPolicy != corev1.RestartPolicyAlways {
+		t.Errorf("restartPolicy = %q, want Always (unset)", spec.RestartPolicy)
+	}
+	if got := tmpl.Labels["sidecar.istio.io/inject"]; got != "true" {
+		t.Errorf(`pod label sidecar.istio.io/inject = %q, want "true"`, got)
+	}
+	// grace - drain (Istio's default 5s) - 5s margin, as the template does.
+	if spec.TerminationGracePeriodSeconds == nil {
+		t.Fatal("terminationGracePeriodSeconds not set: the hold timeout is derived from it")
+	}
+	hold, err := time.ParseDuration(shapeOf(spec).Hold.Env["SUPERVISOR_HOLD_TIMEOUT"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := time.Duration(*spec.TerminationGracePeriodSeconds)*time.Second - 5*time.Second - 5*time.Second; hold != want {
+		t.Errorf("SUPERVISOR_HOLD_TIMEOUT = %v, want terminationGracePeriodSeconds - 5s drain - 5s = %v", hold, want)
 	}
 }
