@@ -34,12 +34,13 @@ func kustomizeBuild(fs filesys.FileSystem, dir string) (map[string][]byte, error
 	return out, nil
 }
 
-// TestKustomizeComponent builds deploy/kustomize/example and checks each
-// workload: strict decoding, the supervisor last in the Job and the CronJob
-// with the pod's own restartPolicy reaching SUPERVISOR_RESTART_POLICY, the
-// overlay's tuning applied on top of the component, the Deployment untouched.
-// Then the Job and CronJob go through Istio's webhook, which must keep the
-// component's supervisor and add only its own containers.
+// TestKustomizeComponent builds deploy/kustomize/example (both components)
+// and checks each workload: strict decoding, the supervisor last in the Job
+// and the CronJob with the pod's own restartPolicy reaching
+// SUPERVISOR_RESTART_POLICY, the hold in the Deployment and only there, the
+// overlay's tuning applied on top of the components. Then each goes through
+// Istio's webhook, which must keep what the components added and add only
+// its own containers.
 func TestKustomizeComponent(t *testing.T) {
 	built, err := kustomizeBuild(filesys.MakeFsOnDisk(), filepath.Join(deployDir, "kustomize", "example"))
 	if err != nil {
@@ -59,21 +60,36 @@ func TestKustomizeComponent(t *testing.T) {
 		SupervisorEnv:         env,
 		SupervisorUser:        "1337",
 	}
+	injected := func(s podShape, inits ...string) podShape {
+		s.InitContainers = append(inits, "istio-init")
+		s.Containers = append(append([]string{}, s.Containers...), proxyName)
+		return s
+	}
+	withHold := podShape{
+		InitContainers:        []string{installName},
+		Containers:            []string{proxyName, "web"},
+		ShareProcessNamespace: true,
+		Hold:                  kustomizeHold(),
+	}
 	for _, tc := range []struct {
 		resource string
 		obj      runtime.Object
 		want     podShape
 		// The restart-policy annotation the pod template must carry.
 		wantRestart string
-		// The supervisor's non-empty settings once kubelet has resolved the
-		// downward API references against the pod's annotations.
+		// The supervisor's (or for the hold, istio-proxy's) non-empty
+		// settings once kubelet has resolved the downward API references
+		// against the pod's annotations.
 		wantResolved map[string]string
+		// The pod after Istio's webhook.
+		wantInjected podShape
 	}{
 		{
 			resource: "Job/migrate", obj: &batchv1.Job{},
 			want:         withSupervisor,
 			wantRestart:  "Never",
 			wantResolved: map[string]string{"SUPERVISOR_RESTART_POLICY": "Never"},
+			wantInjected: injected(withSupervisor),
 		},
 		{
 			resource: "CronJob/nightly-report", obj: &batchv1.CronJob{},
@@ -83,10 +99,18 @@ func TestKustomizeComponent(t *testing.T) {
 				"SUPERVISOR_RESTART_POLICY": "OnFailure",
 				"SUPERVISOR_STOP_TIMEOUT":   "60s",
 			},
+			wantInjected: injected(withSupervisor),
 		},
 		{
 			resource: "Deployment/web", obj: &appsv1.Deployment{},
-			want: podShape{Containers: []string{"web"}},
+			want:         withHold,
+			wantResolved: map[string]string{"SUPERVISOR_HOLD_TIMEOUT": "50s"},
+			wantInjected: podShape{
+				InitContainers:        []string{installName, "istio-init"},
+				Containers:            []string{"web", proxyName},
+				ShareProcessNamespace: true,
+				Hold:                  kustomizeHold(),
+			},
 		},
 	} {
 		t.Run(tc.resource, func(t *testing.T) {
@@ -101,6 +125,7 @@ func TestKustomizeComponent(t *testing.T) {
 			}
 			checkOrder(t, tmpl.Spec, false)
 			checkSupervisorBasics(t, tmpl.Spec, wantBasics(false))
+			checkUnique(t, tmpl.Spec)
 			got, isSet := tmpl.Annotations[restartPolicyAnnotation]
 			if tc.wantRestart == "" && isSet {
 				t.Errorf("annotation %s set on a workload the component must not touch", restartPolicyAnnotation)
@@ -111,20 +136,20 @@ func TestKustomizeComponent(t *testing.T) {
 			if tc.wantRestart != "" && got != string(tmpl.Spec.RestartPolicy) {
 				t.Errorf("annotation %s = %q, pod restartPolicy = %q", restartPolicyAnnotation, got, tmpl.Spec.RestartPolicy)
 			}
+			name := supervisorName
 			if tc.wantRestart == "" {
-				return
+				name = proxyName
 			}
-			if diff := cmp.Diff(tc.wantResolved, resolveEnv(*tmpl)); diff != "" {
-				t.Errorf("supervisor settings as kubelet resolves them (-want +got):\n%s", diff)
+			if diff := cmp.Diff(tc.wantResolved, resolveEnv(*tmpl, name)); diff != "" {
+				t.Errorf("%s settings as kubelet resolves them (-want +got):\n%s", name, diff)
 			}
 			t.Run("through istio's webhook", func(t *testing.T) {
 				pod := admit(t, newWebhook(t, installs(t)[0]), podFor(tc.obj))
-				want := tc.want
-				want.InitContainers = []string{"istio-init"}
-				want.Containers = append(append([]string{}, want.Containers...), proxyName)
-				if diff := cmp.Diff(want, shapeOf(pod.Spec)); diff != "" {
+				if diff := cmp.Diff(tc.wantInjected, shapeOf(pod.Spec)); diff != "" {
 					t.Errorf("injected pod (-want +got):\n%s\n%s", diff, dump(pod))
 				}
+				checkSupervisorBasics(t, pod.Spec, wantBasics(false))
+				checkUnique(t, pod.Spec)
 			})
 		})
 	}
@@ -178,13 +203,14 @@ func TestKustomizePatchesAgree(t *testing.T) {
 }
 
 // TestKustomizeImageOverride checks that an overlay's images field replaces
-// the supervisor image the component adds.
+// the supervisor image both components add, and leaves the hold's
+// istio-proxy image (auto, Istio's) alone.
 func TestKustomizeImageOverride(t *testing.T) {
 	const mirror = "registry.example.com/mirror/sidecar-supervisor"
 	fs := componentInMemory(t)
 	for name, text := range map[string]string{
-		"/app/kustomization.yaml": `resources: [job.yaml]
-components: [../supervisor]
+		"/app/kustomization.yaml": `resources: [job.yaml, deployment.yaml]
+components: [../supervisor, ../hold]
 images:
 - name: ghcr.io/sidecar-supervisor/sidecar-supervisor
   newName: ` + mirror + `
@@ -200,6 +226,20 @@ spec:
       restartPolicy: Never
       containers:
       - name: app
+        image: busybox:1.37
+`,
+		"/app/deployment.yaml": `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+spec:
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      containers:
+      - name: web
         image: busybox:1.37
 `,
 	} {
@@ -221,35 +261,48 @@ spec:
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("container images (-want +got):\n%s\n%s", diff, out["Job/job"])
 	}
+	var d appsv1.Deployment
+	decodeStrict(t, out["Deployment/web"], &d)
+	want = []string{mirror + ":v0.1.1", "auto", "busybox:1.37"}
+	got = nil
+	for _, c := range append(d.Spec.Template.Spec.InitContainers, d.Spec.Template.Spec.Containers...) {
+		got = append(got, c.Image)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("deployment images, init containers then containers (-want +got):\n%s\n%s", diff, out["Deployment/web"])
+	}
 }
 
-// componentInMemory copies deploy/kustomize/supervisor into an in-memory
-// file system at /supervisor.
+// componentInMemory copies the components deploy/kustomize/supervisor and
+// deploy/kustomize/hold into an in-memory file system at /supervisor and
+// /hold.
 func componentInMemory(t *testing.T) filesys.FileSystem {
 	t.Helper()
 	fs := filesys.MakeFsInMemory()
-	src := filepath.Join(deployDir, "kustomize", "supervisor")
-	entries, err := os.ReadDir(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+	for _, dir := range []string{"supervisor", "hold"} {
+		src := filepath.Join(deployDir, "kustomize", dir)
+		entries, err := os.ReadDir(src)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := fs.WriteFile(filepath.Join("/supervisor", e.Name()), b); err != nil {
-			t.Fatal(err)
+		for _, e := range entries {
+			b, err := os.ReadFile(filepath.Join(src, e.Name()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := fs.WriteFile(filepath.Join("/"+dir, e.Name()), b); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	return fs
 }
 
-// resolveEnv returns the supervisor's SUPERVISOR_* variables with the values
+// resolveEnv returns a container's SUPERVISOR_* variables with the values
 // kubelet gives them: literal values, or the pod annotation a fieldRef names
 // ("" when the pod lacks it). Empty values are left out.
-func resolveEnv(tmpl corev1.PodTemplateSpec) map[string]string {
-	c := findContainer(tmpl.Spec, supervisorName)
+func resolveEnv(tmpl corev1.PodTemplateSpec, container string) map[string]string {
+	c := findContainer(tmpl.Spec, container)
 	if c == nil {
 		return nil
 	}
@@ -282,4 +335,188 @@ func keys(m map[string][]byte) []string {
 		ks = append(ks, k)
 	}
 	return ks
+}
+
+// kustomizeHold is the hold as the hold component adds it: as the template's,
+// with the settings read from the pod's annotations.
+func kustomizeHold() holdShape {
+	h := wantHold("")
+	h.Env = map[string]string{}
+	for _, v := range []string{"SUPERVISOR_HOLD_TIMEOUT", "SUPERVISOR_LOG_LEVEL", "SUPERVISOR_LOG_FORMAT", "SUPERVISOR_IGNORE_PROCESSES"} {
+		h.Env[v] = "fieldRef:metadata.annotations['" + annotationPrefix + holdSettings[v] + "']"
+	}
+	return h
+}
+
+// holdSettings are the SUPERVISOR_* variables the hold reads from pod
+// annotations, in both the injection template and the hold component.
+var holdSettings = map[string]string{
+	"SUPERVISOR_HOLD_TIMEOUT":     "hold-timeout",
+	"SUPERVISOR_LOG_LEVEL":        "log-level",
+	"SUPERVISOR_LOG_FORMAT":       "log-format",
+	"SUPERVISOR_IGNORE_PROCESSES": "ignore-processes",
+}
+
+// TestKustomizeHoldTargets runs the hold component over every kind it
+// targets and some it must not touch: a Deployment with init containers of
+// its own (the install container goes first) and an istio-proxy
+// customisation of its own, a StatefulSet, a DaemonSet, a Job.
+func TestKustomizeHoldTargets(t *testing.T) {
+	fs := componentInMemory(t)
+	pod := `
+    metadata:
+      labels: {app: x, sidecar.istio.io/inject: "true"}
+    spec:
+      containers:
+      - {name: app, image: busybox:1.37}
+`
+	for name, text := range map[string]string{
+		"/app/kustomization.yaml": "resources: [workloads.yaml]\ncomponents: [../hold]\n",
+		"/app/workloads.yaml": `apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db}
+spec:
+  selector: {matchLabels: {app: x}}
+  template:` + pod + `---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: agent}
+spec:
+  selector: {matchLabels: {app: x}}
+  template:` + pod + `---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: once}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - {name: app, image: busybox:1.37}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  selector: {matchLabels: {app: x}}
+  template:
+    metadata:
+      labels: {app: x, sidecar.istio.io/inject: "true"}
+    spec:
+      initContainers:
+      - {name: migrate, image: busybox:1.37}
+      containers:
+      - {name: app, image: busybox:1.37}
+      - name: istio-proxy
+        image: auto
+        resources: {requests: {cpu: 200m}}
+`,
+	} {
+		if err := fs.WriteFile(name, []byte(text)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := kustomizeBuild(fs, "/app")
+	if err != nil {
+		t.Fatalf("kustomize build: %v", err)
+	}
+	// Before injection istio-proxy comes first (the strategic merge puts
+	// new items first); Istio's injector moves it last.
+	hold := podShape{
+		InitContainers:        []string{installName},
+		Containers:            []string{proxyName, "app"},
+		ShareProcessNamespace: true,
+		Hold:                  kustomizeHold(),
+	}
+	web := hold
+	web.InitContainers = []string{installName, "migrate"}
+	for _, tc := range []struct {
+		resource string
+		obj      runtime.Object
+		want     podShape
+	}{
+		{"StatefulSet/db", &appsv1.StatefulSet{}, hold},
+		{"DaemonSet/agent", &appsv1.DaemonSet{}, hold},
+		{"Deployment/web", &appsv1.Deployment{}, web},
+		{"Job/once", &batchv1.Job{}, podShape{Containers: []string{"app"}}},
+	} {
+		t.Run(tc.resource, func(t *testing.T) {
+			b, ok := out[tc.resource]
+			if !ok {
+				t.Fatalf("kustomize output has no %s; has %v", tc.resource, keys(out))
+			}
+			decodeStrict(t, b, tc.obj)
+			spec := podTemplateFor(tc.obj).Spec
+			if diff := cmp.Diff(tc.want, shapeOf(spec)); diff != "" {
+				t.Errorf("pod template (-want +got):\n%s\n%s", diff, b)
+			}
+			checkSupervisorBasics(t, spec, wantBasics(false))
+			checkUnique(t, spec)
+			if tc.resource == "Job/once" {
+				return
+			}
+			// Istio's webhook merges the hold into its istio-proxy, moves
+			// istio-proxy last and keeps the workload's own customisation.
+			pod := admit(t, newWebhook(t, installs(t)[0]), podFor(tc.obj))
+			want := tc.want
+			want.InitContainers = append(append([]string{}, want.InitContainers...), "istio-init")
+			want.Containers = []string{"app", proxyName}
+			if diff := cmp.Diff(want, shapeOf(pod.Spec)); diff != "" {
+				t.Errorf("injected pod (-want +got):\n%s\n%s", diff, dump(pod))
+			}
+			checkUnique(t, pod.Spec)
+			if tc.resource == "Deployment/web" {
+				if p := findProxy(pod.Spec); p == nil || p.Resources.Requests.Cpu().String() != "200m" {
+					t.Errorf("istio-proxy's own cpu request lost:\n%s", dump(pod))
+				}
+			}
+		})
+	}
+}
+
+// TestKustomizeHoldAgrees checks that the hold component adds what
+// deploy/deployment.yaml has by hand: the same install container, volume,
+// istio-proxy image, hook and mount, the hold timeout (from an annotation
+// rather than a literal), and the shared PID namespace.
+func TestKustomizeHoldAgrees(t *testing.T) {
+	var hand, comp appsv1.Deployment
+	decodeStrict(t, readDeploy(t, "deployment.yaml"), &hand)
+	decodeStrict(t, readDeploy(t, filepath.Join("kustomize", "hold", "hold.yaml")), &comp)
+	h, c := hand.Spec.Template.Spec, comp.Spec.Template.Spec
+	if diff := cmp.Diff(h.InitContainers, c.InitContainers); diff != "" {
+		t.Errorf("install container (-deployment.yaml +hold.yaml):\n%s", diff)
+	}
+	if diff := cmp.Diff(h.Volumes, c.Volumes); diff != "" {
+		t.Errorf("volumes (-deployment.yaml +hold.yaml):\n%s", diff)
+	}
+	if diff := cmp.Diff(h.ShareProcessNamespace, c.ShareProcessNamespace); diff != "" {
+		t.Errorf("shareProcessNamespace (-deployment.yaml +hold.yaml):\n%s", diff)
+	}
+	if len(c.Containers) != 1 {
+		t.Fatalf("hold.yaml: want istio-proxy as its only container, got %d", len(c.Containers))
+	}
+	hp, cp := findContainer(h, proxyName), findContainer(c, proxyName)
+	if hp == nil || cp == nil {
+		t.Fatalf("no %s container: deployment.yaml %v, hold.yaml %v", proxyName, hp != nil, cp != nil)
+	}
+	// Only the hold's fields (the environment compared by name below).
+	rest := *cp.DeepCopy()
+	rest.Env = nil
+	wantRest := corev1.Container{Name: proxyName, Image: hp.Image, Lifecycle: hp.Lifecycle, VolumeMounts: hp.VolumeMounts}
+	if diff := cmp.Diff(wantRest, rest); diff != "" {
+		t.Errorf("istio-proxy (-deployment.yaml +hold.yaml):\n%s", diff)
+	}
+	var handEnv, compEnv []string
+	for _, e := range hp.Env {
+		handEnv = append(handEnv, e.Name)
+	}
+	for _, e := range cp.Env {
+		compEnv = append(compEnv, e.Name)
+	}
+	if diff := cmp.Diff([]string{"SUPERVISOR_HOLD_TIMEOUT"}, handEnv); diff != "" {
+		t.Errorf("deployment.yaml istio-proxy env names (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"SUPERVISOR_HOLD_TIMEOUT", "SUPERVISOR_LOG_LEVEL", "SUPERVISOR_LOG_FORMAT", "SUPERVISOR_IGNORE_PROCESSES"}, compEnv); diff != "" {
+		t.Errorf("hold.yaml istio-proxy env names (-want +got):\n%s", diff)
+	}
 }

@@ -606,7 +606,16 @@ func (p *Pod) Describe() string {
 			fmt.Fprintf(&b, "--- %s termination message: %s\n", c.Name, m)
 		}
 	}
+	if d, ok := p.Backend.(Describer); ok {
+		fmt.Fprintf(&b, "--- %s backend:\n%s", p.Backend.Name(), d.Describe(p))
+	}
 	return b.String()
+}
+
+// Describer is a Backend that can tell more about a pod's containers (its
+// runtime's view, the processes' states) for Describe.
+type Describer interface {
+	Describe(p *Pod) string
 }
 
 // Close kills whatever still runs and removes the pod. Safe to call twice.

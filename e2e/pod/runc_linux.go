@@ -337,6 +337,52 @@ func (r Runc) Teardown(p *Pod) error {
 	return errors.Join(errs...)
 }
 
+// Describe implements Describer: what runc lists, and the state of each
+// runc run still going and of its container's main process (a hang shows
+// there: a main process gone while its runc run is still in the kernel).
+func (r Runc) Describe(p *Pod) string {
+	st, ok := p.BackendState.(*runcState)
+	if !ok {
+		return "no sandbox\n"
+	}
+	var b strings.Builder
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	out, err := exec.CommandContext(ctx, r.Path, "--root", st.root, "list").CombinedOutput()
+	cancel()
+	fmt.Fprintf(&b, "runc list (%v):\n%s", err, out)
+	st.mu.Lock()
+	procs := append([]*runcProc(nil), st.procs...)
+	st.mu.Unlock()
+	for _, proc := range procs {
+		select {
+		case <-proc.done:
+			fmt.Fprintf(&b, "%s: runc run exited %d\n", proc.id, proc.code)
+		default:
+			fmt.Fprintf(&b, "%s: runc run pid %d %s; main process pid %d %s\n",
+				proc.id, proc.cmd.Process.Pid, procState(proc.cmd.Process.Pid), proc.pid, procState(proc.pid))
+		}
+	}
+	return b.String()
+}
+
+// procState is a host process's state letter and where it sleeps in the
+// kernel.
+func procState(pid int) string {
+	if pid <= 0 {
+		return "(unknown)"
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return "(gone)"
+	}
+	state := "?"
+	if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) {
+		state = string(stat[i+2])
+	}
+	wchan, _ := os.ReadFile(fmt.Sprintf("/proc/%d/wchan", pid))
+	return fmt.Sprintf("state %s wchan %s", state, wchan)
+}
+
 // runcCgroupDirs lists the pod's cgroup directory in every hierarchy this
 // process is in: runc makes the containers' cgroups relative to its own
 // (which is ours) in each of them.
