@@ -1,17 +1,24 @@
 // Package inject checks, without a cluster, every way the repository ships to
 // put sidecar-supervisor into a pod (see deploy/README.md):
 //
-//   - the hand-written manifests deploy/*.yaml;
+//   - the hand-written manifests deploy/*.yaml (Jobs, a CronJob, a Deployment
+//     with the hold);
 //   - the "supervisor" injection template (deploy/istio), rendered by Istio's
 //     own injector (istio.io/istio/pkg/kube/inject) after Istio's default
 //     "sidecar" template, both as istiod's admission webhook and as
 //     istioctl kube-inject, with the injector configuration produced by
 //     Istio's own charts from our Helm values file and IstioOperator overlay;
-//   - the kustomize component deploy/kustomize/supervisor, built with
-//     kustomize's Go API.
+//   - the kustomize components deploy/kustomize/supervisor (Jobs, CronJobs)
+//     and deploy/kustomize/hold (Deployments, StatefulSets, DaemonSets),
+//     built with kustomize's Go API.
 //
 // Every result is decoded strictly into the Kubernetes API types and checked
-// for the same structure: the supervisor present or absent as it should be,
-// after the app containers, with a shared PID namespace and the right
-// environment. The package has only tests.
+// for the same structure: for Jobs, the supervisor present or absent as it
+// should be, after the app containers, with a shared PID namespace and the
+// right environment; for Deployments and other restartPolicy Always pods,
+// the hold (the install init container, its volume, istio-proxy's preStop
+// hook, mount and SUPERVISOR_HOLD_TIMEOUT, a shared PID namespace) present or
+// absent as it should be, and never in place of a preStop hook istio-proxy
+// already has. The tests live here; package injector holds what the
+// real-cluster tests share with them.
 package inject
