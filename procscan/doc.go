@@ -2,12 +2,15 @@
 // containers apart.
 //
 // It reads through a procfs.FS it is given, so tests run against fixture trees
-// under testdata/, and returns plain values. It never signals or waits.
+// under testdata/, and returns plain values. It never signals or waits. Of
+// each process it reads stat (through procfs), argv[0] alone (the first 4 KiB
+// of cmdline at most) and cgroup (byte for byte), and nothing else: never
+// environ, which holds other containers' secrets.
 //
 // Containers are told apart by the whole content of /proc/PID/cgroup: two
 // processes are in the same container when it is identical. The rule holds on
 // cgroup v2, v1 and hybrid hosts alike, with or without a cgroup namespace. A
-// container's main process is the one whose parent is outside the pod's PID
+// container's main process is its oldest, whose parent is outside the pod's PID
 // namespace (PPID 0); orphans are re-parented to the pause process (PID 1) and
 // keep their container's cgroup.
 package procscan

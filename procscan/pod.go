@@ -54,13 +54,16 @@ type Container struct {
 	// container ID (12 characters) under Kubernetes, the leaf name elsewhere.
 	Name string
 	Kind Kind
-	// Main is the container's main process: the oldest one whose parent is
-	// outside the pod's PID namespace (PPID 0). Processes a runtime execs
-	// into the container later (kubectl exec) also have PPID 0, but started
-	// later. HasMain is false when it has exited and only orphans remain.
+	// Main is the container's main process: its oldest process, whose
+	// parent is outside the pod's PID namespace (PPID 0). Processes a
+	// runtime execs into the container later (kubectl exec) also have PPID
+	// 0, but started later. HasMain is false once it has exited: the oldest
+	// process left is then an orphan or an exec'd one (see Classify).
 	Main    Process
 	HasMain bool
 	// Processes holds every process of the container, Main included, by PID.
+	// An exiting process placed here by its unified line carries ID as its
+	// Cgroup (see Classify).
 	Processes []Process
 	// Stray lists processes that carry a sidecar name but are not the main
 	// process of a sidecar container: never stopped, but worth a warning.
@@ -79,35 +82,92 @@ type Pod struct {
 // PID 1. A container is a Sidecar or Ignored when its main process matches
 // rules; a process of that name elsewhere does not count, so an app cannot
 // be mistaken for the sidecar by naming a child "pilot-agent".
+//
+// A container's main process is its oldest process, when that one's parent
+// is outside the pod's PID namespace (PPID 0). Every other process of the
+// container descends from it or was exec'd in later (kubectl exec, exec
+// probes), so while it runs it is the oldest; once it has exited, the
+// oldest left is an orphan (PPID 1) or an exec'd process, and the
+// container has no main process: an exec'd process named pilot-agent in an
+// app container whose main process just exited must not make it a sidecar.
+//
+// A process that has begun to exit (Exiting) shows "/" for its cgroup v1
+// lines, so on a v1 or hybrid host its content is no container's. It is
+// placed in the container whose content it shares, or else the only one
+// whose unified ("0::") line it shares; failing both, an exiting main
+// process (PPID 0) keeps a container of its own, so that an app that exited
+// before the supervisor looked is still seen, and any other exiting
+// process is left out: it is no container's main process, nothing waits
+// for it or signals it, and alone it would make a phantom container.
 func Classify(procs []Process, selfPID int, rules Rules) Pod {
 	byID := map[string]*Container{}
 	var order []*Container
-	selfID, pauseID := "", ""
-	for _, p := range procs {
-		c := byID[p.Cgroup]
+	add := func(c *Container, p Process) {
 		if c == nil {
 			c = &Container{ID: p.Cgroup, Name: containerName(p.Cgroup)}
 			byID[p.Cgroup] = c
 			order = append(order, c)
 		}
+		p.Cgroup = c.ID
 		c.Processes = append(c.Processes, p)
-		if p.PID == selfPID {
-			selfID = p.Cgroup
+	}
+	var exiting []Process
+	for _, p := range procs {
+		if p.Exiting {
+			exiting = append(exiting, p)
+			continue
 		}
-		if p.PID == 1 {
-			pauseID = p.Cgroup
+		add(byID[p.Cgroup], p)
+	}
+	// Containers by unified line, from live processes only; "" when two
+	// share it (the line does not tell them apart).
+	unified := map[string]*Container{}
+	for _, c := range order {
+		u, ok := unifiedLine(c.ID)
+		if !ok {
+			continue
 		}
-		if p.PPID == 0 && (!c.HasMain || p.StartTime < c.Main.StartTime ||
-			(p.StartTime == c.Main.StartTime && p.PID < c.Main.PID)) {
-			c.Main, c.HasMain = p, true
+		if _, dup := unified[u]; dup {
+			unified[u] = nil
+		} else {
+			unified[u] = c
 		}
 	}
+	// Exiting main processes first, so that an exiting child of an exiting
+	// main process that could not be placed joins it.
+	sort.SliceStable(exiting, func(i, j int) bool { return exiting[i].PPID == 0 && exiting[j].PPID != 0 })
+	for _, p := range exiting {
+		c := byID[p.Cgroup]
+		if c == nil {
+			if u, ok := unifiedLine(p.Cgroup); ok {
+				c = unified[u]
+			}
+		}
+		if c == nil && p.PPID != 0 {
+			continue
+		}
+		add(c, p)
+	}
+
 	pod := Pod{Containers: make([]Container, 0, len(order))}
 	for _, c := range order {
+		sort.Slice(c.Processes, func(i, j int) bool { return c.Processes[i].PID < c.Processes[j].PID })
+		oldest := c.Processes[0]
+		self, pause := false, false
+		for _, p := range c.Processes {
+			if older(p, oldest) {
+				oldest = p
+			}
+			self = self || p.PID == selfPID
+			pause = pause || p.PID == 1
+		}
+		if oldest.PPID == 0 {
+			c.Main, c.HasMain = oldest, true
+		}
 		switch {
-		case c.ID == selfID:
+		case self:
 			c.Kind = Self
-		case c.ID == pauseID:
+		case pause:
 			c.Kind = Pause
 		case c.HasMain && c.Main.Matches(rules.Sidecar):
 			c.Kind = Sidecar
@@ -127,6 +187,30 @@ func Classify(procs []Process, selfPID int, rules Rules) Pod {
 		return firstPID(pod.Containers[i]) < firstPID(pod.Containers[j])
 	})
 	return pod
+}
+
+// older orders processes by start time. Start times count clock ticks
+// (10ms), so a main process and its first child can tie: then a PPID-0
+// process is the older (a child never starts before its parent), then the
+// lower PID (an exec'd process comes later, unless PIDs wrapped).
+func older(a, b Process) bool {
+	if a.StartTime != b.StartTime {
+		return a.StartTime < b.StartTime
+	}
+	if (a.PPID == 0) != (b.PPID == 0) {
+		return a.PPID == 0
+	}
+	return a.PID < b.PID
+}
+
+// unifiedLine returns the cgroup v2 ("0::") line of a cgroup content.
+func unifiedLine(cgroup string) (string, bool) {
+	for _, line := range strings.Split(cgroup, "\n") {
+		if strings.HasPrefix(line, "0::") {
+			return line, true
+		}
+	}
+	return "", false
 }
 
 func firstPID(c Container) int {

@@ -119,17 +119,17 @@ func TestProcessFields(t *testing.T) {
 	}{
 		{pid: 50, name: "my (odd) app", want: Process{
 			PID: 50, PPID: 0, StartTime: 260, Comm: "my (odd) app", State: "S",
-			Cmdline: []string{"/opt/my (odd) app", "--flag"},
-			Cgroup:  "0::/../0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c",
+			Argv0:  "/opt/my (odd) app",
+			Cgroup: "0::/../0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c",
 		}},
 		{pid: 40, name: "sh", want: Process{
-			PID: 40, PPID: 13, StartTime: 250, Comm: "sh", State: "Z", Cmdline: []string{},
+			PID: 40, PPID: 13, StartTime: 250, Comm: "sh", State: "Z", Exiting: true,
 			Cgroup: "0::/../3a1f0e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b2a19",
 		}},
 		{pid: 7, name: "pilot-agent", want: Process{
 			PID: 7, PPID: 0, StartTime: 200, Comm: "pilot-agent", State: "S",
-			Cmdline: []string{"/usr/local/bin/pilot-agent", "proxy", "sidecar", "--domain", "default.svc.cluster.local"},
-			Cgroup:  "0::/../7d2c5f1a9be04c3d8e6f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d",
+			Argv0:  "/usr/local/bin/pilot-agent",
+			Cgroup: "0::/../7d2c5f1a9be04c3d8e6f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d",
 		}},
 	}
 	for _, tt := range tests {
@@ -161,12 +161,12 @@ func TestMatches(t *testing.T) {
 		names []string
 		want  bool
 	}{
-		{Process{Comm: "pilot-agent", Cmdline: []string{"/usr/local/bin/pilot-agent"}}, []string{"pilot-agent"}, true},
+		{Process{Comm: "pilot-agent", Argv0: "/usr/local/bin/pilot-agent"}, []string{"pilot-agent"}, true},
 		// argv[0] rewritten to something else: comm still counts.
-		{Process{Comm: "pilot-agent", Cmdline: []string{"agent: main"}}, []string{"pilot-agent"}, true},
+		{Process{Comm: "pilot-agent", Argv0: "agent: main"}, []string{"pilot-agent"}, true},
 		// comm changed with prctl(PR_SET_NAME): argv[0] still counts.
-		{Process{Comm: "worker", Cmdline: []string{"/bin/pilot-agent"}}, []string{"pilot-agent"}, true},
-		{Process{Comm: "pilot-agent-x", Cmdline: []string{"/bin/pilot-agent-x"}}, []string{"pilot-agent"}, false},
+		{Process{Comm: "worker", Argv0: "/bin/pilot-agent"}, []string{"pilot-agent"}, true},
+		{Process{Comm: "pilot-agent-x", Argv0: "/bin/pilot-agent-x"}, []string{"pilot-agent"}, false},
 		// A zombie has no argv; its truncated comm matches a long name.
 		{Process{Comm: "cloud-sql-proxy"}, []string{"cloud-sql-proxy-v2"}, true},
 		{Process{Comm: "sh"}, []string{"", "pilot-agent"}, false},

@@ -1,8 +1,10 @@
 package procscan
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -19,6 +21,11 @@ import (
 // container's main process, so the flag is what keeps it out of the pod.
 const pfKthread = 0x00200000
 
+// pfExiting is PF_EXITING: the process has begun to exit (zombies too).
+// On cgroup v1 hierarchies the kernel then shows its cgroup as "/"
+// (proc_cgroup_show), no longer its container's.
+const pfExiting = 0x00000004
+
 // Process is one process as read from /proc, as plain values.
 type Process struct {
 	PID  int
@@ -28,13 +35,21 @@ type Process struct {
 	StartTime uint64
 	// Comm is the kernel's name for the process (at most 15 bytes; any bytes).
 	Comm string
-	// Cmdline is argv; empty for zombies.
-	Cmdline []string
-	// Cgroup is the whole content of /proc/PID/cgroup, one line per
-	// hierarchy. Equal Cgroup strings mean the same container.
+	// Argv0 is argv[0], from the first argv0Max bytes of /proc/PID/cmdline;
+	// empty for zombies and kernel threads, and when argv[0] is longer
+	// (no path is). The other arguments are never read: they are not
+	// needed, and can carry secrets (--password=...), as can the
+	// environment that follows them.
+	Argv0 string
+	// Cgroup is the whole content of /proc/PID/cgroup, byte for byte, but
+	// for its final newline: one line per hierarchy. Equal Cgroup strings
+	// mean the same container.
 	Cgroup string
 	// State is the one-letter state from /proc/PID/stat ("Z" for a zombie).
 	State string
+	// Exiting is true once the process has begun to exit (PF_EXITING), a
+	// zombie included. Its v1 cgroup lines then read "/": see Classify.
+	Exiting bool
 	// UID is the owner of /proc/PID (the process's effective uid).
 	UID int
 }
@@ -42,8 +57,8 @@ type Process struct {
 // Name is the process's name as users write it: the base name of argv[0]
 // when there is one, else the comm.
 func (p Process) Name() string {
-	if len(p.Cmdline) > 0 && p.Cmdline[0] != "" {
-		return path.Base(p.Cmdline[0])
+	if p.Argv0 != "" {
+		return path.Base(p.Argv0)
 	}
 	return p.Comm
 }
@@ -139,11 +154,25 @@ func (s *Scanner) StartTime(pid int) (uint64, error) {
 	if err != nil {
 		return 0, gone(pid, err)
 	}
-	st, err := p.Stat()
+	st, err := stat(p)
 	if err != nil {
 		return 0, gone(pid, err)
 	}
 	return st.Starttime, nil
+}
+
+// stat parses /proc/PID/stat. procfs (v0.23.0) slices the file at its
+// parentheses without checking them, and panics on a stat that ends at the
+// ')' or has it before the '(' (found by FuzzProcess). The kernel never
+// writes either, whatever the comm, but a supervisor must not crash on its
+// input: such a file is an error, procfs.ErrFileParse as for other bad ones.
+func stat(p procfs.Proc) (st procfs.ProcStat, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: malformed stat: %v", procfs.ErrFileParse, r)
+		}
+	}()
+	return p.Stat()
 }
 
 var errKernelThread = errors.New("kernel thread")
@@ -159,18 +188,18 @@ func (s *Scanner) read(pid int) (Process, error) {
 	if err != nil {
 		return Process{}, gone(pid, err)
 	}
-	st, err := p.Stat()
+	st, err := stat(p)
 	if err != nil {
 		return Process{}, gone(pid, err)
 	}
 	if st.Flags&pfKthread != 0 {
 		return Process{}, errKernelThread
 	}
-	cmdline, err := p.CmdLine()
+	argv0, err := readArgv0(dir + "/cmdline")
 	if err != nil {
 		return Process{}, gone(pid, err)
 	}
-	cg, err := p.Cgroups()
+	cg, err := readCgroup(dir + "/cgroup")
 	if err != nil {
 		return Process{}, gone(pid, err)
 	}
@@ -179,9 +208,10 @@ func (s *Scanner) read(pid int) (Process, error) {
 		PPID:      st.PPID,
 		StartTime: st.Starttime,
 		Comm:      st.Comm,
-		Cmdline:   cmdline,
-		Cgroup:    cgroupKey(cg),
+		Argv0:     argv0,
+		Cgroup:    cg,
 		State:     st.State,
+		Exiting:   st.Flags&pfExiting != 0,
 		UID:       -1,
 	}
 	if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
@@ -200,15 +230,54 @@ func gone(pid int, err error) error {
 	return fmt.Errorf("read pid %d: %w", pid, err)
 }
 
-// cgroupKey rebuilds the file's content from its parsed lines: the same
-// container has the same key on v1, v2 and hybrid hosts alike.
-func cgroupKey(cgs []procfs.Cgroup) string {
-	var b strings.Builder
-	for i, c := range cgs {
-		if i > 0 {
-			b.WriteByte('\n')
-		}
-		fmt.Fprintf(&b, "%d:%s:%s", c.HierarchyID, strings.Join(c.Controllers, ","), c.Path)
+// argv0Max bounds the read of /proc/PID/cmdline: argv[0] is a path or a
+// name, and PATH_MAX is 4096 with its NUL. Reading no further keeps the
+// other arguments (and, for a process that overwrote its argv, its
+// environment, which the kernel then shows too) out of this process, and
+// keeps a scan's memory from growing with other processes' command lines.
+const argv0Max = 4096
+
+// readArgv0 returns argv[0] from a cmdline file: up to the first NUL, or
+// all of a shorter content without one (a process that rewrote its argv as
+// one title); "" if argv[0] does not end within argv0Max bytes.
+func readArgv0(file string) (string, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return "", err
 	}
-	return b.String()
+	defer f.Close()
+	buf := make([]byte, argv0Max)
+	n, err := io.ReadFull(f, buf)
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+		return "", err
+	}
+	buf = buf[:n]
+	if i := bytes.IndexByte(buf, 0); i >= 0 {
+		return string(buf[:i]), nil
+	}
+	if n == argv0Max {
+		return "", nil
+	}
+	return string(buf), nil
+}
+
+// cgroupMax bounds the read of /proc/PID/cgroup: a line per hierarchy, each
+// path cut by the kernel at PATH_MAX.
+const cgroupMax = 1 << 20
+
+// readCgroup returns a cgroup file's content without its final newline.
+// It is the container's identity, so it is kept byte for byte: a parse and
+// rebuild (procfs's, v0.23.0) dropped a '\r' ending a path, and so made two
+// cgroups, "x" and "x\r", one container (found by FuzzProcessFields).
+func readCgroup(file string) (string, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, cgroupMax))
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSuffix(string(b), "\n"), nil
 }
