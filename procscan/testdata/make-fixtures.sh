@@ -18,7 +18,7 @@ proc() {
 	printf '%b' "$cgroup" >"$d/cgroup"
 }
 
-rm -rf v2 v1-hybrid unshared
+rm -rf v2 v1-hybrid unshared hostile
 ID_PROXY=7d2c5f1a9be04c3d8e6f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d
 ID_APP=3a1f0e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b2a19
 ID_APP2=0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c
@@ -58,3 +58,31 @@ ln -sfn 15 $t/self
 t=unshared
 proc $t 1 sidecar-supervi S 0 100 0x400100 "0::/\n" /sidecar-supervisor
 ln -sfn 1 $t/self
+
+# hostile: a hybrid node (v1 lines and the unified one, no cgroup
+# namespace), where the pod's processes do what they can to mislead:
+#   - the app's main process (13) has an odd comm and argv[0]: spaces,
+#     parentheses, a newline, invalid UTF-8;
+#   - its children are named pilot-agent (20), and ") S 0 1 1 (" to pass
+#     for PPID 0 (21); a pilot-agent was exec'd in later (22, PPID 0);
+#   - a zombie child (30) shows "/" for its v1 lines, as exiting processes
+#     do, so its content is no container's: its unified line places it;
+#   - a second app container (40s) whose main process has exited: its
+#     orphans (41, PPID 1) are older than a pilot-agent exec'd into it (42);
+#   - a sidecar main process (7) whose argv[0] was rewritten, and its envoy.
+t=hostile
+rm -rf $t
+hy() { printf '11:memory:/kubepods/pod9/%s\\n0::/kubepods/pod9/%s\\n' "$1" "$1"; }
+ID_GONE=9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f9a8b
+proc $t 1 pause S 0 100 0x400100 "$(hy $ID_PAUSE)" /pause
+proc $t 7 pilot-agent S 0 200 0x400100 "$(hy $ID_PROXY)" 'pilot-agent: main (istio-proxy)'
+proc $t 8 envoy S 7 205 0x400100 "$(hy $ID_PROXY)" /usr/local/bin/envoy
+proc $t 13 $'my app (v2)\n\xff)' S 0 210 0x400100 "$(hy $ID_APP)" $'/opt/my\napp \xfe(x)' --password=hunter2
+proc $t 20 pilot-agent S 13 220 0x400040 "$(hy $ID_APP)" pilot-agent
+proc $t 21 ') S 0 1 1 (' S 13 221 0x400040 "$(hy $ID_APP)" ') S 0 1 1 ('
+proc $t 22 pilot-agent S 0 900 0x400100 "$(hy $ID_APP)" /usr/local/bin/pilot-agent request GET stats
+proc $t 30 sh Z 13 230 0x40044c "11:memory:/\n0::/kubepods/pod9/$ID_APP\n"
+proc $t 41 worker S 1 310 0x400040 "$(hy $ID_GONE)" /bin/worker
+proc $t 42 pilot-agent S 0 950 0x400100 "$(hy $ID_GONE)" pilot-agent
+proc $t 25 sidecar-supervi S 0 230 0x400100 "$(hy $ID_APP2)" /sidecar-supervisor
+ln -sfn 25 $t/self
