@@ -225,7 +225,7 @@ func (r *run) findSidecars(ctx context.Context) ([]*sidecar, state, error) {
 func (r *run) holdSidecars(pod procscan.Pod, skip map[int]bool) []*sidecar {
 	var out []*sidecar
 	for _, c := range pod.Of(procscan.Sidecar) {
-		if skip[c.Main.PID] {
+		if skip[c.Main.PID] || r.seen[c.ID] { // an app's, exec'd in after its main process exited
 			continue
 		}
 		proc, err := r.kernel.Open(c.Main, false)
