@@ -15,6 +15,12 @@
 //	wait-http    polls a URL until it answers 200, within a bound (a
 //	             postStart hook, as `pilot-agent wait` is in Istio)
 //	ps           lists the processes it sees: pid, ppid, uid, comm, cgroup
+//	hostile      a process awkward to read from /proc: odd comm and argv[0],
+//	             decoys named like the sidecar, swarms, churn (hostile.go)
+//	true         exits at once (with the code given, default 0)
+//
+// $PODSIM_MODE, when set, is the mode instead, and every argument is the
+// mode's: how a process with an arbitrary argv[0] still runs podsim.
 //
 // It must stay small and static: the qemu tests run it on another kernel.
 package main
@@ -28,7 +34,9 @@ import (
 
 func main() {
 	mode, args := filepath.Base(os.Args[0]), os.Args[1:]
-	if mode == "podsim" || strings.HasPrefix(mode, "podsim") {
+	if m := os.Getenv(modeEnv); m != "" {
+		mode = m
+	} else if mode == "podsim" || strings.HasPrefix(mode, "podsim") {
 		if len(args) == 0 {
 			fmt.Fprintln(os.Stderr, "usage: podsim pause|enter|pilot-agent|app|wait-http ...")
 			os.Exit(2)
@@ -51,6 +59,10 @@ func main() {
 		err = waitHTTP(args)
 	case "ps":
 		err = ps(args)
+	case "hostile":
+		err = hostile(args)
+	case "true":
+		err = exitCode(args)
 	default:
 		err = fmt.Errorf("unknown mode %q", mode)
 	}

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// modeEnv overrides the mode that argv[0] would give: how a process runs
+// with an arbitrary argv[0] (--argv0) and still knows what to do.
+const modeEnv = "PODSIM_MODE"
+
+// hostile is a process that is awkward to read from /proc, for the
+// hardening tests (e2e/hardening). Every flag is opt-in.
+//
+//	--comm S        set its own comm with prctl(PR_SET_NAME): any bytes but
+//	                NUL (spaces, parentheses, newlines, invalid UTF-8); the
+//	                kernel keeps the first 15
+//	--argv0 S       run with argv[0] = S (it re-executes itself once)
+//	--decoy S       (repeatable) start a child whose comm and argv[0] are S,
+//	                which records every catchable signal it gets and runs
+//	                until killed: something that must never be signalled
+//	--swarm N       start N children that sleep until killed (the host's
+//	                sleep(1) when there is one: a Go process each would cost
+//	                ~1.5 MB); records "swarm N" once all run
+//	--churn N       start N short-lived processes (true(1), or podsim true),
+//	                --churn-par at a time; records "churned N" when done
+//	--churn-par P   (default 4)
+//	--sleep D       then exit with --exit N (after the churn); 0: run until
+//	                killed
+//	--exit N
+//	--record FILE   append events: "start pid=P comm=%q argv0=%q",
+//	                "signal SIGTERM", "swarm N", "churned N", "exit N"
+//
+// The decoys and the swarm are in the caller's container (same cgroup,
+// same uid), children of the caller: never a container's main process.
+func hostile(args []string) error {
+	fs := flag.NewFlagSet("hostile", flag.ContinueOnError)
+	comm := fs.String("comm", "", "")
+	argv0 := fs.String("argv0", "", "")
+	var decoys []string
+	fs.Func("decoy", "", func(s string) error { decoys = append(decoys, s); return nil })
+	swarm := fs.Int("swarm", 0, "")
+	churn := fs.Int("churn", 0, "")
+	churnPar := fs.Int("churn-par", 4, "")
+	sleep := fs.Duration("sleep", 0, "")
+	code := fs.Int("exit", 0, "")
+	record := fs.String("record", "", "")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *argv0 != "" && os.Getenv(modeEnv) == "" {
+		// Once: the re-executed process sees PODSIM_MODE and stays.
+		rest := withoutFlag(args, "argv0")
+		env := append(os.Environ(), modeEnv+"=hostile")
+		return syscall.Exec("/proc/self/exe", append([]string{*argv0}, rest...), env)
+	}
+	os.Unsetenv(modeEnv)
+	if *comm != "" {
+		if err := unix.Prctl(unix.PR_SET_NAME, uintptr(unsafePtr(*comm)), 0, 0, 0); err != nil {
+			return fmt.Errorf("prctl PR_SET_NAME: %w", err)
+		}
+	}
+	rec := newRecorder(*record)
+	sigs := make(chan os.Signal, 16)
+	// Every catchable signal a supervisor might send, recorded.
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT,
+		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGALRM, syscall.SIGPIPE)
+	self, _ := os.ReadFile("/proc/self/comm")
+	rec.log("start pid=%d comm=%q argv0=%q", os.Getpid(), strings.TrimSuffix(string(self), "\n"), os.Args[0])
+
+	var children []*exec.Cmd
+	defer func() {
+		for _, c := range children {
+			c.Process.Kill()
+			c.Wait()
+		}
+	}()
+	for _, name := range decoys {
+		c := exec.Command("/proc/self/exe", "--comm", name, "--record", *record)
+		c.Args[0] = name
+		c.Env = append(os.Environ(), modeEnv+"=hostile")
+		c.Stdout, c.Stderr = os.Stdout, os.Stderr
+		if err := c.Start(); err != nil {
+			return fmt.Errorf("start decoy %q: %w", name, err)
+		}
+		children = append(children, c)
+	}
+	if *swarm > 0 {
+		// Without sleep(1), podsim hostile: a Go process, until killed.
+		path, argv := "/proc/self/exe", []string{"podsim", "hostile"}
+		if p, err := exec.LookPath("sleep"); err == nil {
+			path, argv = p, []string{"sleep", "infinity"}
+		}
+		for i := 0; i < *swarm; i++ {
+			c := &exec.Cmd{Path: path, Args: argv}
+			if err := c.Start(); err != nil {
+				return fmt.Errorf("swarm child %d: %w", i, err)
+			}
+			children = append(children, c)
+		}
+		rec.log("swarm %d", *swarm)
+	}
+	if *churn > 0 {
+		if err := churnProcs(*churn, max(*churnPar, 1)); err != nil {
+			return err
+		}
+		rec.log("churned %d", *churn)
+	}
+	var timeout <-chan time.Time
+	if *sleep > 0 {
+		timeout = time.After(*sleep)
+	}
+	for {
+		select {
+		case s := <-sigs:
+			rec.log("signal %s", sigName(s.(syscall.Signal)))
+		case <-timeout:
+			rec.log("exit %d", *code)
+			for _, c := range children {
+				c.Process.Kill()
+				c.Wait()
+			}
+			os.Exit(*code)
+		}
+	}
+}
+
+// churnProcs runs n short-lived processes, par at a time.
+func churnProcs(n, par int) error {
+	path, argv := "/proc/self/exe", []string{"podsim", "true"}
+	if p, err := exec.LookPath("true"); err == nil {
+		path, argv = p, []string{"true"}
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	next := make(chan struct{})
+	for w := 0; w < par; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range next {
+				if err := (&exec.Cmd{Path: path, Args: argv}).Run(); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = fmt.Errorf("churn %s: %w", path, err)
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		next <- struct{}{}
+	}
+	close(next)
+	wg.Wait()
+	return first
+}
+
+// withoutFlag drops --name VALUE and --name=VALUE from args.
+func withoutFlag(args []string, name string) []string {
+	var out []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--"+name || a == "-"+name {
+			i++
+			continue
+		}
+		if strings.HasPrefix(a, "--"+name+"=") || strings.HasPrefix(a, "-"+name+"=") {
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// exitCode is podsim's "true" mode: exit at once with the given code.
+func exitCode(args []string) error {
+	code := 0
+	if len(args) > 0 {
+		n, err := strconv.Atoi(args[0])
+		if err != nil {
+			return err
+		}
+		code = n
+	}
+	os.Exit(code)
+	return nil
+}
