@@ -1,0 +1,399 @@
+package hardening
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/pod"
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/scenarios"
+)
+
+// fast makes the supervisor's bounds short enough for tests.
+var fast = []string{"SUPERVISOR_STOP_TIMEOUT=3s", "SUPERVISOR_SIDECAR_START_TIMEOUT=10s", "SUPERVISOR_APP_START_TIMEOUT=20s"}
+
+// needRoot skips a test that cannot run without root: the pod simulation
+// makes namespaces and cgroups. CI runs as root.
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the pod simulation creates namespaces and cgroups")
+	}
+}
+
+func buildTools(t *testing.T) pod.Tools {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	tl, err := pod.BuildTools(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tl
+}
+
+var straceOnce = sync.OnceValues(func() (string, error) {
+	script := filepath.Join(pod.RepoDir(), "e2e", "scripts", "install-strace.sh")
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command("bash", script)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("%s: %w\n%s", script, err, stderr.String())
+	}
+	for _, line := range strings.Split(stdout.String(), "\n") {
+		if p, ok := strings.CutPrefix(line, "STRACE="); ok {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s printed no STRACE= line: %q", script, stdout.String())
+})
+
+// strace returns strace's path, installing it from Debian if need be.
+func strace(t *testing.T) string {
+	t.Helper()
+	p, err := straceOnce()
+	if err != nil {
+		t.Fatalf("strace (e2e/scripts/install-strace.sh): %v", err)
+	}
+	return p
+}
+
+// startPod starts a built pod and closes it at the end of the test,
+// printing everything when the test failed.
+func startPod(t *testing.T, b scenarios.Built) *pod.Pod {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, err := pod.Start(ctx, b.Backend, b.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("%s\n--- pilot-agent record:\n%s", p.Describe(), strings.Join(scenarios.Record(b.PilotRecord), "\n"))
+		}
+		if err := p.Close(); err != nil {
+			t.Errorf("close pod: %v", err)
+		}
+	})
+	return p
+}
+
+// container returns the index of the named container in spec.
+func container(spec *pod.Spec, name string) *pod.Container {
+	for i := range spec.Containers {
+		if spec.Containers[i].Name == name {
+			return &spec.Containers[i]
+		}
+	}
+	return nil
+}
+
+// insertBefore puts c before the named container.
+func insertBefore(spec *pod.Spec, name string, c pod.Container) {
+	for i := range spec.Containers {
+		if spec.Containers[i].Name == name {
+			spec.Containers = append(spec.Containers[:i], append([]pod.Container{c}, spec.Containers[i:]...)...)
+			return
+		}
+	}
+	spec.Containers = append(spec.Containers, c)
+}
+
+// waitTerminated waits until the named container has run and stopped.
+func waitTerminated(t *testing.T, p *pod.Pod, name string, within time.Duration) pod.ContainerStatus {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	st, err := p.WaitFor(ctx, func(s pod.Status) bool {
+		c := s.Container(name)
+		return c.Started && !c.Running
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Container(name)
+}
+
+// waitLog polls the named container's log until a JSON line has message
+// msg (the supervisor's log is the only event there is for it), within a
+// bound. It returns that line.
+func waitLog(t *testing.T, p *pod.Pod, name, msg string, within time.Duration) scenarios.LogLine {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		for _, l := range scenarios.ParseLog(p.Logs(name)) {
+			if l.Msg() == msg {
+				return l
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never logged %q within %s", name, msg, within)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitUntil polls cond (a file or a log: there is no event to wait on)
+// until it holds, within a bound.
+func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within %s", what, within)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// logLines returns the supervisor's log lines with message msg.
+func logLines(out, msg string) []scenarios.LogLine {
+	var ls []scenarios.LogLine
+	for _, l := range scenarios.ParseLog(out) {
+		if l.Msg() == msg {
+			ls = append(ls, l)
+		}
+	}
+	return ls
+}
+
+// checkJSONLog asserts every line the supervisor wrote is one JSON object:
+// no process name, however odd, can break a line or forge one.
+func checkJSONLog(t *testing.T, out string) {
+	t.Helper()
+	n := 0
+	for _, line := range strings.Split(strings.TrimRight(out, "\n"), "\n") {
+		if line == "" {
+			continue
+		}
+		var v map[string]any
+		if err := json.Unmarshal([]byte(line), &v); err != nil {
+			t.Errorf("supervisor log line is not JSON (%v): %q", err, line)
+			continue
+		}
+		n++
+	}
+	if n == 0 {
+		t.Errorf("no supervisor log lines in %q", out)
+	}
+}
+
+// status reads /proc/PID/status into a map of its fields.
+func status(pid int) (map[string]string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			m[k] = strings.TrimSpace(v)
+		}
+	}
+	return m, nil
+}
+
+// kB parses a "1234 kB" status field.
+func kB(v string) int {
+	n, _ := strconv.Atoi(strings.TrimSuffix(v, " kB"))
+	return n
+}
+
+// nsPID is the PID that a host process has in its innermost PID namespace
+// (the pod's), from the NSpid line.
+func nsPID(t *testing.T, hostPID int) int {
+	t.Helper()
+	st, err := status(hostPID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(st["NSpid"])
+	if len(f) == 0 {
+		t.Fatalf("pid %d: no NSpid line", hostPID)
+	}
+	n, err := strconv.Atoi(f[len(f)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// children lists a host process's children.
+func children(pid int) []int {
+	var out []int
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	for _, task := range tasks {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
+		for _, f := range strings.Fields(string(b)) {
+			if n, err := strconv.Atoi(f); err == nil {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}
+
+// commOf reads a process's comm, "" if it is gone.
+func commOf(pid int) string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	return strings.TrimSuffix(string(b), "\n")
+}
+
+// fds lists a process's open file descriptors and what each is.
+func fds(pid int) (map[int]string, error) {
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	out := map[int]string{}
+	for _, e := range ents {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		target, err := os.Readlink(filepath.Join(dir, e.Name()))
+		if err != nil {
+			continue // closed meanwhile
+		}
+		out[n] = target
+	}
+	return out, nil
+}
+
+// listening returns the inodes of every listening socket in the network
+// namespace of pid: TCP sockets in LISTEN, UDP sockets bound without a
+// peer (they receive from anyone), unix sockets that accept connections.
+func listening(pid int) (map[string]string, error) {
+	out := map[string]string{}
+	for _, proto := range []string{"tcp", "tcp6", "udp", "udp6"} {
+		f, err := os.Open(fmt.Sprintf("/proc/%d/net/%s", pid, proto))
+		if err != nil {
+			return nil, err
+		}
+		sc := bufio.NewScanner(f)
+		sc.Scan() // header
+		for sc.Scan() {
+			// sl local rem st tx:rx tr:tm retrnsmt uid timeout inode
+			fl := strings.Fields(sc.Text())
+			if len(fl) < 10 {
+				continue
+			}
+			local, remote, st, inode := fl[1], fl[2], fl[3], fl[9]
+			peerless := strings.HasSuffix(remote, ":0000") && strings.Trim(strings.Split(remote, ":")[0], "0") == ""
+			if (strings.HasPrefix(proto, "tcp") && st == "0A") || (strings.HasPrefix(proto, "udp") && peerless) {
+				out[inode] = proto + " " + local
+			}
+		}
+		f.Close()
+	}
+	f, err := os.Open(fmt.Sprintf("/proc/%d/net/unix", pid))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Scan()
+	for sc.Scan() {
+		// Num RefCount Protocol Flags Type St Inode Path
+		fl := strings.Fields(sc.Text())
+		if len(fl) < 7 {
+			continue
+		}
+		flags, _ := strconv.ParseUint(fl[3], 16, 32)
+		const soAcceptCon = 0x10000 // __SO_ACCEPTCON: listen(2) was called
+		if flags&soAcceptCon != 0 {
+			out[fl[6]] = "unix " + strings.Join(fl[7:], " ")
+		}
+	}
+	return out, nil
+}
+
+// sampler watches a process until stop: the most fds it had, every socket
+// it held and whether one was listening, and its last VmRSS and VmHWM.
+type sampler struct {
+	pid     int
+	stop    chan struct{}
+	done    chan struct{}
+	mu      sync.Mutex
+	maxFDs  int
+	samples int
+	sockets map[string]bool   // socket:[inode] seen
+	listens map[string]string // inode -> what, for sockets of ours that listened
+	rssKB   int
+	hwmKB   int
+	fdsAt   map[int]string // the fds at the largest count
+}
+
+func watch(pid int, every time.Duration) *sampler {
+	s := &sampler{pid: pid, stop: make(chan struct{}), done: make(chan struct{}),
+		sockets: map[string]bool{}, listens: map[string]string{}}
+	go func() {
+		defer close(s.done)
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			s.sample()
+			select {
+			case <-s.stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return s
+}
+
+func (s *sampler) sample() {
+	fd, err := fds(s.pid)
+	if err != nil {
+		return // gone
+	}
+	st, _ := status(s.pid)
+	var lis map[string]string
+	for _, target := range fd {
+		if strings.HasPrefix(target, "socket:[") && lis == nil {
+			lis, _ = listening(s.pid)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.samples++
+	if len(fd) > s.maxFDs {
+		s.maxFDs, s.fdsAt = len(fd), fd
+	}
+	for _, target := range fd {
+		if inode, ok := strings.CutPrefix(target, "socket:["); ok {
+			inode = strings.TrimSuffix(inode, "]")
+			s.sockets[inode] = true
+			if what, ok := lis[inode]; ok {
+				s.listens[inode] = what
+			}
+		}
+	}
+	if st != nil {
+		if v := kB(st["VmRSS"]); v > 0 {
+			s.rssKB = v
+		}
+		if v := kB(st["VmHWM"]); v > 0 {
+			s.hwmKB = v
+		}
+	}
+}
+
+// Stop ends the sampling and returns once the last sample is taken.
+func (s *sampler) Stop() {
+	close(s.stop)
+	<-s.done
+}

@@ -1,0 +1,145 @@
+package hardening
+
+import (
+	"bufio"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// straceCall is one completed system call from an strace -f log.
+type straceCall struct {
+	tid  int
+	name string
+	args string // as strace printed them, parentheses excluded
+	ret  string // "= 5<pid:13>", "= -1 ENOENT (...)"
+}
+
+// straceArgs wraps argv to run under strace, following every thread and
+// child, tracing the calls the tests check and printing the PID behind each
+// pidfd (decode-fds=pidfd: strace reads it from fdinfo, in the pod's PID
+// namespace, like the supervisor's own view).
+func straceArgs(strace, out string, argv ...string) []string {
+	calls := []string{
+		// Everything that opens a file.
+		"open", "openat", "openat2", "creat", "name_to_handle_at", "open_by_handle_at",
+		// Everything that sends a signal.
+		"kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_send_signal",
+		"pidfd_open", "pidfd_getfd", "ptrace", "process_vm_readv", "process_vm_writev",
+		// Sockets.
+		"socket", "bind", "listen", "connect", "accept", "accept4",
+	}
+	return append([]string{strace, "-f", "-qq", "-o", out,
+		"-e", "trace=" + strings.Join(calls, ","), "-e", "signal=none", "-e", "decode-fds=pidfd",
+		"-s", "256", "--"}, argv...)
+}
+
+var (
+	straceLine    = regexp.MustCompile(`^(\d+) +(.*)$`)
+	straceCallRE  = regexp.MustCompile(`^([a-z0-9_]+)\((.*)\) += (.*)$`)
+	straceResumed = regexp.MustCompile(`^<\.\.\. ([a-z0-9_]+) resumed>(.*)$`)
+)
+
+// parseStrace reads an strace -f log: lines "TID call(args) = ret", with a
+// call that another thread interrupted split over an "<unfinished ...>"
+// line and a "<... call resumed>" one, which are joined. Calls are in the
+// order they returned.
+func parseStrace(t *testing.T, path string) []straceCall {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatalf("strace log: %v", err)
+	}
+	defer f.Close()
+	pending := map[int]string{} // tid -> the unfinished line's start
+	var out []straceCall
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		m := straceLine.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		tid, _ := strconv.Atoi(m[1])
+		rest := m[2]
+		if head, ok := strings.CutSuffix(rest, " <unfinished ...>"); ok {
+			pending[tid] = head
+			continue
+		}
+		if r := straceResumed.FindStringSubmatch(rest); r != nil {
+			rest = pending[tid] + r[2]
+			delete(pending, tid)
+		}
+		c := straceCallRE.FindStringSubmatch(rest)
+		if c == nil {
+			continue // exits, signals, "+++ exited"
+		}
+		out = append(out, straceCall{tid: tid, name: c[1], args: c[2], ret: c[3]})
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(out) == 0 {
+		t.Fatalf("strace log %s has no calls", path)
+	}
+	return out
+}
+
+// openedPath is the path an open call named, unquoted: strace prints
+// non-printable bytes as \xNN (and -s 256 keeps /proc paths whole).
+func openedPath(c straceCall) string {
+	i, j := strings.IndexByte(c.args, '"'), -1
+	if i >= 0 {
+		j = strings.IndexByte(c.args[i+1:], '"')
+	}
+	if i < 0 || j < 0 {
+		return ""
+	}
+	return c.args[i+1 : i+1+j]
+}
+
+// pidfdTarget is the PID behind the first argument of a pidfd call,
+// printed as "5<pid:123>"; -1 when there is none.
+func pidfdTarget(args string) int {
+	i := strings.Index(args, "<pid:")
+	if i < 0 {
+		return -1
+	}
+	rest := args[i+len("<pid:"):]
+	j := strings.IndexByte(rest, '>')
+	if j < 0 {
+		return -1
+	}
+	n, err := strconv.Atoi(rest[:j])
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// argN is the n-th top-level comma-separated argument.
+func argN(args string, n int) string {
+	depth, start, k := 0, 0, 0
+	for i, r := range args {
+		switch r {
+		case '{', '[', '(':
+			depth++
+		case '}', ']', ')':
+			depth--
+		case ',':
+			if depth == 0 {
+				if k == n {
+					return strings.TrimSpace(args[start:i])
+				}
+				k++
+				start = i + 1
+			}
+		}
+	}
+	if k == n {
+		return strings.TrimSpace(args[start:])
+	}
+	return ""
+}
