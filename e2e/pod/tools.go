@@ -36,11 +36,36 @@ func RepoDir() string {
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
+// ToolsDirEnv names a directory holding the tools already built (podsim,
+// sidecar/pilot-agent, sidecar-supervisor), for where no Go toolchain runs:
+// the qemu guest.
+const ToolsDirEnv = "PODSIM_TOOLS_DIR"
+
 // BuildTools builds the tools once per process (the Go build cache makes a
-// rebuild of unchanged sources quick).
+// rebuild of unchanged sources quick), or takes them from $PODSIM_TOOLS_DIR.
 func BuildTools(ctx context.Context) (Tools, error) {
-	toolsOnce.Do(func() { tools, toolsErr = buildTools(ctx) })
+	toolsOnce.Do(func() {
+		if dir := os.Getenv(ToolsDirEnv); dir != "" {
+			tools = toolsIn(dir)
+			for _, f := range []string{tools.Podsim, tools.PilotAgent, tools.Supervisor} {
+				if _, err := os.Stat(f); err != nil {
+					toolsErr = fmt.Errorf("%s=%s: %w", ToolsDirEnv, dir, err)
+				}
+			}
+			return
+		}
+		tools, toolsErr = buildTools(ctx)
+	})
 	return tools, toolsErr
+}
+
+func toolsIn(dir string) Tools {
+	return Tools{
+		Dir:        dir,
+		Podsim:     filepath.Join(dir, "podsim"),
+		PilotAgent: filepath.Join(dir, "sidecar", "pilot-agent"),
+		Supervisor: filepath.Join(dir, "sidecar-supervisor"),
+	}
 }
 
 func buildTools(ctx context.Context) (Tools, error) {
@@ -52,12 +77,7 @@ func buildTools(ctx context.Context) (Tools, error) {
 		return Tools{}, err
 	}
 	repo := RepoDir()
-	t := Tools{
-		Dir:        dir,
-		Podsim:     filepath.Join(dir, "podsim"),
-		PilotAgent: filepath.Join(dir, "sidecar", "pilot-agent"),
-		Supervisor: filepath.Join(dir, "sidecar-supervisor"),
-	}
+	t := toolsIn(dir)
 	builds := []struct{ moduleDir, out, pkg string }{
 		{filepath.Join(repo, "e2e"), t.Podsim, "./cmd/podsim"},
 		// As the Dockerfile builds it.

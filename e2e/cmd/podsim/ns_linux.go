@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -175,7 +176,24 @@ func enter(args []string) error {
 	if err := syscall.Setresuid(*uid, *uid, *uid); err != nil {
 		return fmt.Errorf("setresuid %d: %w", *uid, err)
 	}
+	defaultSignals()
 	return syscall.Exec(path, argv, os.Environ())
+}
+
+// defaultSignals gives every signal its default action, as a container
+// runtime starts a container's process. execve resets caught signals but
+// keeps ignored ones, and whatever started the harness may ignore some (a
+// non-interactive shell's background job ignores SIGINT and SIGQUIT): an
+// app would then silently survive them. Runs just before execve.
+func defaultSignals() {
+	// struct kernel_sigaction: handler, flags, restorer, mask.
+	var act [4]uint64 // handler 0 = SIG_DFL
+	for sig := 1; sig <= 64; sig++ {
+		if sig == int(unix.SIGKILL) || sig == int(unix.SIGSTOP) {
+			continue
+		}
+		unix.RawSyscall6(unix.SYS_RT_SIGACTION, uintptr(sig), uintptr(unsafe.Pointer(&act)), 0, 8, 0, 0)
+	}
 }
 
 func statUID(fi os.FileInfo) uint32 {
