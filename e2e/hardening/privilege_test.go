@@ -1,0 +1,299 @@
+package hardening
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/pod"
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/scenarios"
+)
+
+// backend builds a Desc for one of package pod's backends.
+type backend struct {
+	name  string
+	build func(scenarios.Desc) (scenarios.Built, error)
+}
+
+// backends are both: namespaces (the host's filesystem) and runc (the
+// supervisor is the image, run as its USER, read-only).
+func backends(t *testing.T) []backend {
+	t.Helper()
+	needRoot(t)
+	tl := buildTools(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	runc, err := pod.FindRunc(ctx)
+	if err != nil {
+		t.Fatalf("the runc backend needs runc (e2e/%s installs it): %v", pod.InstallScript, err)
+	}
+	return []backend{
+		{"namespaces", func(d scenarios.Desc) (scenarios.Built, error) { return scenarios.BuildNamespaces(d, tl) }},
+		{"runc", func(d scenarios.Desc) (scenarios.Built, error) { return scenarios.BuildRunc(d, tl, runc) }},
+	}
+}
+
+// creds is what /proc/PID/status says of a process's privileges.
+type creds struct {
+	Uid, Gid                          string // real, effective, saved, filesystem
+	CapInh, CapPrm, CapEff, CapBnd    string
+	CapAmb, NoNewPrivs, Comm, Seccomp string
+}
+
+func credsOf(t *testing.T, pid int) creds {
+	t.Helper()
+	st, err := status(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := func(k string) string { return strings.Join(strings.Fields(st[k]), " ") }
+	return creds{Uid: f("Uid"), Gid: f("Gid"), CapInh: st["CapInh"], CapPrm: st["CapPrm"], CapEff: st["CapEff"],
+		CapBnd: st["CapBnd"], CapAmb: st["CapAmb"], NoNewPrivs: st["NoNewPrivs"], Comm: st["Name"]}
+}
+
+// supervisorProc waits until the supervisor container's process is the
+// supervisor itself (the namespaces backend's entry process execs it) and
+// returns its host PID.
+func supervisorProc(t *testing.T, p *pod.Pod) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := p.WaitRunning(ctx, "supervisor", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 30*time.Second, "supervisor process", func() bool { return commOf(st.PID) == "sidecar-supervi" })
+	return st.PID
+}
+
+// capMask is a capability set as /proc/PID/status prints it.
+func capMask(caps ...int) string {
+	var m uint64
+	for _, c := range caps {
+		m |= 1 << c
+	}
+	return fmt.Sprintf("%016x", m)
+}
+
+// TestPrivileges runs the supervisor as deploy/ does and checks, while it
+// works, what it runs with and what it holds:
+//
+//   - pidfd (deploy/job.yaml, Linux 6.15+): uid and gid 1337, every
+//     capability set empty (effective, permitted, bounding, inheritable,
+//     ambient), no_new_privs; and it still does its job, here through the
+//     HTTP action, so that it does hold a socket;
+//   - ptrace (deploy/job-ptrace.yaml): root with SYS_PTRACE and KILL and
+//     nothing else in any set; and it reads the app's exit code 3 through
+//     ptrace.
+//
+// Both, sampled every 2ms: no socket of its is ever listening (TCP LISTEN,
+// an unconnected UDP socket, a unix socket that accepts), against the
+// pod's /proc/net tables, and its descriptors stay few.
+func TestPrivileges(t *testing.T) {
+	if !pidfdExitInfo(t) {
+		t.Skip("the kernel has no PIDFD_INFO_EXIT (Linux 6.15+): the supervisor's no-privilege mode needs it")
+	}
+	for _, b := range backends(t) {
+		t.Run(b.name+"/pidfd, uid 1337, no capabilities", func(t *testing.T) {
+			d := scenarios.Desc{Name: "noprivs",
+				Apps: []scenarios.App{{Name: "app", Args: []string{"--sleep", "2s"}, UID: 1000}},
+				SupervisorEnv: append(append([]string{}, fast...), "SUPERVISOR_APP_CONTAINERS=1",
+					"SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit")}
+			built, err := b.build(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := startPod(t, built)
+			pid := supervisorProc(t, p)
+			s := watch(pid, 2*time.Millisecond)
+			got := credsOf(t, pid)
+			lis, err := listening(pid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := waitPhaseOf(t, p, "supervisor")
+			s.Stop()
+
+			want := creds{Uid: "1337 1337 1337 1337", Gid: "1337 1337 1337 1337", CapInh: capMask(), CapPrm: capMask(),
+				CapEff: capMask(), CapBnd: capMask(), CapAmb: capMask(), NoNewPrivs: "1", Comm: "sidecar-supervi"}
+			if got != want {
+				t.Errorf("credentials\n got %+v\nwant %+v", got, want)
+			}
+			if st.Phase != pod.Succeeded || st.Container("supervisor").ExitCode != 0 {
+				t.Errorf("pod %s: the supervisor did not do its job", st)
+			}
+			if rec := scenarios.Record(built.PilotRecord); !slices.Contains(rec, "quitquitquit") {
+				t.Errorf("pilot-agent record %q: no quitquitquit", rec)
+			}
+			checkSockets(t, s, lis)
+		})
+		t.Run(b.name+"/ptrace, root with SYS_PTRACE and KILL only", func(t *testing.T) {
+			d := scenarios.Desc{Name: "ptrace",
+				Apps: []scenarios.App{{Name: "app", Args: []string{"--sleep", "2s", "--exit", "3"}, UID: 1000}},
+				SupervisorEnv: append(append([]string{}, fast...), "SUPERVISOR_APP_CONTAINERS=1",
+					"SUPERVISOR_EXIT_STATUS=ptrace")}
+			built, err := b.build(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// As deploy/job-ptrace.yaml: runAsUser 0, drop ALL, add
+			// SYS_PTRACE and KILL, allowPrivilegeEscalation false.
+			sup := container(&built.Spec, "supervisor")
+			sup.UID, sup.GID = 0, 0
+			sup.Caps = []int{unix.CAP_KILL, unix.CAP_SYS_PTRACE}
+			sup.NoNewPrivs = true
+			p := startPod(t, built)
+			pid := supervisorProc(t, p)
+			s := watch(pid, 2*time.Millisecond)
+			got := credsOf(t, pid)
+			lis, err := listening(pid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := waitPhaseOf(t, p, "supervisor")
+			s.Stop()
+
+			two := capMask(unix.CAP_KILL, unix.CAP_SYS_PTRACE)
+			want := creds{Uid: "0 0 0 0", Gid: "0 0 0 0", CapInh: capMask(), CapPrm: two, CapEff: two, CapBnd: two,
+				CapAmb: capMask(), NoNewPrivs: "1", Comm: "sidecar-supervi"}
+			if got != want {
+				t.Errorf("credentials\n got %+v\nwant %+v", got, want)
+			}
+			st = waitPhaseOf(t, p, "istio-proxy")
+			out := p.Logs("supervisor")
+			exited := logLines(out, "app exited")
+			if len(exited) != 1 || exited[0].Str("exit_code") != "3" || exited[0].Str("method") != "ptrace" {
+				t.Errorf("app exited: %v, want exit_code 3 read by ptrace", exited)
+			}
+			if c := st.Container("istio-proxy").ExitCode; c != 137 || st.Container("supervisor").ExitCode != 0 {
+				t.Errorf("pod %s: want istio-proxy killed (137) on failure", st)
+			}
+			checkSockets(t, s, lis)
+		})
+	}
+}
+
+// waitPhaseOf waits for the named container to end and returns the pod's
+// status then.
+func waitPhaseOf(t *testing.T, p *pod.Pod, name string) pod.Status {
+	t.Helper()
+	waitTerminated(t, p, name, time.Minute)
+	return p.Status()
+}
+
+// checkSockets asserts the sampler saw the supervisor often, that the pod's
+// listening table was readable and not empty (the sidecar listens), and
+// that none of the supervisor's sockets was ever a listening one.
+func checkSockets(t *testing.T, s *sampler, podListening map[string]string) {
+	t.Helper()
+	if len(podListening) == 0 {
+		t.Errorf("no listening socket in the pod's network namespace: the sidecar's should be there; the check would see nothing")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.samples < 20 {
+		t.Errorf("only %d samples of the supervisor's descriptors", s.samples)
+	}
+	for inode, what := range s.listens {
+		t.Errorf("the supervisor held a listening socket: inode %s, %s", inode, what)
+	}
+	if s.maxFDs > 16 {
+		t.Errorf("the supervisor held %d descriptors at once: %v", s.maxFDs, s.fdsAt)
+	}
+	t.Logf("%d samples: at most %d descriptors (%v), %d sockets seen, none listening; VmHWM %d kB",
+		s.samples, s.maxFDs, describeFDs(s.fdsAt), len(s.sockets), s.hwmKB)
+}
+
+// describeFDs summarises what a process's descriptors are.
+func describeFDs(fds map[int]string) string {
+	kinds := map[string]int{}
+	for _, target := range fds {
+		k := target
+		if i := strings.IndexAny(k, ":["); i > 0 {
+			k = k[:i]
+		}
+		if strings.HasPrefix(k, "/") {
+			k = filepath.Dir(k) + "/..."
+		}
+		kinds[k]++
+	}
+	var parts []string
+	for k, n := range kinds {
+		parts = append(parts, fmt.Sprintf("%s×%d", k, n))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, " ")
+}
+
+// pidfdExitInfo probes, by real calls, whether this kernel gives a
+// non-parent the exit status through a pidfd (PIDFD_INFO_EXIT, 6.15+).
+func pidfdExitInfo(t *testing.T) bool {
+	t.Helper()
+	cmd := exec.Command("/bin/sh", "-c", "exit 7")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.PidfdOpen(cmd.Process.Pid, 0)
+	cmd.Wait()
+	if err != nil {
+		t.Fatalf("pidfd_open: %v", err)
+	}
+	defer unix.Close(fd)
+	info := unix.PidfdInfo{Mask: unix.PIDFD_INFO_EXIT}
+	if err := unix.IoctlPidfdInfo(fd, &info); err != nil || info.Mask&unix.PIDFD_INFO_EXIT == 0 {
+		return false
+	}
+	return info.Exit_code == 7<<8
+}
+
+// TestHTTPActionNetwork runs the HTTP action under strace: the supervisor's
+// only network use is one TCP connection to the URL it was given; it never
+// binds, listens or accepts.
+func TestHTTPActionNetwork(t *testing.T) {
+	needRoot(t)
+	tl := buildTools(t)
+	straceBin := strace(t)
+	b, err := scenarios.BuildNamespaces(scenarios.Desc{Name: "http",
+		Apps: []scenarios.App{{Name: "app", Args: []string{"--sleep", "1s"}, UID: 1000}},
+		SupervisorEnv: append(append([]string{}, fast...), "SUPERVISOR_APP_CONTAINERS=1",
+			"SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit")}, tl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sup := container(&b.Spec, "supervisor")
+	trace := filepath.Join(b.Dir, "supervisor.strace")
+	sup.Argv = straceArgs(straceBin, trace, sup.Argv...)
+	p := startPod(t, b)
+	if st := waitPhaseOf(t, p, "supervisor"); st.Container("supervisor").ExitCode != 0 {
+		t.Fatalf("pod %s", st)
+	}
+	if rec := scenarios.Record(b.PilotRecord); !slices.Contains(rec, "quitquitquit") {
+		t.Errorf("pilot-agent record %q: no quitquitquit", rec)
+	}
+	connects := 0
+	for _, c := range parseStrace(t, trace) {
+		switch c.name {
+		case "socket":
+			if !strings.HasPrefix(c.args, "AF_INET, SOCK_STREAM") {
+				t.Errorf("socket(%s) = %s: want a TCP socket only", c.args, c.ret)
+			}
+		case "connect":
+			if !strings.Contains(c.args, "sin_port=htons(15020)") || !strings.Contains(c.args, `inet_addr("127.0.0.1")`) {
+				t.Errorf("connect(%s) = %s: not the action's URL", c.args, c.ret)
+			}
+			connects++
+		case "bind", "listen", "accept", "accept4":
+			t.Errorf("%s(%s) = %s: the supervisor serves nothing", c.name, c.args, c.ret)
+		}
+	}
+	if connects == 0 {
+		t.Error("no connect in the trace: the POST was not seen")
+	}
+}
