@@ -79,7 +79,16 @@ func (c *Cluster) Describe(ctx context.Context, ns, name string) string {
 			fmt.Fprintf(&b, "  condition %s=%s %s %s\n", cond.Type, cond.Status, cond.Reason, cond.Message)
 		}
 		for _, s := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
-			fmt.Fprintf(&b, "  container %s: ready=%v restarts=%d state=%+v\n", s.Name, s.Ready, s.RestartCount, s.State)
+			fmt.Fprintf(&b, "  container %s (%s): ready=%v restarts=%d state: %s\n", s.Name, s.Image, s.Ready, s.RestartCount, StateString(s.State))
+			if s.RestartCount > 0 {
+				fmt.Fprintf(&b, "    last state: %s\n", StateString(s.LastTerminationState))
+				logs, err := c.Client.CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{Container: s.Name, Previous: true}).DoRaw(ctx)
+				if err != nil {
+					fmt.Fprintf(&b, "    logs of the previous instance: %v\n", err)
+				} else {
+					fmt.Fprintf(&b, "    logs of the previous instance:\n%s\n", indent(string(logs), "      "))
+				}
+			}
 			logs, err := c.Client.CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{Container: s.Name}).DoRaw(ctx)
 			if err != nil {
 				fmt.Fprintf(&b, "    logs: %v\n", err)
@@ -94,6 +103,30 @@ func (c *Cluster) Describe(ctx context.Context, ns, name string) string {
 		}
 	}
 	return b.String()
+}
+
+// StateString renders a container state as kubectl describe would put it on
+// one line: running since when, waiting why, or terminated with exit code,
+// reason, signal, times and the termination message.
+func StateString(st corev1.ContainerState) string {
+	switch {
+	case st.Terminated != nil:
+		t := st.Terminated
+		s := fmt.Sprintf("terminated exit %d reason %q", t.ExitCode, t.Reason)
+		if t.Signal != 0 {
+			s += fmt.Sprintf(" signal %d", t.Signal)
+		}
+		s += fmt.Sprintf(" started %s finished %s", t.StartedAt.Format(time.RFC3339), t.FinishedAt.Format(time.RFC3339))
+		if t.Message != "" {
+			s += fmt.Sprintf(" message %q", t.Message)
+		}
+		return s
+	case st.Running != nil:
+		return "running since " + st.Running.StartedAt.Format(time.RFC3339)
+	case st.Waiting != nil:
+		return fmt.Sprintf("waiting reason %q %s", st.Waiting.Reason, st.Waiting.Message)
+	}
+	return "none"
 }
 
 func indent(s, prefix string) string {
