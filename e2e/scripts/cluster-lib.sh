@@ -23,8 +23,9 @@ KUBELET_HEALTHZ_PORT=11248
 # without touching /etc/hosts. (The kubelet refuses --node-ip 127.0.0.1:
 # "nodeIP can't be loopback address", and then publishes no address at all.)
 NODE_NAME=localhost
-# Pod network: one host-only bridge, no gateway, no masquerade, no route out;
-# pods reach only each other. Their resolv.conf points at 127.0.0.1 inside the
+# Pod network: one host-only bridge, no masquerade, no route out; pods reach
+# each other, and the host (the kubelet's probes) reaches them through the
+# bridge's address, the subnet's first (see make_bridge in cluster-up.sh). Their resolv.conf points at 127.0.0.1 inside the
 # pod, so a DNS lookup (pilot-agent looking for istiod) fails at once instead of
 # leaving the machine.
 CNI_BRIDGE=ssve2e0

@@ -77,6 +77,7 @@ cluster_up_main() {
 		--logger zap --log-outputs stderr
 	wait_for etcd 30 curl -fsS "http://127.0.0.1:$ETCD_CLIENT_PORT/health"
 
+	make_bridge
 	start_daemon containerd /usr/bin/containerd --config "$CLUSTER_DIR/containerd/config.toml"
 	wait_for containerd 30 ctr_cmd version
 	import_images
@@ -206,6 +207,21 @@ import_image() {
 		ctr_cmd images tag --force "$ref" "$alias" >/dev/null
 	done
 	log "imported $ref${*:+ (also as $*)}"
+}
+
+# make_bridge: the pods' bridge, made before the bridge plugin sees it, with
+# the pod subnet's first address (host-local never hands that one out). The
+# host then has a route to the pods, which the kubelet's HTTP probes need
+# (istio-proxy's startup and readiness probes on :15021); without it they
+# leave through the default route and something out there answers 404.
+# The plugin's own isGateway would do the same but also switch on the host's
+# net.ipv4.ip_forward, and leave it on. Pods still get no default route.
+# cluster-down.sh deletes the bridge, its address and route with it.
+make_bridge() {
+	ip link add "$CNI_BRIDGE" type bridge
+	ip addr add "${POD_SUBNET%.0/*}.1/${POD_SUBNET#*/}" dev "$CNI_BRIDGE"
+	ip link set "$CNI_BRIDGE" up
+	log "bridge $CNI_BRIDGE with ${POD_SUBNET%.0/*}.1 for the host"
 }
 
 make_pki() {
