@@ -190,9 +190,18 @@ func NewWebhook(in Install, clusters multicluster.ComponentBuilder) (http.Handle
 	}
 	cfg := in.Config
 	mux := http.NewServeMux()
+	env := &model.Environment{Watcher: meshwatcher.NewTestWatcher(in.Mesh)}
+	// The webhook takes each pod's ProxyConfig from the push context: the
+	// mesh's defaultConfig merged with ProxyConfig resources (none here).
+	// Without one it falls back to Istio's built-in defaults and ignores the
+	// mesh config's defaultConfig (interceptionMode, ...), which istiod never
+	// does.
+	push := model.NewPushContext()
+	push.ProxyConfigs = model.GetProxyConfigs(model.NewFakeStore(), in.Mesh)
+	env.SetPushContext(push)
 	_, err := inject.NewWebhook(inject.WebhookParameters{
 		Watcher:      staticWatcher{config: &cfg, values: in.RawValues},
-		Env:          &model.Environment{Watcher: meshwatcher.NewTestWatcher(in.Mesh)},
+		Env:          env,
 		Mux:          mux,
 		MultiCluster: clusters,
 	})
