@@ -21,6 +21,11 @@ const (
 	Sidecar
 	// Ignored is neither waited for nor stopped.
 	Ignored
+	// Starting is a container the runtime has created but not started: its
+	// main process is still the runtime's init, which will exec the
+	// entrypoint in place (same PID). What it is cannot be told yet; a later
+	// scan will.
+	Starting
 )
 
 func (k Kind) String() string {
@@ -35,6 +40,8 @@ func (k Kind) String() string {
 		return "sidecar"
 	case Ignored:
 		return "ignored"
+	case Starting:
+		return "starting"
 	}
 	return "unknown"
 }
@@ -173,6 +180,8 @@ func Classify(procs []Process, selfPID int, rules Rules) Pod {
 			c.Kind = Sidecar
 		case c.HasMain && c.Main.Matches(rules.Ignore):
 			c.Kind = Ignored
+		case c.HasMain && runtimeInit(c.Main):
+			c.Kind = Starting
 		default:
 			c.Kind = App
 		}
@@ -187,6 +196,18 @@ func Classify(procs []Process, selfPID int, rules Rules) Pod {
 		return firstPID(pod.Containers[i]) < firstPID(pod.Containers[j])
 	})
 	return pod
+}
+
+// runtimeInit reports whether p is a container runtime's init process that
+// has not yet exec'd the container's entrypoint. runc's is named
+// "runc:[2:INIT]" (set by its nsexec); it enters the pod's PID namespace, the
+// container's cgroup and uid when the container is created, then blocks on
+// runc's exec fifo until the container is started. Under the kubelet that
+// is the time between CreateContainer and StartContainer, during which a
+// supervisor started just before istio-proxy (the injector puts istio-proxy
+// last) sees istio-proxy's container with this process as its main one.
+func runtimeInit(p Process) bool {
+	return strings.HasPrefix(p.Comm, "runc:[")
 }
 
 // older orders processes by start time. Start times count clock ticks
