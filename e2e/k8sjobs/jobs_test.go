@@ -1,0 +1,440 @@
+package k8sjobs
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/cluster"
+)
+
+const (
+	// jobLimit bounds a Job's run: image already on the node, pilot-agent's
+	// 5 s drain, the kubelet's 10 s back-off before a retry or a restart,
+	// on two cores shared by every case running at once.
+	jobLimit = 3 * time.Minute
+	// controlWindow is how long the Job without the supervisor is watched
+	// staying Running after its app has exited.
+	controlWindow = 60 * time.Second
+	// pilotDrain is pilot-agent's terminationDrainDuration (5 s by default):
+	// on SIGTERM it drains envoy that long before it exits 0. Container
+	// times have one-second resolution, hence the margin.
+	pilotDrain = 4 * time.Second
+)
+
+// TestJobs runs Jobs and CronJobs injected by Istio's own injector with our
+// template on a real one-node Kubernetes, and checks what the Job controller
+// and the kubelet make of them. The cases run in parallel, each in its own
+// namespace.
+func TestJobs(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
+	defer cancel()
+	e := setUp(ctx, t)
+	t0 := time.Now()
+	t.Run("cases", func(t *testing.T) {
+		for _, tc := range []struct {
+			name string
+			run  func(context.Context, *testing.T)
+		}{
+			{"exit 0 completes", e.exitZero},
+			{"exit 3 fails, proxy killed", e.exitThree},
+			{"OnFailure retry keeps the proxy", e.onFailure},
+			{"two apps", e.twoApps},
+			{"CronJob fires", e.cronJob},
+			{"control: no supervisor stays Running", e.control},
+			{"deploy/job.yaml", e.deployJob},
+			{"deploy/job-ptrace.yaml", e.deployJobPtrace},
+			{"deploy/cronjob.yaml fires", e.deployCronJob},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				t1 := time.Now()
+				tc.run(ctx, t)
+				t.Logf("case done in %s", time.Since(t1).Round(time.Second))
+			})
+		}
+	})
+	t.Logf("all cases done in %s", time.Since(t0).Round(time.Second))
+}
+
+// newJob is a Job as users write one: busybox app containers, the label that
+// asks Istio for its sidecar, nothing about the supervisor.
+func newJob(name string, restart corev1.RestartPolicy, backoff int32, apps ...corev1.Container) *batchv1.Job {
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: batchv1.JobSpec{
+			BackoffLimit: ptr.To(backoff),
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"sidecar.istio.io/inject": "true"}},
+				Spec: corev1.PodSpec{
+					RestartPolicy: restart,
+					Containers:    apps,
+				},
+			},
+		},
+	}
+}
+
+// app is a busybox container running a shell script.
+func app(name, script string) corev1.Container {
+	return corev1.Container{Name: name, Image: cluster.BusyboxImage, Command: []string{"sh", "-c", script}}
+}
+
+func (e *env) createJob(ctx context.Context, t *testing.T, ns string, j *batchv1.Job) {
+	t.Helper()
+	if _, err := e.c.Client.BatchV1().Jobs(ns).Create(ctx, j, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create job %s/%s: %v", ns, j.Name, err)
+	}
+}
+
+// The supervisor's log messages the cases look for.
+const (
+	logPidfd    = "exit statuses read with pidfd (PIDFD_INFO_EXIT)"
+	logPtrace   = "exit statuses read with ptrace"
+	logFound    = "app found"
+	logExited   = "app exited"
+	logDecision = "decision"
+	logStopped  = "sidecar stopped"
+	logDone     = "done"
+	logRetry    = "app failed under restartPolicy OnFailure: the kubelet restarts it, the sidecar stays up"
+	logNewApp   = "app restarted by the kubelet: watching the new container"
+)
+
+// checkSucceeded checks a pod whose apps all exited 0: Succeeded, istio-proxy
+// stopped by SIGTERM (exit 0 after pilot-agent's drain) after the last app,
+// the supervisor's summary.
+func (e *env) checkSucceeded(ctx context.Context, t *testing.T, p corev1.Pod, apps []string, summary string) string {
+	t.Helper()
+	if p.Status.Phase != corev1.PodSucceeded {
+		t.Errorf("pod %s is %s, want Succeeded", p.Name, p.Status.Phase)
+	}
+	var last time.Time
+	for _, a := range apps {
+		if term := wantExit(t, p, a, 0); term.FinishedAt.After(last) {
+			last = term.FinishedAt.Time
+		}
+	}
+	proxy := wantExit(t, p, proxyName, 0)
+	if s := status(t, p, proxyName); s.RestartCount != 0 {
+		t.Errorf("pod %s: istio-proxy restarted %d times", p.Name, s.RestartCount)
+	}
+	// SIGTERM, not a kill or a quit: pilot-agent drains before it exits.
+	if d := proxy.FinishedAt.Sub(last); d < pilotDrain {
+		t.Errorf("pod %s: istio-proxy finished %s after the last app, want at least %s (pilot-agent's drain on SIGTERM)", p.Name, d, pilotDrain)
+	}
+	return e.checkSupervisor(ctx, t, p, summary, logPidfd, logFound, logExited, logDecision, logStopped, logDone)
+}
+
+// exitZero: the app exits 0; the Job completes, istio-proxy exits 0.
+func (e *env) exitZero(ctx context.Context, t *testing.T) {
+	ns := e.namespace(ctx, t, "exit-zero")
+	e.createJob(ctx, t, ns, newJob("exit-zero", corev1.RestartPolicyNever, 0,
+		app("app", "echo working; sleep 3; echo done")))
+	if cond := e.waitJob(ctx, t, ns, "exit-zero", jobLimit); cond.Type != batchv1.JobComplete {
+		t.Fatalf("job ended %s (%s: %s), want Complete", cond.Type, cond.Reason, cond.Message)
+	}
+	p := e.onePod(ctx, t, ns, "exit-zero")
+	e.checkInjected(t, p, shape{apps: []string{"app"}, supervisor: true,
+		supervisorEnv: map[string]string{"SUPERVISOR_RESTART_POLICY": "Never", "SUPERVISOR_APP_CONTAINERS": "1"}})
+	e.checkSucceeded(ctx, t, p, []string{"app"}, "success: {app} exit 0; action SIGTERM; sidecar stopped")
+}
+
+// exitThree: the app exits 3 in each of the 2 pods backoffLimit 1 allows; the
+// Job fails, and each pod's istio-proxy was SIGKILLed (137).
+func (e *env) exitThree(ctx context.Context, t *testing.T) {
+	ns := e.namespace(ctx, t, "exit-three")
+	e.createJob(ctx, t, ns, newJob("exit-three", corev1.RestartPolicyNever, 1,
+		app("app", "echo working; sleep 3; echo failing; exit 3")))
+	cond := e.waitJob(ctx, t, ns, "exit-three", jobLimit)
+	if cond.Type != batchv1.JobFailed || cond.Reason != batchv1.JobReasonBackoffLimitExceeded {
+		t.Fatalf("job ended %s (%s: %s), want Failed (BackoffLimitExceeded)", cond.Type, cond.Reason, cond.Message)
+	}
+	pods := e.jobPods(ctx, t, ns, "exit-three")
+	if len(pods) != 2 {
+		t.Fatalf("job has %d pods, want 2 (backoffLimit 1)", len(pods))
+	}
+	for _, p := range pods {
+		e.checkInjected(t, p, shape{apps: []string{"app"}, supervisor: true})
+		if p.Status.Phase != corev1.PodFailed {
+			t.Errorf("pod %s is %s, want Failed", p.Name, p.Status.Phase)
+		}
+		app := wantExit(t, p, "app", 3)
+		proxy := wantExit(t, p, proxyName, 137)
+		// SIGKILL at once: no drain.
+		if d := proxy.FinishedAt.Sub(app.FinishedAt.Time); d > 3*time.Second {
+			t.Errorf("pod %s: istio-proxy killed %s after the app exited, want at once", p.Name, d)
+		}
+		e.checkSupervisor(ctx, t, p, "failure: {app} exit 3; action SIGKILL",
+			logPidfd, logFound, logExited, logDecision, logStopped, logDone)
+	}
+}
+
+// onFailure: restartPolicy OnFailure, the app fails once (it leaves a marker
+// in an emptyDir) and succeeds when the kubelet restarts it in place. The
+// proxy must stay up through the restart and be stopped only after success.
+func (e *env) onFailure(ctx context.Context, t *testing.T) {
+	ns := e.namespace(ctx, t, "on-failure")
+	j := newJob("on-failure", corev1.RestartPolicyOnFailure, 2,
+		app("app", `if [ -e /state/failed-once ]; then echo "second run: succeeding"; sleep 2; exit 0; fi
+touch /state/failed-once; echo "first run: failing"; sleep 3; exit 1`))
+	spec := &j.Spec.Template.Spec
+	spec.Volumes = []corev1.Volume{{Name: "state", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "state", MountPath: "/state"}}
+	e.createJob(ctx, t, ns, j)
+	if cond := e.waitJob(ctx, t, ns, "on-failure", jobLimit); cond.Type != batchv1.JobComplete {
+		t.Fatalf("job ended %s (%s: %s), want Complete", cond.Type, cond.Reason, cond.Message)
+	}
+	p := e.onePod(ctx, t, ns, "on-failure")
+	e.checkInjected(t, p, shape{apps: []string{"app"}, supervisor: true,
+		supervisorEnv: map[string]string{"SUPERVISOR_RESTART_POLICY": "OnFailure"}})
+	appStatus := status(t, p, "app")
+	if appStatus.RestartCount != 1 {
+		t.Errorf("app restarted %d times, want 1", appStatus.RestartCount)
+	}
+	first := appStatus.LastTerminationState.Terminated
+	if first == nil || first.ExitCode != 1 {
+		t.Fatalf("app's first run: %s, want exit 1", cluster.StateString(appStatus.LastTerminationState))
+	}
+	if got := e.logs(ctx, t, p, "app", false); !strings.Contains(got, "second run: succeeding") {
+		t.Errorf("app's second run logged %q", got)
+	}
+	// The same istio-proxy instance, started before the first run failed,
+	// ended after the second succeeded.
+	proxy := status(t, p, proxyName)
+	if proxy.State.Terminated == nil {
+		t.Fatalf("istio-proxy not terminated: %s", cluster.StateString(proxy.State))
+	}
+	if proxy.State.Terminated.StartedAt.After(first.FinishedAt.Time) {
+		t.Errorf("istio-proxy started at %s, after the app's first run ended at %s", proxy.State.Terminated.StartedAt, first.FinishedAt)
+	}
+	log := e.checkSucceeded(ctx, t, p, []string{"app"}, "success: {app} exit 0; action SIGTERM; sidecar stopped")
+	// The retry was seen as such, in this order, before the stop.
+	inOrder(t, p, log, logFound, logExited, logRetry, logNewApp, logExited, logDecision, logStopped)
+}
+
+// twoApps: two app containers finishing 6 s apart; istio-proxy is stopped
+// only after the second.
+func (e *env) twoApps(ctx context.Context, t *testing.T) {
+	ns := e.namespace(ctx, t, "two-apps")
+	e.createJob(ctx, t, ns, newJob("two-apps", corev1.RestartPolicyNever, 0,
+		app("quick", "echo quick; sleep 2"),
+		app("slow", "echo slow; sleep 8")))
+	if cond := e.waitJob(ctx, t, ns, "two-apps", jobLimit); cond.Type != batchv1.JobComplete {
+		t.Fatalf("job ended %s (%s: %s), want Complete", cond.Type, cond.Reason, cond.Message)
+	}
+	p := e.onePod(ctx, t, ns, "two-apps")
+	e.checkInjected(t, p, shape{apps: []string{"quick", "slow"}, supervisor: true,
+		supervisorEnv: map[string]string{"SUPERVISOR_APP_CONTAINERS": "2"}})
+	e.checkSucceeded(ctx, t, p, []string{"quick", "slow"}, "success: all 2 app containers exit 0; action SIGTERM; sidecar stopped")
+	quick, slow := terminated(t, p, "quick"), terminated(t, p, "slow")
+	if !quick.FinishedAt.Before(&slow.FinishedAt) {
+		t.Errorf("quick finished at %s, not before slow at %s", quick.FinishedAt, slow.FinishedAt)
+	}
+	proxy := terminated(t, p, proxyName)
+	if d := proxy.FinishedAt.Sub(quick.FinishedAt.Time); d < 5*time.Second {
+		t.Errorf("istio-proxy finished %s after the quick app, want it running until the slow one was done", d)
+	}
+}
+
+// control: the same Job as exitZero with the supervisor opted out: istio-proxy
+// alone keeps the pod Running, and the Job never completes.
+func (e *env) control(ctx context.Context, t *testing.T) {
+	ns := e.namespace(ctx, t, "control")
+	j := newJob("control", corev1.RestartPolicyNever, 0, app("app", "echo working; sleep 3; echo done"))
+	j.Spec.Template.Annotations = map[string]string{"supervisor.sidecar-supervisor.io/inject": "false"}
+	e.createJob(ctx, t, ns, j)
+	var p corev1.Pod
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, jobLimit, true, func(ctx context.Context) (bool, error) {
+		pods := e.jobPods(ctx, t, ns, "control")
+		if len(pods) == 0 {
+			return false, nil
+		}
+		p = pods[0]
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			return false, fmt.Errorf("pod %s is %s before its app finished", p.Name, p.Status.Phase)
+		}
+		for _, s := range p.Status.ContainerStatuses {
+			if s.Name == "app" && s.State.Terminated != nil {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("the control's app did not finish (bound %s): %v", jobLimit, err)
+	}
+	e.checkInjected(t, p, shape{apps: []string{"app"}, supervisor: false})
+	wantExit(t, p, "app", 0)
+
+	// Watch the pod for controlWindow: any terminal phase or istio-proxy
+	// exit is a failure of the control.
+	if changed := e.watchPodFor(ctx, t, p, controlWindow, func(got *corev1.Pod) string {
+		if got.Status.Phase != corev1.PodRunning {
+			return fmt.Sprintf("pod phase %s", got.Status.Phase)
+		}
+		for _, s := range got.Status.ContainerStatuses {
+			if s.Name == proxyName && s.State.Running == nil {
+				return "istio-proxy " + cluster.StateString(s.State)
+			}
+		}
+		return ""
+	}); changed != "" {
+		t.Fatalf("without the supervisor the pod was expected to stay Running, but: %s", changed)
+	}
+	jb, err := e.c.Client.BatchV1().Jobs(ns).Get(ctx, "control", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := finished(jb); c != nil {
+		t.Fatalf("the control Job reached %s without a supervisor", c.Type)
+	}
+	if jb.Status.Active != 1 {
+		t.Errorf("control Job has %d active pods, want 1", jb.Status.Active)
+	}
+	t.Logf("control: %s after its app exited 0, pod %s is still Running with istio-proxy up and the Job not complete", controlWindow, p.Name)
+}
+
+// readDeploy decodes a manifest under deploy/ strictly into out.
+func readDeploy(t *testing.T, name string, out any) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "deploy", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.UnmarshalStrict(b, out); err != nil {
+		t.Fatalf("deploy/%s: %v", name, err)
+	}
+}
+
+// deployJob applies the hand-written deploy/job.yaml as it is: the injector
+// adds istio-proxy and leaves the hand-added supervisor alone.
+func (e *env) deployJob(ctx context.Context, t *testing.T) {
+	var j batchv1.Job
+	readDeploy(t, "job.yaml", &j)
+	ns := e.namespace(ctx, t, "deploy-job")
+	e.createJob(ctx, t, ns, &j)
+	if cond := e.waitJob(ctx, t, ns, j.Name, jobLimit); cond.Type != batchv1.JobComplete {
+		t.Fatalf("job ended %s (%s: %s), want Complete", cond.Type, cond.Reason, cond.Message)
+	}
+	p := e.onePod(ctx, t, ns, j.Name)
+	e.checkInjected(t, p, shape{apps: []string{"app"}, supervisor: true,
+		supervisorEnv: map[string]string{"SUPERVISOR_STOP_TIMEOUT": "30s", "SUPERVISOR_EXIT_STATUS": "auto"}})
+	e.checkSucceeded(ctx, t, p, []string{"app"}, "success: {app} exit 0; action SIGTERM; sidecar stopped")
+}
+
+// deployJobPtrace applies deploy/job-ptrace.yaml: the supervisor as root with
+// SYS_PTRACE and KILL reads the exit status as the app's tracer, under
+// containerd's default seccomp profile.
+func (e *env) deployJobPtrace(ctx context.Context, t *testing.T) {
+	var j batchv1.Job
+	readDeploy(t, "job-ptrace.yaml", &j)
+	ns := e.namespace(ctx, t, "deploy-job-ptrace")
+	e.createJob(ctx, t, ns, &j)
+	if cond := e.waitJob(ctx, t, ns, j.Name, jobLimit); cond.Type != batchv1.JobComplete {
+		t.Fatalf("job ended %s (%s: %s), want Complete", cond.Type, cond.Reason, cond.Message)
+	}
+	p := e.onePod(ctx, t, ns, j.Name)
+	e.checkInjected(t, p, shape{apps: []string{"app"}, supervisor: true,
+		supervisorEnv: map[string]string{"SUPERVISOR_EXIT_STATUS": "ptrace"}})
+	if p.Status.Phase != corev1.PodSucceeded {
+		t.Errorf("pod %s is %s, want Succeeded", p.Name, p.Status.Phase)
+	}
+	wantExit(t, p, "app", 0)
+	wantExit(t, p, proxyName, 0)
+	e.checkSupervisor(ctx, t, p, "success: {app} exit 0; action SIGTERM; sidecar stopped",
+		logPtrace, logFound, logExited, logDecision, logStopped, logDone)
+}
+
+// cronJob: a CronJob scheduled every minute, injected like the Jobs, fires
+// for real (the CronJob controller creates the Job at the minute); it is
+// suspended as soon as it has, and that one Job must complete.
+func (e *env) cronJob(ctx context.Context, t *testing.T) {
+	ns := e.namespace(ctx, t, "cronjob")
+	j := newJob("", corev1.RestartPolicyOnFailure, 2, app("app", "date; echo working; sleep 3; echo done"))
+	cj := &batchv1.CronJob{
+		ObjectMeta: metav1.ObjectMeta{Name: "every-minute"},
+		Spec: batchv1.CronJobSpec{
+			Schedule:          "* * * * *",
+			ConcurrencyPolicy: batchv1.ForbidConcurrent,
+			JobTemplate:       batchv1.JobTemplateSpec{Spec: j.Spec},
+		},
+	}
+	p := e.fireOnce(ctx, t, ns, cj)
+	e.checkInjected(t, p, shape{apps: []string{"app"}, supervisor: true,
+		supervisorEnv: map[string]string{"SUPERVISOR_RESTART_POLICY": "OnFailure", "SUPERVISOR_APP_CONTAINERS": "1"}})
+	e.checkSucceeded(ctx, t, p, []string{"app"}, "success: {app} exit 0; action SIGTERM; sidecar stopped")
+}
+
+// deployCronJob: deploy/cronjob.yaml with its schedule changed to every
+// minute, nothing else; fires once like cronJob.
+func (e *env) deployCronJob(ctx context.Context, t *testing.T) {
+	var cj batchv1.CronJob
+	readDeploy(t, "cronjob.yaml", &cj)
+	cj.Spec.Schedule = "* * * * *"
+	ns := e.namespace(ctx, t, "deploy-cronjob")
+	p := e.fireOnce(ctx, t, ns, &cj)
+	e.checkInjected(t, p, shape{apps: []string{"app"}, supervisor: true,
+		supervisorEnv: map[string]string{"SUPERVISOR_RESTART_POLICY": "OnFailure"}})
+	e.checkSucceeded(ctx, t, p, []string{"app"}, "success: {app} exit 0; action SIGTERM; sidecar stopped")
+}
+
+// fireOnce creates the CronJob, waits for its first Job (at most a minute to
+// the next minute, plus slack), suspends the CronJob so that it fires no
+// more, waits for the Job to complete, and returns its pod.
+func (e *env) fireOnce(ctx context.Context, t *testing.T, ns string, cj *batchv1.CronJob) corev1.Pod {
+	t.Helper()
+	cjs := e.c.Client.BatchV1().CronJobs(ns)
+	created, err := cjs.Create(ctx, cj, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create cronjob %s/%s: %v", ns, cj.Name, err)
+	}
+	var job batchv1.Job
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+		l, err := e.c.Client.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, j := range l.Items {
+			if ref := metav1.GetControllerOf(&j); ref != nil && ref.Kind == "CronJob" && ref.UID == created.UID {
+				job = j
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("cronjob %s created at %s fired no Job within 90s: %v", cj.Name, created.CreationTimestamp, err)
+	}
+	if _, err := cjs.Patch(ctx, cj.Name, types.MergePatchType, []byte(`{"spec":{"suspend":true}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("suspend cronjob %s: %v", cj.Name, err)
+	}
+	scheduled := job.Annotations[batchv1.CronJobScheduledTimestampAnnotation]
+	if scheduled == "" {
+		t.Errorf("job %s lacks the %s annotation of a scheduled run", job.Name, batchv1.CronJobScheduledTimestampAnnotation)
+	}
+	t.Logf("cronjob %s (created %s) fired job %s scheduled at %s", cj.Name, created.CreationTimestamp.Format(time.RFC3339), job.Name, scheduled)
+	if cond := e.waitJob(ctx, t, ns, job.Name, jobLimit); cond.Type != batchv1.JobComplete {
+		t.Fatalf("job %s ended %s (%s: %s), want Complete", job.Name, cond.Type, cond.Reason, cond.Message)
+	}
+	// The CronJob controller records the success.
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		got, err := cjs.Get(ctx, cj.Name, metav1.GetOptions{})
+		return err == nil && got.Status.LastSuccessfulTime != nil, nil
+	})
+	if err != nil {
+		t.Errorf("cronjob %s has no lastSuccessfulTime 30s after its job completed: %v", cj.Name, err)
+	}
+	return e.onePod(ctx, t, ns, job.Name)
+}
