@@ -426,7 +426,11 @@ func TestRealChurn(t *testing.T) {
 		t.Fatal(err)
 	}
 	rules := Rules{Sidecar: []string{"pilot-agent"}}
-	scans, exiting := 0, 0
+	churnPIDs := map[int]bool{}
+	for _, c := range churners {
+		churnPIDs[c.Process.Pid] = true
+	}
+	scans, exiting, kids := 0, 0, 0
 	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline) || scans < 20; {
 		procs, err := s.Processes()
 		if err != nil {
@@ -437,8 +441,28 @@ func TestRealChurn(t *testing.T) {
 				exiting++
 			}
 		}
-		checkPod(t, procs, self, rules, Classify(procs, self, rules))
+		pod := Classify(procs, self, rules)
+		checkPod(t, procs, self, rules, pod)
+		// The churners' children are in this test's container while they
+		// live. Once exiting, their v1 lines read "/", which on this host
+		// is also the content of PID 1's cgroup: placed there is right,
+		// but a process read as alive with that content is not (a scan
+		// reads a process's files one after the other, and it may begin
+		// to exit in between).
+		for _, c := range pod.Containers {
+			for _, p := range c.Processes {
+				if churnPIDs[p.PPID] {
+					kids++
+					if c.Kind != Self && !p.Exiting {
+						t.Fatalf("scan %d: live churned pid %d (%+v) in %s container %q, not this test's", scans, p.PID, p, c.Kind, c.ID)
+					}
+				}
+			}
+		}
 		scans++
 	}
-	t.Logf("%d scans saw %d exiting processes", scans, exiting)
+	if kids == 0 {
+		t.Fatal("no scan saw a churned process")
+	}
+	t.Logf("%d scans saw %d churned processes, %d exiting processes", scans, kids, exiting)
 }

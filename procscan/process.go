@@ -188,20 +188,25 @@ func (s *Scanner) read(pid int) (Process, error) {
 	if err != nil {
 		return Process{}, gone(pid, err)
 	}
+	// The cgroup before the stat: a process can begin to exit between the
+	// two reads, and then shows "/" for its v1 lines. PF_EXITING, once set,
+	// stays: read in this order, a cgroup in that form always comes with
+	// Exiting (in the other order, a process read as alive could carry it,
+	// and make a phantom container: found by TestRealChurn).
+	cg, err := readCgroup(dir + "/cgroup")
+	if err != nil {
+		return Process{}, gone(pid, err)
+	}
+	argv0, err := readArgv0(dir + "/cmdline")
+	if err != nil {
+		return Process{}, gone(pid, err)
+	}
 	st, err := stat(p)
 	if err != nil {
 		return Process{}, gone(pid, err)
 	}
 	if st.Flags&pfKthread != 0 {
 		return Process{}, errKernelThread
-	}
-	argv0, err := readArgv0(dir + "/cmdline")
-	if err != nil {
-		return Process{}, gone(pid, err)
-	}
-	cg, err := readCgroup(dir + "/cgroup")
-	if err != nil {
-		return Process{}, gone(pid, err)
 	}
 	proc := Process{
 		PID:       pid,
