@@ -326,6 +326,7 @@ type sampler struct {
 	pid     int
 	stop    chan struct{}
 	done    chan struct{}
+	once    sync.Once
 	mu      sync.Mutex
 	maxFDs  int
 	samples int
@@ -392,8 +393,9 @@ func (s *sampler) sample() {
 	}
 }
 
-// Stop ends the sampling and returns once the last sample is taken.
+// Stop ends the sampling and returns once the last sample is taken. It
+// may be called more than once.
 func (s *sampler) Stop() {
-	close(s.stop)
+	s.once.Do(func() { close(s.stop) })
 	<-s.done
 }

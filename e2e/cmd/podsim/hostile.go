@@ -33,13 +33,18 @@ const modeEnv = "PODSIM_MODE"
 //	                sleep(1) when there is one: a Go process each would cost
 //	                ~1.5 MB); records "swarm N" once all run
 //	--churn N       start N short-lived processes (true(1), or podsim true),
-//	                --churn-par at a time; records "churned N" when done
+//	                --churn-par at a time; records "churning N" before and
+//	                "churned N" after
 //	--churn-par P   (default 4)
+//	--churn-delay D wait D before the churn
+//	--zombie D      reap each churned process only D after starting it: it
+//	                stays a zombie meanwhile, as a shell's background jobs do
 //	--sleep D       then exit with --exit N (after the churn); 0: run until
 //	                killed
 //	--exit N
 //	--record FILE   append events: "start pid=P comm=%q argv0=%q",
-//	                "signal SIGTERM", "swarm N", "churned N", "exit N"
+//	                "signal SIGTERM", "swarm N", "churning N",
+//	                "churned N", "exit N"
 //
 // The decoys and the swarm are in the caller's container (same cgroup,
 // same uid), children of the caller: never a container's main process.
@@ -52,6 +57,8 @@ func hostile(args []string) error {
 	swarm := fs.Int("swarm", 0, "")
 	churn := fs.Int("churn", 0, "")
 	churnPar := fs.Int("churn-par", 4, "")
+	churnDelay := fs.Duration("churn-delay", 0, "")
+	zombie := fs.Duration("zombie", 0, "")
 	sleep := fs.Duration("sleep", 0, "")
 	code := fs.Int("exit", 0, "")
 	record := fs.String("record", "", "")
@@ -111,7 +118,9 @@ func hostile(args []string) error {
 		rec.log("swarm %d", *swarm)
 	}
 	if *churn > 0 {
-		if err := churnProcs(*churn, max(*churnPar, 1)); err != nil {
+		time.Sleep(*churnDelay)
+		rec.log("churning %d", *churn)
+		if err := churnProcs(*churn, max(*churnPar, 1), *zombie); err != nil {
 			return err
 		}
 		rec.log("churned %d", *churn)
@@ -135,8 +144,9 @@ func hostile(args []string) error {
 	}
 }
 
-// churnProcs runs n short-lived processes, par at a time.
-func churnProcs(n, par int) error {
+// churnProcs runs n short-lived processes, par at a time, reaping each one
+// no sooner than zombie after its start.
+func churnProcs(n, par int, zombie time.Duration) error {
 	path, argv := "/proc/self/exe", []string{"podsim", "true"}
 	if p, err := exec.LookPath("true"); err == nil {
 		path, argv = p, []string{"true"}
@@ -150,7 +160,13 @@ func churnProcs(n, par int) error {
 		go func() {
 			defer wg.Done()
 			for range next {
-				if err := (&exec.Cmd{Path: path, Args: argv}).Run(); err != nil {
+				c := &exec.Cmd{Path: path, Args: argv}
+				err := c.Start()
+				if err == nil {
+					time.Sleep(zombie)
+					err = c.Wait()
+				}
+				if err != nil {
 					mu.Lock()
 					if first == nil {
 						first = fmt.Errorf("churn %s: %w", path, err)
