@@ -108,12 +108,10 @@ func hostile(args []string) error {
 		if p, err := exec.LookPath("sleep"); err == nil {
 			path, argv = p, []string{"sleep", "infinity"}
 		}
-		for i := 0; i < *swarm; i++ {
-			c := &exec.Cmd{Path: path, Args: argv}
-			if err := c.Start(); err != nil {
-				return fmt.Errorf("swarm child %d: %w", i, err)
-			}
-			children = append(children, c)
+		swarmed, err := spawn(*swarm, 4, func() *exec.Cmd { return &exec.Cmd{Path: path, Args: argv} })
+		children = append(children, swarmed...)
+		if err != nil {
+			return fmt.Errorf("swarm: %w", err)
 		}
 		rec.log("swarm %d", *swarm)
 	}
@@ -142,6 +140,39 @@ func hostile(args []string) error {
 			os.Exit(*code)
 		}
 	}
+}
+
+// spawn starts n processes from mk, par at a time, and returns those that
+// started.
+func spawn(n, par int, mk func() *exec.Cmd) ([]*exec.Cmd, error) {
+	var mu sync.Mutex
+	var out []*exec.Cmd
+	var first error
+	var wg sync.WaitGroup
+	next := make(chan struct{})
+	for w := 0; w < par; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range next {
+				c := mk()
+				err := c.Start()
+				mu.Lock()
+				if err == nil {
+					out = append(out, c)
+				} else if first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		next <- struct{}{}
+	}
+	close(next)
+	wg.Wait()
+	return out, first
 }
 
 // churnProcs runs n short-lived processes, par at a time, reaping each one
