@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -58,7 +59,7 @@ func Post(ctx context.Context, u *url.URL, timeout time.Duration) (int, error) {
 	if _, err := conn.Write([]byte(req)); err != nil {
 		return 0, err
 	}
-	line, err := bufio.NewReaderSize(conn, 512).ReadString('\n')
+	line, err := bufio.NewReader(io.LimitReader(conn, 512)).ReadString('\n') // a status line is short; whoever answers may not be
 	switch {
 	case errors.Is(ctx.Err(), context.Canceled):
 		return 0, ctx.Err()
