@@ -111,7 +111,10 @@ func TestHostilePod(t *testing.T) {
 	// exec'd into the app's container: its only process, PPID 0, so a
 	// snapshot of /proc takes it for that container's main process. The
 	// stop scans again once the sidecar is gone (for late sidecars), and
-	// must not take this container, an app's, for a sidecar's.
+	// must not take this container, an app's, for a sidecar's. (Kubernetes
+	// refuses an exec into a stopped container; this stands in, every
+	// time, for a process exec'd just before the main process exited,
+	// which the runtime kills only after the supervisor may have looked.)
 	waitUntil(t, time.Minute, "the sidecar's SIGTERM", func() bool {
 		return slices.Contains(scenarios.Record(b.PilotRecord), "signal SIGTERM")
 	})
