@@ -1,0 +1,304 @@
+// Command bench measures sidecar-supervisor side by side with the ways of
+// stopping a sidecar it replaces, on this machine, in one run, and prints
+// the result as a markdown document with one table (BENCHMARKS.md):
+//
+//   - exit-to-stop latency in the simulated pod (e2e/pod): the seed's
+//     shell wrapper, a /proc poller at 1 s and at 50 ms (e2e/bench/poller),
+//     the supervisor with pidfd and with ptrace;
+//   - footprint: binary and image size, memory, and CPU time and wake-ups
+//     while idle with an app running;
+//   - scale: discovery against processes and app containers (the product's
+//     testing.B benchmarks, and whole pods);
+//   - ptrace's overhead on an app that receives many signals.
+//
+// It needs root (namespaces, cgroups). e2e/bench.sh builds the image and
+// runs it:
+//
+//	sudo e2e/bench.sh > BENCHMARKS.md
+//	go -C e2e run ./bench -h
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/pod"
+)
+
+type options struct {
+	runs, slowRuns int
+	idle           time.Duration
+	signalRounds   int
+	signalWindow   time.Duration
+	scaleRuns      int
+	benchtime      string
+	supervisor     string // binary under test; empty: pod.BuildTools's
+	image          string // OCI archive
+	sections       map[string]bool
+	waitLoad       float64
+	waitMax        time.Duration
+}
+
+var allSections = []string{"latency", "footprint", "scale", "signals", "gobench"}
+
+func main() {
+	var o options
+	var sections string
+	flag.IntVar(&o.runs, "runs", 100, "exit-to-stop runs per method")
+	flag.IntVar(&o.slowRuns, "slow-runs", 100, "runs of the 1 s poller (each takes about a second more)")
+	flag.DurationVar(&o.idle, "idle", 3*time.Minute, "idle window of the footprint measure")
+	flag.IntVar(&o.signalRounds, "signal-rounds", 3, "rounds of the signal-rate measure (a fresh pod per method each)")
+	flag.DurationVar(&o.signalWindow, "signal-window", 3*time.Second, "length of each signal-rate round")
+	flag.IntVar(&o.scaleRuns, "scale-runs", 10, "pods per shape in the pod-level scale runs")
+	flag.StringVar(&o.benchtime, "benchtime", "1s", "go test -benchtime for the product's benchmarks")
+	flag.StringVar(&o.supervisor, "supervisor", "", "the supervisor binary to measure (build-image.sh's SUPERVISOR_BINARY); default: built here as the Dockerfile does, without the version stamp")
+	flag.StringVar(&o.image, "image", "", "the image's OCI archive (build-image.sh's SUPERVISOR_IMAGE_ARCHIVE); none: no image row")
+	flag.StringVar(&sections, "sections", strings.Join(allSections, ","), "what to measure")
+	flag.Float64Var(&o.waitLoad, "wait-load", 0, "before measuring, wait until the 1-minute load average is below this (0: do not wait)")
+	flag.DurationVar(&o.waitMax, "wait-max", 30*time.Minute, "the longest wait for -wait-load; then measure anyway, and say so")
+	flag.Parse()
+	o.sections = map[string]bool{}
+	for _, s := range strings.Split(sections, ",") {
+		o.sections[strings.TrimSpace(s)] = true
+	}
+	log.SetFlags(log.Ltime)
+	log.SetPrefix("bench: ")
+	if os.Geteuid() != 0 {
+		log.Fatal("run as root: the simulated pods need namespaces and cgroups")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o, os.Stdout); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// results is everything measured, for the report.
+type results struct {
+	o          options
+	machine    machine
+	loads      []string // 1-min load average at each section's start, and at the end
+	waited     string   // what -wait-load did
+	started    time.Time
+	took       time.Duration
+	latency    map[method]*stopLatency
+	footprint  map[method]idleCost
+	supBinary  binaryInfo
+	pollBinary binaryInfo
+	image      *imageInfo
+	signals    map[method]*signalRate
+	scale      map[scalePoint]*stopLatency
+	gobench    map[string]goBench
+	gobenchRaw string
+	errs       []string
+}
+
+func run(ctx context.Context, o options, w io.Writer) error {
+	res := &results{o: o, started: time.Now().UTC()}
+	res.waited = waitForLoad(ctx, o.waitLoad, o.waitMax)
+	res.machine = readMachine()
+	repo := pod.RepoDir()
+
+	bctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	tl, err := pod.BuildTools(bctx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tl.Dir)
+	root, err := os.MkdirTemp("", "bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(root)
+	if err := os.Chmod(root, 0o755); err != nil {
+		return err
+	}
+	if o.supervisor != "" {
+		// The image's binary, where every container uid can run it.
+		tl.Supervisor = filepath.Join(root, "sidecar-supervisor")
+		if err := copyFile(o.supervisor, tl.Supervisor); err != nil {
+			return err
+		}
+	}
+	poller := filepath.Join(root, "poller")
+	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", poller, "./bench/poller")
+	build.Dir = filepath.Join(repo, "e2e")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("build the poller: %v\n%s", err, out)
+	}
+	e := env{tools: tl, poller: poller, root: root}
+
+	if res.supBinary, err = readBinary(tl.Supervisor); err != nil {
+		return err
+	}
+	if res.pollBinary, err = readBinary(poller); err != nil {
+		return err
+	}
+	if o.image != "" {
+		im, err := readImage(o.image)
+		if err != nil {
+			return err
+		}
+		res.image = &im
+	}
+	section := func(name string) bool {
+		if !o.sections[name] || ctx.Err() != nil {
+			return false
+		}
+		res.loads = append(res.loads, fmt.Sprintf("%s %s", loadAvg(), name))
+		log.Printf("%s (load %s)", name, loadAvg())
+		return true
+	}
+	if section("latency") {
+		res.latency = latencies(ctx, e, o.runs, o.slowRuns)
+	}
+	if section("footprint") {
+		res.footprint = footprints(ctx, e, o.idle)
+	}
+	if section("signals") {
+		res.signals = signalRates(ctx, e, o.signalRounds, o.signalWindow)
+	}
+	// Last, the parts that start and kill thousands of processes: the load
+	// average counts them while they fork and die, for minutes after.
+	if section("gobench") {
+		res.gobench, res.gobenchRaw, err = runGoBench(ctx, repo, o.benchtime)
+		if err != nil {
+			res.errs = append(res.errs, err.Error())
+		}
+	}
+	if section("scale") {
+		res.scale = podScale(ctx, e, o.scaleRuns)
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	res.loads = append(res.loads, loadAvg()+" end")
+	res.took = time.Since(res.started)
+	return report(w, res)
+}
+
+// waitForLoad waits for the 1-minute load average to drop below limit.
+func waitForLoad(ctx context.Context, limit float64, most time.Duration) string {
+	if limit <= 0 {
+		return ""
+	}
+	start := time.Now()
+	for {
+		l := load1()
+		if l < limit {
+			if time.Since(start) < time.Second {
+				return fmt.Sprintf("load was already below %.1f", limit)
+			}
+			return fmt.Sprintf("waited %s for the load to drop below %.1f", time.Since(start).Round(time.Second), limit)
+		}
+		if time.Since(start) > most {
+			return fmt.Sprintf("the load stayed above %.1f for %s: measured anyway", limit, most)
+		}
+		log.Printf("load %.2f, waiting for < %.1f", l, limit)
+		select {
+		case <-ctx.Done():
+			return ""
+		case <-time.After(15 * time.Second):
+		}
+	}
+}
+
+func load1() float64 {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
+}
+
+// loadAvg is /proc/loadavg's three averages.
+func loadAvg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// machine describes where the figures come from.
+type machine struct {
+	cpu, kernel, os, goVersion, commit string
+	cpus                               int
+	memGB                              float64
+}
+
+func readMachine() machine {
+	m := machine{cpus: runtime.NumCPU(), goVersion: runtime.Version()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.cpu = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	var u syscall.Utsname
+	if syscall.Uname(&u) == nil {
+		m.kernel = cString(u.Release[:]) + " " + cString(u.Machine[:])
+	}
+	if b, err := os.ReadFile("/etc/os-release"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "PRETTY_NAME="); ok {
+				m.os = strings.Trim(v, `"`)
+			}
+		}
+	}
+	if st, err := statusFields("/proc/meminfo"); err == nil {
+		m.memGB = float64(st["MemTotal"]) / (1 << 20)
+	}
+	out, err := exec.Command("git", "-C", pod.RepoDir(), "describe", "--always", "--dirty", "--abbrev=12").Output()
+	if err == nil {
+		m.commit = strings.TrimSpace(string(out))
+	}
+	return m
+}
+
+func cString(b []int8) string {
+	var s []byte
+	for _, c := range b {
+		if c == 0 {
+			break
+		}
+		s = append(s, byte(c))
+	}
+	return string(s)
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
