@@ -262,6 +262,19 @@ func TestTwoAppsOrder(t *testing.T) {
 	}
 }
 
+// waitStandIn waits (bounded) for the stand-in pilot-agent's start line.
+func waitStandIn(t *testing.T, b Built) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if rec := Record(b.PilotRecord); len(rec) > 0 && strings.HasPrefix(rec[0], "start ") {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("the stand-in pilot-agent never recorded its start in %s", b.PilotRecord)
+}
+
 // touched is what the stand-in recorded besides its start: the signals and
 // requests it got. (Its start line may come after a quick supervisor has
 // already exited.)
@@ -373,6 +386,9 @@ func TestPodDeletion(t *testing.T) {
 			p, built := run(t, b, Desc{Name: "delete", Apps: []App{{Name: "app", Args: []string{"--sleep", "1h"}}},
 				ProxyEnv: []string{"PILOT_DRAIN=1s"}, Grace: 10 * time.Second})
 			waitLog(t, p, "app found")
+			// The stand-in records its start once its signal handlers are in
+			// place; a SIGTERM before that (a loaded machine) kills it: 143.
+			waitStandIn(t, built)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			st := p.Delete(ctx)
