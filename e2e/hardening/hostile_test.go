@@ -99,7 +99,9 @@ func TestHostilePod(t *testing.T) {
 	var supPID int
 	for deadline := time.Now().Add(10 * time.Second); supPID == 0; {
 		for _, c := range children(st.PID) {
-			supPID = nsPID(t, c)
+			if commOf(c) == "sidecar-supervi" {
+				supPID = nsPID(t, c)
+			}
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("strace never started the supervisor")
