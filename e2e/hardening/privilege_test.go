@@ -118,8 +118,14 @@ func TestPrivileges(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			st := waitPhaseOf(t, p, "supervisor")
+			waitPhaseOf(t, p, "supervisor")
 			s.Stop()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			st, err := p.WaitPhase(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
 
 			want := creds{Uid: "1337 1337 1337 1337", Gid: "1337 1337 1337 1337", CapInh: capMask(), CapPrm: capMask(),
 				CapEff: capMask(), CapBnd: capMask(), CapAmb: capMask(), NoNewPrivs: "1", Comm: "sidecar-supervi"}
