@@ -97,11 +97,11 @@ func capMask(caps ...int) string {
 // an unconnected UDP socket, a unix socket that accepts), against the
 // pod's /proc/net tables, and its descriptors stay few.
 func TestPrivileges(t *testing.T) {
-	if !pidfdExitInfo(t) {
-		t.Skip("the kernel has no PIDFD_INFO_EXIT (Linux 6.15+): the supervisor's no-privilege mode needs it")
-	}
 	for _, b := range backends(t) {
 		t.Run(b.name+"/pidfd, uid 1337, no capabilities", func(t *testing.T) {
+			if !pidfdExitInfo(t) {
+				t.Skip("the kernel has no PIDFD_INFO_EXIT (Linux 6.15+): the supervisor's no-privilege mode needs it")
+			}
 			d := scenarios.Desc{Name: "noprivs",
 				Apps: []scenarios.App{{Name: "app", Args: []string{"--sleep", "2s"}, UID: 1000}},
 				SupervisorEnv: append(append([]string{}, fast...), "SUPERVISOR_APP_CONTAINERS=1",
