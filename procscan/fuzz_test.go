@@ -196,7 +196,7 @@ func FuzzClassify(f *testing.F) {
 // match a rule or almost do, and cgroup contents of a hybrid host, with one
 // as an exiting process shows it (v1 lines "/").
 var (
-	fuzzNames   = []string{"pilot-agent", "app", "envoy", "fluent-bit", "", "cloud-sql-proxy", "pilot-agent\n", "sidecar-supervi"}
+	fuzzNames   = []string{"pilot-agent", "app", "envoy", "fluent-bit", "", "cloud-sql-proxy", "pilot-agent\n", "sidecar-supervi", "runc:[2:INIT]"}
 	fuzzCgroups = []string{
 		"0::/../pause",
 		"0::/../proxy",
@@ -326,6 +326,8 @@ func checkPod(t *testing.T, procs []Process, self int, rules Rules, pod Pod) {
 			want = Sidecar
 		case c.HasMain && c.Main.Matches(rules.Ignore):
 			want = Ignored
+		case c.HasMain && runtimeInit(c.Main):
+			want = Starting
 		default:
 			want = App
 		}
