@@ -41,7 +41,7 @@ func TestRealPilot(t *testing.T) {
 	}{
 		{
 			name:  "app exits 0: SIGTERM, pilot-agent drains and exits 0",
-			desc:  Desc{Apps: []App{{Name: "app", Args: []string{"--sleep", "300ms"}, UID: 1000}}},
+			desc:  Desc{Apps: []App{{Name: "app", Args: []string{"--sleep", work}, UID: 1000}}},
 			phase: pod.Succeeded, codes: map[string]int{"app": 0, "istio-proxy": 0, "supervisor": 0},
 			drained: true, stopMin: drain, stopMax: drain + 2*time.Second,
 			summary:    "success: app exit 0; action SIGTERM; sidecar stopped",
@@ -49,14 +49,14 @@ func TestRealPilot(t *testing.T) {
 		},
 		{
 			name:  "app exits 3: SIGKILL, istio-proxy 137",
-			desc:  Desc{Apps: []App{{Name: "app", Args: []string{"--sleep", "300ms", "--exit", "3"}, UID: 1000}}},
+			desc:  Desc{Apps: []App{{Name: "app", Args: []string{"--sleep", work, "--exit", "3"}, UID: 1000}}},
 			phase: pod.Failed, codes: map[string]int{"app": 3, "istio-proxy": 137, "supervisor": 0},
 			stopMax: time.Second,
 			summary: "failure: app exit 3; action SIGKILL",
 		},
 		{
 			name: "HTTP action: quitquitquit, exit 0 without a drain",
-			desc: Desc{Apps: []App{{Name: "app", Args: []string{"--sleep", "300ms"}, UID: 1000}},
+			desc: Desc{Apps: []App{{Name: "app", Args: []string{"--sleep", work}, UID: 1000}},
 				// A drain this long would show.
 				ProxyDrain:    5 * time.Second,
 				SupervisorEnv: []string{"SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit"}},
@@ -68,7 +68,7 @@ func TestRealPilot(t *testing.T) {
 		},
 		{
 			name: "app done before the proxy is ready",
-			desc: Desc{Apps: []App{{Name: "app", Args: []string{"--sleep", "1s"}, UID: 1000}},
+			desc: Desc{Apps: []App{{Name: "app", Args: []string{"--sleep", work}, UID: 1000}},
 				ProxyReadyDelay: 20 * time.Second},
 			phase: pod.Succeeded, codes: map[string]int{"app": 0, "istio-proxy": 0, "supervisor": 0},
 			drained: true, neverReady: true, stopMin: drain, stopMax: drain + 2*time.Second,
@@ -76,8 +76,8 @@ func TestRealPilot(t *testing.T) {
 		},
 		{
 			name: "two app containers: stopped after the second",
-			desc: Desc{Apps: []App{{Name: "quick", Args: []string{"--sleep", "300ms"}, UID: 1000},
-				{Name: "slow", Args: []string{"--sleep", "1500ms"}, UID: 1000}}},
+			desc: Desc{Apps: []App{{Name: "quick", Args: []string{"--sleep", work}, UID: 1000},
+				{Name: "slow", Args: []string{"--sleep", "2s"}, UID: 1000}}},
 			phase: pod.Succeeded, codes: map[string]int{"quick": 0, "slow": 0, "istio-proxy": 0, "supervisor": 0},
 			drained: true, stopMin: drain, stopMax: drain + 2*time.Second,
 			summary:    "success: all 2 app containers exit 0",

@@ -92,6 +92,12 @@ func waitPhase(t *testing.T, p *pod.Pod, within time.Duration) pod.Status {
 	return st
 }
 
+// work is how long a test app runs before it ends: long enough for the
+// supervisor, the pod's last container, to start and find it on a loaded
+// machine. Unloaded a runc pod gets there in about 150 ms; on 2 cores
+// shared with other test runs, apps of 200-300 ms ended first.
+const work = "1s"
+
 // fast makes the supervisor's bounds short enough for tests.
 var fast = []string{"SUPERVISOR_STOP_TIMEOUT=3s", "SUPERVISOR_SIDECAR_START_TIMEOUT=10s", "SUPERVISOR_APP_START_TIMEOUT=10s"}
 
@@ -110,7 +116,7 @@ func TestJobs(t *testing.T) {
 	}{
 		{
 			name:  "app exits 0",
-			desc:  Desc{Apps: []App{{Name: "app", Args: []string{"--sleep", "300ms"}, UID: 1000}}},
+			desc:  Desc{Apps: []App{{Name: "app", Args: []string{"--sleep", work}, UID: 1000}}},
 			phase: pod.Succeeded, codes: map[string]int{"app": 0, "istio-proxy": 0, "supervisor": 0},
 			record:     []string{"signal SIGTERM", "exit 0"},
 			summary:    "success: app exit 0; action SIGTERM; sidecar stopped",
@@ -118,22 +124,22 @@ func TestJobs(t *testing.T) {
 		},
 		{
 			name:  "app exits 3",
-			desc:  Desc{Apps: []App{{Name: "app", Args: []string{"--sleep", "300ms", "--exit", "3"}}}},
+			desc:  Desc{Apps: []App{{Name: "app", Args: []string{"--sleep", work, "--exit", "3"}}}},
 			phase: pod.Failed, codes: map[string]int{"app": 3, "istio-proxy": 137, "supervisor": 0},
 			record:  []string{},
 			summary: "failure: app exit 3; action SIGKILL",
 		},
 		{
 			name:  "app killed by a signal",
-			desc:  Desc{Apps: []App{{Name: "app", Args: []string{"--sleep", "300ms", "--kill", "9"}}}},
+			desc:  Desc{Apps: []App{{Name: "app", Args: []string{"--sleep", work, "--kill", "9"}}}},
 			phase: pod.Failed, codes: map[string]int{"app": 137, "istio-proxy": 137, "supervisor": 0},
 			record:  []string{},
 			summary: "failure: app killed by SIGKILL; action SIGKILL",
 		},
 		{
 			name: "two apps, the sidecar stops after the second",
-			desc: Desc{Apps: []App{{Name: "quick", Args: []string{"--sleep", "500ms"}},
-				{Name: "slow", Args: []string{"--sleep", "1500ms"}}}},
+			desc: Desc{Apps: []App{{Name: "quick", Args: []string{"--sleep", work}},
+				{Name: "slow", Args: []string{"--sleep", "2s"}}}},
 			phase: pod.Succeeded, codes: map[string]int{"quick": 0, "slow": 0, "istio-proxy": 0},
 			record:  []string{"signal SIGTERM", "exit 0"},
 			summary: "success: all 2 app containers exit 0",
@@ -148,7 +154,7 @@ func TestJobs(t *testing.T) {
 		},
 		{
 			name: "sidecar ignores SIGTERM",
-			desc: Desc{Apps: []App{{Name: "app", Args: []string{"--sleep", "200ms"}}},
+			desc: Desc{Apps: []App{{Name: "app", Args: []string{"--sleep", work}}},
 				ProxyEnv: []string{"PILOT_IGNORE_TERM=1"}, SupervisorEnv: []string{"SUPERVISOR_STOP_TIMEOUT=1s"}},
 			phase: pod.Failed, codes: map[string]int{"app": 0, "istio-proxy": 137, "supervisor": 0},
 			record:     []string{"signal SIGTERM"},
@@ -157,7 +163,7 @@ func TestJobs(t *testing.T) {
 		},
 		{
 			name: "HTTP action",
-			desc: Desc{Apps: []App{{Name: "app", Args: []string{"--sleep", "200ms"}}},
+			desc: Desc{Apps: []App{{Name: "app", Args: []string{"--sleep", work}}},
 				SupervisorEnv: []string{"SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit"}},
 			phase: pod.Succeeded, codes: map[string]int{"app": 0, "istio-proxy": 0},
 			record:     []string{"quitquitquit", "exit 0"},
@@ -166,7 +172,7 @@ func TestJobs(t *testing.T) {
 		},
 		{
 			name: "HTTP action refused falls back to SIGTERM",
-			desc: Desc{Apps: []App{{Name: "app", Args: []string{"--sleep", "200ms"}}},
+			desc: Desc{Apps: []App{{Name: "app", Args: []string{"--sleep", work}}},
 				SupervisorEnv: []string{"SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15999/quitquitquit"}},
 			phase: pod.Succeeded, codes: map[string]int{"app": 0, "istio-proxy": 0},
 			record:     []string{"signal SIGTERM", "exit 0"},
@@ -174,7 +180,7 @@ func TestJobs(t *testing.T) {
 		},
 		{
 			name: "app held until the proxy is ready",
-			desc: Desc{Apps: []App{{Name: "app", Args: []string{"--sleep", "100ms"}}}, HoldApp: true,
+			desc: Desc{Apps: []App{{Name: "app", Args: []string{"--sleep", work}}}, HoldApp: true,
 				ProxyEnv: []string{"PILOT_READY_DELAY=500ms"}},
 			phase: pod.Succeeded, codes: map[string]int{"app": 0, "istio-proxy": 0},
 			record: []string{"signal SIGTERM", "exit 0"},
@@ -235,7 +241,7 @@ func TestTwoAppsOrder(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			p, built := run(t, b, Desc{Name: "two", SupervisorEnv: fast, Apps: []App{
 				// quick must outlive the supervisor's start to be seen.
-				{Name: "quick", Args: []string{"--sleep", "500ms"}}, {Name: "slow", Args: []string{"--sleep", "1h"}}}})
+				{Name: "quick", Args: []string{"--sleep", work}}, {Name: "slow", Args: []string{"--sleep", "1h"}}}})
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			if _, err := p.WaitFor(ctx, func(s pod.Status) bool {
