@@ -55,7 +55,11 @@ const (
 type Spec struct {
 	Name          string
 	RestartPolicy RestartPolicy // default Never
-	Containers    []Container
+	// InitContainers run one at a time, each to completion, before any
+	// container starts. One that fails fails the pod (as under Never; the
+	// kubelet would retry it under OnFailure and Always).
+	InitContainers []Container
+	Containers     []Container
 	// TerminationGracePeriod bounds a deletion (default 30s, as Kubernetes).
 	TerminationGracePeriod time.Duration
 	// RestartBackoff is the delay before a restart (the kubelet starts at
@@ -210,6 +214,8 @@ type Pod struct {
 	attempts []int
 	logs     []*logBuffer
 	deleting bool
+	initLogs []*logBuffer
+	initErr  error // an init container failed: the pod failed
 	done     chan struct{} // closed when every container goroutine ended
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
@@ -284,6 +290,14 @@ func (p *Pod) TerminationMessage(name string) string {
 // run is the kubelet's part: containers in order, postStart hooks between.
 func (p *Pod) run(ctx context.Context) {
 	defer close(p.done)
+	if err := p.runInits(ctx); err != nil {
+		p.mu.Lock()
+		p.initErr = err
+		close(p.changed)
+		p.changed = make(chan struct{})
+		p.mu.Unlock()
+		return
+	}
 	for i := range p.Spec.Containers {
 		if ctx.Err() != nil || p.isDeleting() {
 			break
@@ -308,6 +322,40 @@ func (p *Pod) run(ctx context.Context) {
 		}
 	}
 	p.wg.Wait()
+}
+
+// runInits runs the init containers in order, each to completion; their
+// output goes to Logs under their names.
+func (p *Pod) runInits(ctx context.Context) error {
+	for i := range p.Spec.InitContainers {
+		c := &p.Spec.InitContainers[i]
+		log := &logBuffer{name: c.Name, stream: p.Spec.Log}
+		p.mu.Lock()
+		p.initLogs = append(p.initLogs, log)
+		p.mu.Unlock()
+		r, w, err := os.Pipe()
+		if err != nil {
+			return err
+		}
+		proc, err := p.Backend.Start(ctx, p, c, 0, w)
+		w.Close()
+		if err != nil {
+			r.Close()
+			return fmt.Errorf("init container %s: %w", c.Name, err)
+		}
+		copied := make(chan struct{})
+		go func() { io.Copy(log, r); r.Close(); close(copied) }()
+		code, _ := proc.Wait()
+		proc.KillAll()
+		select {
+		case <-copied:
+		case <-time.After(5 * time.Second):
+		}
+		if code != 0 {
+			return fmt.Errorf("init container %s exited %d", c.Name, code)
+		}
+	}
+	return nil
 }
 
 // supervise runs container i, and restarts it as the policy says.
@@ -437,6 +485,9 @@ func (p *Pod) Status() Status {
 func (p *Pod) statusLocked() Status {
 	st := Status{Containers: append([]ContainerStatus(nil), p.status...)}
 	st.Phase = phase(p.Spec.RestartPolicy, st.Containers)
+	if p.initErr != nil {
+		st.Phase = Failed
+	}
 	return st
 }
 
@@ -590,6 +641,13 @@ func noneRunning(s Status) bool {
 func (p *Pod) Logs(name string) string {
 	i := p.index(name)
 	if i < 0 {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, l := range p.initLogs {
+			if l.name == name {
+				return l.String()
+			}
+		}
 		return ""
 	}
 	return p.logs[i].String()
@@ -600,6 +658,15 @@ func (p *Pod) Logs(name string) string {
 func (p *Pod) Describe() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "pod %s (%s backend): %s\n", p.Spec.Name, p.Backend.Name(), p.Status())
+	p.mu.Lock()
+	initErr := p.initErr
+	p.mu.Unlock()
+	if initErr != nil {
+		fmt.Fprintf(&b, "--- %v\n", initErr)
+	}
+	for _, c := range p.Spec.InitContainers {
+		fmt.Fprintf(&b, "--- init container %s logs:\n%s", c.Name, p.Logs(c.Name))
+	}
 	for _, c := range p.Spec.Containers {
 		fmt.Fprintf(&b, "--- %s logs:\n%s", c.Name, p.Logs(c.Name))
 		if m := p.TerminationMessage(c.Name); m != "" {

@@ -46,6 +46,10 @@ func app(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	// SIGTERM is handled from before "app start" is recorded: a test that
+	// saw the line may delete the pod.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM)
 	rec := newRecorder(*record)
 	rec.log("app start pid=%d ppid=%d uid=%d", os.Getpid(), os.Getppid(), os.Getuid())
 	st := newStamper(*stamps)
@@ -71,8 +75,6 @@ func app(args []string) error {
 			return err
 		}
 	}
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGTERM)
 	var slept <-chan time.Time
 	var woken chan struct{}
 	if *fifo != "" {
