@@ -215,7 +215,7 @@ type Pod struct {
 	logs     []*logBuffer
 	deleting bool
 	initLogs []*logBuffer
-	initErr  error // an init container failed: the pod failed
+	initErr  error         // an init container failed: the pod failed
 	done     chan struct{} // closed when every container goroutine ended
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
