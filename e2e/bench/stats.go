@@ -91,3 +91,12 @@ func count(x float64) string {
 	}
 	return sig3(x)
 }
+
+// small is sig3, but "< 0.01" below 0.01: a cost per event that rounds
+// to nothing.
+func small(x float64) string {
+	if math.Abs(x) < 0.01 {
+		return "< 0.01"
+	}
+	return sig3(x)
+}

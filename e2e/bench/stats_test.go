@@ -36,6 +36,8 @@ func TestFormats(t *testing.T) {
 		{thousands(999), "999"},
 		{count(11932.4), "11,932"},
 		{count(2.5), "2.50"},
+		{small(0.0001), "< 0.01"},
+		{small(16.34), "16.3"},
 		{shellJoin([]string{"/bin/podsim", "app", "it's"}), `'/bin/podsim' 'app' 'it'\''s'`},
 	}
 	for _, tt := range tests {
