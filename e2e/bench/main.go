@@ -59,7 +59,7 @@ func main() {
 	flag.IntVar(&o.runs, "runs", 100, "exit-to-stop runs per method")
 	flag.IntVar(&o.slowRuns, "slow-runs", 100, "runs of the 1 s poller (each takes about a second more)")
 	flag.DurationVar(&o.idle, "idle", 3*time.Minute, "idle window of the footprint measure")
-	flag.IntVar(&o.signalRounds, "signal-rounds", 3, "rounds of the signal-rate measure (a fresh pod per method each)")
+	flag.IntVar(&o.signalRounds, "signal-rounds", 5, "rounds of the signal-rate measure (a fresh pod per method each)")
 	flag.DurationVar(&o.signalWindow, "signal-window", 3*time.Second, "length of each signal-rate round")
 	flag.IntVar(&o.scaleRuns, "scale-runs", 10, "pods per shape in the pod-level scale runs")
 	flag.StringVar(&o.benchtime, "benchtime", "1s", "go test -benchtime for the product's benchmarks")
