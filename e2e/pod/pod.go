@@ -396,9 +396,18 @@ func (p *Pod) supervise(ctx context.Context, i int, started chan struct{}) {
 		p.procs[i], p.attempts[i] = proc, attempt
 		p.mu.Unlock()
 		now := time.Now()
+		deleting := false
 		p.update(i, func(s *ContainerStatus) {
 			s.Started, s.Running, s.PID, s.Restarts, s.StartedAt = true, true, proc.PID(), attempt, now
+			deleting = p.deleting // under p.mu, as Delete reads the running set
 		})
+		if deleting {
+			// Delete began while this container was starting and did not
+			// count it as running: it gets its SIGTERM now, as the kubelet
+			// stops a container that comes up during a deletion. (A test
+			// can see a runc container's first output before Start returns.)
+			proc.Signal(syscall.SIGTERM)
+		}
 		once()
 		code, sig := proc.Wait()
 		// A shim with a shared PID namespace kills what the main process
@@ -579,16 +588,21 @@ func (p *Pod) Signal(name string, sig syscall.Signal) error {
 // at once, its preStop hook, then SIGTERM, then SIGKILL at the end of the
 // grace period. It returns when every container has stopped.
 func (p *Pod) Delete(ctx context.Context) Status {
+	// The running set is read with the flag set, under one lock: a
+	// container that starts after this sees the flag (supervise).
 	p.mu.Lock()
 	p.deleting = true
+	var running []int
+	for i := range p.status {
+		if p.status[i].Running {
+			running = append(running, i)
+		}
+	}
 	p.mu.Unlock()
 	grace := p.Spec.TerminationGracePeriod
 	deadline := time.Now().Add(grace)
 	var wg sync.WaitGroup
-	for i := range p.Spec.Containers {
-		if !p.running(i) {
-			continue
-		}
+	for _, i := range running {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
