@@ -79,7 +79,7 @@ func (r *run) adopt(pod procscan.Pod) []*app {
 					Msg("process has a sidecar name but is not the main process of its container: not a sidecar, never stopped")
 			}
 		}
-		if c.Kind != procscan.App || r.seen[c.ID] {
+		if r.kindOf(c) != procscan.App || r.seen[c.ID] {
 			continue
 		}
 		r.seen[c.ID] = true
@@ -113,6 +113,21 @@ func (r *run) adopt(pod procscan.Pod) []*app {
 		}
 	}
 	return held
+}
+
+// kindOf is what a container was when first seen with its main process:
+// a container keeps that kind for the whole run. Once its main process has
+// exited, a process exec'd into it (kubectl exec: PPID 0) may look like
+// its main one; an ignored or an app container must never turn into a
+// sidecar to stop, nor an ignored one into an app.
+func (r *run) kindOf(c procscan.Container) procscan.Kind {
+	if k, ok := r.kinds[c.ID]; ok {
+		return k
+	}
+	if c.HasMain && c.Kind != procscan.Starting {
+		r.kinds[c.ID] = c.Kind
+	}
+	return c.Kind
 }
 
 // exited records an app instance's end. Under OnFailure a failed instance

@@ -406,3 +406,32 @@ func TestInstall(t *testing.T) {
 		t.Errorf("install into a missing dir: %v", err)
 	}
 }
+
+// TestKindIsFirstSight: a container keeps the kind it had when first seen.
+// An ignored container whose main process exited and into which a process
+// named pilot-agent was exec'd (PPID 0: it now looks like the main one) is
+// not a sidecar to stop; nor is an app's.
+func TestKindIsFirstSight(t *testing.T) {
+	h := start(t, testConfig(t, "SUPERVISOR_IGNORE_PROCESSES=fluent-bit"),
+		container(procscan.App, "app", 10), container(procscan.Ignored, "logs", 20),
+		container(procscan.Sidecar, "pilot-agent", 100))
+	h.proc(10)
+	// Both containers' main processes end; an exec'd pilot-agent remains.
+	h.pod.mu.Lock()
+	for i, c := range h.pod.containers {
+		if c.Name == "logs" || c.Name == "app" {
+			impostor := container(procscan.Sidecar, c.Name, 30+i)
+			impostor.ID = c.ID
+			h.pod.containers[i] = impostor
+		}
+	}
+	h.pod.mu.Unlock()
+	h.proc(10).exit(exited(0))
+	res, err := h.wait()
+	if err != nil || res.Outcome != Success {
+		t.Fatalf("res %+v err %v", res, err)
+	}
+	if diff := cmp.Diff([]string{"SIGTERM 100"}, h.kernel.sent()); diff != "" {
+		t.Errorf("signals (-want +got):\n%s\nlog:\n%s", diff, h.log)
+	}
+}

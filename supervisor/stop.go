@@ -225,7 +225,9 @@ func (r *run) findSidecars(ctx context.Context) ([]*sidecar, state, error) {
 func (r *run) holdSidecars(pod procscan.Pod, skip map[int]bool) []*sidecar {
 	var out []*sidecar
 	for _, c := range pod.Of(procscan.Sidecar) {
-		if skip[c.Main.PID] || r.seen[c.ID] { // an app's, exec'd in after its main process exited
+		// A container first seen as something else (an app's, an ignored
+		// one's, with a process exec'd in after its main exited) is not one.
+		if skip[c.Main.PID] || r.seen[c.ID] || r.kindOf(c) != procscan.Sidecar {
 			continue
 		}
 		proc, err := r.kernel.Open(c.Main, false)
