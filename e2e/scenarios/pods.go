@@ -16,6 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/istioproxy"
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/pod"
 )
@@ -40,6 +42,11 @@ type App struct {
 	Name string
 	Args []string
 	UID  int
+	// Cued: the app works until the test releases it (Built.Release), then
+	// ends as Args say (--exit, --kill). A test can so let the supervisor,
+	// the pod's last container, find it first however slowly the machine
+	// starts containers, instead of betting on a --sleep.
+	Cued bool
 }
 
 // Desc describes a pod independently of the backend.
@@ -86,6 +93,56 @@ type Built struct {
 	// Proxy is the real pilot-agent's tree (RealPilot); its stand-in envoy
 	// keeps a record (Proxy.Record).
 	Proxy *istioproxy.Proxy
+	// cues are the host paths of the cued apps' FIFOs, by app name.
+	cues map[string]string
+}
+
+// cue makes app a's FIFO at host path and returns the arguments that make
+// podsim app wait on it (at path as the container sees it).
+func (b *Built) cue(a App, host, path string) ([]string, error) {
+	if !a.Cued {
+		return nil, nil
+	}
+	if err := unix.Mkfifo(host, 0o666); err != nil {
+		return nil, fmt.Errorf("mkfifo %s: %w", host, err)
+	}
+	// Apps run as several uids.
+	if err := os.Chmod(host, 0o666); err != nil {
+		return nil, err
+	}
+	if b.cues == nil {
+		b.cues = map[string]string{}
+	}
+	b.cues[a.Name] = host
+	return []string{"--fifo", path}, nil
+}
+
+// Release lets the cued app name end: it opens the app's FIFO for writing
+// and closes it, which waits (up to 30s) for the app to be waiting on it.
+func (b Built) Release(name string) error {
+	path, ok := b.cues[name]
+	if !ok {
+		return fmt.Errorf("app %q is not cued", name)
+	}
+	done := make(chan error, 1)
+	go func() {
+		f, err := os.OpenFile(path, os.O_WRONLY, 0) // blocks until the app reads
+		if err == nil {
+			err = f.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(30 * time.Second):
+		// Unblock the opener with a reader of our own.
+		if f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK, 0); err == nil {
+			<-done
+			f.Close()
+		}
+		return fmt.Errorf("app %s never waited for its cue within 30s", name)
+	}
 }
 
 // DefaultRealDrain is the real pilot-agent's terminationDrainDuration when
@@ -110,10 +167,12 @@ func BuildNamespaces(d Desc, tl pod.Tools) (Built, error) {
 	b := Built{Dir: dir, Backend: pod.Namespaces{Podsim: tl.Podsim}}
 	var apps []pod.Container
 	for _, a := range d.Apps {
-		apps = append(apps, pod.Container{
-			Name: a.Name, Argv: append([]string{tl.Podsim, "app", "--record", filepath.Join(dir, a.Name+".record")}, a.Args...),
-			UID: a.UID, GID: a.UID,
-		})
+		cue, err := b.cue(a, filepath.Join(dir, a.Name+".cue"), filepath.Join(dir, a.Name+".cue"))
+		if err != nil {
+			return Built{}, err
+		}
+		argv := append([]string{tl.Podsim, "app", "--record", filepath.Join(dir, a.Name+".record")}, cue...)
+		apps = append(apps, pod.Container{Name: a.Name, Argv: append(argv, a.Args...), UID: a.UID, GID: a.UID})
 	}
 	var proxy *pod.Container
 	switch d.Proxy {

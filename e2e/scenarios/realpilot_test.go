@@ -16,6 +16,9 @@ import (
 // it), on every backend. Unless a case says otherwise the app is held until
 // the proxy is ready, by Istio's `pilot-agent wait` postStart hook.
 func TestRealPilot(t *testing.T) {
+	// The bounds on the stop are loose (a machine shared with other test
+	// runs slows pilot-agent's shutdown down several times over); the
+	// drain's lower bound is what the cases are about.
 	const drain = time.Second
 	tests := []struct {
 		name string
@@ -41,45 +44,45 @@ func TestRealPilot(t *testing.T) {
 	}{
 		{
 			name:  "app exits 0: SIGTERM, pilot-agent drains and exits 0",
-			desc:  Desc{Apps: []App{{Name: "app", Args: []string{"--sleep", work}, UID: 1000}}},
+			desc:  Desc{Apps: []App{{Name: "app", Cued: true, UID: 1000}}},
 			phase: pod.Succeeded, codes: map[string]int{"app": 0, "istio-proxy": 0, "supervisor": 0},
-			drained: true, stopMin: drain, stopMax: drain + 2*time.Second,
+			drained: true, stopMin: drain, stopMax: drain + 8*time.Second,
 			summary:    "success: app exit 0; action SIGTERM; sidecar stopped",
 			supervisor: []string{"starting", "app found", "app exited", "decision", "sidecar signalled", "sidecar stopped", "done"},
 		},
 		{
 			name:  "app exits 3: SIGKILL, istio-proxy 137",
-			desc:  Desc{Apps: []App{{Name: "app", Args: []string{"--sleep", work, "--exit", "3"}, UID: 1000}}},
+			desc:  Desc{Apps: []App{{Name: "app", Cued: true, Args: []string{"--exit", "3"}, UID: 1000}}},
 			phase: pod.Failed, codes: map[string]int{"app": 3, "istio-proxy": 137, "supervisor": 0},
-			stopMax: time.Second,
+			stopMax: 2 * time.Second,
 			summary: "failure: app exit 3; action SIGKILL",
 		},
 		{
 			name: "HTTP action: quitquitquit, exit 0 without a drain",
-			desc: Desc{Apps: []App{{Name: "app", Args: []string{"--sleep", work}, UID: 1000}},
+			desc: Desc{Apps: []App{{Name: "app", Cued: true, UID: 1000}},
 				// A drain this long would show.
 				ProxyDrain:    5 * time.Second,
 				SupervisorEnv: []string{"SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit"}},
 			phase: pod.Succeeded, codes: map[string]int{"app": 0, "istio-proxy": 0, "supervisor": 0},
-			stopMax:    time.Second,
+			stopMax:    3 * time.Second, // well under the drain
 			summary:    "success: app exit 0; action POST http://127.0.0.1:15020/quitquitquit; sidecar stopped",
 			supervisor: []string{"decision", "sidecar asked to stop", "sidecar stopped"},
 			quitRace:   true,
 		},
 		{
 			name: "app done before the proxy is ready",
-			desc: Desc{Apps: []App{{Name: "app", Args: []string{"--sleep", work}, UID: 1000}},
+			desc: Desc{Apps: []App{{Name: "app", Cued: true, UID: 1000}},
 				ProxyReadyDelay: 20 * time.Second},
 			phase: pod.Succeeded, codes: map[string]int{"app": 0, "istio-proxy": 0, "supervisor": 0},
-			drained: true, neverReady: true, stopMin: drain, stopMax: drain + 2*time.Second,
+			drained: true, neverReady: true, stopMin: drain, stopMax: drain + 8*time.Second,
 			summary: "success: app exit 0; action SIGTERM; sidecar stopped",
 		},
 		{
 			name: "two app containers: stopped after the second",
-			desc: Desc{Apps: []App{{Name: "quick", Args: []string{"--sleep", work}, UID: 1000},
-				{Name: "slow", Args: []string{"--sleep", "2s"}, UID: 1000}}},
+			desc: Desc{Apps: []App{{Name: "quick", Cued: true, UID: 1000},
+				{Name: "slow", Cued: true, UID: 1000}}},
 			phase: pod.Succeeded, codes: map[string]int{"quick": 0, "slow": 0, "istio-proxy": 0, "supervisor": 0},
-			drained: true, stopMin: drain, stopMax: drain + 2*time.Second,
+			drained: true, stopMin: drain, stopMax: drain + 8*time.Second,
 			summary:    "success: all 2 app containers exit 0",
 			supervisor: []string{"app exited", "app exited", "decision", "sidecar signalled", "sidecar stopped"},
 		},
@@ -89,8 +92,14 @@ func TestRealPilot(t *testing.T) {
 			t.Run(b.name+"/"+tt.name, func(t *testing.T) {
 				d := tt.desc
 				d.Name, d.Proxy, d.HoldApp = "job", RealPilot, !tt.neverReady
-				d.SupervisorEnv = append(append([]string{}, fast...), d.SupervisorEnv...)
+				// Past any drain, also on a loaded machine (the last setting wins).
+				d.SupervisorEnv = append(append(append([]string{}, fast...), "SUPERVISOR_STOP_TIMEOUT=15s"), d.SupervisorEnv...)
 				p, built := run(t, b, d)
+				// pilot-agent is up (envoy started, its signal handlers in
+				// place) before any app ends: the cases are about a running
+				// proxy, ready or not.
+				waitEnvoy(t, built)
+				releaseApps(t, p, built, d.Apps)
 				st := waitPhase(t, p, time.Minute)
 				if st.Phase != tt.phase {
 					t.Errorf("phase %s, want %s (%s)", st.Phase, tt.phase, st)
@@ -163,6 +172,20 @@ func TestRealPilot(t *testing.T) {
 			})
 		}
 	}
+}
+
+// waitEnvoy waits (bounded) for the stand-in envoy's start in its record:
+// pilot-agent starts envoy after its own set-up.
+func waitEnvoy(t *testing.T, b Built) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if events, _ := b.Proxy.Record(); len(record.OfKind(events, record.Start)) > 0 {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("envoy never started (its record: %s)", b.Proxy.RecordFile())
 }
 
 // readyProbes are the readiness probes answered 200 through envoy's

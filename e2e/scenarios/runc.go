@@ -51,10 +51,14 @@ func BuildRunc(d Desc, tl pod.Tools, runc string) (Built, error) {
 		if err := installTool(tl.Podsim, rootfs(a.Name), "bin/podsim"); err != nil {
 			return Built{}, err
 		}
+		cue, err := b.cue(a, filepath.Join(shared, a.Name+".cue"), SharedMount+"/"+a.Name+".cue")
+		if err != nil {
+			return Built{}, err
+		}
+		argv := append([]string{"/bin/podsim", "app", "--record", SharedMount + "/" + a.Name + ".record"}, cue...)
 		apps = append(apps, pod.Container{
-			Name: a.Name, Rootfs: rootfs(a.Name), Mounts: sharedMount,
-			Argv: append([]string{"/bin/podsim", "app", "--record", SharedMount + "/" + a.Name + ".record"}, a.Args...),
-			UID:  a.UID, GID: a.UID,
+			Name: a.Name, Rootfs: rootfs(a.Name), Mounts: sharedMount, Argv: append(argv, a.Args...),
+			UID: a.UID, GID: a.UID,
 		})
 	}
 

@@ -92,12 +92,6 @@ func waitPhase(t *testing.T, p *pod.Pod, within time.Duration) pod.Status {
 	return st
 }
 
-// work is how long a test app runs before it ends: long enough for the
-// supervisor, the pod's last container, to start and find it on a loaded
-// machine. Unloaded a runc pod gets there in about 150 ms; on 2 cores
-// shared with other test runs, apps of 200-300 ms ended first.
-const work = "1s"
-
 // fast makes the supervisor's bounds short enough for tests.
 var fast = []string{"SUPERVISOR_STOP_TIMEOUT=3s", "SUPERVISOR_SIDECAR_START_TIMEOUT=10s", "SUPERVISOR_APP_START_TIMEOUT=10s"}
 
@@ -116,7 +110,7 @@ func TestJobs(t *testing.T) {
 	}{
 		{
 			name:  "app exits 0",
-			desc:  Desc{Apps: []App{{Name: "app", Args: []string{"--sleep", work}, UID: 1000}}},
+			desc:  Desc{Apps: []App{{Name: "app", Cued: true, UID: 1000}}},
 			phase: pod.Succeeded, codes: map[string]int{"app": 0, "istio-proxy": 0, "supervisor": 0},
 			record:     []string{"signal SIGTERM", "exit 0"},
 			summary:    "success: app exit 0; action SIGTERM; sidecar stopped",
@@ -124,22 +118,22 @@ func TestJobs(t *testing.T) {
 		},
 		{
 			name:  "app exits 3",
-			desc:  Desc{Apps: []App{{Name: "app", Args: []string{"--sleep", work, "--exit", "3"}}}},
+			desc:  Desc{Apps: []App{{Name: "app", Cued: true, Args: []string{"--exit", "3"}}}},
 			phase: pod.Failed, codes: map[string]int{"app": 3, "istio-proxy": 137, "supervisor": 0},
 			record:  []string{},
 			summary: "failure: app exit 3; action SIGKILL",
 		},
 		{
 			name:  "app killed by a signal",
-			desc:  Desc{Apps: []App{{Name: "app", Args: []string{"--sleep", work, "--kill", "9"}}}},
+			desc:  Desc{Apps: []App{{Name: "app", Cued: true, Args: []string{"--kill", "9"}}}},
 			phase: pod.Failed, codes: map[string]int{"app": 137, "istio-proxy": 137, "supervisor": 0},
 			record:  []string{},
 			summary: "failure: app killed by SIGKILL; action SIGKILL",
 		},
 		{
 			name: "two apps, the sidecar stops after the second",
-			desc: Desc{Apps: []App{{Name: "quick", Args: []string{"--sleep", work}},
-				{Name: "slow", Args: []string{"--sleep", "2s"}}}},
+			desc: Desc{Apps: []App{{Name: "quick", Cued: true},
+				{Name: "slow", Cued: true}}},
 			phase: pod.Succeeded, codes: map[string]int{"quick": 0, "slow": 0, "istio-proxy": 0},
 			record:  []string{"signal SIGTERM", "exit 0"},
 			summary: "success: all 2 app containers exit 0",
@@ -154,7 +148,7 @@ func TestJobs(t *testing.T) {
 		},
 		{
 			name: "sidecar ignores SIGTERM",
-			desc: Desc{Apps: []App{{Name: "app", Args: []string{"--sleep", work}}},
+			desc: Desc{Apps: []App{{Name: "app", Cued: true}},
 				ProxyEnv: []string{"PILOT_IGNORE_TERM=1"}, SupervisorEnv: []string{"SUPERVISOR_STOP_TIMEOUT=1s"}},
 			phase: pod.Failed, codes: map[string]int{"app": 0, "istio-proxy": 137, "supervisor": 0},
 			record:     []string{"signal SIGTERM"},
@@ -163,7 +157,7 @@ func TestJobs(t *testing.T) {
 		},
 		{
 			name: "HTTP action",
-			desc: Desc{Apps: []App{{Name: "app", Args: []string{"--sleep", work}}},
+			desc: Desc{Apps: []App{{Name: "app", Cued: true}},
 				SupervisorEnv: []string{"SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit"}},
 			phase: pod.Succeeded, codes: map[string]int{"app": 0, "istio-proxy": 0},
 			record:     []string{"quitquitquit", "exit 0"},
@@ -172,7 +166,7 @@ func TestJobs(t *testing.T) {
 		},
 		{
 			name: "HTTP action refused falls back to SIGTERM",
-			desc: Desc{Apps: []App{{Name: "app", Args: []string{"--sleep", work}}},
+			desc: Desc{Apps: []App{{Name: "app", Cued: true}},
 				SupervisorEnv: []string{"SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15999/quitquitquit"}},
 			phase: pod.Succeeded, codes: map[string]int{"app": 0, "istio-proxy": 0},
 			record:     []string{"signal SIGTERM", "exit 0"},
@@ -180,7 +174,7 @@ func TestJobs(t *testing.T) {
 		},
 		{
 			name: "app held until the proxy is ready",
-			desc: Desc{Apps: []App{{Name: "app", Args: []string{"--sleep", work}}}, HoldApp: true,
+			desc: Desc{Apps: []App{{Name: "app", Cued: true}}, HoldApp: true,
 				ProxyEnv: []string{"PILOT_READY_DELAY=500ms"}},
 			phase: pod.Succeeded, codes: map[string]int{"app": 0, "istio-proxy": 0},
 			record: []string{"signal SIGTERM", "exit 0"},
@@ -193,6 +187,11 @@ func TestJobs(t *testing.T) {
 				d.Name = "job"
 				d.SupervisorEnv = append(append([]string{}, fast...), d.SupervisorEnv...)
 				p, built := run(t, b, d)
+				if slices.ContainsFunc(d.Apps, func(a App) bool { return a.Cued }) {
+					// Signals reach a stand-in with its handlers in place.
+					waitStandIn(t, built)
+				}
+				releaseApps(t, p, built, d.Apps)
 				st := waitPhase(t, p, time.Minute)
 				if st.Phase != tt.phase {
 					t.Errorf("phase %s, want %s (%s)", st.Phase, tt.phase, st)
@@ -240,8 +239,9 @@ func TestTwoAppsOrder(t *testing.T) {
 	for _, b := range builders(t) {
 		t.Run(b.name, func(t *testing.T) {
 			p, built := run(t, b, Desc{Name: "two", SupervisorEnv: fast, Apps: []App{
-				// quick must outlive the supervisor's start to be seen.
-				{Name: "quick", Args: []string{"--sleep", work}}, {Name: "slow", Args: []string{"--sleep", "1h"}}}})
+				// quick ends once the supervisor has found it.
+				{Name: "quick", Cued: true}, {Name: "slow", Args: []string{"--sleep", "1h"}}}})
+			releaseApps(t, p, built, []App{{Name: "quick", Cued: true}})
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			if _, err := p.WaitFor(ctx, func(s pod.Status) bool {
@@ -292,6 +292,46 @@ func touched(rec []string) []string {
 		}
 	}
 	return out
+}
+
+// releaseApps waits until the supervisor has found every cued app, then
+// releases them in order, each once the supervisor has seen the one before
+// exit.
+func releaseApps(t *testing.T, p *pod.Pod, b Built, apps []App) {
+	t.Helper()
+	var cued []string
+	for _, a := range apps {
+		if a.Cued {
+			cued = append(cued, a.Name)
+		}
+	}
+	for _, name := range cued {
+		waitLogFor(t, p, "app found", name)
+	}
+	for i, name := range cued {
+		if i > 0 {
+			waitLogFor(t, p, "app exited", cued[i-1])
+		}
+		if err := b.Release(name); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// waitLogFor waits (bounded) for a message about a container in the
+// supervisor's log.
+func waitLogFor(t *testing.T, p *pod.Pod, msg, container string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, l := range ParseLog(p.Logs("supervisor")) {
+			if l.Msg() == msg && l.Str("container") == container {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("no %q for container %s in the supervisor's log", msg, container)
 }
 
 // waitLog waits (bounded) for a message in the supervisor's log.
