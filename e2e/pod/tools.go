@@ -59,6 +59,14 @@ func BuildTools(ctx context.Context) (Tools, error) {
 	return tools, toolsErr
 }
 
+// RemoveTools deletes what BuildTools built in this process (not a
+// $PODSIM_TOOLS_DIR). Call it from TestMain after m.Run.
+func RemoveTools() {
+	if os.Getenv(ToolsDirEnv) == "" && tools.Dir != "" {
+		os.RemoveAll(tools.Dir)
+	}
+}
+
 func toolsIn(dir string) Tools {
 	return Tools{
 		Dir:        dir,

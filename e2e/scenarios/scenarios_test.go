@@ -16,6 +16,7 @@ import (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	pod.RemoveTools()
 	os.Exit(code)
 }
 
