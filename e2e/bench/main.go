@@ -78,9 +78,23 @@ func main() {
 	if os.Geteuid() != 0 {
 		log.Fatal("run as root: the simulated pods need namespaces and cgroups")
 	}
+	// Every temporary file of the run (tools, pods, go test's) in one
+	// directory of ours: a concurrent clean-up of /tmp/podsim-* by someone
+	// else's test run must not pull the tools from under a running pod.
+	tmp, err := os.MkdirTemp("", "sidecar-bench-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Containers run as several uids and must reach their files.
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		log.Fatal(err)
+	}
+	os.Setenv("TMPDIR", tmp)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, o, os.Stdout); err != nil {
+	err = run(ctx, o, os.Stdout)
+	stop()
+	os.RemoveAll(tmp)
+	if err != nil {
 		log.Fatal(err)
 	}
 }
