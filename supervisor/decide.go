@@ -53,6 +53,8 @@ func Decide(apps []AppStatus) (Outcome, string) {
 	switch {
 	case len(apps) == 0:
 		return Unknown, "no application container was seen"
+	case len(failed) > 0 && len(unknown) > 0:
+		return Failure, strings.Join(failed, ", ") + "; unknown: " + strings.Join(unknown, ", ")
 	case len(failed) > 0:
 		return Failure, strings.Join(failed, ", ")
 	case len(unknown) > 0:

@@ -23,7 +23,7 @@ func TestDecide(t *testing.T) {
 		{[]AppStatus{sig}, Failure, "d killed by SIGKILL", "SIGKILL"},
 		{[]AppStatus{ok, unk}, Unknown, "e unknown (no pidfd exit info)", "SIGTERM"},
 		// A known failure outweighs an unknown status.
-		{[]AppStatus{unk, fail}, Failure, "c exit 3", "SIGKILL"},
+		{[]AppStatus{unk, fail}, Failure, "c exit 3; unknown: e unknown (no pidfd exit info)", "SIGKILL"},
 		{nil, Unknown, "no application container", "SIGTERM"},
 	}
 	cfg, _, _ := LoadConfig(nil)

@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -26,9 +27,12 @@ import (
 //	--fifo PATH     work until PATH (a FIFO) is opened for writing and
 //	                closed, then end (instead of --sleep): a benchmark's
 //	                trigger, with no polling
-//	--stamps FILE   append "exit UNIX_NS" right before ending (benchmarks)
+//	--stamps FILE   append "exit UNIX_NS" right before ending, by exit or by
+//	                --kill (benchmarks, invariant checks)
 //	--ack FIFO      on each SIGUSR1, write one byte to FIFO (the signal-rate
 //	                benchmark's ping-pong)
+//	--fail-first N  the first N runs (counted in FILE.attempts next to the
+//	                --record FILE, across restarts) exit 1 instead of --exit
 func app(args []string) error {
 	fs := flag.NewFlagSet("app", flag.ContinueOnError)
 	sleep := fs.Duration("sleep", 0, "")
@@ -43,8 +47,21 @@ func app(args []string) error {
 	fifo := fs.String("fifo", "", "")
 	stamps := fs.String("stamps", "", "")
 	ack := fs.String("ack", "", "")
+	failFirst := fs.Int("fail-first", 0, "")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *failFirst > 0 && *record != "" {
+		f, err := os.OpenFile(*record+".attempts", os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o666)
+		if err != nil {
+			return err
+		}
+		prior, _ := io.ReadAll(f)
+		f.WriteString("x")
+		f.Close()
+		if len(prior) < *failFirst {
+			*code = 1
+		}
 	}
 	// SIGTERM is handled from before "app start" is recorded: a test that
 	// saw the line may delete the pod.
@@ -111,6 +128,7 @@ func app(args []string) error {
 	}
 	if *kill != 0 {
 		rec.log("app kill %d", *kill)
+		st.stamp("exit", time.Now())
 		signal.Reset()
 		syscall.Kill(os.Getpid(), syscall.Signal(*kill))
 		time.Sleep(time.Minute)

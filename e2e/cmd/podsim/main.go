@@ -34,7 +34,10 @@ import (
 
 func main() {
 	mode, args := filepath.Base(os.Args[0]), os.Args[1:]
-	if m := os.Getenv(modeEnv); m != "" {
+	// The harness's own "podsim enter" carries the container's environment,
+	// which may hold PODSIM_MODE for the container's command: enter wins.
+	entering := mode == "podsim" && len(args) > 0 && args[0] == "enter"
+	if m := os.Getenv(modeEnv); m != "" && !entering {
 		mode = m
 	} else if mode == "podsim" || strings.HasPrefix(mode, "podsim") {
 		if len(args) == 0 {

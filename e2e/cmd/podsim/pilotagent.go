@@ -29,6 +29,9 @@ import (
 //	PILOT_DRAIN        how long to drain after SIGTERM (default 200ms)
 //	PILOT_IGNORE_TERM  "1": ignore SIGTERM and SIGINT (a stuck sidecar)
 //	PILOT_READY_DELAY  how long /healthz/ready answers 503 (default 0)
+//	PILOT_ADMIN_ADDR   where /quitquitquit is served (127.0.0.1:15020)
+//	PILOT_HEALTH_ADDR  where /healthz/ready is served (:15021): a second
+//	                   stand-in in the pod (another sidecar) needs others
 //	PILOT_TIMESTAMPS   file to append "signal SIGTERM UNIX_NS" and
 //	                   "quitquitquit UNIX_NS" to, the time each was received
 //	                   (benchmarks; the record's format stays as it is)
@@ -42,6 +45,9 @@ func pilotAgent(args []string) error {
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1)
 
+	// envoy is a child of its own mode: a PODSIM_MODE that made this
+	// process pilot-agent (under another name) must not make it one too.
+	os.Unsetenv(modeEnv)
 	envoy := exec.Command("/proc/self/exe")
 	envoy.Args = []string{"envoy"}
 	envoy.Stdout, envoy.Stderr = os.Stdout, os.Stderr
@@ -72,7 +78,8 @@ func pilotAgent(args []string) error {
 		}
 		w.Write([]byte("ready"))
 	})
-	for addr, mux := range map[string]*http.ServeMux{"127.0.0.1:15020": admin, ":15021": health} {
+	adminAddr, healthAddr := envOr("PILOT_ADMIN_ADDR", "127.0.0.1:15020"), envOr("PILOT_HEALTH_ADDR", ":15021")
+	for addr, mux := range map[string]*http.ServeMux{adminAddr: admin, healthAddr: health} {
 		l, err := net.Listen("tcp", addr)
 		if err != nil {
 			envoy.Process.Kill()
@@ -187,4 +194,11 @@ func waitHTTP(args []string) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }
