@@ -215,8 +215,7 @@ type Pod struct {
 	logs     []*logBuffer
 	deleting bool
 	initLogs []*logBuffer
-	initErr  error // an init container failed: the pod failed
-	events   []Event
+	initErr  error         // an init container failed: the pod failed
 	done     chan struct{} // closed when every container goroutine ended
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
@@ -401,7 +400,6 @@ func (p *Pod) supervise(ctx context.Context, i int, started chan struct{}) {
 		p.update(i, func(s *ContainerStatus) {
 			s.Started, s.Running, s.PID, s.Restarts, s.StartedAt = true, true, proc.PID(), attempt, now
 			deleting = p.deleting // under p.mu, as Delete reads the running set
-			p.events = append(p.events, Event{Time: now, Container: c.Name, Attempt: attempt, Started: true})
 		})
 		if deleting {
 			// Delete began while this container was starting and did not
@@ -412,7 +410,6 @@ func (p *Pod) supervise(ctx context.Context, i int, started chan struct{}) {
 		}
 		once()
 		code, sig := proc.Wait()
-		ended := time.Now()
 		// A shim with a shared PID namespace kills what the main process
 		// leaves behind in its container.
 		proc.KillAll()
@@ -424,10 +421,7 @@ func (p *Pod) supervise(ctx context.Context, i int, started chan struct{}) {
 		case <-copied:
 		case <-time.After(time.Second):
 		}
-		p.update(i, func(s *ContainerStatus) {
-			s.Running, s.ExitCode, s.Signal, s.PID = false, code, sig, 0
-			p.events = append(p.events, Event{Time: ended, Container: c.Name, Attempt: attempt, ExitCode: code})
-		})
+		p.update(i, func(s *ContainerStatus) { s.Running, s.ExitCode, s.Signal, s.PID = false, code, sig, 0 })
 		restart := false
 		switch p.Spec.RestartPolicy {
 		case Always:
@@ -534,24 +528,6 @@ func phase(policy RestartPolicy, cs []ContainerStatus) Phase {
 		return Running
 	}
 	return Succeeded
-}
-
-// Event is a container attempt's start or end, as the harness (the
-// kubelet's and the shim's part) saw it, on this host's clock: an end is
-// when its main process was reaped.
-type Event struct {
-	Time      time.Time
-	Container string
-	Attempt   int
-	Started   bool // else it ended, with ExitCode
-	ExitCode  int
-}
-
-// Events lists every container start and end so far, in order.
-func (p *Pod) Events() []Event {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return append([]Event(nil), p.events...)
 }
 
 // WaitFor waits until cond holds for the pod's status, or ctx ends; the
