@@ -124,7 +124,8 @@ func (s *Scanner) Processes() ([]Process, error) {
 	}
 	out := make([]Process, 0, len(all))
 	for _, p := range all {
-		proc, err := s.read(p.PID)
+		// p is usable as it is: fs.Proc would stat its directory again.
+		proc, err := s.read(p)
 		switch {
 		case err == nil:
 			out = append(out, proc)
@@ -140,7 +141,11 @@ func (s *Scanner) Processes() ([]Process, error) {
 
 // Process reads one process. It returns ErrGone if it no longer exists.
 func (s *Scanner) Process(pid int) (Process, error) {
-	p, err := s.read(pid)
+	fp, err := s.fs.Proc(pid)
+	if err != nil {
+		return Process{}, gone(pid, err)
+	}
+	p, err := s.read(fp)
 	if errors.Is(err, errKernelThread) {
 		return Process{}, fmt.Errorf("pid %d is a kernel thread: %w", pid, ErrGone)
 	}
@@ -177,14 +182,11 @@ func stat(p procfs.Proc) (st procfs.ProcStat, err error) {
 
 var errKernelThread = errors.New("kernel thread")
 
-func (s *Scanner) read(pid int) (Process, error) {
-	// fs.Proc stats the directory: that is where the uid comes from.
+func (s *Scanner) read(p procfs.Proc) (Process, error) {
+	pid := p.PID
+	// The directory's owner is the process's uid.
 	dir := s.root + "/" + strconv.Itoa(pid)
 	fi, err := os.Stat(dir)
-	if err != nil {
-		return Process{}, gone(pid, err)
-	}
-	p, err := s.fs.Proc(pid)
 	if err != nil {
 		return Process{}, gone(pid, err)
 	}

@@ -79,6 +79,9 @@ func (r *run) adopt(pod procscan.Pod) []*app {
 					Msg("process has a sidecar name but is not the main process of its container: not a sidecar, never stopped")
 			}
 		}
+		if r.kindOf(c) == procscan.Sidecar && !r.stopping {
+			r.holdSidecar(c)
+		}
 		if r.kindOf(c) != procscan.App || r.seen[c.ID] {
 			continue
 		}
@@ -113,6 +116,22 @@ func (r *run) adopt(pod procscan.Pod) []*app {
 		}
 	}
 	return held
+}
+
+// holdSidecar keeps a pidfd on a sidecar's main process from the moment it
+// is seen, so the stop can go straight to it.
+func (r *run) holdSidecar(c procscan.Container) {
+	for _, s := range r.held {
+		if s.main.PID == c.Main.PID {
+			return
+		}
+	}
+	proc, err := r.kernel.Open(c.Main, false)
+	if err != nil {
+		return // gone, or not holdable: the stop's scan will tell
+	}
+	r.held = append(r.held, &sidecar{container: c.Name, main: c.Main, proc: proc})
+	r.log.Info().Int("pid", c.Main.PID).Str("comm", c.Main.Comm).Str("container", c.Name).Msg("sidecar found")
 }
 
 // kindOf is what a container was when first seen with its main process:

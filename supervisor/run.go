@@ -86,6 +86,8 @@ type run struct {
 	// kinds is what each container was when first seen with its main
 	// process (kindOf).
 	kinds map[string]procscan.Kind
+	// held are the sidecars seen while the apps ran, held by pidfd.
+	held []*sidecar
 	// awaiting lists, oldest first, the instances that wait for the kubelet
 	// to restart them (restartPolicy OnFailure).
 	awaiting []*app
@@ -108,6 +110,7 @@ func (s *Supervisor) Run(ctx context.Context) (Result, error) {
 				a.proc.Close()
 			}
 		}
+		closeAll(r.held)
 	}()
 	var err error
 	for st := r.start; st != nil && err == nil; {

@@ -479,7 +479,7 @@ func TestRunLog(t *testing.T) {
 		i := strings.Index(line, `"message":"`)
 		msgs = append(msgs, strings.SplitN(line[i+11:], `"`, 2)[0])
 	}
-	want := []string{"app found", "app exited", "decision", "sidecar signalled", "sidecar stopped"}
+	want := []string{"app found", "sidecar found", "app exited", "decision", "sidecar signalled", "sidecar stopped"}
 	if diff := cmp.Diff(want, msgs); diff != "" {
 		t.Errorf("log messages (-want +got):\n%s\n%s", diff, h.log)
 	}
