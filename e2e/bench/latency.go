@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"math/rand/v2"
 	"time"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/scenarios"
@@ -81,6 +82,13 @@ func runOnce(ctx context.Context, e env, o podOpts) (latencyRun, error) {
 		}
 		r.cpu = time.Duration(u.cpuNS)
 		r.watching, _ = watchingTime(bp.Logs("supervisor"))
+	}
+	if o.method == poll1s || o.method == poll50ms {
+		iv := o.method.pollInterval()
+		// An app ends at any moment of a poller's cycle, not just after
+		// the poller's first look (when the pod is ready): without this
+		// every run would wait a whole interval.
+		time.Sleep(time.Duration(rand.Int64N(int64(iv))))
 	}
 	_, st, err := bp.end(ctx)
 	if err != nil {
