@@ -1,0 +1,89 @@
+package inject
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// readmeBlock returns the first fenced code block of kind lang after the
+// line starting with marker in the top README.
+func readmeBlock(t *testing.T, marker, lang string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(deployDir, "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	i := strings.Index(s, "\n"+marker)
+	if i < 0 {
+		t.Fatalf("README has no %q", marker)
+	}
+	s = s[i:]
+	open := "```" + lang + "\n"
+	j := strings.Index(s, open)
+	if j < 0 {
+		t.Fatalf("README has no %s block after %q", lang, marker)
+	}
+	s = s[j+len(open):]
+	k := strings.Index(s, "```")
+	if k < 0 {
+		t.Fatalf("unterminated block after %q", marker)
+	}
+	return s[:k]
+}
+
+// TestReadmeInstall checks the README's Install section as written.
+func TestReadmeInstall(t *testing.T) {
+	t.Run("by hand", func(t *testing.T) {
+		tmpl := podTemplateOf(t, "Job", []byte(readmeBlock(t, "**By hand**", "yaml")))
+		spec := tmpl.Spec
+		want := podShape{
+			Containers:            []string{"app", supervisorName},
+			ShareProcessNamespace: true,
+			SupervisorEnv: map[string]string{
+				"SUPERVISOR_RESTART_POLICY": "Never",
+				"SUPERVISOR_APP_CONTAINERS": "1",
+			},
+			SupervisorUser: "1337",
+		}
+		if diff := cmp.Diff(want, shapeOf(spec)); diff != "" {
+			t.Errorf("README's Job (-want +got):\n%s", diff)
+		}
+		checkOrder(t, spec, false)
+		checkSupervisorBasics(t, spec, wantBasics(false))
+		checkConsistent(t, spec)
+		if tmpl.Labels["sidecar.istio.io/inject"] != "true" {
+			t.Error("README's Job does not ask Istio for istio-proxy")
+		}
+		// One verdict per level, privileged to restricted: none refuses it.
+		for i, reasons := range podSecurity(t, spec) {
+			if reasons != "" {
+				t.Errorf("README's Job's supervisor is refused at Pod Security level %s: %s", securityLevels[i], reasons)
+			}
+		}
+	})
+	t.Run("injection template", func(t *testing.T) {
+		cmd := readmeBlock(t, "**Istio injection template**", "sh")
+		const values = "deploy/istio/values-supervisor.yaml"
+		if !strings.Contains(cmd, "-f "+values) {
+			t.Errorf("README's helm command does not use %s:\n%s", values, cmd)
+		}
+		// That file is what the injector tests render Istio's chart with
+		// (TestIstioFilesInSync keeps it equal to supervisor.tmpl).
+		if _, err := os.Stat(filepath.Join(deployDir, "..", values)); err != nil {
+			t.Error(err)
+		}
+	})
+	t.Run("kustomize", func(t *testing.T) {
+		block := readmeBlock(t, "**Kustomize**", "yaml")
+		example := string(readDeploy(t, "kustomize/example/kustomization.yaml"))
+		// The example overlay is what the kustomize tests build.
+		if !strings.Contains(example, block) {
+			t.Errorf("README's kustomize block is not deploy/kustomize/example's:\n%s", block)
+		}
+	})
+}
