@@ -87,7 +87,7 @@ func TestPtraceExitStatus(t *testing.T) {
 func TestPtraceSignalsUnchanged(t *testing.T) {
 	needPtrace(t)
 	k := newPtraceKernel(t)
-	send := []syscall.Signal{syscall.SIGUSR1, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGUSR2}
+	send := []syscall.Signal{syscall.SIGUSR1, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGUSR2, syscall.SIGCHLD}
 	run := func(traced bool) ([]string, ExitStatus) {
 		g := startGrandchild(t, "signals")
 		var proc Proc
@@ -121,7 +121,7 @@ func TestPtraceSignalsUnchanged(t *testing.T) {
 	if !slices.Equal(plain, traced) {
 		t.Errorf("signals received: untraced %q, traced %q", plain, traced)
 	}
-	if want := []string{"got SIGUSR1", "got SIGINT", "got SIGTERM", "got SIGHUP", "got SIGUSR2"}; !slices.Equal(traced, want) {
+	if want := []string{"got SIGUSR1", "got SIGINT", "got SIGTERM", "got SIGHUP", "got SIGUSR2", "got SIGCHLD"}; !slices.Equal(traced, want) {
 		t.Errorf("traced app received %q, want %q", traced, want)
 	}
 	if status != exited(0) {
