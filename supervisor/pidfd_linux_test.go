@@ -54,6 +54,13 @@ func TestMain(m *testing.M) {
 		cmd := exec.Command(os.Args[0], os.Args[1:]...)
 		cmd.Env = append(os.Environ(), "HELPER=child")
 		cmd.Stdin, cmd.Stdout = os.Stdin, os.Stdout
+		// Its own process group, whose link to the session is this
+		// process: never orphaned while the test runs. In the test's group,
+		// an exit elsewhere could orphan the group while the child is
+		// stopped, and the kernel would then send it SIGHUP and SIGCONT
+		// (a stopped child resumed behind the test's back), or discard
+		// its SIGTSTP.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		if err := cmd.Start(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(100)

@@ -128,12 +128,12 @@ func TestSidecarActions(t *testing.T) {
 // have come back.
 func TestSidecarComesBack(t *testing.T) {
 	h := start(t, testConfig(t), container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
-	h.kernel.onSignal = func(sig Signal) *ExitStatus {
+	h.kernel.setOnSignal(func(sig Signal) *ExitStatus {
 		if !h.pod.has("pilot-agent-r1") {
 			h.pod.add(container(procscan.Sidecar, "pilot-agent-r1", 101))
 		}
 		return &ExitStatus{Known: true, Code: 0}
-	}
+	})
 	h.proc(10).exit(exited(0))
 	res, err := h.wait()
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -241,7 +242,15 @@ func waitState(pid int, want string) error {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	return fmt.Errorf("state %s, want one of %s", got, want)
+	var threads []string
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	for _, f := range tasks {
+		b, _ := os.ReadFile(f)
+		s := string(b)
+		threads = append(threads, filepath.Base(filepath.Dir(f))+":"+strings.Fields(s[strings.LastIndexByte(s, ')')+1:])[0])
+	}
+	st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	return fmt.Errorf("state %s, want one of %s; threads %v; status:\n%s", got, want, threads, st)
 }
 
 // TestSelectMethod is the method table.

@@ -52,6 +52,7 @@ type fakeProc struct {
 	once     sync.Once
 	status   ExitStatus
 	onSignal func(Signal) *ExitStatus // non-nil result: the process exits so
+	sidecar  bool                     // opened without status: reacts as k.onSignal says
 }
 
 func (p *fakeProc) PID() int              { return p.pid }
@@ -69,8 +70,14 @@ func (p *fakeProc) Signal(sig Signal) error {
 		return ErrGone
 	default:
 	}
-	if p.onSignal != nil {
-		if s := p.onSignal(sig); s != nil {
+	react := p.onSignal
+	if react == nil && p.sidecar {
+		// Looked up now, not when the supervisor held the process: a test
+		// may set the reaction after the run has started.
+		react = p.k.sidecarReaction()
+	}
+	if react != nil {
+		if s := react(sig); s != nil {
 			p.exit(*s)
 		}
 	}
@@ -84,7 +91,8 @@ type fakeKernel struct {
 	gone     map[int]bool // Open fails with ErrGone
 	signals  []string
 	signaled chan struct{}
-	// sidecar reaction to signals, for procs opened without status
+	// sidecar reaction to signals, for procs opened without status (set it
+	// with setOnSignal once the run has started)
 	onSignal func(Signal) *ExitStatus
 }
 
@@ -106,15 +114,12 @@ func (k *fakeKernel) Open(p procscan.Process, status bool) (Proc, error) {
 			return nil, ErrGone // exited and reaped before it was held
 		default:
 		}
-		if !status && fp.onSignal == nil {
-			fp.onSignal = k.onSignal
+		if !status {
+			fp.sidecar = true
 		}
 		return fp, nil
 	}
-	fp := &fakeProc{pid: p.PID, k: k, done: make(chan struct{})}
-	if !status {
-		fp.onSignal = k.onSignal
-	}
+	fp := &fakeProc{pid: p.PID, k: k, done: make(chan struct{}), sidecar: !status}
 	k.procs[p.PID] = fp
 	return fp, nil
 }
@@ -132,6 +137,18 @@ func (k *fakeKernel) proc(pid int) *fakeProc {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.procs[pid]
+}
+
+func (k *fakeKernel) sidecarReaction() func(Signal) *ExitStatus {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.onSignal
+}
+
+func (k *fakeKernel) setOnSignal(f func(Signal) *ExitStatus) {
+	k.mu.Lock()
+	k.onSignal = f
+	k.mu.Unlock()
 }
 
 func (k *fakeKernel) record(pid int, sig Signal) {
@@ -392,12 +409,12 @@ func TestRunNoSidecar(t *testing.T) {
 func TestRunSidecarIgnoresSIGTERM(t *testing.T) {
 	h := start(t, testConfig(t, "SUPERVISOR_STOP_TIMEOUT=50ms"),
 		container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
-	h.kernel.onSignal = func(sig Signal) *ExitStatus {
+	h.kernel.setOnSignal(func(sig Signal) *ExitStatus {
 		if sig == SIGKILL {
 			return &ExitStatus{Known: true, Signal: SIGKILL}
 		}
 		return nil
-	}
+	})
 	h.proc(10).exit(exited(0))
 	res, err := h.wait()
 	if err != nil {
