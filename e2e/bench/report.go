@@ -285,12 +285,13 @@ ends the app through its FIFO.
   pkill may signal pilot-agent.
 - The pollers (e2e/bench/poller, uid 1337, no capabilities) find the two main processes in
   /proc, then stat /proc/APP_PID every interval; once it is gone (reaped) they send SIGTERM.
-  Expect a uniform delay over the interval: p50 about half of it.
+  The app ends at a random moment of the poller's cycle, so expect a uniform delay over
+  the interval: p50 about half of it.
 - The supervisor is the image's binary with SUPERVISOR_EXIT_STATUS=pidfd (uid 1337, no
   capabilities) or =ptrace (root with SYS_PTRACE and KILL only, as deploy/job-ptrace.yaml),
   SUPERVISOR_APP_CONTAINERS=1. Its path from the exit: epoll wakes on the pidfd at the reap
-  (ptrace: the tracer's wait4 gets the exit before the reaper may reap), the decision, a
-  scan of /proc for the sidecars, pidfd_open on pilot-agent, pidfd_send_signal.
+  (ptrace: the tracer's wait4 gets the exit before the reaper may reap), the decision,
+  pidfd_send_signal on pilot-agent's pidfd (held since discovery: no scan of /proc).
 
 **2. Footprint.** Sizes are the built files. The image is e2e/scripts/build-image.sh's OCI
 archive (the Dockerfile's runtime stage: the binary and CA certificates, FROM scratch).
