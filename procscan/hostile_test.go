@@ -431,7 +431,11 @@ func TestRealChurn(t *testing.T) {
 		churnPIDs[c.Process.Pid] = true
 	}
 	scans, exiting, kids := 0, 0, 0
-	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline) || scans < 20; {
+	// At least 3 s and 20 scans; longer (up to 30 s) until a scan has caught
+	// a churned child alive, which takes longer on a slow machine (or under
+	// -race) since each lives about a millisecond.
+	least, most := time.Now().Add(3*time.Second), time.Now().Add(30*time.Second)
+	for time.Now().Before(most) && (time.Now().Before(least) || scans < 20 || kids == 0) {
 		procs, err := s.Processes()
 		if err != nil {
 			t.Fatalf("scan %d: %v", scans, err)
