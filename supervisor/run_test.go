@@ -44,15 +44,14 @@ func container(kind procscan.Kind, name string, pid int) procscan.Container {
 }
 
 // fakeProc is a process the test ends by hand (exit) or that reacts to a
-// signal (onSignal).
+// signal (a sidecar, as fakeKernel.onSignal says).
 type fakeProc struct {
-	pid      int
-	k        *fakeKernel
-	done     chan struct{}
-	once     sync.Once
-	status   ExitStatus
-	onSignal func(Signal) *ExitStatus // non-nil result: the process exits so
-	sidecar  bool                     // opened without status: reacts as k.onSignal says
+	pid     int
+	k       *fakeKernel
+	done    chan struct{}
+	once    sync.Once
+	status  ExitStatus
+	sidecar bool // opened without status: reacts to signals as k.onSignal says
 }
 
 func (p *fakeProc) PID() int              { return p.pid }
@@ -70,15 +69,13 @@ func (p *fakeProc) Signal(sig Signal) error {
 		return ErrGone
 	default:
 	}
-	react := p.onSignal
-	if react == nil && p.sidecar {
+	if p.sidecar {
 		// Looked up now, not when the supervisor held the process: a test
 		// may set the reaction after the run has started.
-		react = p.k.sidecarReaction()
-	}
-	if react != nil {
-		if s := react(sig); s != nil {
-			p.exit(*s)
+		if react := p.k.sidecarReaction(); react != nil {
+			if s := react(sig); s != nil {
+				p.exit(*s)
+			}
 		}
 	}
 	return nil
