@@ -105,11 +105,11 @@ func startGrandchild(t *testing.T, how string) grand {
 	}
 	t.Cleanup(func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() })
 	r := bufio.NewReader(out)
-	line, err := r.ReadString('\n')
+	line, err := readLine(r, 10*time.Second)
 	if err != nil {
 		t.Fatalf("read grandchild pid: %v", err)
 	}
-	pid, _ := strconv.Atoi(line[:len(line)-1])
+	pid, _ := strconv.Atoi(line)
 	s, err := procscan.NewScanner("/proc")
 	if err != nil {
 		t.Fatal(err)

@@ -99,9 +99,7 @@ func TestPtraceSignalsUnchanged(t *testing.T) {
 			}
 			defer proc.Close()
 		}
-		if l, _ := g.out.ReadString('\n'); l != "ready\n" {
-			t.Fatalf("child said %q", l)
-		}
+		g.waitReady(t)
 		var got []string
 		for _, sig := range send {
 			syscall.Kill(g.proc.PID, sig)
@@ -141,9 +139,7 @@ func TestPtraceStopCont(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer proc.Close()
-	if l, _ := g.out.ReadString('\n'); l != "ready\n" {
-		t.Fatalf("child said %q", l)
-	}
+	g.waitReady(t)
 	for _, step := range []struct {
 		sig   syscall.Signal
 		state string
@@ -209,6 +205,15 @@ func TestPtraceTracerPid(t *testing.T) {
 	waitDone(t, proc)
 }
 
+// waitReady waits (bounded) for the grandchild's "ready" line.
+func (g grand) waitReady(t *testing.T) {
+	t.Helper()
+	if l, err := readLine(g.out, 10*time.Second); err != nil || l != "ready" {
+		state, _ := statState(fmt.Sprintf("/proc/%d/stat", g.proc.PID))
+		t.Fatalf("child said %q, %v (its state: %s)", l, err, state)
+	}
+}
+
 func readLine(r *bufio.Reader, within time.Duration) (string, error) {
 	type res struct {
 		s   string
@@ -231,12 +236,10 @@ func waitState(pid int, want string) error {
 	deadline := time.Now().Add(10 * time.Second)
 	got := ""
 	for time.Now().Before(deadline) {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
+		var err error
+		if got, err = statState(fmt.Sprintf("/proc/%d/stat", pid)); err != nil {
 			return err
 		}
-		s := string(b)
-		got = strings.Fields(s[strings.LastIndexByte(s, ')')+1:])[0]
 		if strings.Contains(want, got) {
 			return nil
 		}
@@ -245,12 +248,26 @@ func waitState(pid int, want string) error {
 	var threads []string
 	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
 	for _, f := range tasks {
-		b, _ := os.ReadFile(f)
-		s := string(b)
-		threads = append(threads, filepath.Base(filepath.Dir(f))+":"+strings.Fields(s[strings.LastIndexByte(s, ')')+1:])[0])
+		if st, err := statState(f); err == nil {
+			threads = append(threads, filepath.Base(filepath.Dir(f))+":"+st)
+		}
 	}
 	st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	return fmt.Errorf("state %s, want one of %s; threads %v; status:\n%s", got, want, threads, st)
+}
+
+// statState reads the state letter of a stat file (a process's or a thread's).
+func statState(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) == 0 {
+		return "", fmt.Errorf("%s: no state in %q", path, s)
+	}
+	return f[0], nil
 }
 
 // TestSelectMethod is the method table.
