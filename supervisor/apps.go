@@ -70,6 +70,7 @@ func (r *run) discover(ctx context.Context) (state, error) {
 // those it could hold. Under OnFailure a new container first fills the slot
 // of an instance awaiting its restart.
 func (r *run) adopt(pod procscan.Pod) []*app {
+	r.collectExits()
 	var held []*app
 	for _, c := range pod.Containers {
 		for _, p := range c.Stray {
@@ -147,6 +148,25 @@ func (r *run) kindOf(c procscan.Container) procscan.Kind {
 		r.kinds[c.ID] = c.Kind
 	}
 	return c.Kind
+}
+
+// collectExits records the exits the kernel has already reported but the
+// run has not handled yet (during discovery none is, and in the wait the
+// scan may win the race against the exit). They must come before the new
+// containers of a scan: a container the kubelet started after an app
+// failed is that app's restart, not another app, and taking it for another
+// would leave the failed one awaiting a restart that already came.
+func (r *run) collectExits() {
+	for _, a := range r.apps {
+		if a.done || a.proc == nil {
+			continue
+		}
+		select {
+		case <-a.proc.Done():
+			r.exited(a, a.proc.Status())
+		default:
+		}
+	}
 }
 
 // exited records an app instance's end. Under OnFailure a failed instance
@@ -252,7 +272,9 @@ func (r *run) wait(ctx context.Context) (state, error) {
 		case <-ctx.Done():
 			return r.deleted, nil
 		case a := <-exits:
-			r.exited(a, a.proc.Status())
+			if !a.done { // else collectExits had it first
+				r.exited(a, a.proc.Status())
+			}
 		case <-tickC:
 			var pod procscan.Pod
 			if pod, err = r.scan.Scan(); err == nil {

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math/rand"
@@ -40,6 +41,33 @@ func TestOnFailureRestart(t *testing.T) {
 	}
 	if len(res.Apps) != 1 || res.Apps[0].Container != "app-r2" {
 		t.Errorf("decided on %+v, want only the last instance", res.Apps)
+	}
+}
+
+// TestOnFailureRestartDuringDiscovery: an app fails and is restarted while
+// the supervisor still waits for another app container to start, and the
+// restart and the late container show up in the same scan. The restart
+// takes the failed one's slot (the exit is taken into account before the
+// new containers), so the run ends when both succeed instead of awaiting a
+// restart that already came.
+func TestOnFailureRestartDuringDiscovery(t *testing.T) {
+	h := start(t, testConfig(t, "SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_APP_CONTAINERS=2"),
+		container(procscan.App, "a", 10), container(procscan.Sidecar, "pilot-agent", 100))
+	h.proc(10).exit(exited(1))
+	h.pod.mu.Lock()
+	h.pod.containers = append(h.pod.containers, container(procscan.App, "a-r1", 11), container(procscan.App, "b", 20))
+	h.pod.mu.Unlock()
+	h.proc(11).exit(exited(0))
+	h.proc(20).exit(exited(0))
+	res, err := h.wait()
+	if err != nil || res.Outcome != Success {
+		t.Fatalf("res %+v err %v; log:\n%s", res, err, h.log)
+	}
+	if !strings.Contains(h.log.String(), `"container":"a-r1","replaces":"a"`) {
+		t.Errorf("a-r1 not taken as a's restart; log:\n%s", h.log)
+	}
+	if diff := cmp.Diff([]string{"SIGTERM 100"}, h.kernel.sent()); diff != "" {
+		t.Errorf("signals (-want +got):\n%s", diff)
 	}
 }
 
@@ -317,7 +345,23 @@ func (tl timeline) run(t *testing.T) {
 	if tl.deleteAt > 0 {
 		time.AfterFunc(tl.deleteAt, cancel)
 	}
-	res, err := New(cfg, zerolog.Nop(), pod, k, func(context.Context, *url.URL, time.Duration) (int, error) { return 200, nil }).Run(ctx)
+	log := &syncWriter{w: &bytes.Buffer{}}
+	ran := make(chan runResult, 1)
+	go func() {
+		res, err := New(cfg, zerolog.New(log), pod, k, func(context.Context, *url.URL, time.Duration) (int, error) { return 200, nil }).Run(ctx)
+		ran <- runResult{res, err}
+	}()
+	var res Result
+	var err error
+	select {
+	case r := <-ran:
+		res, err = r.res, r.err
+	case <-time.After(30 * time.Second):
+		// Every bound of the timeline's configuration is 2 s at most.
+		log.mu.Lock()
+		defer log.mu.Unlock()
+		t.Fatalf("%s: Run did not return within 30s; log:\n%s", tl.desc, log.w)
+	}
 	<-done
 	if err != nil {
 		t.Fatalf("%s: %v", tl.desc, err)
