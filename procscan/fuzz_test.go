@@ -206,6 +206,9 @@ var (
 		"1:cpu:/\n0::/../app",
 		"1:cpu:/\n0::/",
 		"1:cpu:/kubepods/other\n0::/",
+		"0::/../../..", // not yet moved into its container's cgroup
+		"1:cpu:/kubepods/pause\n0::/../pause",
+		"1:cpu:/system.slice/containerd.service\n0::/../app",
 	}
 )
 
@@ -260,6 +263,13 @@ func checkPod(t *testing.T, procs []Process, self int, rules Rules, pod Pod) {
 	for id := range liveIDs {
 		if u, ok := unifiedLine(id); ok {
 			unique[u]++
+		}
+	}
+	// The pause container, the reference for Settled.
+	pauseCgroup := ""
+	for _, c := range pod.Containers {
+		if slices.ContainsFunc(c.Processes, func(p Process) bool { return p.PID == 1 && p.PID != self }) {
+			pauseCgroup = c.ID
 		}
 	}
 	where := map[int]int{} // pid -> container index
@@ -322,6 +332,8 @@ func checkPod(t *testing.T, procs []Process, self int, rules Rules, pod Pod) {
 			want = Self
 		case hasOne:
 			want = Pause
+		case c.HasMain && !settledOracle(c.ID, pauseCgroup, c.Main.Exiting):
+			want = Starting
 		case c.HasMain && c.Main.Matches(rules.Sidecar):
 			want = Sidecar
 		case c.HasMain && c.Main.Matches(rules.Ignore):

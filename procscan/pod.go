@@ -21,10 +21,11 @@ const (
 	Sidecar
 	// Ignored is neither waited for nor stopped.
 	Ignored
-	// Starting is a container the runtime has created but not started: its
+	// Starting is a container the runtime has not finished setting up: its
 	// main process is still the runtime's init, which will exec the
-	// entrypoint in place (same PID). What it is cannot be told yet; a later
-	// scan will.
+	// entrypoint in place (same PID), or is not yet in its container's
+	// cgroup (see Settled). What it is cannot be told yet; a later scan
+	// will.
 	Starting
 )
 
@@ -156,6 +157,17 @@ func Classify(procs []Process, selfPID int, rules Rules) Pod {
 		add(c, p)
 	}
 
+	// The pause container is the reference for where the pod's containers
+	// live in each cgroup hierarchy (see Settled).
+	var pauseCgroup string
+	for _, c := range order {
+		for _, p := range c.Processes {
+			if p.PID == 1 && p.PID != selfPID {
+				pauseCgroup = c.ID
+			}
+		}
+	}
+
 	pod := Pod{Containers: make([]Container, 0, len(order))}
 	for _, c := range order {
 		sort.Slice(c.Processes, func(i, j int) bool { return c.Processes[i].PID < c.Processes[j].PID })
@@ -176,6 +188,8 @@ func Classify(procs []Process, selfPID int, rules Rules) Pod {
 			c.Kind = Self
 		case pause:
 			c.Kind = Pause
+		case c.HasMain && !Settled(c.ID, pauseCgroup, c.Main.Exiting):
+			c.Kind = Starting
 		case c.HasMain && c.Main.Matches(rules.Sidecar):
 			c.Kind = Sidecar
 		case c.HasMain && c.Main.Matches(rules.Ignore):
@@ -196,6 +210,81 @@ func Classify(procs []Process, selfPID int, rules Rules) Pod {
 		return firstPID(pod.Containers[i]) < firstPID(pod.Containers[j])
 	})
 	return pod
+}
+
+// Settled reports whether a cgroup content is that of a container of the
+// pod, placed as the pause container's (pause) is. Kubernetes puts every
+// container of a pod, the pause included, in a cgroup of its own under the
+// pod's cgroup (the kubelet gives the runtime the pod's cgroup as every
+// container's parent), so on each hierarchy a container's path lies under
+// the same parent as the pause container's. A process caught between its
+// creation and its move into its container's cgroup (a runtime that moves
+// it after the fork, the e2e harness's podsim enter) is still in its
+// creator's cgroup: outside that parent (from the supervisor's cgroup
+// namespace, a path such as "/../../.."). Taking it for a container then
+// would give it an identity it loses at the next scan (issue 15).
+//
+// A hierarchy where the pause container's path is "/" (the runtime does
+// not place containers apart there, or it is the reader's own root) says
+// nothing; with no pause container (pause = ""), every content is settled.
+// An exiting process shows "/" for its v1 lines, so only its unified line
+// ("0::") is compared.
+func Settled(cgroup, pause string, exiting bool) bool {
+	if pause == "" {
+		return true
+	}
+	paths := map[string]string{} // "hierarchy-id:controllers" -> path
+	for _, line := range strings.Split(cgroup, "\n") {
+		h, path, ok := splitCgroupLine(line)
+		if ok {
+			paths[h] = path
+		}
+	}
+	for _, line := range strings.Split(pause, "\n") {
+		h, ref, ok := splitCgroupLine(line)
+		if !ok || ref == "/" || (exiting && h != "0:") {
+			continue
+		}
+		path, ok := paths[h]
+		if !ok || !under(path, cgroupDir(ref)) {
+			return false
+		}
+	}
+	return true
+}
+
+// splitCgroupLine splits "12:memory:/path" into "12:memory" and "/path".
+func splitCgroupLine(line string) (hierarchy, path string, ok bool) {
+	parts := strings.SplitN(line, ":", 3)
+	if len(parts) != 3 || !strings.HasPrefix(parts[2], "/") {
+		return "", "", false
+	}
+	return parts[0] + ":" + parts[1], parts[2], true
+}
+
+// cgroupDir is the parent of a cgroup path as /proc shows it: "/a/b" ->
+// "/a"; "/../x" -> "/.." (a path outside the reader's cgroup namespace).
+func cgroupDir(p string) string {
+	p = strings.TrimRight(p, "/")
+	i := strings.LastIndexByte(p, '/')
+	if i <= 0 {
+		return "/"
+	}
+	return p[:i]
+}
+
+// under reports whether p lies in a cgroup directly below dir, or deeper
+// (a container may make cgroups of its own inside its cgroup): its next
+// element after dir is a real name, not "..".
+func under(p, dir string) bool {
+	if dir != "/" {
+		if !strings.HasPrefix(p, dir+"/") {
+			return false
+		}
+		p = p[len(dir):]
+	}
+	next, _, _ := strings.Cut(p[1:], "/")
+	return next != "" && next != "." && next != ".."
 }
 
 // runtimeInit reports whether p is a container runtime's init process that

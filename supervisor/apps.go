@@ -87,8 +87,22 @@ func (r *run) adopt(pod procscan.Pod) []*app {
 			continue
 		}
 		r.seen[c.ID] = true
+		if c.HasMain {
+			// One process is one app instance, whatever its cgroup read
+			// when it was adopted: a process the runtime moved into its
+			// container since is the same instance, not a new container.
+			if a := r.instances[procKey(c.Main)]; a != nil {
+				r.log.Info().Int("pid", c.Main.PID).Str("container", c.Name).Str("was", a.container).
+					Msg("app seen in another cgroup: the same instance, moved by the runtime")
+				a.container = c.Name
+				continue
+			}
+		}
 		a := &app{container: c.Name, main: c.Main}
 		r.apps = append(r.apps, a)
+		if c.HasMain {
+			r.instances[procKey(c.Main)] = a
+		}
 		if len(r.awaiting) > 0 {
 			old := r.awaiting[0]
 			r.awaiting = r.awaiting[1:]
@@ -118,6 +132,14 @@ func (r *run) adopt(pod procscan.Pod) []*app {
 	}
 	return held
 }
+
+// instance names one process for good: a PID with its start time.
+type instance struct {
+	pid   int
+	start uint64
+}
+
+func procKey(p procscan.Process) instance { return instance{p.PID, p.StartTime} }
 
 // holdSidecar keeps a pidfd on a sidecar's main process from the moment it
 // is seen, so the stop can go straight to it.

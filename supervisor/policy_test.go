@@ -71,6 +71,76 @@ func TestOnFailureRestartDuringDiscovery(t *testing.T) {
 	}
 }
 
+// TestOnFailureOneProcessTwoCgroups: issue 15. A restarted app's main
+// process is first seen before the runtime moved it into its cgroup (here
+// "/", as procscan reports one when it cannot tell: no pause container to
+// compare with), then in its real cgroup. It is one instance: it fills one
+// slot, and its one exit 0 does not end the run while the other app still
+// awaits its own restart.
+func TestOnFailureOneProcessTwoCgroups(t *testing.T) {
+	h := start(t, testConfig(t, "SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_APP_CONTAINERS=2"),
+		container(procscan.App, "app0", 8), container(procscan.App, "app1", 16), container(procscan.Sidecar, "pilot-agent", 100))
+	app0, app1 := h.proc(8), h.proc(16)
+	app1.exit(exited(1))
+	waitLog(t, h, `"container":"app1","message":"app failed under restartPolicy OnFailure`)
+	moving := container(procscan.App, "/", 66) // app1's restart, not yet in its cgroup
+	h.pod.add(moving)
+	waitLog(t, h, `"container":"/","replaces":"app1"`)
+	app0.exit(exited(1))
+	waitLog(t, h, `"container":"app0","message":"app failed under restartPolicy OnFailure`)
+	settled := container(procscan.App, "app1-r1", 66)
+	h.pod.mu.Lock()
+	for i, c := range h.pod.containers {
+		if c.ID == "/" {
+			h.pod.containers[i] = settled
+		}
+	}
+	scans := h.pod.scans
+	h.pod.mu.Unlock()
+	// Let the run see pid 66 in app1-r1 (it scans while a restart is
+	// awaited; a run that wrongly ended scans no more).
+	for deadline := time.Now().Add(time.Second); h.pod.scanCount() < scans+2 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	h.proc(66).exit(exited(0))
+	noSignalFor(t, h, 200*time.Millisecond) // app0's restart is still to come
+	h.pod.add(container(procscan.App, "app0-r1", 70))
+	h.proc(70).exit(exited(0))
+	res, err := h.wait()
+	if err != nil || res.Outcome != Success {
+		t.Fatalf("res %+v err %v; log:\n%s", res, err, h.log)
+	}
+	if diff := cmp.Diff([]string{"SIGTERM 100"}, h.kernel.sent()); diff != "" {
+		t.Errorf("signals (-want +got):\n%s", diff)
+	}
+	var names []string
+	for _, a := range res.Apps {
+		names = append(names, a.Container)
+	}
+	if !strings.Contains(h.log.String(), `"container":"app1-r1","was":"/","message":"app seen in another cgroup`) {
+		t.Errorf("the move is not logged; log:\n%s", h.log)
+	}
+	if diff := cmp.Diff([]string{"app1-r1", "app0-r1"}, names); diff != "" {
+		t.Errorf("decided on (-want +got):\n%s\nlog:\n%s", diff, h.log)
+	}
+}
+
+// waitLog waits (bounded) until the run's log holds s.
+func waitLog(t *testing.T, h *harness, s string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		h.logw.mu.Lock()
+		ok := strings.Contains(h.log.String(), s)
+		h.logw.mu.Unlock()
+		if ok {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatalf("the log never said %s; log:\n%s", s, h.log)
+}
+
 // TestOnFailureUnknown: with no status, a restart is awaited for
 // RestartTimeout; none comes, so the app is taken as finished (unknown).
 func TestOnFailureUnknown(t *testing.T) {
@@ -185,6 +255,19 @@ func noSignalFor(t *testing.T, h *harness, d time.Duration) {
 	}
 }
 
+// move replaces the container whose main process is pid by c.
+func (f *fakePod) move(pid int, c procscan.Container) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i := range f.containers {
+		if f.containers[i].Main.PID == pid {
+			f.containers[i] = c
+			return
+		}
+	}
+	f.containers = append(f.containers, c)
+}
+
 func (f *fakePod) scanCount() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -225,6 +308,20 @@ type attempt struct {
 	after  time.Duration // after the previous attempt ended (or t0)
 	runs   time.Duration
 	status ExitStatus
+	// moving is how long its main process shows in no container of its
+	// own before the runtime moves it into its cgroup (issue 15): as
+	// procscan reports it, Starting, or, with no pause container to
+	// compare with, an App in the creator's cgroup "/".
+	moving   time.Duration
+	movingAs procscan.Kind
+}
+
+func (a attempt) String() string {
+	s := fmt.Sprintf("{%v %v %v", a.after, a.runs, a.status)
+	if a.moving > 0 {
+		s += fmt.Sprintf(" moving %v as %v", a.moving, a.movingAs)
+	}
+	return s + "}"
 }
 
 type timeline struct {
@@ -261,7 +358,15 @@ func newTimeline(r *rand.Rand) timeline {
 			if tl.policy == OnFailure && k == 3 {
 				st = exited(0) // the Job gives up on the pod otherwise (deletion, below)
 			}
-			atts = append(atts, attempt{after: first, runs: 20*time.Millisecond + ms(150), status: st})
+			att := attempt{after: first, runs: 20*time.Millisecond + ms(150), status: st}
+			if r.Intn(3) == 0 {
+				att.moving, att.movingAs = 1+ms(50), procscan.Starting
+				if r.Intn(2) == 0 {
+					att.movingAs = procscan.App
+				}
+				att.runs += att.moving
+			}
+			atts = append(atts, att)
 			if tl.policy == Never || st.Success() {
 				break
 			}
@@ -324,8 +429,15 @@ func (tl timeline) run(t *testing.T) {
 					lastStart = time.Now()
 					mu.Unlock()
 					fp := k.spawn(p)
-					pod.add(container(procscan.App, name, p))
-					time.Sleep(a.runs)
+					if a.moving > 0 {
+						pod.add(container(a.movingAs, "/", p))
+						time.Sleep(a.moving)
+						pod.move(p, container(procscan.App, name, p))
+						time.Sleep(a.runs - a.moving)
+					} else {
+						pod.add(container(procscan.App, name, p))
+						time.Sleep(a.runs)
+					}
 					mu.Lock()
 					lastEnd = time.Now()
 					mu.Unlock()

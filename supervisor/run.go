@@ -83,6 +83,9 @@ type run struct {
 	slots int             // app containers (a restart fills its old one's)
 	want  int             // how many were expected
 	seen  map[string]bool // container IDs already adopted
+	// instances are the app instances by their main process: a process
+	// is never more than one.
+	instances map[instance]*app
 	// kinds is what each container was when first seen with its main
 	// process (kindOf).
 	kinds map[string]procscan.Kind
@@ -103,7 +106,7 @@ type state func(ctx context.Context) (state, error)
 // Run supervises until the sidecars are stopped or ctx is cancelled (pod
 // deletion). Errors mean the supervisor cannot work here (exit 1).
 func (s *Supervisor) Run(ctx context.Context) (Result, error) {
-	r := &run{Supervisor: s, seen: map[string]bool{}, kinds: map[string]procscan.Kind{}, warned: map[int]bool{}}
+	r := &run{Supervisor: s, seen: map[string]bool{}, instances: map[instance]*app{}, kinds: map[string]procscan.Kind{}, warned: map[int]bool{}}
 	defer func() {
 		for _, a := range r.apps {
 			if a.proc != nil {

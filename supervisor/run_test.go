@@ -182,6 +182,7 @@ type harness struct {
 	pod    *fakePod
 	kernel *fakeKernel
 	log    *bytes.Buffer
+	logw   *syncWriter // writes log; its mutex guards reads while the run goes on
 	posts  []string
 	code   int
 	err    error
@@ -212,7 +213,8 @@ func start(t *testing.T, cfg Config, containers ...procscan.Container) *harness 
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
 	t.Cleanup(cancel)
-	logger := zerolog.New(&syncWriter{w: h.log})
+	h.logw = &syncWriter{w: h.log}
+	logger := zerolog.New(h.logw)
 	s := New(cfg, logger, h.pod, h.kernel, post)
 	go func() {
 		res, err := s.Run(ctx)

@@ -185,6 +185,9 @@ func (n Namespaces) enter(p *Pod, c *Container, cgroup string, argv []string, ou
 	if c.NoNewPrivs {
 		args = append(args, "--no-new-privs")
 	}
+	if c.CgroupDelay > 0 {
+		args = append(args, "--cgroup-delay", c.CgroupDelay.String())
+	}
 	// enter closes fd 3 when it executes argv: Start returns only then, so
 	// that a container seen from the pod already runs its command, as its
 	// uid (runc's pid file likewise comes after the execve).

@@ -102,6 +102,14 @@ type Container struct {
 	// StartDelay holds the container's start back, as a slow image pull
 	// does; the containers after it wait too.
 	StartDelay time.Duration
+	// CgroupDelay keeps each attempt's main process this long in the
+	// cgroup of its creator, in the pod's PID namespace already, before it
+	// joins its own (namespaces backend only): the window in which a
+	// runtime that moves a process after creating it shows it in no
+	// container of the pod (issue 15). runc places its init in the
+	// container's cgroup before it enters the pod's PID namespace, so the
+	// runc backend has no such window.
+	CgroupDelay time.Duration
 	// PostStart runs in the container after it starts; the next container
 	// starts only once it returns (how Istio holds the application until
 	// the proxy is ready).

@@ -47,6 +47,10 @@ type App struct {
 	// the pod's last container, find it first however slowly the machine
 	// starts containers, instead of betting on a --sleep.
 	Cued bool
+	// CgroupDelay keeps every run's main process that long out of its
+	// container's cgroup, in the pod already (pod.Container.CgroupDelay;
+	// namespaces backend only).
+	CgroupDelay time.Duration
 }
 
 // Desc describes a pod independently of the backend.
@@ -172,7 +176,7 @@ func BuildNamespaces(d Desc, tl pod.Tools) (Built, error) {
 			return Built{}, err
 		}
 		argv := append([]string{tl.Podsim, "app", "--record", filepath.Join(dir, a.Name+".record")}, cue...)
-		apps = append(apps, pod.Container{Name: a.Name, Argv: append(argv, a.Args...), UID: a.UID, GID: a.UID})
+		apps = append(apps, pod.Container{Name: a.Name, Argv: append(argv, a.Args...), UID: a.UID, GID: a.UID, CgroupDelay: a.CgroupDelay})
 	}
 	var proxy *pod.Container
 	switch d.Proxy {

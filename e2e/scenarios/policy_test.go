@@ -382,7 +382,13 @@ func TestRandomPods(t *testing.T) {
 				args = noFailure(args)
 			}
 			name := fmt.Sprintf("app%d", a)
-			apps = append(apps, App{Name: name, Args: args})
+			app := App{Name: name, Args: args}
+			if r.Intn(2) == 0 {
+				// Seen in no container of the pod for a while at each
+				// start (issue 15; the namespaces backend only).
+				app.CgroupDelay = time.Duration(50+r.Intn(350)) * time.Millisecond
+			}
+			apps = append(apps, app)
 			names = append(names, name)
 		}
 		desc := fmt.Sprintf("%s %v", policy, apps)
@@ -446,5 +452,48 @@ func checkInvariants(t *testing.T, ends []time.Time, signalled time.Time, runs i
 	// stand between; 2 s is far above all three.
 	if late := signalled.Sub(last); late > 2*time.Second {
 		t.Errorf("sidecar signalled %s after the last app run ended", late)
+	}
+}
+
+// TestRestartNotYetMoved: issue 15's pod, with every restart's main process
+// held 800ms (eight scans) in the pod's PID namespace before it joins its
+// container's cgroup. Under OnFailure app1 fails once, then app0 fails
+// (300ms later, while app1's restart is still out of its cgroup) and fails
+// once more (app1 starts 800ms after app0, the first start waiting too);
+// the sidecar must outlive every run. Before the fix the
+// supervisor took app1's restart for app1's, then, in its real cgroup, for
+// a new container filling app0's slot: its one exit 0 counted for both, and
+// istio-proxy was stopped while app0 still had runs to go. On the runc
+// backend (runc places its init in the cgroup first) the same pod runs
+// without the window.
+func TestRestartNotYetMoved(t *testing.T) {
+	names := []string{"app0", "app1"}
+	for _, b := range builders(t) {
+		t.Run(b.name, func(t *testing.T) {
+			apps := []App{
+				{Name: "app0", Args: []string{"--fail-first", "2", "--sleep", "2600ms"}, CgroupDelay: 800 * time.Millisecond},
+				{Name: "app1", Args: []string{"--fail-first", "1", "--sleep", "1500ms"}, CgroupDelay: 800 * time.Millisecond},
+			}
+			env := append([]string{"SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_APP_CONTAINERS=2", "SUPERVISOR_DELETION_GRACE=0s"}, policyEnv...)
+			built, err := b.build(Desc{Name: "notmoved", Policy: pod.OnFailure, Apps: apps, SupervisorEnv: env})
+			if err != nil {
+				t.Fatal(err)
+			}
+			stampFiles := withStamps(&built, names)
+			p, st := runBuilt(t, built, 2*time.Minute)
+			if st.Phase != pod.Succeeded {
+				t.Fatalf("phase %s, want Succeeded: %s", st.Phase, st)
+			}
+			runs := 0
+			for _, c := range st.Containers {
+				if slices.Contains(names, c.Name) {
+					runs += 1 + c.Restarts
+				}
+			}
+			if runs != 5 {
+				t.Errorf("%d app runs, want 5 (app0 three, app1 two): %s", runs, st)
+			}
+			checkInvariants(t, appEnds(stampFiles), signalledAt(p), runs)
+		})
 	}
 }

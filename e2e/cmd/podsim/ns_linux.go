@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -100,6 +101,7 @@ func enter(args []string) error {
 	dir := fs.String("dir", "/", "working directory")
 	caps := fs.String("caps", "", "capability numbers to keep in the bounding set, comma-separated (\"none\" alone keeps none); unset keeps all")
 	noNewPrivs := fs.Bool("no-new-privs", false, "set no_new_privs (allowPrivilegeEscalation: false)")
+	cgroupDelay := fs.Duration("cgroup-delay", 0, "stay this long in the creator's cgroup before joining --cgroup (a runtime that moves a process after creating it)")
 	execFD := fs.Int("exec-fd", -1, "an inherited descriptor to close when the command is executed (or enter fails): the harness reads EOF on it")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -120,6 +122,7 @@ func enter(args []string) error {
 		return fmt.Errorf("mount /proc: %w", err)
 	}
 	if *cgroup != "" {
+		time.Sleep(*cgroupDelay)
 		if err := joinCgroup(*cgroup); err != nil {
 			return err
 		}
