@@ -146,6 +146,7 @@ func procKey(p procscan.Process) instance { return instance{p.PID, p.StartTime} 
 func (r *run) holdSidecar(c procscan.Container) {
 	for _, s := range r.held {
 		if s.main.PID == c.Main.PID {
+			s.handlerSeen = s.handlerSeen || newSidecar(c, nil).handlerSeen
 			return
 		}
 	}
@@ -153,7 +154,7 @@ func (r *run) holdSidecar(c procscan.Container) {
 	if err != nil {
 		return // gone, or not holdable: the stop's scan will tell
 	}
-	r.held = append(r.held, &sidecar{container: c.Name, main: c.Main, proc: proc})
+	r.held = append(r.held, newSidecar(c, proc))
 	r.log.Info().Int("pid", c.Main.PID).Str("comm", c.Main.Comm).Str("container", c.Name).Msg("sidecar found")
 }
 

@@ -29,8 +29,9 @@ type Config struct {
 	AppContainers int `env:"APP_CONTAINERS" envDefault:"0"`
 	// AppStartTimeout bounds the wait for the application containers.
 	AppStartTimeout time.Duration `env:"APP_START_TIMEOUT" envDefault:"30s"`
-	// SidecarStartTimeout bounds the wait for a sidecar to stop, when the
-	// apps finished before it started.
+	// SidecarStartTimeout bounds the wait for a sidecar to appear, when
+	// the apps finished before it started, and then for it to handle a
+	// graceful signal (sidecars.go).
 	SidecarStartTimeout time.Duration `env:"SIDECAR_START_TIMEOUT" envDefault:"30s"`
 	// StopTimeout is how long a sidecar has to exit after the action before
 	// it gets SIGKILL.
@@ -42,7 +43,8 @@ type Config struct {
 	// SidecarActions gives some sidecars their own action, whatever the
 	// outcome: "cloud-sql-proxy=SIGINT,pilot-agent=http://...".
 	SidecarActions SidecarActions `env:"SIDECAR_ACTIONS"`
-	// HTTPTimeout bounds an HTTP action's request.
+	// HTTPTimeout bounds an HTTP action, retries while nothing answers
+	// included.
 	HTTPTimeout time.Duration `env:"HTTP_TIMEOUT" envDefault:"5s"`
 	// DeletionGrace is how long an application killed by SIGTERM is given to
 	// turn out to be a pod deletion (the supervisor's own SIGTERM) before it

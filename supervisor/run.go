@@ -22,9 +22,12 @@ var ErrNotShared = errors.New("no process outside the supervisor's own container
 // cannot ignore; only a process stuck in the kernel outlasts it.
 const killWait = 10 * time.Second
 
-// Scanner returns the pod as /proc shows it now.
+// Scanner returns the pod as /proc shows it now, and what it shows of one
+// process: its signal dispositions, its children.
 type Scanner interface {
 	Scan() (procscan.Pod, error)
+	Signals(pid int) (procscan.Signals, error)
+	Children(pid int) ([]procscan.Process, error)
 }
 
 // ProcScanner is the real Scanner: procscan over a proc filesystem.
@@ -41,6 +44,28 @@ func (p ProcScanner) Scan() (procscan.Pod, error) {
 		return procscan.Pod{}, err
 	}
 	return procscan.Classify(procs, p.Self, p.Rules), nil
+}
+
+// Signals reads a process's signal dispositions.
+func (p ProcScanner) Signals(pid int) (procscan.Signals, error) { return p.Procs.Signals(pid) }
+
+// Children lists a process's children, from a scan of the whole of /proc
+// where the kernel has no children files.
+func (p ProcScanner) Children(pid int) ([]procscan.Process, error) {
+	kids, err := p.Procs.Children(pid)
+	if !errors.Is(err, procscan.ErrNoChildrenFile) {
+		return kids, err
+	}
+	procs, err := p.Procs.Processes()
+	if err != nil {
+		return nil, err
+	}
+	for _, q := range procs {
+		if q.PPID == pid {
+			kids = append(kids, q)
+		}
+	}
+	return kids, nil
 }
 
 // PostFunc sends an HTTP action; Post is the real one.

@@ -23,6 +23,7 @@ type fakePod struct {
 	containers []procscan.Container
 	err        error
 	scans      int
+	unhandled  map[int]bool // PIDs that handle no signal (Signals)
 }
 
 func (f *fakePod) Scan() (procscan.Pod, error) {
@@ -32,15 +33,56 @@ func (f *fakePod) Scan() (procscan.Pod, error) {
 	return procscan.Pod{Containers: append([]procscan.Container(nil), f.containers...)}, f.err
 }
 
+// Signals: every process handles every signal, unless unhandled says
+// otherwise for its PID.
+func (f *fakePod) Signals(pid int) (procscan.Signals, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.unhandled[pid] {
+		return procscan.Signals{}, nil
+	}
+	return procscan.Signals{Caught: ^uint64(0)}, nil
+}
+
+// Children lists the processes of the pod whose parent is pid.
+func (f *fakePod) Children(pid int) ([]procscan.Process, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []procscan.Process
+	for _, c := range f.containers {
+		for _, p := range c.Processes {
+			if p.PPID == pid {
+				out = append(out, p)
+			}
+		}
+	}
+	return out, nil
+}
+
+func (f *fakePod) setUnhandled(pid int, v bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.unhandled == nil {
+		f.unhandled = map[int]bool{}
+	}
+	f.unhandled[pid] = v
+}
+
 func (f *fakePod) add(c procscan.Container) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.containers = append(f.containers, c)
 }
 
+// container is a container whose main process is named name; a
+// pilot-agent has its envoy child (so it handles SIGTERM: knownSidecars).
 func container(kind procscan.Kind, name string, pid int) procscan.Container {
 	p := procscan.Process{PID: pid, Comm: name, StartTime: uint64(pid)}
-	return procscan.Container{ID: name, Name: name, Kind: kind, Main: p, HasMain: true, Processes: []procscan.Process{p}}
+	c := procscan.Container{ID: name, Name: name, Kind: kind, Main: p, HasMain: true, Processes: []procscan.Process{p}}
+	if name == "pilot-agent" {
+		c.Processes = append(c.Processes, procscan.Process{PID: pid*1000 + 1, PPID: pid, Comm: "envoy", StartTime: uint64(pid + 1)})
+	}
+	return c
 }
 
 // fakeProc is a process the test ends by hand (exit) or that reacts to a
@@ -183,7 +225,10 @@ type harness struct {
 	kernel *fakeKernel
 	log    *bytes.Buffer
 	logw   *syncWriter // writes log; its mutex guards reads while the run goes on
+	postMu sync.Mutex
 	posts  []string
+	// answer, when set before the run, answers the n-th POST (from 1).
+	answer func(n int) (int, error)
 	code   int
 	err    error
 	cancel context.CancelFunc
@@ -199,15 +244,26 @@ type runResult struct {
 // given containers, in the background.
 func start(t *testing.T, cfg Config, containers ...procscan.Container) *harness {
 	t.Helper()
+	return startWith(t, cfg, nil, containers...)
+}
+
+// startWith is start with set called on the harness before the run starts.
+func startWith(t *testing.T, cfg Config, set func(*harness), containers ...procscan.Container) *harness {
+	t.Helper()
 	h := &harness{t: t, pod: &fakePod{}, kernel: newFakeKernel(), log: &bytes.Buffer{}, code: 200, result: make(chan runResult, 1)}
+	if set != nil {
+		set(h)
+	}
 	h.pod.containers = append([]procscan.Container{
 		container(procscan.Pause, "pause", 1), container(procscan.Self, "supervisor", 2),
 	}, containers...)
-	var mu sync.Mutex
 	post := func(ctx context.Context, u *url.URL, timeout time.Duration) (int, error) {
-		mu.Lock()
-		defer mu.Unlock()
+		h.postMu.Lock()
+		defer h.postMu.Unlock()
 		h.posts = append(h.posts, u.String())
+		if h.answer != nil {
+			return h.answer(len(h.posts))
+		}
 		return h.code, h.err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -221,6 +277,13 @@ func start(t *testing.T, cfg Config, containers ...procscan.Container) *harness 
 		h.result <- runResult{res, err}
 	}()
 	return h
+}
+
+// postsSent is the URLs POSTed so far.
+func (h *harness) postsSent() []string {
+	h.postMu.Lock()
+	defer h.postMu.Unlock()
+	return append([]string(nil), h.posts...)
 }
 
 type syncWriter struct {
@@ -266,13 +329,14 @@ func ignoreSignals(Signal) *ExitStatus { return nil }
 
 func TestRunOutcomes(t *testing.T) {
 	tests := []struct {
-		name    string
-		env     []string
-		status  ExitStatus
-		outcome Outcome
-		signals []string
-		posts   []string
-		postErr error
+		name     string
+		env      []string
+		status   ExitStatus
+		outcome  Outcome
+		signals  []string
+		posts    []string
+		postErr  error
+		postCode int
 	}{
 		{name: "exit 0", status: exited(0), outcome: Success, signals: []string{"SIGTERM 100"}},
 		{name: "exit 3", status: exited(3), outcome: Failure, signals: []string{"SIGKILL 100"}},
@@ -282,8 +346,8 @@ func TestRunOutcomes(t *testing.T) {
 		{name: "none", env: []string{"SUPERVISOR_ON_SUCCESS=none"}, status: exited(0), outcome: Success},
 		{name: "http", env: []string{"SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit"}, status: exited(0),
 			outcome: Success, posts: []string{"http://127.0.0.1:15020/quitquitquit"}},
-		{name: "http fails", env: []string{"SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit"}, status: exited(0),
-			outcome: Success, posts: []string{"http://127.0.0.1:15020/quitquitquit"}, postErr: errors.New("connection refused"),
+		{name: "http answers an error", env: []string{"SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit"}, status: exited(0),
+			outcome: Success, posts: []string{"http://127.0.0.1:15020/quitquitquit"}, postCode: 503,
 			signals: []string{"SIGTERM 100"}},
 	}
 	for _, tt := range tests {
@@ -291,7 +355,10 @@ func TestRunOutcomes(t *testing.T) {
 			h := start(t, testConfig(t, tt.env...),
 				container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
 			h.err = tt.postErr
-			if tt.posts != nil && tt.postErr == nil {
+			if tt.postCode != 0 {
+				h.code = tt.postCode
+			}
+			if tt.posts != nil && tt.postErr == nil && tt.postCode == 0 {
 				// pilot-agent exits on its own after /quitquitquit.
 				go func() { p := h.proc(100); <-time.After(10 * time.Millisecond); p.exit(exited(0)) }()
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"time"
 
@@ -61,6 +62,23 @@ type sidecar struct {
 	main      procscan.Process
 	proc      Proc
 	gone      bool
+	// handlerSeen: the child that shows a known sidecar handles SIGTERM
+	// (knownSidecar.handlerWith) has been seen.
+	handlerSeen bool
+}
+
+// newSidecar holds c's main process as a sidecar, noting what the scan
+// showed of its children.
+func newSidecar(c procscan.Container, proc Proc) *sidecar {
+	s := &sidecar{container: c.Name, main: c.Main, proc: proc}
+	if k := knownAs(c.Main); k != nil {
+		for _, p := range c.Processes {
+			if p.PPID == c.Main.PID && p.Matches([]string{k.handlerWith}) {
+				s.handlerSeen = true
+			}
+		}
+	}
+	return s
 }
 
 // maxStopRounds bounds how often sidecars that come back (restarted, or
@@ -141,17 +159,20 @@ func (r *run) actionFor(s *sidecar) Action {
 }
 
 // act applies each sidecar's action: one POST per distinct URL (a failed
-// one falls back to SIGTERM), signals through each pidfd. It returns the
-// deleted state if the pod is deleted meanwhile.
+// one falls back to SIGTERM), signals through each pidfd, a graceful one
+// only once the sidecar handles it (awaitHandler; all within one
+// SidecarStartTimeout). It returns the deleted state if the pod is
+// deleted meanwhile.
 func (r *run) act(ctx context.Context, sidecars []*sidecar) state {
 	posted := map[string]bool{} // URL -> the POST worked
+	handlerDeadline := time.Now().Add(r.cfg.SidecarStartTimeout)
 	for _, s := range sidecars {
 		act := r.actionFor(s)
 		if act.Kind == ActionHTTP {
 			u := act.URL.String()
 			ok, done := posted[u]
 			if !done {
-				code, err := r.post(ctx, act.URL, r.cfg.HTTPTimeout)
+				code, err := r.postUntilAnswered(ctx, act.URL)
 				if ctx.Err() != nil {
 					return r.deleted
 				}
@@ -176,6 +197,11 @@ func (r *run) act(ctx context.Context, sidecars []*sidecar) state {
 		}
 		switch act.Kind {
 		case ActionSignal:
+			if graceful(act.Signal) {
+				if next := r.awaitHandler(ctx, s, act.Signal, handlerDeadline); next != nil {
+					return next
+				}
+			}
 			r.signal(s, act.Signal)
 		case ActionNone:
 			r.log.Info().Int("pid", s.main.PID).Str("container", s.container).Msg("sidecar left running: its action is none")
@@ -183,6 +209,31 @@ func (r *run) act(ctx context.Context, sidecars []*sidecar) state {
 		}
 	}
 	return nil
+}
+
+// postUntilAnswered POSTs an HTTP action, again every ScanInterval while
+// nothing answers (a sidecar still starting: connection refused), until
+// HTTPTimeout has passed since the first try. Any HTTP answer ends it.
+func (r *run) postUntilAnswered(ctx context.Context, u *url.URL) (int, error) {
+	deadline := time.Now().Add(r.cfg.HTTPTimeout)
+	for tries := 1; ; tries++ {
+		code, err := r.post(ctx, u, time.Until(deadline))
+		left := time.Until(deadline)
+		if err == nil || ctx.Err() != nil || left <= 0 {
+			return code, err
+		}
+		if tries == 1 {
+			r.log.Info().Str("url", u.Redacted()).Err(err).Str("timeout", r.cfg.HTTPTimeout.String()).
+				Msg("http action not answered yet: trying again until it is")
+		}
+		t := time.NewTimer(min(r.cfg.ScanInterval, left))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return 0, ctx.Err()
+		case <-t.C:
+		}
+	}
 }
 
 // findSidecars holds the sidecars' main processes, waiting up to
@@ -254,7 +305,7 @@ func (r *run) holdSidecars(pod procscan.Pod, skip map[int]bool) []*sidecar {
 			r.log.Error().Err(err).Int("pid", c.Main.PID).Str("container", c.Name).Msg("cannot hold sidecar")
 			continue
 		}
-		out = append(out, &sidecar{container: c.Name, main: c.Main, proc: proc})
+		out = append(out, newSidecar(c, proc))
 	}
 	return out
 }

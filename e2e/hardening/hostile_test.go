@@ -235,8 +235,8 @@ func TestHostilePod(t *testing.T) {
 		}
 	})
 
-	t.Run("reads only stat, cmdline and cgroup", func(t *testing.T) {
-		checkOpens(t, calls, termLog, appPID)
+	t.Run("reads only stat, cmdline and cgroup, and of the sidecar what its stop needs", func(t *testing.T) {
+		checkOpens(t, calls, termLog, appPID, sidecarPID)
 	})
 
 	t.Run("log lines are JSON", func(t *testing.T) { checkJSONLog(t, out) })
@@ -244,11 +244,13 @@ func TestHostilePod(t *testing.T) {
 
 // checkOpens asserts every file the supervisor opened is one it needs: of
 // another process, only /proc/PID/{stat,cmdline,cgroup} (and the /proc
-// listing), never environ (other containers' secrets), mem, maps, fd or
+// listing), and of the sidecar's main process, which it stops, status
+// (SigCgt, SigIgn) and task/*/children (has pilot-agent started envoy?),
+// never environ (other containers' secrets), mem, maps, fd or
 // anything else; of its own, the termination message and what the Go
 // runtime reads at start. It also asserts that the scans were seen (the
 // app's cmdline was opened), so that a broken trace cannot pass.
-func checkOpens(t *testing.T, calls []straceCall, termLog string, appPID int) {
+func checkOpens(t *testing.T, calls []straceCall, termLog string, appPID, sidecarPID int) {
 	t.Helper()
 	// Each file the supervisor may open besides /proc/PID/{stat,cmdline,cgroup}, and why.
 	allowed := map[string]string{
@@ -279,7 +281,10 @@ func checkOpens(t *testing.T, calls []straceCall, termLog string, appPID int) {
 		}
 		if rest, ok := strings.CutPrefix(path, "/proc/"); ok {
 			if pid, file, ok := strings.Cut(rest, "/"); ok {
-				if _, err := strconv.Atoi(pid); err == nil {
+				if n, err := strconv.Atoi(pid); err == nil {
+					if n == sidecarPID && sidecarFile(file) {
+						continue
+					}
 					if !perPID[file] {
 						t.Errorf("%s(%s) = %s: /proc/PID/%s is not needed", c.name, c.args, c.ret, file)
 					}
@@ -297,4 +302,15 @@ func checkOpens(t *testing.T, calls []straceCall, termLog string, appPID int) {
 	if !sawApp {
 		t.Errorf("no open of /proc/%d/cmdline in the trace: the scans were not seen", appPID)
 	}
+}
+
+// sidecarFile: what the stop reads of the sidecar's main process, besides
+// what every scan reads: status, task (the listing) and task/TID/children.
+func sidecarFile(file string) bool {
+	if file == "status" || file == "task" {
+		return true
+	}
+	tid, rest, ok := strings.Cut(strings.TrimPrefix(file, "task/"), "/")
+	_, err := strconv.Atoi(tid)
+	return strings.HasPrefix(file, "task/") && ok && err == nil && rest == "children"
 }

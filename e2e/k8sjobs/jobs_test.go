@@ -49,6 +49,7 @@ func TestJobs(t *testing.T) {
 			run  func(context.Context, *testing.T)
 		}{
 			{"exit 0 completes", e.exitZero},
+			{"quick apps as istio-proxy starts", e.quickApps},
 			{"exit 3 fails, proxy killed", e.exitThree},
 			{"OnFailure retry keeps the proxy", e.onFailure},
 			{"two apps", e.twoApps},
@@ -149,6 +150,39 @@ func (e *env) exitZero(ctx context.Context, t *testing.T) {
 	e.checkInjected(t, p, shape{apps: []string{"app"}, supervisor: true,
 		supervisorEnv: map[string]string{"SUPERVISOR_RESTART_POLICY": "Never", "SUPERVISOR_APP_CONTAINERS": "1"}})
 	e.checkSucceeded(ctx, t, p, []string{"app"}, "success: {app} exit 0; action SIGTERM; sidecar stopped")
+}
+
+// quickApps: issue 16. Pods whose app ends 1.0-1.9 s after it starts, six
+// at a time: istio-proxy, which the injector puts after the app and the
+// supervisor, starts last, and pilot-agent may be only a moment old when
+// the app is done (an app quicker than this ends before the supervisor
+// starts on this node). A SIGTERM before its signal.Notify kills it (143) and
+// fails the Job (backoffLimit 0). Every pod must succeed, istio-proxy 0.
+func (e *env) quickApps(ctx context.Context, t *testing.T) {
+	const completions, parallel = 12, 6
+	ns := e.namespace(ctx, t, "quick-apps")
+	j := newJob("quick-apps", corev1.RestartPolicyNever, 0, app("app", "sleep 1.$((RANDOM % 10)); exit 0"))
+	j.Spec.Completions, j.Spec.Parallelism = ptr.To(int32(completions)), ptr.To(int32(parallel))
+	e.createJob(ctx, t, ns, j)
+	if cond := e.waitJob(ctx, t, ns, "quick-apps", jobLimit); cond.Type != batchv1.JobComplete {
+		t.Fatalf("job ended %s (%s: %s), want Complete", cond.Type, cond.Reason, cond.Message)
+	}
+	pods := e.jobPods(ctx, t, ns, "quick-apps")
+	waited := 0
+	for _, p := range pods {
+		if p.Status.Phase != corev1.PodSucceeded {
+			t.Errorf("pod %s is %s, want Succeeded", p.Name, p.Status.Phase)
+		}
+		wantExit(t, p, "app", 0)
+		wantExit(t, p, proxyName, 0)
+		if strings.Contains(e.logs(ctx, t, p, supervisorName, false), "sidecar would die of the signal now") {
+			waited++
+		}
+	}
+	if len(pods) != completions {
+		t.Errorf("%d pods, want %d (none failed)", len(pods), completions)
+	}
+	t.Logf("%d pods Succeeded; the supervisor waited for pilot-agent's handler in %d", len(pods), waited)
 }
 
 // exitThree: the app exits 3 in each of the 2 pods backoffLimit 1 allows; the

@@ -72,6 +72,9 @@ type Desc struct {
 	ProxyReadyDelay time.Duration
 	// ProxyStartDelay starts istio-proxy late (after the apps).
 	ProxyStartDelay time.Duration
+	// ProxyHandlerCued: the stand-in asks for SIGTERM (signal.Notify) and
+	// starts envoy only once the test releases HandlerCue (Built.Release).
+	ProxyHandlerCued bool
 	// HoldApp puts istio-proxy first with a postStart hook that waits for
 	// its readiness, as Istio's holdApplicationUntilProxyStarts does.
 	HoldApp bool
@@ -84,6 +87,10 @@ type Desc struct {
 	SupervisorOwnPIDNS bool
 	Grace              time.Duration
 }
+
+// HandlerCue is the name Built.Release takes for the stand-in's handler
+// (Desc.ProxyHandlerCued).
+const HandlerCue = "pilot-agent-handler"
 
 // Built is a pod spec ready to start, and where its records land.
 type Built struct {
@@ -119,6 +126,18 @@ func (b *Built) cue(a App, host, path string) ([]string, error) {
 	}
 	b.cues[a.Name] = host
 	return []string{"--fifo", path}, nil
+}
+
+// handlerCue makes the stand-in's handler cue when d asks for one, and
+// returns its environment.
+func (b *Built) handlerCue(d Desc, host, path string) ([]string, error) {
+	if !d.ProxyHandlerCued {
+		return nil, nil
+	}
+	if _, err := b.cue(App{Name: HandlerCue, Cued: true}, host, path); err != nil {
+		return nil, err
+	}
+	return []string{"PILOT_HANDLER_CUE=" + path}, nil
 }
 
 // Release lets the cued app name end: it opens the app's FIFO for writing
@@ -182,8 +201,12 @@ func BuildNamespaces(d Desc, tl pod.Tools) (Built, error) {
 	switch d.Proxy {
 	case StandIn:
 		b.PilotRecord = filepath.Join(dir, "pilot-agent.record")
+		cue, err := b.handlerCue(d, filepath.Join(dir, HandlerCue+".cue"), filepath.Join(dir, HandlerCue+".cue"))
+		if err != nil {
+			return Built{}, err
+		}
 		proxy = &pod.Container{
-			Argv: []string{tl.PilotAgent, "proxy", "sidecar"}, Env: standInEnv(d, b.PilotRecord),
+			Argv: []string{tl.PilotAgent, "proxy", "sidecar"}, Env: append(standInEnv(d, b.PilotRecord), cue...),
 			PostStart: []string{tl.Podsim, "wait-http", "http://127.0.0.1:15021/healthz/ready", "60s"},
 		}
 	case RealPilot:

@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -226,5 +227,36 @@ func TestRealPilotControl(t *testing.T) {
 				t.Errorf("envoy was drained %v or signalled %v", d, s)
 			}
 		})
+	}
+}
+
+// TestRealPilotStartingAsAppEnds: issue 16 with Istio's own pilot-agent.
+// istio-proxy starts after the app (as the injector orders it, with no
+// holdApplicationUntilProxyStarts) and the app ends as soon as the
+// supervisor, the last container, has found it: pilot-agent is then a few
+// hundred milliseconds old, still before its signal.Notify. Each round's
+// istio-proxy must exit 0, never 143. The log says whether the round hit
+// the window (the supervisor waited for envoy).
+func TestRealPilotStartingAsAppEnds(t *testing.T) {
+	const rounds = 3
+	for _, b := range builders(t) {
+		waited := 0
+		for i := 0; i < rounds; i++ {
+			t.Run(b.name+"/"+strconv.Itoa(i), func(t *testing.T) {
+				d := Desc{Name: "job", Proxy: RealPilot, Apps: []App{{Name: "app", Cued: true, UID: 1000}}}
+				d.SupervisorEnv = append(append([]string{}, fast...), "SUPERVISOR_STOP_TIMEOUT=15s")
+				p, built := run(t, b, d)
+				releaseApps(t, p, built, d.Apps)
+				st := waitPhase(t, p, time.Minute)
+				if st.Phase != pod.Succeeded || st.Container("istio-proxy").ExitCode != 0 {
+					t.Errorf("phase %s, istio-proxy exit %d; want Succeeded and 0 (%s)", st.Phase, st.Container("istio-proxy").ExitCode, st)
+				}
+				msgs := Messages(ParseLog(p.Logs("supervisor")))
+				if slices.Contains(msgs, "sidecar would die of the signal now: waiting until it handles it") {
+					waited++
+				}
+			})
+		}
+		t.Logf("%s: the supervisor waited for pilot-agent's handler in %d of %d rounds", b.name, waited, rounds)
 	}
 }

@@ -74,10 +74,14 @@ func BuildRunc(d Desc, tl pod.Tools, runc string) (Built, error) {
 			return Built{}, err
 		}
 		b.PilotRecord = filepath.Join(shared, "pilot-agent.record")
+		cue, err := b.handlerCue(d, filepath.Join(shared, HandlerCue+".cue"), SharedMount+"/"+HandlerCue+".cue")
+		if err != nil {
+			return Built{}, err
+		}
 		proxy = &pod.Container{
 			Rootfs: root, ReadOnlyRootfs: true, Mounts: sharedMount,
 			Argv: []string{"/usr/local/bin/pilot-agent", "proxy", "sidecar"},
-			Env:  standInEnv(d, SharedMount+"/pilot-agent.record"),
+			Env:  append(standInEnv(d, SharedMount+"/pilot-agent.record"), cue...),
 			// podsim's stand-in has no `wait`: podsim does it.
 			PostStart: []string{"/bin/podsim", "wait-http", "http://127.0.0.1:15021/healthz/ready", "60s"},
 		}

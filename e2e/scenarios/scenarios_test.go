@@ -168,7 +168,7 @@ func TestJobs(t *testing.T) {
 		{
 			name: "HTTP action refused falls back to SIGTERM",
 			desc: Desc{Apps: []App{{Name: "app", Cued: true}},
-				SupervisorEnv: []string{"SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15999/quitquitquit"}},
+				SupervisorEnv: []string{"SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15999/quitquitquit", "SUPERVISOR_HTTP_TIMEOUT=1s"}},
 			phase: pod.Succeeded, codes: map[string]int{"app": 0, "istio-proxy": 0},
 			record:     []string{"signal SIGTERM", "exit 0"},
 			supervisor: []string{"decision", "http action failed: falling back to SIGTERM", "sidecar signalled", "sidecar stopped"},
@@ -465,6 +465,41 @@ func TestControl(t *testing.T) {
 			}
 			if st.Phase != pod.Running || st.Container("app").Running || !st.Container("istio-proxy").Running {
 				t.Errorf("status %s, want Running with the app done and istio-proxy up", st)
+			}
+		})
+	}
+}
+
+// TestSidecarStartingAsAppEnds: issue 16. istio-proxy starts last (as
+// Istio's injector orders it), and its pilot-agent asks for SIGTERM
+// (signal.Notify) only once the test lets it, as the real one asks only
+// after its status server is up; the app ends as soon as the supervisor has
+// found it. A SIGTERM sent then would kill pilot-agent by its Go runtime's
+// default action (143: the pod Failed). The supervisor must wait until
+// pilot-agent has started envoy, and only then stop it: exit 0, the pod
+// Succeeded.
+func TestSidecarStartingAsAppEnds(t *testing.T) {
+	for _, b := range builders(t) {
+		t.Run(b.name, func(t *testing.T) {
+			d := Desc{Name: "job", Apps: []App{{Name: "app", Cued: true, UID: 1000}},
+				ProxyHandlerCued: true, SupervisorEnv: append([]string{}, fast...)}
+			p, built := run(t, b, d)
+			releaseApps(t, p, built, d.Apps) // no waitStandIn: the point is to stop it early
+			waitLogFor(t, p, "sidecar would die of the signal now: waiting until it handles it", "istio-proxy")
+			if err := built.Release(HandlerCue); err != nil {
+				t.Fatal(err)
+			}
+			st := waitPhase(t, p, time.Minute)
+			if st.Phase != pod.Succeeded || st.Container("istio-proxy").ExitCode != 0 {
+				t.Errorf("phase %s, istio-proxy exit %d; want Succeeded and 0 (%s)", st.Phase, st.Container("istio-proxy").ExitCode, st)
+			}
+			if got, want := touched(Record(built.PilotRecord)), []string{"handler", "signal SIGTERM", "exit 0"}; !slices.Equal(got, want) {
+				t.Errorf("pilot-agent record %q, want %q", got, want)
+			}
+			msgs := Messages(ParseLog(p.Logs("supervisor")))
+			want := []string{"decision", "sidecar would die of the signal now: waiting until it handles it", "sidecar handles the signal now", "sidecar signalled", "sidecar stopped"}
+			if !isSubsequence(want, msgs) {
+				t.Errorf("supervisor log %q, want in order %q", msgs, want)
 			}
 		})
 	}

@@ -35,6 +35,12 @@ import (
 //	PILOT_TIMESTAMPS   file to append "signal SIGTERM UNIX_NS" and
 //	                   "quitquitquit UNIX_NS" to, the time each was received
 //	                   (benchmarks; the record's format stays as it is)
+//	PILOT_HANDLER_CUE  a FIFO: it asks for SIGTERM (signal.Notify) only once
+//	                   the FIFO is written and closed, between its status
+//	                   server's start and envoy's, as the real one asks
+//	                   after its status server: until then its Go runtime's
+//	                   handler lets SIGTERM kill it (143). It records
+//	                   "handler" then.
 func pilotAgent(args []string) error {
 	rec := newRecorder(os.Getenv("PILOT_RECORD"))
 	drain := envDuration("PILOT_DRAIN", 200*time.Millisecond)
@@ -42,21 +48,10 @@ func pilotAgent(args []string) error {
 	ignore := os.Getenv("PILOT_IGNORE_TERM") == "1"
 	stamps := newStamper(os.Getenv("PILOT_TIMESTAMPS"))
 
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1)
+	handlerCue := os.Getenv("PILOT_HANDLER_CUE")
 
-	// envoy is a child of its own mode: a PODSIM_MODE that made this
-	// process pilot-agent (under another name) must not make it one too.
-	os.Unsetenv(modeEnv)
-	envoy := exec.Command("/proc/self/exe")
-	envoy.Args = []string{"envoy"}
-	envoy.Stdout, envoy.Stderr = os.Stdout, os.Stderr
-	if err := envoy.Start(); err != nil {
-		return fmt.Errorf("start envoy: %w", err)
-	}
-	go envoy.Wait()
-	rec.log("start pid=%d envoy=%d uid=%d", os.Getpid(), envoy.Process.Pid, os.Getuid())
-
+	// The real pilot-agent's order (pilot/cmd/pilot-agent/app/cmd.go): its
+	// status server, then signal.Notify, then envoy.
 	quit := make(chan struct{})
 	var quitOnce sync.Once
 	admin := http.NewServeMux()
@@ -82,11 +77,35 @@ func pilotAgent(args []string) error {
 	for addr, mux := range map[string]*http.ServeMux{adminAddr: admin, healthAddr: health} {
 		l, err := net.Listen("tcp", addr)
 		if err != nil {
-			envoy.Process.Kill()
 			return fmt.Errorf("listen %s: %w", addr, err)
 		}
 		go http.Serve(l, mux)
 	}
+
+	if handlerCue != "" {
+		// Blocks until the test opens the FIFO for writing, then reads to
+		// its close.
+		if b, err := os.ReadFile(handlerCue); err != nil {
+			return fmt.Errorf("handler cue: %w (read %q)", err, b)
+		}
+	}
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1)
+	if handlerCue != "" {
+		rec.log("handler")
+	}
+
+	// envoy is a child of its own mode: a PODSIM_MODE that made this
+	// process pilot-agent (under another name) must not make it one too.
+	os.Unsetenv(modeEnv)
+	envoy := exec.Command("/proc/self/exe")
+	envoy.Args = []string{"envoy"}
+	envoy.Stdout, envoy.Stderr = os.Stdout, os.Stderr
+	if err := envoy.Start(); err != nil {
+		return fmt.Errorf("start envoy: %w", err)
+	}
+	go envoy.Wait()
+	rec.log("start pid=%d envoy=%d uid=%d", os.Getpid(), envoy.Process.Pid, os.Getuid())
 	stopEnvoy := func() {
 		envoy.Process.Signal(syscall.SIGTERM)
 	}

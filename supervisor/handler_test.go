@@ -1,0 +1,151 @@
+package supervisor
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/procscan"
+)
+
+// Issue 16: a clean stop never kills a sidecar by the signal's default
+// action.
+
+// TestStopWaitsForHandler: a sidecar that neither catches nor ignores
+// SIGTERM yet (SigCgt, SigIgn) gets it only once it does.
+func TestStopWaitsForHandler(t *testing.T) {
+	h := start(t, testConfig(t), container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+	h.pod.setUnhandled(100, true)
+	h.proc(10).exit(exited(0))
+	waitLog(t, h, `"message":"sidecar would die of the signal now: waiting until it handles it"`)
+	noSignalFor(t, h, 100*time.Millisecond)
+	h.pod.setUnhandled(100, false)
+	res, err := h.wait()
+	if err != nil || res.Outcome != Success {
+		t.Fatalf("res %+v err %v", res, err)
+	}
+	if diff := cmp.Diff([]string{"SIGTERM 100"}, h.kernel.sent()); diff != "" {
+		t.Errorf("signals (-want +got):\n%s", diff)
+	}
+	if !strings.Contains(h.log.String(), `"message":"sidecar handles the signal now"`) {
+		t.Errorf("no log of the handler; log:\n%s", h.log)
+	}
+}
+
+// TestStopWaitsForEnvoy: pilot-agent's Go runtime catches SIGTERM from its
+// start, but pilot-agent asks for it (signal.Notify) only just before it
+// starts envoy: until envoy runs, SIGTERM would kill it (143).
+func TestStopWaitsForEnvoy(t *testing.T) {
+	bare := container(procscan.Sidecar, "pilot-agent", 100)
+	bare.Processes = bare.Processes[:1] // no envoy yet
+	h := start(t, testConfig(t), container(procscan.App, "app", 10), bare)
+	h.proc(10).exit(exited(0))
+	waitLog(t, h, `has not started envoy yet`)
+	noSignalFor(t, h, 100*time.Millisecond)
+	h.pod.move(100, container(procscan.Sidecar, "pilot-agent", 100)) // envoy started
+	res, err := h.wait()
+	if err != nil || res.Outcome != Success {
+		t.Fatalf("res %+v err %v", res, err)
+	}
+	if diff := cmp.Diff([]string{"SIGTERM 100"}, h.kernel.sent()); diff != "" {
+		t.Errorf("signals (-want +got):\n%s", diff)
+	}
+}
+
+// TestStopHandlerBound: a sidecar that never handles SIGTERM gets it after
+// SIDECAR_START_TIMEOUT, and the log and the summary say so.
+func TestStopHandlerBound(t *testing.T) {
+	h := start(t, testConfig(t, "SUPERVISOR_SIDECAR_START_TIMEOUT=100ms"),
+		container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+	h.pod.setUnhandled(100, true)
+	h.proc(10).exit(exited(0))
+	res, err := h.wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"SIGTERM 100"}, h.kernel.sent()); diff != "" {
+		t.Errorf("signals (-want +got):\n%s", diff)
+	}
+	if !strings.Contains(res.Summary, "pilot-agent did not handle SIGTERM within 100ms") {
+		t.Errorf("summary %q does not say the sidecar never handled SIGTERM", res.Summary)
+	}
+	if !strings.Contains(h.log.String(), "sending it anyway") {
+		t.Errorf("log does not say so:\n%s", h.log)
+	}
+}
+
+// TestStopSIGKILLDoesNotWait: SIGKILL needs no handler.
+func TestStopSIGKILLDoesNotWait(t *testing.T) {
+	h := start(t, testConfig(t), container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+	h.pod.setUnhandled(100, true)
+	h.proc(10).exit(exited(3))
+	res, err := h.wait()
+	if err != nil || res.Outcome != Failure {
+		t.Fatalf("res %+v err %v", res, err)
+	}
+	if diff := cmp.Diff([]string{"SIGKILL 100"}, h.kernel.sent()); diff != "" {
+		t.Errorf("signals (-want +got):\n%s", diff)
+	}
+	if strings.Contains(h.log.String(), "waiting until it handles it") {
+		t.Errorf("waited for a handler before SIGKILL; log:\n%s", h.log)
+	}
+}
+
+// TestHTTPRetriedUntilAnswered: pilot-agent's status server is not up yet
+// (connection refused): the POST is tried again until it answers.
+func TestHTTPRetriedUntilAnswered(t *testing.T) {
+	const quit = "http://127.0.0.1:15020/quitquitquit"
+	h := startWith(t, testConfig(t, "SUPERVISOR_ON_SUCCESS="+quit), func(h *harness) {
+		h.answer = func(n int) (int, error) {
+			if n < 4 {
+				return 0, errors.New("connect: connection refused")
+			}
+			go func() { time.Sleep(10 * time.Millisecond); h.kernel.proc(100).exit(exited(0)) }()
+			return 200, nil
+		}
+	}, container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+	h.proc(10).exit(exited(0))
+	res, err := h.wait()
+	if err != nil || res.Outcome != Success {
+		t.Fatalf("res %+v err %v", res, err)
+	}
+	if got := h.kernel.sent(); len(got) != 0 {
+		t.Errorf("signals %v, want none (the POST worked)", got)
+	}
+	if diff := cmp.Diff([]string{quit, quit, quit, quit}, h.postsSent()); diff != "" {
+		t.Errorf("posts (-want +got):\n%s", diff)
+	}
+}
+
+// TestHTTPNeverAnswers: the POST is tried until HTTP_TIMEOUT, then the
+// SIGTERM fallback waits for the handler like any graceful signal.
+func TestHTTPNeverAnswers(t *testing.T) {
+	h := startWith(t, testConfig(t, "SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit", "SUPERVISOR_HTTP_TIMEOUT=100ms"), func(h *harness) {
+		h.answer = func(int) (int, error) { return 0, errors.New("connect: connection refused") }
+		h.pod.setUnhandled(100, true)
+	}, container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+	h.proc(10).exit(exited(0))
+	waitLog(t, h, `"message":"sidecar would die of the signal now: waiting until it handles it"`)
+	if n := len(h.postsSent()); n < 2 {
+		t.Errorf("%d POSTs, want it tried again until the bound", n)
+	}
+	h.pod.setUnhandled(100, false)
+	res, err := h.wait()
+	if err != nil || res.Outcome != Success {
+		t.Fatalf("res %+v err %v", res, err)
+	}
+	if diff := cmp.Diff([]string{"SIGTERM 100"}, h.kernel.sent()); diff != "" {
+		t.Errorf("signals (-want +got):\n%s", diff)
+	}
+}
+
+func TestGraceful(t *testing.T) {
+	for sig, want := range map[Signal]bool{SIGTERM: true, SIGINT: true, 1: true, 10: true, 34: true, SIGKILL: false, 19: false, 17: false, 18: false} {
+		if graceful(sig) != want {
+			t.Errorf("graceful(%v) = %v, want %v", sig, !want, want)
+		}
+	}
+}
