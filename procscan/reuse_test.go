@@ -14,7 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/procscan"
-	"github.com/sidecar-supervisor/sidecar-supervisor/supervisor"
+	"github.com/sidecar-supervisor/sidecar-supervisor/supervisor/exitwatch"
 )
 
 // TestPIDReuse recycles a real PID between the scan and the action: a
@@ -41,7 +41,7 @@ func TestPIDReuse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k, err := supervisor.NewPidfdKernel(s, false)
+	k, _, err := exitwatch.New(exitwatch.Config{Method: exitwatch.None})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestPIDReuse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held, err := k.Open(scanned, false)
+	held, err := k.Hold(exitwatch.Process{PID: scanned.PID, StartTime: scanned.StartTime})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,10 +95,10 @@ func TestPIDReuse(t *testing.T) {
 	if st == scanned.StartTime {
 		t.Fatalf("pid %d: the newcomer has the old start time %d", pid, st)
 	}
-	if _, err := k.Open(scanned, false); !errors.Is(err, supervisor.ErrGone) {
+	if _, err := k.Hold(exitwatch.Process{PID: scanned.PID, StartTime: scanned.StartTime}); !errors.Is(err, exitwatch.ErrGone) {
 		t.Errorf("Open of the scanned process after its PID was recycled = %v, want ErrGone", err)
 	}
-	if err := held.Signal(supervisor.SIGTERM); !errors.Is(err, supervisor.ErrGone) {
+	if err := held.Signal(exitwatch.SIGTERM); !errors.Is(err, exitwatch.ErrGone) {
 		t.Errorf("Signal through the old pidfd = %v, want ErrGone", err)
 	}
 	// The newcomer is untouched: no SIGTERM reached it.

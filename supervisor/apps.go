@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sidecar-supervisor/sidecar-supervisor/supervisor/exitwatch"
+
 	"github.com/rs/zerolog"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/procscan"
@@ -18,8 +20,8 @@ import (
 type app struct {
 	container string
 	main      procscan.Process
-	proc      Proc // nil when it was never held
-	status    ExitStatus
+	proc      exitwatch.Proc // nil when it was never held
+	status    exitwatch.Status
 	done      bool
 	// superseded marks a failed instance that a restart replaced: it no
 	// longer counts in the decision.
@@ -51,7 +53,7 @@ func (r *run) discover(ctx context.Context) (state, error) {
 				r.slots++
 				r.apps = append(r.apps, &app{
 					container: fmt.Sprintf("missing-%d", i+1), done: true,
-					status: ExitStatus{Reason: "never seen within " + EnvPrefix + "APP_START_TIMEOUT"},
+					status: exitwatch.Status{Reason: "never seen within " + EnvPrefix + "APP_START_TIMEOUT"},
 				})
 			}
 			return r.wait, nil
@@ -113,21 +115,21 @@ func (r *run) adopt(pod procscan.Pod) []*app {
 			r.slots++
 		}
 		if !c.HasMain {
-			r.exited(a, ExitStatus{Reason: "its main process had exited before the supervisor saw it"})
+			r.exited(a, exitwatch.Status{Reason: "its main process had exited before the supervisor saw it"})
 			continue
 		}
-		proc, err := r.kernel.Open(c.Main, true)
+		proc, err := r.watch.Watch(process(c.Main))
 		switch {
-		case errors.Is(err, ErrGone):
-			r.exited(a, ExitStatus{Reason: "it exited before the supervisor could watch it"})
+		case errors.Is(err, exitwatch.ErrGone):
+			r.exited(a, exitwatch.Status{Reason: "it exited before the supervisor could watch it"})
 		case err != nil:
 			r.log.Error().Err(err).Int("pid", c.Main.PID).Str("container", c.Name).Msg("cannot watch app; its status is unknown")
-			r.exited(a, ExitStatus{Reason: err.Error()})
+			r.exited(a, exitwatch.Status{Reason: err.Error()})
 		default:
 			a.proc = proc
 			held = append(held, a)
 			r.log.Info().Int("pid", c.Main.PID).Str("comm", c.Main.Comm).Str("container", c.Name).
-				Int("uid", c.Main.UID).Str("method", r.kernel.Method()).Msg("app found")
+				Int("uid", c.Main.UID).Str("method", string(r.watch.Method())).Msg("app found")
 		}
 	}
 	return held
@@ -150,7 +152,7 @@ func (r *run) holdSidecar(c procscan.Container) {
 			return
 		}
 	}
-	proc, err := r.kernel.Open(c.Main, false)
+	proc, err := r.watch.Hold(process(c.Main))
 	if err != nil {
 		return // gone, or not holdable: the stop's scan will tell
 	}
@@ -195,7 +197,7 @@ func (r *run) collectExits() {
 // exited records an app instance's end. Under OnFailure a failed instance
 // will be restarted by the kubelet, and one with an unknown status may be:
 // both wait for a restart.
-func (r *run) exited(a *app, s ExitStatus) {
+func (r *run) exited(a *app, s exitwatch.Status) {
 	a.done, a.status = true, s
 	ev := r.log.Info()
 	if !s.Known {
@@ -203,7 +205,7 @@ func (r *run) exited(a *app, s ExitStatus) {
 	}
 	ev = ev.Str("container", a.container)
 	if a.proc != nil {
-		ev = ev.Int("pid", a.main.PID).Str("comm", a.main.Comm).Str("method", r.kernel.Method())
+		ev = ev.Int("pid", a.main.PID).Str("comm", a.main.Comm).Str("method", string(r.watch.Method()))
 	}
 	logStatus(ev, s).Msg("app exited")
 	if r.cfg.RestartPolicy != OnFailure {
@@ -222,7 +224,7 @@ func (r *run) exited(a *app, s ExitStatus) {
 	}
 }
 
-func logStatus(ev *zerolog.Event, s ExitStatus) *zerolog.Event {
+func logStatus(ev *zerolog.Event, s exitwatch.Status) *zerolog.Event {
 	switch {
 	case !s.Known:
 		return ev.Str("status", "unknown").Str("reason", s.Reason)

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sidecar-supervisor/sidecar-supervisor/supervisor/exitwatch"
+
 	"github.com/caarlos0/env/v11"
 	"github.com/rs/zerolog"
 )
@@ -70,7 +72,7 @@ type Config struct {
 	HoldTimeout time.Duration `env:"HOLD_TIMEOUT" envDefault:"20s"`
 	// ExitStatus says how app exit statuses are read: auto, pidfd, ptrace
 	// or none.
-	ExitStatus ExitStatusMode `env:"EXIT_STATUS" envDefault:"auto"`
+	ExitStatus exitwatch.Method `env:"EXIT_STATUS" envDefault:"auto"`
 	// LogLevel and LogFormat shape the log on stderr.
 	LogLevel  zerolog.Level `env:"LOG_LEVEL" envDefault:"info"`
 	LogFormat string        `env:"LOG_FORMAT" envDefault:"json"`
@@ -263,14 +265,14 @@ func (c *Config) Validate(vars map[string]string) []error {
 		if !slices.Contains(c.SidecarProcesses, name) {
 			bad("SIDECAR_ACTIONS", fmt.Sprintf("%q is not in %sSIDECAR_PROCESSES", name, EnvPrefix))
 		}
-		if c.RestartPolicy == OnFailure && a.Kind == ActionSignal && a.Signal == SIGKILL {
+		if c.RestartPolicy == OnFailure && a.Kind == ActionSignal && a.Signal == exitwatch.SIGKILL {
 			bad("SIDECAR_ACTIONS", fmt.Sprintf("%s=SIGKILL under restartPolicy OnFailure makes it exit 137, and the kubelet restarts it", name))
 		}
 	}
 	if c.RestartPolicy == OnFailure {
 		// A sidecar that exits non-zero is itself restarted under OnFailure.
 		for name, a := range map[string]Action{"ON_SUCCESS": c.OnSuccess, "ON_UNKNOWN": c.OnUnknown} {
-			if a.Kind == ActionSignal && a.Signal == SIGKILL {
+			if a.Kind == ActionSignal && a.Signal == exitwatch.SIGKILL {
 				bad(name, "SIGKILL under restartPolicy OnFailure makes the sidecar exit 137, and the kubelet restarts it: use SIGTERM or an http(s) URL")
 			}
 		}

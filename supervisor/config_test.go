@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sidecar-supervisor/sidecar-supervisor/supervisor/exitwatch"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/rs/zerolog"
 )
@@ -17,9 +19,9 @@ func TestConfigDefaults(t *testing.T) {
 	want := Config{
 		SidecarProcesses: []string{"pilot-agent"}, AppContainers: 0,
 		AppStartTimeout: 30 * time.Second, SidecarStartTimeout: 30 * time.Second, StopTimeout: 30 * time.Second,
-		OnSuccess: Action{Kind: ActionSignal, Signal: SIGTERM}, OnFailure: Action{Kind: ActionSignal, Signal: SIGKILL},
-		OnUnknown: Action{Kind: ActionSignal, Signal: SIGTERM}, HTTPTimeout: 5 * time.Second, DeletionGrace: 2 * time.Second,
-		ScanInterval: 100 * time.Millisecond, TerminationMessagePath: "/dev/termination-log", ExitStatus: ModeAuto,
+		OnSuccess: Action{Kind: ActionSignal, Signal: exitwatch.SIGTERM}, OnFailure: Action{Kind: ActionSignal, Signal: exitwatch.SIGKILL},
+		OnUnknown: Action{Kind: ActionSignal, Signal: exitwatch.SIGTERM}, HTTPTimeout: 5 * time.Second, DeletionGrace: 2 * time.Second,
+		ScanInterval: 100 * time.Millisecond, TerminationMessagePath: "/dev/termination-log", ExitStatus: exitwatch.Auto,
 		RestartPolicy: Never, RestartTimeout: 330 * time.Second, HoldTimeout: 20 * time.Second,
 		LogLevel: zerolog.InfoLevel, LogFormat: "json",
 	}
@@ -46,10 +48,10 @@ func TestConfigGood(t *testing.T) {
 			return c.OnSuccess.Kind == ActionHTTP && c.OnSuccess.URL.String() == "http://127.0.0.1:15020/quitquitquit"
 		}},
 		{"SUPERVISOR_ON_SUCCESS=https://localhost/quit", func(c Config) bool { return c.OnSuccess.Kind == ActionHTTP }},
-		{"SUPERVISOR_ON_FAILURE=term", func(c Config) bool { return c.OnFailure == Action{Kind: ActionSignal, Signal: SIGTERM} }},
-		{"SUPERVISOR_ON_FAILURE=9", func(c Config) bool { return c.OnFailure == Action{Kind: ActionSignal, Signal: SIGKILL} }},
+		{"SUPERVISOR_ON_FAILURE=term", func(c Config) bool { return c.OnFailure == Action{Kind: ActionSignal, Signal: exitwatch.SIGTERM} }},
+		{"SUPERVISOR_ON_FAILURE=9", func(c Config) bool { return c.OnFailure == Action{Kind: ActionSignal, Signal: exitwatch.SIGKILL} }},
 		{"SUPERVISOR_ON_UNKNOWN=None", func(c Config) bool { return c.OnUnknown.Kind == ActionNone }},
-		{"SUPERVISOR_ON_UNKNOWN=SIGINT", func(c Config) bool { return c.OnUnknown.Signal == SIGINT }},
+		{"SUPERVISOR_ON_UNKNOWN=SIGINT", func(c Config) bool { return c.OnUnknown.Signal == exitwatch.SIGINT }},
 		{"SUPERVISOR_HTTP_TIMEOUT=1s", func(c Config) bool { return c.HTTPTimeout == time.Second }},
 		{"SUPERVISOR_DELETION_GRACE=0s", func(c Config) bool { return c.DeletionGrace == 0 }},
 		{"SUPERVISOR_SCAN_INTERVAL=1s", func(c Config) bool { return c.ScanInterval == time.Second }},
@@ -57,7 +59,7 @@ func TestConfigGood(t *testing.T) {
 		{"SUPERVISOR_LOG_LEVEL=debug", func(c Config) bool { return c.LogLevel == zerolog.DebugLevel }},
 		{"SUPERVISOR_LOG_LEVEL=WARN", func(c Config) bool { return c.LogLevel == zerolog.WarnLevel }},
 		{"SUPERVISOR_LOG_FORMAT=console", func(c Config) bool { return c.LogFormat == "console" }},
-		{"SUPERVISOR_EXIT_STATUS=ptrace", func(c Config) bool { return c.ExitStatus == ModePtrace }},
+		{"SUPERVISOR_EXIT_STATUS=ptrace", func(c Config) bool { return c.ExitStatus == exitwatch.Ptrace }},
 		{"SUPERVISOR_RESTART_POLICY=OnFailure", func(c Config) bool { return c.RestartPolicy == OnFailure }},
 		{"SUPERVISOR_RESTART_POLICY=always", func(c Config) bool { return c.RestartPolicy == Always }},
 		{"SUPERVISOR_RESTART_TIMEOUT=1m", func(c Config) bool { return c.RestartTimeout == time.Minute }},
@@ -66,10 +68,10 @@ func TestConfigGood(t *testing.T) {
 		{"SUPERVISOR_SIDECAR_ACTIONS=pilot-agent=http://127.0.0.1:15020/quitquitquit", func(c Config) bool {
 			return c.SidecarActions["pilot-agent"].Kind == ActionHTTP
 		}},
-		{"SUPERVISOR_EXIT_STATUS=None", func(c Config) bool { return c.ExitStatus == ModeNone }},
+		{"SUPERVISOR_EXIT_STATUS=None", func(c Config) bool { return c.ExitStatus == exitwatch.None }},
 		// An empty value means the default (a template may render one).
 		{"SUPERVISOR_STOP_TIMEOUT=", func(c Config) bool { return c.StopTimeout == 30*time.Second }},
-		{"SUPERVISOR_ON_FAILURE=", func(c Config) bool { return c.OnFailure.Signal == SIGKILL }},
+		{"SUPERVISOR_ON_FAILURE=", func(c Config) bool { return c.OnFailure.Signal == exitwatch.SIGKILL }},
 	}
 	for _, tt := range tests {
 		cfg, _, err := LoadConfig([]string{tt.env})
@@ -162,16 +164,16 @@ func TestConfigUnknown(t *testing.T) {
 }
 
 func TestSignalNames(t *testing.T) {
-	for in, want := range map[string]Signal{"SIGTERM": 15, "term": 15, "Kill": 9, "SIGUSR1": 10, "2": 2, "34": 34} {
-		got, err := ParseSignal(in)
+	for in, want := range map[string]exitwatch.Signal{"SIGTERM": 15, "term": 15, "Kill": 9, "SIGUSR1": 10, "2": 2, "34": 34} {
+		got, err := exitwatch.ParseSignal(in)
 		if err != nil || got != want {
 			t.Errorf("ParseSignal(%q) = %v, %v; want %v", in, got, err, want)
 		}
 	}
-	if got := Signal(15).String(); got != "SIGTERM" {
+	if got := exitwatch.Signal(15).String(); got != "SIGTERM" {
 		t.Errorf("Signal(15) = %q", got)
 	}
-	if got := Signal(40).String(); got != "SIG40" {
+	if got := exitwatch.Signal(40).String(); got != "SIG40" {
 		t.Errorf("Signal(40) = %q", got)
 	}
 }

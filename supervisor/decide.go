@@ -3,6 +3,8 @@ package supervisor
 import (
 	"fmt"
 	"strings"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/supervisor/exitwatch"
 )
 
 // Outcome is what the application containers' statuses add up to.
@@ -33,7 +35,7 @@ func (o Outcome) String() string {
 // AppStatus is one application container's end.
 type AppStatus struct {
 	Container string
-	Status    ExitStatus
+	Status    exitwatch.Status
 }
 
 // Decide is the whole decision table: any failure makes a Failure (a known
@@ -80,6 +82,6 @@ func (c *Config) ActionFor(o Outcome) Action {
 // killedByTermination reports whether an app's end looks like the kubelet's
 // SIGTERM: killed by it, or exit 143 (128+15), as a shell reports a child
 // killed by it.
-func killedByTermination(s ExitStatus) bool {
-	return s.Known && (s.Signal == SIGTERM || (s.Signal == 0 && s.Code == 128+int(SIGTERM)))
+func killedByTermination(s exitwatch.Status) bool {
+	return s.Known && (s.Signal == exitwatch.SIGTERM || (s.Signal == 0 && s.Code == 128+int(exitwatch.SIGTERM)))
 }

@@ -3,6 +3,8 @@ package supervisor
 import (
 	"strings"
 	"testing"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/supervisor/exitwatch"
 )
 
 func TestDecide(t *testing.T) {
@@ -10,7 +12,7 @@ func TestDecide(t *testing.T) {
 	ok2 := AppStatus{"b", exited(0)}
 	fail := AppStatus{"c", exited(3)}
 	sig := AppStatus{"d", killed(9)}
-	unk := AppStatus{"e", ExitStatus{Reason: "no pidfd exit info"}}
+	unk := AppStatus{"e", exitwatch.Status{Reason: "no pidfd exit info"}}
 	tests := []struct {
 		apps   []AppStatus
 		want   Outcome
@@ -38,25 +40,7 @@ func TestDecide(t *testing.T) {
 	}
 }
 
-func TestExitStatus(t *testing.T) {
-	tests := []struct {
-		raw       uint32
-		want      ExitStatus
-		container int
-	}{
-		{0, exited(0), 0},
-		{3 << 8, exited(3), 3},
-		{255 << 8, exited(255), 255},
-		{9, killed(9), 137},
-		{15, killed(15), 143},
-		{11 | 0x80, killed(11), 139}, // with a core dump
-	}
-	for _, tt := range tests {
-		got := decodeWaitStatus(tt.raw)
-		if got != tt.want || got.ContainerCode() != tt.container {
-			t.Errorf("decodeWaitStatus(%#x) = %+v (code %d), want %+v (code %d)", tt.raw, got, got.ContainerCode(), tt.want, tt.container)
-		}
-	}
+func TestKilledByTermination(t *testing.T) {
 	if !killedByTermination(killed(15)) || !killedByTermination(exited(143)) || killedByTermination(exited(1)) {
 		t.Error("killedByTermination wrong")
 	}

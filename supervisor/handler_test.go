@@ -141,11 +141,3 @@ func TestHTTPNeverAnswers(t *testing.T) {
 		t.Errorf("signals (-want +got):\n%s", diff)
 	}
 }
-
-func TestGraceful(t *testing.T) {
-	for sig, want := range map[Signal]bool{SIGTERM: true, SIGINT: true, 1: true, 10: true, 34: true, SIGKILL: false, 19: false, 17: false, 18: false} {
-		if graceful(sig) != want {
-			t.Errorf("graceful(%v) = %v, want %v", sig, !want, want)
-		}
-	}
-}

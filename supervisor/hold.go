@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/sidecar-supervisor/sidecar-supervisor/supervisor/exitwatch"
+
 	"github.com/rs/zerolog"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/procscan"
@@ -55,7 +57,7 @@ func (h HoldResult) String() string {
 // Hold waits, within timeout, until the main process of every app
 // container visible now has exited. It needs no exit status, so it works
 // with pidfds alone on any kernel, with no privileges.
-func Hold(ctx context.Context, log zerolog.Logger, scan Scanner, kernel Kernel, timeout time.Duration) (HoldResult, error) {
+func Hold(ctx context.Context, log zerolog.Logger, scan Scanner, watch Watcher, timeout time.Duration) (HoldResult, error) {
 	begun := time.Now()
 	pod, err := scan.Scan()
 	if err != nil {
@@ -66,15 +68,15 @@ func Hold(ctx context.Context, log zerolog.Logger, scan Scanner, kernel Kernel, 
 	}
 	type held struct {
 		name string
-		proc Proc
+		proc exitwatch.Proc
 	}
 	var apps []held
 	for _, c := range pod.Of(procscan.App) {
 		if !c.HasMain {
 			continue
 		}
-		proc, err := kernel.Open(c.Main, false)
-		if errors.Is(err, ErrGone) {
+		proc, err := watch.Hold(process(c.Main))
+		if errors.Is(err, exitwatch.ErrGone) {
 			continue
 		}
 		if err != nil {

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sidecar-supervisor/sidecar-supervisor/supervisor/exitwatch"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/rs/zerolog"
 
@@ -28,7 +30,7 @@ func TestOnFailureRestart(t *testing.T) {
 	h.proc(10).exit(exited(1))
 	noSignalFor(t, h, 100*time.Millisecond)
 	h.pod.add(container(procscan.App, "app-r1", 11))
-	h.proc(11).exit(killed(SIGKILL)) // OOM-killed: restarted again
+	h.proc(11).exit(killed(exitwatch.SIGKILL)) // OOM-killed: restarted again
 	noSignalFor(t, h, 100*time.Millisecond)
 	h.pod.add(container(procscan.App, "app-r2", 12))
 	h.proc(12).exit(exited(0))
@@ -226,11 +228,11 @@ func TestSidecarActions(t *testing.T) {
 // have come back.
 func TestSidecarComesBack(t *testing.T) {
 	h := start(t, testConfig(t), container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
-	h.kernel.setOnSignal(func(sig Signal) *ExitStatus {
+	h.kernel.setOnSignal(func(sig exitwatch.Signal) *exitwatch.Status {
 		if !h.pod.has("pilot-agent-r1") {
 			h.pod.add(container(procscan.Sidecar, "pilot-agent-r1", 101))
 		}
-		return &ExitStatus{Known: true, Code: 0}
+		return &exitwatch.Status{Known: true, Code: 0}
 	})
 	h.proc(10).exit(exited(0))
 	res, err := h.wait()
@@ -307,7 +309,7 @@ func TestRandomTimelines(t *testing.T) {
 type attempt struct {
 	after  time.Duration // after the previous attempt ended (or t0)
 	runs   time.Duration
-	status ExitStatus
+	status exitwatch.Status
 	// moving is how long its main process shows in no container of its
 	// own before the runtime moves it into its cgroup (issue 15): as
 	// procscan reports it, Starting, or, with no pause container to
@@ -347,7 +349,7 @@ func newTimeline(r *rand.Rand) timeline {
 			case 0:
 				st = exited(1 + r.Intn(3))
 			case 1:
-				st = killed(SIGKILL)
+				st = killed(exitwatch.SIGKILL)
 			}
 			first := time.Duration(0)
 			if k == 0 {
@@ -399,13 +401,13 @@ func (tl timeline) run(t *testing.T) {
 	var lastEnd time.Time   // when the last attempt of any slot ended
 	var lastStart time.Time // when the last attempt started
 	var firstSignal time.Time
-	k.onSignal = func(sig Signal) *ExitStatus {
+	k.onSignal = func(sig exitwatch.Signal) *exitwatch.Status {
 		mu.Lock()
 		if firstSignal.IsZero() {
 			firstSignal = time.Now()
 		}
 		mu.Unlock()
-		return &ExitStatus{Known: true, Signal: sig}
+		return &exitwatch.Status{Known: true, Signal: sig}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

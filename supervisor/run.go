@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/procscan"
+	"github.com/sidecar-supervisor/sidecar-supervisor/supervisor/exitwatch"
 )
 
 // ErrNotShared means the supervisor sees no process outside its own
@@ -68,24 +69,38 @@ func (p ProcScanner) Children(pid int) ([]procscan.Process, error) {
 	return kids, nil
 }
 
+// Watcher holds processes and reports their exits: exitwatch.Watcher, or
+// a fake in tests. Watch is for an app, whose exit status is wanted; Hold
+// for a sidecar, whose exit alone matters.
+type Watcher interface {
+	Watch(p exitwatch.Process) (exitwatch.Proc, error)
+	Hold(p exitwatch.Process) (exitwatch.Proc, error)
+	Method() exitwatch.Method
+}
+
+// process names a scanned process for exitwatch.
+func process(p procscan.Process) exitwatch.Process {
+	return exitwatch.Process{PID: p.PID, StartTime: p.StartTime}
+}
+
 // PostFunc sends an HTTP action; Post is the real one.
 type PostFunc func(ctx context.Context, u *url.URL, timeout time.Duration) (int, error)
 
 // Supervisor runs the loop described in the package documentation.
 type Supervisor struct {
-	cfg    Config
-	log    zerolog.Logger
-	scan   Scanner
-	kernel Kernel
-	post   PostFunc
+	cfg   Config
+	log   zerolog.Logger
+	scan  Scanner
+	watch Watcher
+	post  PostFunc
 }
 
 // New returns a Supervisor. post may be nil for the real HTTP client.
-func New(cfg Config, log zerolog.Logger, scan Scanner, kernel Kernel, post PostFunc) *Supervisor {
+func New(cfg Config, log zerolog.Logger, scan Scanner, watch Watcher, post PostFunc) *Supervisor {
 	if post == nil {
 		post = Post
 	}
-	return &Supervisor{cfg: cfg, log: log, scan: scan, kernel: kernel, post: post}
+	return &Supervisor{cfg: cfg, log: log, scan: scan, watch: watch, post: post}
 }
 
 // Result is what a run did.

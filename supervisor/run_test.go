@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sidecar-supervisor/sidecar-supervisor/supervisor/exitwatch"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/rs/zerolog"
 
@@ -92,23 +94,23 @@ type fakeProc struct {
 	k       *fakeKernel
 	done    chan struct{}
 	once    sync.Once
-	status  ExitStatus
+	status  exitwatch.Status
 	sidecar bool // opened without status: reacts to signals as k.onSignal says
 }
 
-func (p *fakeProc) PID() int              { return p.pid }
-func (p *fakeProc) Done() <-chan struct{} { return p.done }
-func (p *fakeProc) Status() ExitStatus    { return p.status }
-func (p *fakeProc) Close() error          { return nil }
-func (p *fakeProc) exit(s ExitStatus) {
+func (p *fakeProc) PID() int                 { return p.pid }
+func (p *fakeProc) Done() <-chan struct{}    { return p.done }
+func (p *fakeProc) Status() exitwatch.Status { return p.status }
+func (p *fakeProc) Close() error             { return nil }
+func (p *fakeProc) exit(s exitwatch.Status) {
 	p.once.Do(func() { p.status = s; close(p.done) })
 }
 
-func (p *fakeProc) Signal(sig Signal) error {
+func (p *fakeProc) Signal(sig exitwatch.Signal) error {
 	p.k.record(p.pid, sig)
 	select {
 	case <-p.done:
-		return ErrGone
+		return exitwatch.ErrGone
 	default:
 	}
 	if p.sidecar {
@@ -132,25 +134,29 @@ type fakeKernel struct {
 	signaled chan struct{}
 	// sidecar reaction to signals, for procs opened without status (set it
 	// with setOnSignal once the run has started)
-	onSignal func(Signal) *ExitStatus
+	onSignal func(exitwatch.Signal) *exitwatch.Status
 }
 
 func newFakeKernel() *fakeKernel {
 	return &fakeKernel{procs: map[int]*fakeProc{}, gone: map[int]bool{}, signaled: make(chan struct{}, 100),
 		// A well-behaved sidecar: any signal stops it.
-		onSignal: func(sig Signal) *ExitStatus { return &ExitStatus{Known: true, Signal: sig} }}
+		onSignal: func(sig exitwatch.Signal) *exitwatch.Status { return &exitwatch.Status{Known: true, Signal: sig} }}
 }
 
-func (k *fakeKernel) Open(p procscan.Process, status bool) (Proc, error) {
+// Watch and Hold hold p as an app or as a sidecar.
+func (k *fakeKernel) Watch(p exitwatch.Process) (exitwatch.Proc, error) { return k.open(p, true) }
+func (k *fakeKernel) Hold(p exitwatch.Process) (exitwatch.Proc, error)  { return k.open(p, false) }
+
+func (k *fakeKernel) open(p exitwatch.Process, status bool) (exitwatch.Proc, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.gone[p.PID] {
-		return nil, ErrGone
+		return nil, exitwatch.ErrGone
 	}
 	if fp, ok := k.procs[p.PID]; ok {
 		select {
 		case <-fp.done:
-			return nil, ErrGone // exited and reaped before it was held
+			return nil, exitwatch.ErrGone // exited and reaped before it was held
 		default:
 		}
 		if !status {
@@ -178,19 +184,19 @@ func (k *fakeKernel) proc(pid int) *fakeProc {
 	return k.procs[pid]
 }
 
-func (k *fakeKernel) sidecarReaction() func(Signal) *ExitStatus {
+func (k *fakeKernel) sidecarReaction() func(exitwatch.Signal) *exitwatch.Status {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.onSignal
 }
 
-func (k *fakeKernel) setOnSignal(f func(Signal) *ExitStatus) {
+func (k *fakeKernel) setOnSignal(f func(exitwatch.Signal) *exitwatch.Status) {
 	k.mu.Lock()
 	k.onSignal = f
 	k.mu.Unlock()
 }
 
-func (k *fakeKernel) record(pid int, sig Signal) {
+func (k *fakeKernel) record(pid int, sig exitwatch.Signal) {
 	k.mu.Lock()
 	k.signals = append(k.signals, sig.String()+" "+strconv.Itoa(pid))
 	k.mu.Unlock()
@@ -203,8 +209,8 @@ func (k *fakeKernel) sent() []string {
 	return append([]string(nil), k.signals...)
 }
 
-func (k *fakeKernel) Method() string { return "fake" }
-func (k *fakeKernel) Close() error   { return nil }
+func (k *fakeKernel) Method() exitwatch.Method { return "fake" }
+func (k *fakeKernel) Close() error             { return nil }
 
 func testConfig(t *testing.T, env ...string) Config {
 	t.Helper()
@@ -322,16 +328,16 @@ func (h *harness) wait() (Result, error) {
 	return Result{}, nil
 }
 
-func exited(code int) ExitStatus       { return ExitStatus{Known: true, Code: code} }
-func killed(sig Signal) ExitStatus     { return ExitStatus{Known: true, Signal: sig} }
-func unknownStatus() ExitStatus        { return ExitStatus{Reason: "test"} }
-func ignoreSignals(Signal) *ExitStatus { return nil }
+func exited(code int) exitwatch.Status                 { return exitwatch.Status{Known: true, Code: code} }
+func killed(sig exitwatch.Signal) exitwatch.Status     { return exitwatch.Status{Known: true, Signal: sig} }
+func unknownStatus() exitwatch.Status                  { return exitwatch.Status{Reason: "test"} }
+func ignoreSignals(exitwatch.Signal) *exitwatch.Status { return nil }
 
 func TestRunOutcomes(t *testing.T) {
 	tests := []struct {
 		name     string
 		env      []string
-		status   ExitStatus
+		status   exitwatch.Status
 		outcome  Outcome
 		signals  []string
 		posts    []string
@@ -475,9 +481,9 @@ func TestRunNoSidecar(t *testing.T) {
 func TestRunSidecarIgnoresSIGTERM(t *testing.T) {
 	h := start(t, testConfig(t, "SUPERVISOR_STOP_TIMEOUT=50ms"),
 		container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
-	h.kernel.setOnSignal(func(sig Signal) *ExitStatus {
-		if sig == SIGKILL {
-			return &ExitStatus{Known: true, Signal: SIGKILL}
+	h.kernel.setOnSignal(func(sig exitwatch.Signal) *exitwatch.Status {
+		if sig == exitwatch.SIGKILL {
+			return &exitwatch.Status{Known: true, Signal: exitwatch.SIGKILL}
 		}
 		return nil
 	})
@@ -513,7 +519,7 @@ func TestRunDeletedMidWait(t *testing.T) {
 // supervisor's own SIGTERM follows within the grace; otherwise it is.
 func TestRunDeletionGrace(t *testing.T) {
 	for _, deleted := range []bool{true, false} {
-		for _, st := range []ExitStatus{killed(SIGTERM), exited(143)} {
+		for _, st := range []exitwatch.Status{killed(exitwatch.SIGTERM), exited(143)} {
 			h := start(t, testConfig(t, "SUPERVISOR_DELETION_GRACE=1s"),
 				container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
 			h.proc(10).exit(st)

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/sidecar-supervisor/sidecar-supervisor/supervisor/exitwatch"
+
 	"github.com/sidecar-supervisor/sidecar-supervisor/procscan"
 )
 
@@ -31,7 +33,7 @@ type knownSidecar struct {
 	process string
 	// handles are the signals it stops on gracefully, once handlerWith
 	// runs.
-	handles []Signal
+	handles []exitwatch.Signal
 	// handlerWith is a child the sidecar starts only after it has asked
 	// for handles (signal.Notify).
 	handlerWith string
@@ -45,7 +47,7 @@ var knownSidecars = []knownSidecar{
 	// handler was started before it; envoy's start takes tens of
 	// milliseconds of set-up more (SDS, the xDS proxy), far beyond a
 	// goroutine's first run. Before that, SIGTERM kills it: 143.
-	{process: "pilot-agent", handles: []Signal{SIGINT, SIGTERM}, handlerWith: "envoy"},
+	{process: "pilot-agent", handles: []exitwatch.Signal{exitwatch.SIGINT, exitwatch.SIGTERM}, handlerWith: "envoy"},
 }
 
 func knownAs(p procscan.Process) *knownSidecar {
@@ -57,23 +59,12 @@ func knownAs(p procscan.Process) *knownSidecar {
 	return nil
 }
 
-// graceful reports whether sig's default action would end the process
-// (terminate or core dump): the signals a sidecar must handle before it is
-// sent one. SIGKILL needs no handler.
-func graceful(sig Signal) bool {
-	switch sig {
-	case SIGKILL, 17, 18, 19, 20, 21, 22, 23, 28: // KILL, CHLD, CONT, STOP, TSTP, TTIN, TTOU, URG, WINCH
-		return false
-	}
-	return true
-}
-
 // unready says why s would die of sig's default action now, or "" when it
 // handles sig (or is gone, or cannot be read: then the signal is sent as
 // before, and the reason logged).
-func (r *run) unready(s *sidecar, sig Signal) string {
+func (r *run) unready(s *sidecar, sig exitwatch.Signal) string {
 	sigs, err := r.scan.Signals(s.main.PID)
-	if gone(s) || errors.Is(err, ErrGone) {
+	if gone(s) || errors.Is(err, exitwatch.ErrGone) {
 		return ""
 	}
 	if err != nil {
@@ -88,7 +79,7 @@ func (r *run) unready(s *sidecar, sig Signal) string {
 		return ""
 	}
 	kids, err := r.scan.Children(s.main.PID)
-	if gone(s) || errors.Is(err, ErrGone) {
+	if gone(s) || errors.Is(err, exitwatch.ErrGone) {
 		return ""
 	}
 	for _, c := range kids {
@@ -112,7 +103,7 @@ func gone(s *sidecar) bool {
 // awaitHandler waits until s handles sig, the sidecar exits, or deadline;
 // at the deadline it says so and lets the signal go. It returns the
 // deleted state if the pod is deleted meanwhile.
-func (r *run) awaitHandler(ctx context.Context, s *sidecar, sig Signal, deadline time.Time) state {
+func (r *run) awaitHandler(ctx context.Context, s *sidecar, sig exitwatch.Signal, deadline time.Time) state {
 	begun := time.Now()
 	waiting := false
 	for {

@@ -8,6 +8,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/sidecar-supervisor/sidecar-supervisor/supervisor/exitwatch"
+
 	"github.com/sidecar-supervisor/sidecar-supervisor/procscan"
 )
 
@@ -60,7 +62,7 @@ func (r *run) terminated() *app {
 type sidecar struct {
 	container string
 	main      procscan.Process
-	proc      Proc
+	proc      exitwatch.Proc
 	gone      bool
 	// handlerSeen: the child that shows a known sidecar handles SIGTERM
 	// (knownSidecar.handlerWith) has been seen.
@@ -69,7 +71,7 @@ type sidecar struct {
 
 // newSidecar holds c's main process as a sidecar, noting what the scan
 // showed of its children.
-func newSidecar(c procscan.Container, proc Proc) *sidecar {
+func newSidecar(c procscan.Container, proc exitwatch.Proc) *sidecar {
 	s := &sidecar{container: c.Name, main: c.Main, proc: proc}
 	if k := knownAs(c.Main); k != nil {
 		for _, p := range c.Processes {
@@ -193,11 +195,11 @@ func (r *run) act(ctx context.Context, sidecars []*sidecar) state {
 			if ok {
 				continue
 			}
-			act = Action{Kind: ActionSignal, Signal: SIGTERM}
+			act = Action{Kind: ActionSignal, Signal: exitwatch.SIGTERM}
 		}
 		switch act.Kind {
 		case ActionSignal:
-			if graceful(act.Signal) {
+			if act.Signal.Graceful() {
 				if next := r.awaitHandler(ctx, s, act.Signal, handlerDeadline); next != nil {
 					return next
 				}
@@ -297,8 +299,8 @@ func (r *run) holdSidecars(pod procscan.Pod, skip map[int]bool) []*sidecar {
 		if skip[c.Main.PID] || r.seen[c.ID] || r.kindOf(c) != procscan.Sidecar {
 			continue
 		}
-		proc, err := r.kernel.Open(c.Main, false)
-		if errors.Is(err, ErrGone) {
+		proc, err := r.watch.Hold(process(c.Main))
+		if errors.Is(err, exitwatch.ErrGone) {
 			continue
 		}
 		if err != nil {
@@ -310,12 +312,12 @@ func (r *run) holdSidecars(pod procscan.Pod, skip map[int]bool) []*sidecar {
 	return out
 }
 
-func (r *run) signal(s *sidecar, sig Signal) {
+func (r *run) signal(s *sidecar, sig exitwatch.Signal) {
 	err := s.proc.Signal(sig)
 	ev := r.log.Info()
 	msg := "sidecar signalled"
 	switch {
-	case errors.Is(err, ErrGone):
+	case errors.Is(err, exitwatch.ErrGone):
 		msg = "sidecar already gone"
 	case errors.Is(err, os.ErrPermission):
 		ev = r.log.Error().Err(err).Str("fix", "run the supervisor as the sidecar's uid (istio-proxy: 1337), or use an http(s) action")
@@ -379,7 +381,7 @@ func (r *run) watchSidecars(ctx context.Context, sidecars []*sidecar, begun time
 					r.log.Warn().Int("pid", s.main.PID).Str("container", s.container).Str("timeout", r.cfg.StopTimeout.String()).
 						Msg("sidecar did not stop in time: sending SIGKILL")
 					r.note(fmt.Sprintf("%s did not stop within %s, sent SIGKILL", s.main.Comm, r.cfg.StopTimeout))
-					r.signal(s, SIGKILL)
+					r.signal(s, exitwatch.SIGKILL)
 				}
 			}
 			timer.Reset(killWait)

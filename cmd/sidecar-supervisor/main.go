@@ -28,6 +28,7 @@ import (
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/procscan"
 	"github.com/sidecar-supervisor/sidecar-supervisor/supervisor"
+	"github.com/sidecar-supervisor/sidecar-supervisor/supervisor/exitwatch"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -118,12 +119,13 @@ func hold(cfg supervisor.Config, log zerolog.Logger) int {
 		log.Error().Err(err).Msg("hold: cannot read /proc; not holding")
 		return exitCannotRun
 	}
-	kernel, err := supervisor.NewPidfdKernel(scanner, false)
+	// The hold needs no exit status: pidfds alone, on any kernel.
+	watch, _, err := exitwatch.New(exitwatch.Config{Method: exitwatch.None, Setting: supervisor.EnvPrefix + "EXIT_STATUS"})
 	if err != nil {
 		log.Error().Err(err).Msg("hold: no pidfd support; not holding")
 		return exitCannotRun
 	}
-	defer kernel.Close()
+	defer watch.Close()
 	// The supervisor's own containers (a Job's supervisor) are not apps.
 	rules := procscan.Rules{Sidecar: cfg.SidecarProcesses, Ignore: append(cfg.IgnoreProcesses, supervisor.HoldName)}
 	scan := supervisor.ProcScanner{Procs: scanner, Self: self, Rules: rules}
@@ -131,7 +133,7 @@ func hold(cfg supervisor.Config, log zerolog.Logger) int {
 	// happened in the sidecar's own log too (kubectl logs istio-proxy).
 	log = log.Output(io.MultiWriter(logWriter(cfg, os.Stderr), logWriter(cfg, sidecarLog(scan))))
 	log.Info().Str("version", version).Str("timeout", cfg.HoldTimeout.String()).Msg("hold: keeping the sidecar up until the apps have exited")
-	res, err := supervisor.Hold(ctx, log, scan, kernel, cfg.HoldTimeout)
+	res, err := supervisor.Hold(ctx, log, scan, watch, cfg.HoldTimeout)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		log.Warn().Msg("hold: interrupted")
@@ -179,38 +181,25 @@ func supervise(ctx context.Context, cfg supervisor.Config, log zerolog.Logger) (
 	if err != nil {
 		return supervisor.Result{}, fmt.Errorf("find own executable for the exit probe: %w", err)
 	}
-	probe := []string{exe, probeExitArg}
-	pidfd, err := supervisor.ProbePidfd(probe)
+	watch, choice, err := exitwatch.New(exitwatch.Config{
+		Method: cfg.ExitStatus, Probe: []string{exe, probeExitArg}, Setting: supervisor.EnvPrefix + "EXIT_STATUS"})
 	if err != nil {
 		return supervisor.Result{}, err
 	}
-	choice, err := supervisor.SelectMethod(cfg.ExitStatus, pidfd, func() supervisor.PtraceSupport {
-		return supervisor.ProbePtrace(probe)
-	})
-	if err != nil {
-		return supervisor.Result{}, err
-	}
-	var kernel supervisor.Kernel
+	defer watch.Close()
 	switch choice.Method {
-	case supervisor.MethodPidfd:
+	case exitwatch.Pidfd:
 		log.Info().Str("method", string(choice.Method)).Msg("exit statuses read with pidfd (PIDFD_INFO_EXIT)")
-		kernel, err = supervisor.NewPidfdKernel(scanner, true)
-	case supervisor.MethodPtrace:
+	case exitwatch.Ptrace:
 		log.Info().Str("method", string(choice.Method)).Str("reason", choice.Reason).
 			Msg("exit statuses read with ptrace: the apps' main processes are traced, so they cannot be strace'd meanwhile")
-		kernel, err = supervisor.NewPtraceKernel(scanner)
 	default:
 		log.Warn().Str("method", string(choice.Method)).Str("reason", choice.Reason).
 			Stringer("on_unknown", cfg.OnUnknown).
 			Msg("app exit statuses cannot be read: exits are seen, statuses are unknown and get the on-unknown action")
-		kernel, err = supervisor.NewPidfdKernel(scanner, false)
 	}
-	if err != nil {
-		return supervisor.Result{}, err
-	}
-	defer kernel.Close()
 	rules := procscan.Rules{Sidecar: cfg.SidecarProcesses, Ignore: cfg.IgnoreProcesses}
-	sup := supervisor.New(cfg, log, supervisor.ProcScanner{Procs: scanner, Self: self, Rules: rules}, kernel, nil)
+	sup := supervisor.New(cfg, log, supervisor.ProcScanner{Procs: scanner, Self: self, Rules: rules}, watch, nil)
 	return sup.Run(ctx)
 }
 

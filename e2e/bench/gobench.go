@@ -20,7 +20,7 @@ type goBench struct {
 }
 
 // goBenchPackages are the product's packages with benchmarks.
-var goBenchPackages = []string{"./procscan", "./supervisor"}
+var goBenchPackages = []string{"./procscan", "./supervisor/exitwatch"}
 
 // runGoBench runs the product module's benchmarks and returns them by name,
 // with the raw output.

@@ -1,6 +1,6 @@
 //go:build linux
 
-package supervisor
+package exitwatch
 
 import (
 	"bufio"
@@ -12,36 +12,21 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/sidecar-supervisor/sidecar-supervisor/procscan"
 )
 
 // needPtrace skips unless this process may trace others.
 func needPtrace(t *testing.T) {
 	t.Helper()
-	t.Setenv("HELPER", "exit")
-	sup := ProbePtrace([]string{os.Args[0], "-test.run=^$", "7"})
-	if !sup.OK {
+	sup := probePtrace(testProbe(t, "7"))
+	if !sup.ok {
 		if os.Geteuid() == 0 {
-			t.Fatalf("running as root but ptrace cannot work: %s", sup.Reason)
+			t.Fatalf("running as root but ptrace cannot work: %s", sup.reason)
 		}
-		t.Skipf("ptrace not permitted: %s", sup.Reason)
+		t.Skipf("ptrace not permitted: %s", sup.reason)
 	}
 }
 
-func newPtraceKernel(t *testing.T) *PtraceKernel {
-	t.Helper()
-	s, err := procscan.NewScanner("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := NewPtraceKernel(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { k.Close() })
-	return k
-}
+func newPtraceKernel(t *testing.T) *Watcher { return testWatcher(t, Ptrace) }
 
 // TestPtraceExitStatus: every way a non-child can end, read as its tracer.
 func TestPtraceExitStatus(t *testing.T) {
@@ -49,7 +34,7 @@ func TestPtraceExitStatus(t *testing.T) {
 	k := newPtraceKernel(t)
 	tests := []struct {
 		how  string
-		want ExitStatus
+		want Status
 	}{
 		{"0", exited(0)},
 		{"3", exited(3)},
@@ -67,7 +52,7 @@ func TestPtraceExitStatus(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.how, func(t *testing.T) {
 			g := startGrandchild(t, tt.how)
-			proc, err := k.Open(g.proc, true)
+			proc, err := k.Watch(g.proc)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -89,12 +74,12 @@ func TestPtraceSignalsUnchanged(t *testing.T) {
 	needPtrace(t)
 	k := newPtraceKernel(t)
 	send := []syscall.Signal{syscall.SIGUSR1, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGUSR2, syscall.SIGCHLD}
-	run := func(traced bool) ([]string, ExitStatus) {
+	run := func(traced bool) ([]string, Status) {
 		g := startGrandchild(t, "signals")
 		var proc Proc
 		if traced {
 			var err error
-			if proc, err = k.Open(g.proc, true); err != nil {
+			if proc, err = k.Watch(g.proc); err != nil {
 				t.Fatal(err)
 			}
 			defer proc.Close()
@@ -111,7 +96,7 @@ func TestPtraceSignalsUnchanged(t *testing.T) {
 		}
 		g.end()
 		if proc == nil {
-			return got, ExitStatus{}
+			return got, Status{}
 		}
 		return got, waitDone(t, proc)
 	}
@@ -134,7 +119,7 @@ func TestPtraceStopCont(t *testing.T) {
 	needPtrace(t)
 	k := newPtraceKernel(t)
 	g := startGrandchild(t, "stopcont")
-	proc, err := k.Open(g.proc, true)
+	proc, err := k.Watch(g.proc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +146,7 @@ func TestPtraceChildrenUntraced(t *testing.T) {
 	needPtrace(t)
 	k := newPtraceKernel(t)
 	g := startGrandchild(t, "fork")
-	proc, err := k.Open(g.proc, true)
+	proc, err := k.Watch(g.proc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +170,7 @@ func TestPtraceTracerPid(t *testing.T) {
 	needPtrace(t)
 	k := newPtraceKernel(t)
 	g := startGrandchild(t, "0")
-	proc, err := k.Open(g.proc, true)
+	proc, err := k.Watch(g.proc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,33 +255,33 @@ func statState(path string) (string, error) {
 	return f[0], nil
 }
 
-// TestSelectMethod is the method table.
-func TestSelectMethod(t *testing.T) {
-	yes := PidfdSupport{ExitInfo: true}
-	no := PidfdSupport{Reason: "no PIDFD_INFO_EXIT"}
-	canTrace := func() PtraceSupport { return PtraceSupport{OK: true} }
-	cannot := func() PtraceSupport { return PtraceSupport{Reason: "no CAP_SYS_PTRACE"} }
+// TestChoose is the method table.
+func TestChoose(t *testing.T) {
+	yes := support{ok: true}
+	no := support{reason: "no PIDFD_INFO_EXIT"}
+	canTrace := func() support { return support{ok: true} }
+	cannot := func() support { return support{reason: "no CAP_SYS_PTRACE"} }
 	tests := []struct {
-		mode   ExitStatusMode
-		pidfd  PidfdSupport
-		ptrace func() PtraceSupport
+		mode   Method
+		pidfd  support
+		ptrace func() support
 		want   Method
 		errs   bool
 		reason string
 	}{
-		{ModeAuto, yes, cannot, MethodPidfd, false, ""},
-		{ModeAuto, no, canTrace, MethodPtrace, false, "no PIDFD_INFO_EXIT"},
-		{ModeAuto, no, cannot, MethodNone, false, "add SYS_PTRACE"},
-		{ModePidfd, yes, cannot, MethodPidfd, false, ""},
-		{ModePidfd, no, canTrace, "", true, "EXIT_STATUS=pidfd cannot work here: no PIDFD_INFO_EXIT"},
-		{ModePtrace, yes, canTrace, MethodPtrace, false, ""},
-		{ModePtrace, yes, cannot, "", true, "EXIT_STATUS=ptrace cannot work here: no CAP_SYS_PTRACE"},
-		{ModeNone, yes, canTrace, MethodNone, false, "EXIT_STATUS=none"},
+		{Auto, yes, cannot, Pidfd, false, ""},
+		{Auto, no, canTrace, Ptrace, false, "no PIDFD_INFO_EXIT"},
+		{Auto, no, cannot, None, false, "add SYS_PTRACE"},
+		{Pidfd, yes, cannot, Pidfd, false, ""},
+		{Pidfd, no, canTrace, "", true, "EXIT_STATUS=pidfd cannot work here: no PIDFD_INFO_EXIT"},
+		{Ptrace, yes, canTrace, Ptrace, false, ""},
+		{Ptrace, yes, cannot, "", true, "EXIT_STATUS=ptrace cannot work here: no CAP_SYS_PTRACE"},
+		{None, yes, canTrace, None, false, "EXIT_STATUS=none"},
 	}
 	for _, tt := range tests {
-		c, err := SelectMethod(tt.mode, tt.pidfd, tt.ptrace)
+		c, err := choose(Config{Method: tt.mode, Setting: "SUPERVISOR_EXIT_STATUS"}, tt.pidfd, tt.ptrace)
 		if (err != nil) != tt.errs || c.Method != tt.want {
-			t.Errorf("%s/%v: %+v, %v; want %q (error %v)", tt.mode, tt.pidfd.ExitInfo, c, err, tt.want, tt.errs)
+			t.Errorf("%s/%v: %+v, %v; want %q (error %v)", tt.mode, tt.pidfd.ok, c, err, tt.want, tt.errs)
 			continue
 		}
 		text := c.Reason
@@ -304,7 +289,26 @@ func TestSelectMethod(t *testing.T) {
 			text = err.Error()
 		}
 		if !strings.Contains(text, tt.reason) {
-			t.Errorf("%s/%v: %q does not say %q", tt.mode, tt.pidfd.ExitInfo, text, tt.reason)
+			t.Errorf("%s/%v: %q does not say %q", tt.mode, tt.pidfd.ok, text, tt.reason)
 		}
 	}
+}
+
+// TestNew: New chooses as the kernel allows, and a forced method that
+// cannot work is an error naming the setting.
+func TestNew(t *testing.T) {
+	w, c, err := New(Config{Method: Auto, Probe: testProbe(t, "7"), Setting: "SUPERVISOR_EXIT_STATUS"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	t.Logf("auto chose %s (%s)", c.Method, c.Reason)
+	if w.Method() != c.Method || c.Method == Auto {
+		t.Errorf("watcher method %s, choice %s", w.Method(), c.Method)
+	}
+	n, c, err := New(Config{Method: None, Setting: "SUPERVISOR_EXIT_STATUS"})
+	if err != nil || c.Method != None || c.Reason != "SUPERVISOR_EXIT_STATUS=none" {
+		t.Fatalf("none: %+v, %v", c, err)
+	}
+	n.Close()
 }

@@ -1,6 +1,6 @@
 //go:build linux
 
-package supervisor
+package exitwatch
 
 import (
 	"bufio"
@@ -16,8 +16,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/sidecar-supervisor/sidecar-supervisor/procscan"
 )
 
 // The test binary doubles as the processes the tests watch:
@@ -77,13 +75,13 @@ func TestMain(m *testing.M) {
 // grandchild starts a process that is not the test's child, and returns
 // its scanned state and a function that closes its stdin (most modes then
 // end).
-func grandchild(t *testing.T, how string) (procscan.Process, func()) {
+func grandchild(t *testing.T, how string) (Process, func()) {
 	g := startGrandchild(t, how)
 	return g.proc, g.end
 }
 
 type grand struct {
-	proc procscan.Process
+	proc Process
 	end  func()
 	out  *bufio.Reader // what it prints after its PID
 }
@@ -110,47 +108,79 @@ func startGrandchild(t *testing.T, how string) grand {
 		t.Fatalf("read grandchild pid: %v", err)
 	}
 	pid, _ := strconv.Atoi(line)
-	s, err := procscan.NewScanner("/proc")
+	st, err := startTime(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := s.Process(pid)
-	if err != nil {
-		t.Fatal(err)
+	if ppid := parentOf(t, pid); ppid != cmd.Process.Pid {
+		t.Fatalf("grandchild %d has parent %d, want %d", pid, ppid, cmd.Process.Pid)
 	}
-	if p.PPID != cmd.Process.Pid {
-		t.Fatalf("grandchild %d has parent %d, want %d", pid, p.PPID, cmd.Process.Pid)
-	}
-	return grand{proc: p, end: func() { stdin.Close() }, out: r}
+	return grand{proc: Process{PID: pid, StartTime: st}, end: func() { stdin.Close() }, out: r}
 }
 
-func probe(t *testing.T) PidfdSupport {
+// parentOf reads field 4 of /proc/PID/stat.
+func parentOf(t *testing.T, pid int) int {
 	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
+}
+
+// testProbe is the probe command: this test binary in its exit mode.
+func testProbe(t testing.TB, code string) []string {
 	t.Setenv("HELPER", "exit")
 	// -test.run=^$: should HELPER ever be lost, the child runs no tests
 	// (and so starts no probe of its own).
-	sup, err := ProbePidfd([]string{os.Args[0], "-test.run=^$", "7"})
-	if err != nil {
-		t.Fatalf("ProbePidfd: %v", err)
-	}
-	return sup
+	return []string{os.Args[0], "-test.run=^$", code}
 }
 
-func newKernel(t *testing.T, exitInfo bool) *PidfdKernel {
+// pidfdSupport is support, as the tests read it.
+type pidfdSupport struct {
+	ExitInfo bool
+	Reason   string
+}
+
+func probe(t *testing.T) pidfdSupport {
 	t.Helper()
-	s, err := procscan.NewScanner("/proc")
+	sup, err := probePidfd(testProbe(t, "7"))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("probePidfd: %v", err)
 	}
-	k, err := NewPidfdKernel(s, exitInfo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { k.Close() })
-	return k
+	return pidfdSupport{ExitInfo: sup.ok, Reason: sup.reason}
 }
 
-func waitDone(t *testing.T, p Proc) ExitStatus {
+// newKernel is a watcher with the pidfd method (exitInfo) or none.
+func newKernel(t *testing.T, exitInfo bool) *Watcher {
+	t.Helper()
+	m := None
+	if exitInfo {
+		m = Pidfd
+	}
+	return testWatcher(t, m)
+}
+
+// testWatcher builds a watcher of method m without New's probes.
+func testWatcher(t testing.TB, m Method) *Watcher {
+	t.Helper()
+	w := &Watcher{method: m}
+	var err error
+	if w.pidfds, err = newPidfds(); err != nil {
+		t.Fatal(err)
+	}
+	if m == Ptrace {
+		if w.tracer, err = newTracer(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { w.Close() })
+	return w
+}
+
+func waitDone(t *testing.T, p Proc) Status {
 	t.Helper()
 	select {
 	case <-p.Done():
@@ -158,7 +188,7 @@ func waitDone(t *testing.T, p Proc) ExitStatus {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("pid %d: no exit seen within 10s", p.PID())
 	}
-	return ExitStatus{}
+	return Status{}
 }
 
 // TestPidfdExitStatus watches processes that are not its children exit in
@@ -171,7 +201,7 @@ func TestPidfdExitStatus(t *testing.T) {
 	k := newKernel(t, true)
 	tests := []struct {
 		end  string
-		want ExitStatus
+		want Status
 	}{
 		{"0", exited(0)},
 		{"3", exited(3)},
@@ -183,7 +213,7 @@ func TestPidfdExitStatus(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.end, func(t *testing.T) {
 			p, end := grandchild(t, tt.end)
-			proc, err := k.Open(p, true)
+			proc, err := k.Watch(p)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -210,7 +240,7 @@ func TestPidfdManyAtOnce(t *testing.T) {
 	var ends []func()
 	for i := 0; i < n; i++ {
 		p, end := grandchild(t, strconv.Itoa(i))
-		proc, err := k.Open(p, true)
+		proc, err := k.Watch(p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -236,7 +266,7 @@ func TestPidfdManyAtOnce(t *testing.T) {
 func TestPidfdWithoutExitInfo(t *testing.T) {
 	k := newKernel(t, false)
 	p, end := grandchild(t, "0")
-	proc, err := k.Open(p, true)
+	proc, err := k.Watch(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +286,7 @@ func TestPidfdSignal(t *testing.T) {
 	sup := probe(t)
 	k := newKernel(t, sup.ExitInfo)
 	p, _ := grandchild(t, "0")
-	proc, err := k.Open(p, false)
+	proc, err := k.Hold(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,10 +315,10 @@ func TestPidfdReuse(t *testing.T) {
 	p, end := grandchild(t, "0")
 	stale := p
 	stale.StartTime--
-	if _, err := k.Open(stale, true); !errors.Is(err, ErrGone) {
+	if _, err := k.Watch(stale); !errors.Is(err, ErrGone) {
 		t.Errorf("Open with another start time = %v, want ErrGone", err)
 	}
-	proc, err := k.Open(p, true)
+	proc, err := k.Watch(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +327,7 @@ func TestPidfdReuse(t *testing.T) {
 	proc.Close()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		_, err := k.Open(p, true)
+		_, err := k.Watch(p)
 		if errors.Is(err, ErrGone) {
 			break
 		}
@@ -316,11 +346,10 @@ func TestProbePidfd(t *testing.T) {
 	if !sup.ExitInfo && sup.Reason == "" {
 		t.Error("no exit info and no reason")
 	}
-	t.Setenv("HELPER", "exit")
-	if _, err := ProbePidfd([]string{os.Args[0], "-test.run=^$", "3"}); err == nil {
+	if _, err := probePidfd(testProbe(t, "3")); err == nil {
 		t.Error("probe with a target exiting 3 did not fail")
 	}
-	if _, err := ProbePidfd([]string{"/nonexistent/probe"}); err == nil {
+	if _, err := probePidfd([]string{"/nonexistent/probe"}); err == nil {
 		t.Error("probe with a missing target did not fail")
 	}
 }
@@ -408,3 +437,6 @@ func child(how string) {
 func sigName(s os.Signal) string {
 	return Signal(s.(syscall.Signal)).String()
 }
+
+func exited(code int) Status   { return Status{Known: true, Code: code} }
+func killed(sig Signal) Status { return Status{Known: true, Signal: sig} }

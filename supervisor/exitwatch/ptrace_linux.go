@@ -1,6 +1,6 @@
 //go:build linux
 
-package supervisor
+package exitwatch
 
 // The ptrace method reads an app's exit status on any kernel, as its
 // tracer: PTRACE_SEIZE (3.4) with PTRACE_O_TRACEEXIT, and the final wait4
@@ -40,15 +40,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/sidecar-supervisor/sidecar-supervisor/procscan"
 )
-
-// PtraceSupport is what ProbePtrace found.
-type PtraceSupport struct {
-	OK     bool
-	Reason string // why not, with the fix
-}
 
 // capSysPtrace is CAP_SYS_PTRACE's bit in CapEff.
 const capSysPtrace = 19
@@ -56,26 +48,26 @@ const capSysPtrace = 19
 // probeTimeout bounds each start-up probe.
 const probeTimeout = 10 * time.Second
 
-// ProbePtrace checks whether the ptrace method can work here, by real
+// probePtrace checks whether the ptrace method can work here, by real
 // calls: the capability, Yama's scope, then a seize of a child of ours
 // (argv: a process that exits with code 7 when its stdin closes), whose
 // status must come back through the tracer as 7.
-func ProbePtrace(argv []string) PtraceSupport {
+func probePtrace(argv []string) support {
 	if b, err := os.ReadFile("/proc/sys/kernel/yama/ptrace_scope"); err == nil && len(b) > 0 && b[0] == '3' {
-		return PtraceSupport{Reason: "ptrace is disabled on this node (kernel.yama.ptrace_scope=3)"}
+		return support{reason: "ptrace is disabled on this node (kernel.yama.ptrace_scope=3)"}
 	}
 	if !hasCap(capSysPtrace) {
-		return PtraceSupport{Reason: "no CAP_SYS_PTRACE: add SYS_PTRACE to the container's capabilities, and run it as root (capabilities of non-root containers are not effective)"}
+		return support{reason: "no CAP_SYS_PTRACE: add SYS_PTRACE to the container's capabilities, and run it as root (capabilities of non-root containers are not effective)"}
 	}
 	t, err := newTracer()
 	if err != nil {
-		return PtraceSupport{Reason: err.Error()}
+		return support{reason: err.Error()}
 	}
 	defer t.close()
 	if err := t.probe(argv); err != nil {
-		return PtraceSupport{Reason: err.Error()}
+		return support{reason: err.Error()}
 	}
-	return PtraceSupport{OK: true}
+	return support{ok: true}
 }
 
 // hasCap reads the effective capability set of this process.
@@ -88,77 +80,18 @@ func hasCap(bit uint) bool {
 	return data[bit/32].Effective&(1<<(bit%32)) != 0
 }
 
-// PtraceKernel watches apps as their tracer and everything else (sidecars,
-// and apps it may not trace) through pidfds.
-type PtraceKernel struct {
-	*PidfdKernel
-	t *tracer
-}
-
-// NewPtraceKernel starts the tracer thread.
-func NewPtraceKernel(st StartTimer) (*PtraceKernel, error) {
-	pk, err := NewPidfdKernel(st, false)
-	if err != nil {
-		return nil, err
-	}
-	t, err := newTracer()
-	if err != nil {
-		pk.Close()
-		return nil, err
-	}
-	return &PtraceKernel{PidfdKernel: pk, t: t}, nil
-}
-
-// Method implements Kernel.
-func (k *PtraceKernel) Method() string { return string(MethodPtrace) }
-
-// Open holds p by pidfd and, for an app, seizes its main thread. If the
-// seize is refused the app is still watched, with an unknown status.
-func (k *PtraceKernel) Open(p procscan.Process, status bool) (Proc, error) {
-	proc, err := k.PidfdKernel.Open(p, status)
-	if err != nil || !status {
-		return proc, err
-	}
-	pp := &ptraceProc{Proc: proc, done: make(chan struct{})}
-	err = k.t.seize(p.PID, pp)
-	if err == nil {
-		// The PID may have changed hands between the pidfd check and the
-		// seize: if the process we now trace is not the one scanned, let go.
-		st, serr := k.st.StartTime(p.PID)
-		if serr == nil && st != p.StartTime {
-			k.t.release(p.PID)
-			proc.Close()
-			return nil, fmt.Errorf("pid %d was recycled before it could be traced: %w", p.PID, ErrGone)
-		}
-		return pp, nil
-	}
-	if errors.Is(err, unix.ESRCH) {
-		// Gone between pidfd_open and the seize: the pidfd still reports
-		// its exit, with no status.
-		err = errors.New("it exited before it could be traced")
-	}
-	return &unknownProc{Proc: proc, reason: fmt.Sprintf("ptrace refused (%v)", err)}, nil
-}
-
-// Close stops the tracer; tracees are detached by the kernel when the
-// supervisor exits.
-func (k *PtraceKernel) Close() error {
-	k.t.close()
-	return k.PidfdKernel.Close()
-}
-
 // ptraceProc is an app watched by the tracer; signals still go through
 // the pidfd.
 type ptraceProc struct {
 	Proc
 	once   sync.Once
 	done   chan struct{}
-	status ExitStatus
+	status Status
 }
 
 func (p *ptraceProc) Done() <-chan struct{} { return p.done }
-func (p *ptraceProc) Status() ExitStatus    { return p.status }
-func (p *ptraceProc) finish(s ExitStatus) {
+func (p *ptraceProc) Status() Status        { return p.status }
+func (p *ptraceProc) finish(s Status) {
 	p.once.Do(func() { p.status = s; close(p.done) })
 }
 
@@ -168,7 +101,7 @@ type unknownProc struct {
 	reason string
 }
 
-func (p *unknownProc) Status() ExitStatus { return ExitStatus{Reason: p.reason} }
+func (p *unknownProc) Status() Status { return Status{Reason: p.reason} }
 
 // tracer owns the thread all ptrace calls come from.
 type tracer struct {
@@ -177,12 +110,12 @@ type tracer struct {
 	loopDone chan struct{}
 	tracees  map[int]*ptraceProc // only touched on the tracer thread
 	// probed collects the probe child's status (tracer thread).
-	probed map[int]chan ExitStatus
+	probed map[int]chan Status
 }
 
 func newTracer() (*tracer, error) {
 	t := &tracer{reqs: make(chan func()), quit: make(chan struct{}), loopDone: make(chan struct{}),
-		tracees: map[int]*ptraceProc{}, probed: map[int]chan ExitStatus{}}
+		tracees: map[int]*ptraceProc{}, probed: map[int]chan Status{}}
 	go t.loop()
 	return t, nil
 }
@@ -309,7 +242,7 @@ func (t *tracer) probe(argv []string) error {
 	}
 	defer r.Close()
 	var perr error
-	var ch chan ExitStatus
+	var ch chan Status
 	t.do(func() {
 		// Started on the tracer thread: it is then our child and tracee
 		// both, and wait4 on this thread collects it.
@@ -327,20 +260,20 @@ func (t *tracer) probe(argv []string) error {
 			unix.Wait4(proc.Pid, &ws, 0, nil)
 			return
 		}
-		ch = make(chan ExitStatus, 1)
+		ch = make(chan Status, 1)
 		t.probed[proc.Pid] = ch
 	})
 	w.Close()
 	if perr != nil {
 		return perr
 	}
-	var s ExitStatus
+	var s Status
 	select {
 	case s = <-ch:
 	case <-time.After(probeTimeout):
 		return fmt.Errorf("ptrace probe: no exit seen within %s", probeTimeout)
 	}
-	if s != (ExitStatus{Known: true, Code: 7}) {
+	if s != (Status{Known: true, Code: 7}) {
 		return fmt.Errorf("ptrace probe: want exit 7 through the tracer, got %v", s)
 	}
 	return nil

@@ -1,6 +1,6 @@
 //go:build linux
 
-package supervisor
+package exitwatch
 
 // Benchmarks of the pidfd watcher's two costs beyond the /proc scan (see
 // procscan's benchmarks): holding an app's main process, once per app
@@ -14,8 +14,6 @@ import (
 	"os/exec"
 	"testing"
 	"time"
-
-	"github.com/sidecar-supervisor/sidecar-supervisor/procscan"
 )
 
 // benchSleeper starts a process that runs until killed: the test binary in
@@ -37,23 +35,12 @@ func benchSleeper(b *testing.B) *exec.Cmd {
 // (pidfd_open, the start-time re-read against PID reuse, EPOLL_CTL_ADD),
 // then letting it go.
 func BenchmarkPidfdOpen(b *testing.B) {
-	s, err := procscan.NewScanner("/proc")
-	if err != nil {
-		b.Fatal(err)
-	}
-	k, err := NewPidfdKernel(s, true)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer k.Close()
+	k := testWatcher(b, Pidfd)
 	cmd := benchSleeper(b)
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	p, err := s.Process(cmd.Process.Pid)
-	if err != nil {
-		b.Fatal(err)
-	}
+	p := benchProcess(b, cmd.Process.Pid)
 	for b.Loop() {
-		proc, err := k.Open(p, true)
+		proc, err := k.Watch(p)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -69,31 +56,18 @@ func BenchmarkPidfdOpen(b *testing.B) {
 //	ns/reap-to-done  from the parent's wait returning to Done
 //	ns/kill-to-done  from the SIGKILL to Done (the kernel's exit included)
 func BenchmarkPidfdExit(b *testing.B) {
-	b.Setenv("HELPER", "exit")
-	sup, err := ProbePidfd([]string{os.Args[0], "-test.run=^$", "7"})
+	sup, err := probePidfd(testProbe(b, "7"))
 	if err != nil {
 		b.Fatal(err)
 	}
-	if !sup.ExitInfo {
-		b.Skipf("no exit status through pidfds here: %s", sup.Reason)
+	if !sup.ok {
+		b.Skipf("no exit status through pidfds here: %s", sup.reason)
 	}
-	s, err := procscan.NewScanner("/proc")
-	if err != nil {
-		b.Fatal(err)
-	}
-	k, err := NewPidfdKernel(s, true)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer k.Close()
+	k := testWatcher(b, Pidfd)
 	var fromReap, fromKill time.Duration
 	for b.Loop() {
 		cmd := benchSleeper(b)
-		p, err := s.Process(cmd.Process.Pid)
-		if err != nil {
-			b.Fatal(err)
-		}
-		proc, err := k.Open(p, true)
+		proc, err := k.Watch(benchProcess(b, cmd.Process.Pid))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -116,4 +90,13 @@ func BenchmarkPidfdExit(b *testing.B) {
 	}
 	b.ReportMetric(float64(fromReap.Nanoseconds())/float64(b.N), "ns/reap-to-done")
 	b.ReportMetric(float64(fromKill.Nanoseconds())/float64(b.N), "ns/kill-to-done")
+}
+
+func benchProcess(b *testing.B, pid int) Process {
+	b.Helper()
+	st, err := startTime(pid)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return Process{PID: pid, StartTime: st}
 }

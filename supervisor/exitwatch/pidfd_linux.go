@@ -1,6 +1,6 @@
 //go:build linux
 
-package supervisor
+package exitwatch
 
 // The kernel features used here, and the release that added each:
 //
@@ -14,82 +14,93 @@ package supervisor
 //	                             reaps the process, readable by anyone holding a
 //	                             pidfd opened before that; no privileges needed
 //
-// Features are probed with real calls (ProbePidfd), never from the kernel
+// Features are probed with real calls (probePidfd), never from the kernel
 // version: seccomp can block a call the version says exists.
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
+	"strconv"
 	"sync"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/sidecar-supervisor/sidecar-supervisor/procscan"
 )
 
-// PidfdSupport is what ProbePidfd found.
-type PidfdSupport struct {
-	// ExitInfo is true when PIDFD_INFO_EXIT gives a non-parent the status.
-	ExitInfo bool
-	// Reason says why ExitInfo is false.
-	Reason string
-}
-
-// ProbePidfd checks, by real calls, that pidfds work and whether the kernel
-// gives exit statuses through them: it starts argv (a process that must exit
-// with code 7 at once, such as this binary's probe-exit mode), opens a pidfd
-// on it, reaps it, and asks. A kernel without pidfd_open (before 5.3, or a
-// seccomp profile denying it) is an error: the supervisor cannot work.
-func ProbePidfd(argv []string) (PidfdSupport, error) {
+// checkPidfd checks that pidfd_open works at all: without it (before 5.3,
+// or a seccomp profile denying it) the supervisor cannot work.
+func checkPidfd() error {
 	fd, err := unix.PidfdOpen(os.Getpid(), 0)
 	if err != nil {
-		return PidfdSupport{}, fmt.Errorf("pidfd_open: %w (the supervisor needs Linux 5.3 or later, and a seccomp profile that allows pidfd_open, such as RuntimeDefault)", err)
+		return fmt.Errorf("pidfd_open: %w (the supervisor needs Linux 5.3 or later, and a seccomp profile that allows pidfd_open, such as RuntimeDefault)", err)
 	}
-	unix.Close(fd)
+	return unix.Close(fd)
+}
 
+// probePidfd checks, by real calls, whether the kernel gives exit statuses
+// through pidfds: it starts argv (a process that must exit with code 7 at
+// once), opens a pidfd on it, reaps it, and asks.
+func probePidfd(argv []string) (support, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	if err := cmd.Start(); err != nil {
-		return PidfdSupport{}, fmt.Errorf("start exit probe %s: %w", argv[0], err)
+		return support{}, fmt.Errorf("start exit probe %s: %w", argv[0], err)
 	}
-	fd, err = unix.PidfdOpen(cmd.Process.Pid, 0)
+	fd, err := unix.PidfdOpen(cmd.Process.Pid, 0)
 	werr := cmd.Wait()
 	if err != nil {
-		return PidfdSupport{}, fmt.Errorf("pidfd_open of the exit probe: %w", err)
+		return support{}, fmt.Errorf("pidfd_open of the exit probe: %w", err)
 	}
 	defer unix.Close(fd)
 	var ee *exec.ExitError
 	if !errors.As(werr, &ee) || ee.ExitCode() != 7 {
-		return PidfdSupport{}, fmt.Errorf("exit probe %s: want exit status 7, got %v", argv[0], werr)
+		return support{}, fmt.Errorf("exit probe %s: want exit status 7, got %v", argv[0], werr)
 	}
 	info := unix.PidfdInfo{Mask: unix.PIDFD_INFO_EXIT}
 	switch err := unix.IoctlPidfdInfo(fd, &info); {
 	case errors.Is(err, unix.ENOTTY), errors.Is(err, unix.EINVAL):
 		// ENOTTY: no PIDFD_GET_INFO (before 6.13).
-		return PidfdSupport{Reason: "the kernel has no PIDFD_GET_INFO (Linux 6.15+ has it)"}, nil
+		return support{reason: "the kernel has no PIDFD_GET_INFO (Linux 6.15+ has it)"}, nil
 	case err != nil:
-		return PidfdSupport{Reason: fmt.Sprintf("PIDFD_GET_INFO: %v", err)}, nil
+		return support{reason: fmt.Sprintf("PIDFD_GET_INFO: %v", err)}, nil
 	case info.Mask&unix.PIDFD_INFO_EXIT == 0:
 		// 6.13 and 6.14 know the ioctl but not PIDFD_INFO_EXIT.
-		return PidfdSupport{Reason: "the kernel has no PIDFD_INFO_EXIT (Linux 6.15+ has it)"}, nil
-	case decodeWaitStatus(uint32(info.Exit_code)) != ExitStatus{Known: true, Code: 7}:
-		return PidfdSupport{Reason: fmt.Sprintf("PIDFD_INFO_EXIT gave status %#x for an exit with code 7", info.Exit_code)}, nil
+		return support{reason: "the kernel has no PIDFD_INFO_EXIT (Linux 6.15+ has it)"}, nil
+	case decodeWaitStatus(uint32(info.Exit_code)) != Status{Known: true, Code: 7}:
+		return support{reason: fmt.Sprintf("PIDFD_INFO_EXIT gave status %#x for an exit with code 7", info.Exit_code)}, nil
 	}
-	return PidfdSupport{ExitInfo: true}, nil
+	return support{ok: true}, nil
 }
 
-// StartTimer reads a process's start time, for the PID-reuse check.
-type StartTimer interface {
-	StartTime(pid int) (uint64, error)
+// startTime reads field 22 of /proc/PID/stat, for the PID-reuse check. The
+// fields are counted from the last ')': the comm before it may hold any
+// byte, spaces and parentheses included.
+func startTime(pid int) (uint64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESRCH) {
+		return 0, fmt.Errorf("pid %d: %w", pid, ErrGone)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read pid %d: %w", pid, err)
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("pid %d: malformed stat", pid)
+	}
+	f := bytes.Fields(b[i+1:])
+	// After the comm: state (3), ppid (4), ... starttime (22).
+	if len(f) < 20 {
+		return 0, fmt.Errorf("pid %d: malformed stat", pid)
+	}
+	return strconv.ParseUint(string(f[19]), 10, 64)
 }
 
-// PidfdKernel holds processes by pidfd and waits for all of them on one
-// epoll instance, in one goroutine: no polling, one blocked thread however
-// many processes are watched.
-type PidfdKernel struct {
-	st       StartTimer
-	exitInfo bool
+// pidfds holds processes by pidfd and waits for all of them on one epoll
+// instance, in one goroutine: no polling, one blocked thread however many
+// processes are watched.
+type pidfds struct {
 	epfd     int
 	wake     int // eventfd that stops the loop
 	loopDone chan struct{}
@@ -100,10 +111,8 @@ type PidfdKernel struct {
 	closed bool
 }
 
-// NewPidfdKernel starts the wait loop. With exitInfo (from ProbePidfd), apps
-// are waited for until reaped and their status read; else their exit is
-// seen (POLLIN) with an unknown status.
-func NewPidfdKernel(st StartTimer, exitInfo bool) (*PidfdKernel, error) {
+// newPidfds starts the wait loop.
+func newPidfds() (*pidfds, error) {
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("epoll_create1: %w", err)
@@ -119,22 +128,15 @@ func NewPidfdKernel(st StartTimer, exitInfo bool) (*PidfdKernel, error) {
 		unix.Close(epfd)
 		return nil, fmt.Errorf("epoll_ctl: %w", err)
 	}
-	k := &PidfdKernel{st: st, exitInfo: exitInfo, epfd: epfd, wake: wake,
-		loopDone: make(chan struct{}), procs: map[int32]*pidfdProc{}}
+	k := &pidfds{epfd: epfd, wake: wake, loopDone: make(chan struct{}), procs: map[int32]*pidfdProc{}}
 	go k.loop()
 	return k, nil
 }
 
-// Method reports how app exit statuses are read.
-func (k *PidfdKernel) Method() string {
-	if k.exitInfo {
-		return string(MethodPidfd)
-	}
-	return string(MethodNone)
-}
-
-// Open holds p by a pidfd and starts watching for its exit.
-func (k *PidfdKernel) Open(p procscan.Process, status bool) (Proc, error) {
+// open holds p by a pidfd and starts watching for its exit. With
+// wantStatus (PIDFD_INFO_EXIT) it is done once reaped, its status read;
+// else once it exits (POLLIN), with the status unknown for reason.
+func (k *pidfds) open(p Process, wantStatus bool, reason string) (*pidfdProc, error) {
 	fd, err := unix.PidfdOpen(p.PID, 0)
 	if errors.Is(err, unix.ESRCH) {
 		return nil, fmt.Errorf("pid %d: %w", p.PID, ErrGone)
@@ -147,7 +149,7 @@ func (k *PidfdKernel) Open(p procscan.Process, status bool) (Proc, error) {
 	// the pidfd is its. If the process is gone already, the pidfd refers to
 	// it unless the PID was recycled *and* the newcomer also died within
 	// this window, which needs the PID counter to wrap around: accepted.
-	st, err := k.st.StartTime(p.PID)
+	st, err := startTime(p.PID)
 	switch {
 	case errors.Is(err, ErrGone):
 	case err != nil:
@@ -158,18 +160,14 @@ func (k *PidfdKernel) Open(p procscan.Process, status bool) (Proc, error) {
 		return nil, fmt.Errorf("pid %d was recycled (start time %d, scanned %d): %w", p.PID, st, p.StartTime, ErrGone)
 	}
 
-	proc := &pidfdProc{k: k, pid: p.PID, fd: fd, done: make(chan struct{})}
+	proc := &pidfdProc{k: k, pid: p.PID, fd: fd, done: make(chan struct{}), wantStatus: wantStatus}
 	// An app with exit info is done at reap: register no events, and epoll
 	// reports only POLLHUP (always reported). Otherwise POLLIN at exit.
 	var events uint32 = unix.EPOLLIN
-	proc.wantStatus = status && k.exitInfo
-	if proc.wantStatus {
+	if wantStatus {
 		events = 0
-	}
-	if !status {
-		proc.status = ExitStatus{Reason: "not watched for its status"}
-	} else if !k.exitInfo {
-		proc.status = ExitStatus{Reason: "the kernel gives no exit status to a non-parent (needs Linux 6.15+)"}
+	} else {
+		proc.status = Status{Reason: reason}
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -187,7 +185,7 @@ func (k *PidfdKernel) Open(p procscan.Process, status bool) (Proc, error) {
 	return proc, nil
 }
 
-func (k *PidfdKernel) loop() {
+func (k *pidfds) loop() {
 	defer close(k.loopDone)
 	events := make([]unix.EpollEvent, 16)
 	for {
@@ -215,16 +213,16 @@ func (k *PidfdKernel) loop() {
 	}
 }
 
-func (k *PidfdKernel) failAll(reason string) {
+func (k *pidfds) failAll(reason string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for _, p := range k.procs {
-		p.finish(ExitStatus{Reason: reason})
+		p.finish(Status{Reason: reason})
 	}
 }
 
-// Close stops the loop and releases every pidfd.
-func (k *PidfdKernel) Close() error {
+// close stops the loop and releases every pidfd.
+func (k *pidfds) close() error {
 	k.mu.Lock()
 	if k.closed {
 		k.mu.Unlock()
@@ -245,14 +243,14 @@ func (k *PidfdKernel) Close() error {
 }
 
 type pidfdProc struct {
-	k          *PidfdKernel
+	k          *pidfds
 	id         int32
 	pid        int
 	wantStatus bool
 
 	mu     sync.Mutex
 	fd     int // -1 once closed
-	status ExitStatus
+	status Status
 	done   chan struct{}
 	ended  bool
 }
@@ -260,7 +258,7 @@ type pidfdProc struct {
 func (p *pidfdProc) PID() int              { return p.pid }
 func (p *pidfdProc) Done() <-chan struct{} { return p.done }
 
-func (p *pidfdProc) Status() ExitStatus {
+func (p *pidfdProc) Status() Status {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.status
@@ -277,9 +275,9 @@ func (p *pidfdProc) exited(events uint32) {
 	if p.wantStatus {
 		info := unix.PidfdInfo{Mask: unix.PIDFD_INFO_EXIT}
 		if err := unix.IoctlPidfdInfo(p.fd, &info); err != nil {
-			status = ExitStatus{Reason: fmt.Sprintf("PIDFD_GET_INFO: %v", err)}
+			status = Status{Reason: fmt.Sprintf("PIDFD_GET_INFO: %v", err)}
 		} else if info.Mask&unix.PIDFD_INFO_EXIT == 0 {
-			status = ExitStatus{Reason: "the kernel recorded no exit status"}
+			status = Status{Reason: "the kernel recorded no exit status"}
 		} else {
 			status = decodeWaitStatus(uint32(info.Exit_code))
 		}
@@ -289,7 +287,7 @@ func (p *pidfdProc) exited(events uint32) {
 }
 
 // finish records the status once, stops watching and wakes Done.
-func (p *pidfdProc) finish(status ExitStatus) {
+func (p *pidfdProc) finish(status Status) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.ended {

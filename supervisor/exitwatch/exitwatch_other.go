@@ -1,0 +1,25 @@
+//go:build !linux
+
+package exitwatch
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Watcher is Linux-only.
+type Watcher struct{}
+
+// New fails: pidfds and ptrace are Linux's.
+func New(cfg Config) (*Watcher, Choice, error) {
+	return nil, Choice{}, fmt.Errorf("watching another container's processes needs Linux: %w", errors.ErrUnsupported)
+}
+
+// Method, Watch, Hold and Close exist so that the package builds.
+func (w *Watcher) Method() Method { return None }
+
+func (w *Watcher) Watch(p Process) (Proc, error) { return nil, errors.ErrUnsupported }
+
+func (w *Watcher) Hold(p Process) (Proc, error) { return nil, errors.ErrUnsupported }
+
+func (w *Watcher) Close() error { return nil }

@@ -1,0 +1,104 @@
+//go:build linux
+
+package exitwatch
+
+import (
+	"errors"
+	"fmt"
+
+	"golang.org/x/sys/unix"
+)
+
+// Watcher holds processes by pidfd, and under the ptrace method traces the
+// apps' main threads too.
+type Watcher struct {
+	method Method
+	pidfds *pidfds
+	tracer *tracer // ptrace only
+}
+
+// New checks that pidfds work (an error if not: nothing can be watched),
+// probes the kernel for the methods cfg.Method may take, chooses one and
+// starts it. None probes nothing beyond pidfd_open.
+func New(cfg Config) (*Watcher, Choice, error) {
+	if err := checkPidfd(); err != nil {
+		return nil, Choice{}, err
+	}
+	pidfd := support{reason: "not probed"}
+	if cfg.Method != None {
+		var err error
+		if pidfd, err = probePidfd(cfg.Probe); err != nil {
+			return nil, Choice{}, err
+		}
+	}
+	choice, err := choose(cfg, pidfd, func() support { return probePtrace(cfg.Probe) })
+	if err != nil {
+		return nil, Choice{}, err
+	}
+	w := &Watcher{method: choice.Method}
+	if w.pidfds, err = newPidfds(); err != nil {
+		return nil, Choice{}, err
+	}
+	if choice.Method == Ptrace {
+		if w.tracer, err = newTracer(); err != nil {
+			w.pidfds.close()
+			return nil, Choice{}, err
+		}
+	}
+	return w, choice, nil
+}
+
+// Method is how the watcher reads app exit statuses.
+func (w *Watcher) Method() Method { return w.method }
+
+// Watch holds an app's main process, checking it is still the process that
+// was scanned, and watches its exit and status.
+func (w *Watcher) Watch(p Process) (Proc, error) {
+	switch w.method {
+	case Pidfd:
+		return w.pidfds.open(p, true, "")
+	case None:
+		return w.pidfds.open(p, false, "the kernel gives no exit status to a non-parent (needs Linux 6.15+)")
+	}
+	// ptrace: the pidfd for the exit and the signals, the tracer for the
+	// status. If the seize is refused the app is still watched, its
+	// status unknown.
+	proc, err := w.pidfds.open(p, false, "")
+	if err != nil {
+		return nil, err
+	}
+	pp := &ptraceProc{Proc: proc, done: make(chan struct{})}
+	err = w.tracer.seize(p.PID, pp)
+	if err == nil {
+		// The PID may have changed hands between the pidfd check and the
+		// seize: if the process we now trace is not the one scanned, let go.
+		st, serr := startTime(p.PID)
+		if serr == nil && st != p.StartTime {
+			w.tracer.release(p.PID)
+			proc.Close()
+			return nil, fmt.Errorf("pid %d was recycled before it could be traced: %w", p.PID, ErrGone)
+		}
+		return pp, nil
+	}
+	if errors.Is(err, unix.ESRCH) {
+		// Gone between pidfd_open and the seize: the pidfd still reports
+		// its exit, with no status.
+		err = errors.New("it exited before it could be traced")
+	}
+	return &unknownProc{Proc: proc, reason: fmt.Sprintf("ptrace refused (%v)", err)}, nil
+}
+
+// Hold holds a process whose exit alone matters (a sidecar), by pidfd
+// whatever the method.
+func (w *Watcher) Hold(p Process) (Proc, error) {
+	return w.pidfds.open(p, false, "not watched for its status")
+}
+
+// Close stops watching and releases every pidfd; tracees are detached by
+// the kernel when the supervisor exits.
+func (w *Watcher) Close() error {
+	if w.tracer != nil {
+		w.tracer.close()
+	}
+	return w.pidfds.close()
+}
