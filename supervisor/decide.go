@@ -1,11 +1,54 @@
 package supervisor
 
 import (
+	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/supervisor/exitwatch"
 )
+
+// decide maps the statuses to an action. An app killed by SIGTERM may be
+// the pod being deleted (the kubelet signals every container at once, and
+// ours may arrive second): wait DeletionGrace for our own SIGTERM first.
+func (r *run) decide(ctx context.Context) (state, error) {
+	r.res.Apps = r.apps.final()
+	outcome, reason := Decide(r.res.Apps)
+	r.res.Outcome, r.res.Reason = outcome, reason
+	if outcome == Failure && r.cfg.DeletionGrace > 0 {
+		if a := r.terminated(); a != nil {
+			r.log.Info().Str("container", a.container).Str("grace", r.cfg.DeletionGrace.String()).
+				Msg("app ended by SIGTERM: waiting to see whether the pod is being deleted")
+			t := time.NewTimer(r.cfg.DeletionGrace)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return r.deleted, nil
+			case <-t.C:
+			}
+		}
+	}
+	r.res.Action = r.cfg.ActionFor(outcome)
+	r.log.Info().Stringer("outcome", outcome).Stringer("action", r.res.Action).Str("reason", reason).Msg("decision")
+	if r.res.Action.Kind == ActionNone {
+		r.note("sidecar left running (action none)")
+		r.log.Info().Msg("sidecar left running: the action is none")
+		return nil, nil
+	}
+	return r.stop, nil
+}
+
+// terminated returns an app that ended the way the kubelet's SIGTERM ends
+// one, or nil.
+func (r *run) terminated() *app {
+	for _, a := range r.apps.apps {
+		if !a.superseded && killedByTermination(a.status) {
+			return a
+		}
+	}
+	return nil
+}
 
 // Outcome is what the application containers' statuses add up to.
 type Outcome int

@@ -8,32 +8,38 @@
 // The supervisor is a third container in a pod with shareProcessNamespace, so
 // the application's main process is never its child: its parent is the
 // runtime's shim, outside the pod's PID namespace. The run loop is a small
-// state machine, one method per state, each returning the next:
+// state machine, one method per state, each returning the next, each in the
+// file of its name:
 //
-//		discover -> wait -> decide -> stop -> done
+//	start -> discover -> wait -> decide -> stop -> done
+//	      \-> idle (restartPolicy Always, native sidecar) -> deleted
 //
-//	  - discover scans /proc (package procscan) until the expected application
-//	    containers have been seen, within AppStartTimeout, opening a pidfd for each
-//	    application main process the moment it is seen. This is the only phase that
-//	    polls /proc (every ScanInterval).
-//	  - wait blocks on the pidfds, without polling, until every application main
-//	    process has been reaped by its real parent, and reads each exit status from
-//	    the kernel (see Watcher). A kernel that cannot tell yields "unknown", which
-//	    is never reported as success.
-//	  - decide maps the outcomes to an action through one table (Decide): all
-//	    exited 0 -> OnSuccess; any failure -> OnFailure; else any unknown ->
-//	    OnUnknown. An application killed by SIGTERM is first given DeletionGrace to
-//	    see whether the pod is being deleted (the kubelet signals every container
-//	    at once), in which case the supervisor does nothing.
-//	  - stop finds the sidecar containers (waiting up to SidecarStartTimeout for
-//	    one), applies the action to each sidecar main process through its pidfd
-//	    (pidfd_send_signal: no PID-reuse race) or by an HTTP POST, watches each
-//	    exit, and sends SIGKILL to any still alive after StopTimeout.
+//   - start (run.go) checks the pod shares its PID namespace and picks the
+//     path by restart policy.
+//   - discover (discover.go) scans /proc (package procscan) until the
+//     expected application containers have been seen, within
+//     AppStartTimeout, watching each app's main process the moment it is seen
+//     and holding each sidecar's. This is the only phase that polls /proc
+//     (every ScanInterval).
+//   - wait (wait.go) blocks on the apps' exits, without polling, until every
+//     app is done as the restart policy means it; under OnFailure it scans
+//     again while a restart is awaited. Which instances run, await a restart
+//     or count is kept by a pure type, the ledger (restarts.go).
+//   - decide (decide.go) maps the statuses to an action through one table
+//     (Decide): all exited 0 -> OnSuccess; any failure -> OnFailure; else any
+//     unknown -> OnUnknown. An app killed by SIGTERM is first given
+//     DeletionGrace to see whether the pod is being deleted.
+//   - stop (stop.go) applies the action to each sidecar's main process through
+//     its pidfd, or by an HTTP POST (http.go), a graceful signal only once the
+//     sidecar handles it (sidecars.go), watches each exit, and sends SIGKILL
+//     to any still alive after StopTimeout.
 //
 // SIGTERM to the supervisor (pod deletion) cancels every state: it leaves the
-// sidecar to the kubelet and exits 0 at once.
+// sidecar to the kubelet and exits 0 at once (deleted, run.go).
 //
-// Everything the loop touches in the kernel is behind three small interfaces
-// (Scanner, Watcher, Stopper) so the loop is tested with fakes, and the real
-// implementations are tested against real processes.
+// What the loop touches in the kernel is behind two small interfaces,
+// Scanner (scan.go: the pod as /proc shows it) and Watcher (package
+// exitwatch: holding processes, their exits and statuses, signals), so the
+// loop is tested with fakes, and the real implementations against real
+// processes. Settings are in config.go; hold.go is the preStop hook's mode.
 package supervisor

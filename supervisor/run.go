@@ -23,52 +23,6 @@ var ErrNotShared = errors.New("no process outside the supervisor's own container
 // cannot ignore; only a process stuck in the kernel outlasts it.
 const killWait = 10 * time.Second
 
-// Scanner returns the pod as /proc shows it now, and what it shows of one
-// process: its signal dispositions, its children.
-type Scanner interface {
-	Scan() (procscan.Pod, error)
-	Signals(pid int) (procscan.Signals, error)
-	Children(pid int) ([]procscan.Process, error)
-}
-
-// ProcScanner is the real Scanner: procscan over a proc filesystem.
-type ProcScanner struct {
-	Procs *procscan.Scanner
-	Self  int
-	Rules procscan.Rules
-}
-
-// Scan reads /proc and classifies its processes.
-func (p ProcScanner) Scan() (procscan.Pod, error) {
-	procs, err := p.Procs.Processes()
-	if err != nil {
-		return procscan.Pod{}, err
-	}
-	return procscan.Classify(procs, p.Self, p.Rules), nil
-}
-
-// Signals reads a process's signal dispositions.
-func (p ProcScanner) Signals(pid int) (procscan.Signals, error) { return p.Procs.Signals(pid) }
-
-// Children lists a process's children, from a scan of the whole of /proc
-// where the kernel has no children files.
-func (p ProcScanner) Children(pid int) ([]procscan.Process, error) {
-	kids, err := p.Procs.Children(pid)
-	if !errors.Is(err, procscan.ErrNoChildrenFile) {
-		return kids, err
-	}
-	procs, err := p.Procs.Processes()
-	if err != nil {
-		return nil, err
-	}
-	for _, q := range procs {
-		if q.PPID == pid {
-			kids = append(kids, q)
-		}
-	}
-	return kids, nil
-}
-
 // Watcher holds processes and reports their exits: exitwatch.Watcher, or
 // a fake in tests. Watch is for an app, whose exit status is wanted; Hold
 // for a sidecar, whose exit alone matters.
@@ -119,24 +73,14 @@ type Result struct {
 // returning the next state.
 type run struct {
 	*Supervisor
-	apps  []*app
-	slots int             // app containers (a restart fills its old one's)
-	want  int             // how many were expected
-	seen  map[string]bool // container IDs already adopted
-	// instances are the app instances by their main process: a process
-	// is never more than one.
-	instances map[instance]*app
-	// kinds is what each container was when first seen with its main
-	// process (kindOf).
+	apps *ledger // the app instances, and the restarts awaited
+	// kinds is what each container is taken for (kindOf).
 	kinds map[string]procscan.Kind
 	// held are the sidecars seen while the apps ran, held by pidfd.
-	held []*sidecar
-	// awaiting lists, oldest first, the instances that wait for the kubelet
-	// to restart them (restartPolicy OnFailure).
-	awaiting []*app
-	warned   map[int]bool // stray processes already warned of
-	res      Result
-	notes    []string // for the summary
+	held   []*sidecar
+	warned map[int]bool // stray processes already warned of
+	res    Result
+	notes  []string // for the summary
 	// stopping is set once the action is being applied to the sidecars.
 	stopping bool
 }
@@ -146,9 +90,11 @@ type state func(ctx context.Context) (state, error)
 // Run supervises until the sidecars are stopped or ctx is cancelled (pod
 // deletion). Errors mean the supervisor cannot work here (exit 1).
 func (s *Supervisor) Run(ctx context.Context) (Result, error) {
-	r := &run{Supervisor: s, seen: map[string]bool{}, instances: map[instance]*app{}, kinds: map[string]procscan.Kind{}, warned: map[int]bool{}}
+	r := &run{Supervisor: s, apps: newLedger(s.cfg.RestartPolicy, s.cfg.RestartTimeout),
+		kinds: map[string]procscan.Kind{}, warned: map[int]bool{}}
+	r.apps.want = max(s.cfg.AppContainers, 1)
 	defer func() {
-		for _, a := range r.apps {
+		for _, a := range r.apps.apps {
 			if a.proc != nil {
 				a.proc.Close()
 			}
@@ -197,6 +143,13 @@ func (r *run) deleted(ctx context.Context) (state, error) {
 	r.res.Deleted = true
 	r.log.Info().Msg("pod is being deleted (SIGTERM): leaving the sidecar to the kubelet")
 	return nil, nil
+}
+
+// idle waits for the pod's deletion: under restartPolicy Always (or with a
+// native sidecar) the sidecar is never the supervisor's to stop.
+func (r *run) idle(ctx context.Context) (state, error) {
+	<-ctx.Done()
+	return r.deleted, nil
 }
 
 func (r *run) note(s string) { r.notes = append(r.notes, s) }

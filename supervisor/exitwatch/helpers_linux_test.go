@@ -1,0 +1,278 @@
+//go:build linux
+
+package exitwatch
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The test binary doubles as the processes the tests watch:
+//
+//	HELPER=exit CODE    exits with CODE once stdin closes (the start-up
+//	                    probes' target)
+//	HELPER=parent ARGS  starts "HELPER=child ARGS" as its child, prints the
+//	                    child's PID, reaps it and exits 0: the child is then
+//	                    not ours, like an app's main process in a pod
+//	HELPER=child HOW    see child()
+//
+// The helper modes need the main goroutine on the main thread (leader-exit).
+func init() {
+	if os.Getenv("HELPER") != "" {
+		runtime.LockOSThread()
+	}
+}
+
+func TestMain(m *testing.M) {
+	switch os.Getenv("HELPER") {
+	case "tracerpid":
+		b, _ := os.ReadFile("/proc/self/status")
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "TracerPid:") {
+				fmt.Println("child", strings.Join(strings.Fields(l), " "))
+			}
+		}
+		os.Exit(0)
+	case "exit":
+		code, _ := strconv.Atoi(os.Args[len(os.Args)-1])
+		io.Copy(io.Discard, os.Stdin)
+		os.Exit(code)
+	case "parent":
+		cmd := exec.Command(os.Args[0], os.Args[1:]...)
+		cmd.Env = append(os.Environ(), "HELPER=child")
+		cmd.Stdin, cmd.Stdout = os.Stdin, os.Stdout
+		// Its own process group, whose link to the session is this
+		// process: never orphaned while the test runs. In the test's group,
+		// an exit elsewhere could orphan the group while the child is
+		// stopped, and the kernel would then send it SIGHUP and SIGCONT
+		// (a stopped child resumed behind the test's back), or discard
+		// its SIGTSTP.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(100)
+		}
+		fmt.Println(cmd.Process.Pid)
+		cmd.Wait()
+		os.Exit(0)
+	case "child":
+		child(os.Args[len(os.Args)-1])
+	}
+	os.Exit(m.Run())
+}
+
+// grandchild starts a process that is not the test's child, and returns
+// its scanned state and a function that closes its stdin (most modes then
+// end).
+func grandchild(t *testing.T, how string) (Process, func()) {
+	g := startGrandchild(t, how)
+	return g.proc, g.end
+}
+
+type grand struct {
+	proc Process
+	end  func()
+	out  *bufio.Reader // what it prints after its PID
+}
+
+func startGrandchild(t *testing.T, how string) grand {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$", how)
+	cmd.Env = append(os.Environ(), "HELPER=parent")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() })
+	r := bufio.NewReader(out)
+	line, err := readLine(r, 10*time.Second)
+	if err != nil {
+		t.Fatalf("read grandchild pid: %v", err)
+	}
+	pid, _ := strconv.Atoi(line)
+	st, err := startTime(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ppid := parentOf(t, pid); ppid != cmd.Process.Pid {
+		t.Fatalf("grandchild %d has parent %d, want %d", pid, ppid, cmd.Process.Pid)
+	}
+	return grand{proc: Process{PID: pid, StartTime: st}, end: func() { stdin.Close() }, out: r}
+}
+
+// parentOf reads field 4 of /proc/PID/stat.
+func parentOf(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
+}
+
+// testProbe is the probe command: this test binary in its exit mode.
+func testProbe(t testing.TB, code string) []string {
+	t.Setenv("HELPER", "exit")
+	// -test.run=^$: should HELPER ever be lost, the child runs no tests
+	// (and so starts no probe of its own).
+	return []string{os.Args[0], "-test.run=^$", code}
+}
+
+// pidfdSupport is support, as the tests read it.
+type pidfdSupport struct {
+	ExitInfo bool
+	Reason   string
+}
+
+func probe(t *testing.T) pidfdSupport {
+	t.Helper()
+	sup, err := probePidfd(testProbe(t, "7"))
+	if err != nil {
+		t.Fatalf("probePidfd: %v", err)
+	}
+	return pidfdSupport{ExitInfo: sup.ok, Reason: sup.reason}
+}
+
+// newKernel is a watcher with the pidfd method (exitInfo) or none.
+func newKernel(t *testing.T, exitInfo bool) *Watcher {
+	t.Helper()
+	m := None
+	if exitInfo {
+		m = Pidfd
+	}
+	return testWatcher(t, m)
+}
+
+// testWatcher builds a watcher of method m without New's probes.
+func testWatcher(t testing.TB, m Method) *Watcher {
+	t.Helper()
+	w := &Watcher{method: m}
+	var err error
+	if w.pidfds, err = newPidfds(); err != nil {
+		t.Fatal(err)
+	}
+	if m == Ptrace {
+		if w.tracer, err = newTracer(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { w.Close() })
+	return w
+}
+
+func waitDone(t *testing.T, p Proc) Status {
+	t.Helper()
+	select {
+	case <-p.Done():
+		return p.Status()
+	case <-time.After(10 * time.Second):
+		t.Fatalf("pid %d: no exit seen within 10s", p.PID())
+	}
+	return Status{}
+}
+
+// child is the watched process. HOW is what it does:
+//
+//	N (a number)   waits for stdin to close, exits N
+//	SIGNAME        waits for stdin to close, kills itself with SIGNAME
+//	signals        prints "got SIG..." for each signal it receives (USR1,
+//	               USR2, INT, TERM, HUP, CHLD), "ready" once set up; exits 0
+//	               when stdin closes
+//	stopcont       prints "ready"; exits 0 when stdin closes (the test
+//	               stops and continues it in between)
+//	thread-exit    exits 5 from a goroutine locked to another thread
+//	leader-exit    its main thread exits alone; another calls exit_group(6)
+//	fork           runs two children of its own (which print their
+//	               TracerPid), waits for them, exits 4
+//	shell          execs sh -c 'CHILD 0; exit 4' (a shell as main process)
+func child(how string) {
+	signal.Ignore(syscall.SIGHUP)
+	ready := func() { fmt.Println("ready") }
+	switch how {
+	case "signals":
+		sigs := make(chan os.Signal, 16)
+		signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGCHLD)
+		go func() {
+			for s := range sigs {
+				fmt.Println("got", sigName(s))
+			}
+		}()
+		ready()
+		io.Copy(io.Discard, os.Stdin)
+		time.Sleep(50 * time.Millisecond) // let the last signal print
+		os.Exit(0)
+	case "stopcont":
+		ready()
+		io.Copy(io.Discard, os.Stdin)
+		os.Exit(0)
+	case "thread-exit":
+		done := make(chan struct{})
+		go func() {
+			runtime.LockOSThread()
+			io.Copy(io.Discard, os.Stdin)
+			os.Exit(5)
+		}()
+		<-done
+	case "leader-exit":
+		go func() {
+			io.Copy(io.Discard, os.Stdin)
+			time.Sleep(100 * time.Millisecond)
+			os.Exit(6) // exit_group, after the leader is gone
+		}()
+		// The main goroutine runs on the main thread (locked in init):
+		// end that thread alone, with exit(2), not exit_group(2).
+		syscall.RawSyscall(syscall.SYS_EXIT, 0, 0, 0)
+	case "fork":
+		io.Copy(io.Discard, os.Stdin)
+		for i := 0; i < 2; i++ {
+			c := exec.Command(os.Args[0], "-test.run=^$", "tracerpid")
+			c.Env = append(os.Environ(), "HELPER=tracerpid")
+			c.Stdout = os.Stdout
+			c.Run()
+		}
+		os.Exit(4)
+	case "shell":
+		sh, err := exec.LookPath("sh")
+		if err != nil {
+			os.Exit(111)
+		}
+		io.Copy(io.Discard, os.Stdin)
+		cmd := fmt.Sprintf("HELPER=tracerpid %q -test.run=^$ x; exit 4", os.Args[0])
+		syscall.Exec(sh, []string{"sh", "-c", cmd}, os.Environ())
+	}
+	io.Copy(io.Discard, os.Stdin)
+	if code, err := strconv.Atoi(how); err == nil {
+		os.Exit(code)
+	}
+	sig, _ := ParseSignal(how)
+	signal.Reset()
+	syscall.Kill(os.Getpid(), syscall.Signal(sig))
+	time.Sleep(time.Minute)
+	os.Exit(99)
+}
+
+func sigName(s os.Signal) string {
+	return Signal(s.(syscall.Signal)).String()
+}
+
+func exited(code int) Status   { return Status{Known: true, Code: code} }
+func killed(sig Signal) Status { return Status{Known: true, Signal: sig} }

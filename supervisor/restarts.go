@@ -1,0 +1,163 @@
+package supervisor
+
+import (
+	"time"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/procscan"
+	"github.com/sidecar-supervisor/sidecar-supervisor/supervisor/exitwatch"
+)
+
+// app is one application container instance. Under restartPolicy
+// OnFailure the kubelet restarts a failed app container in place, as a new
+// container (a new cgroup, a new main process): that new instance takes
+// the failed one's slot.
+type app struct {
+	container string
+	main      procscan.Process
+	proc      exitwatch.Proc // nil when it was never held
+	status    exitwatch.Status
+	done      bool
+	// superseded marks a failed instance that a restart replaced: it no
+	// longer counts in the decision.
+	superseded bool
+	// restartBy is, for an instance that ended with an unknown status under
+	// OnFailure, when to stop expecting a restart for it.
+	restartBy time.Time
+}
+
+// instance names one process for good: a PID with its start time.
+type instance struct {
+	pid   int
+	start uint64
+}
+
+// ledger keeps the app instances: which run, which await the kubelet's
+// restart (restartPolicy OnFailure), which count in the decision. It does
+// no I/O and reads no clock (times are given), so it is tested by tables;
+// the run loop logs what its answers mean.
+//
+// A slot is an app container of the pod: want of them are expected. Under
+// OnFailure a failed instance awaits its restart, the next new instance
+// takes its slot, and the failed one no longer counts. An instance whose
+// status is unknown may have failed: it awaits a restart too, until
+// restartTimeout after its end.
+type ledger struct {
+	policy         RestartPolicy
+	restartTimeout time.Duration
+	want           int
+	slots          int
+	apps           []*app // every instance, in the order they started
+	awaiting       []*app // oldest first
+	byMain         map[instance]*app
+}
+
+func newLedger(policy RestartPolicy, restartTimeout time.Duration) *ledger {
+	return &ledger{policy: policy, restartTimeout: restartTimeout, byMain: map[instance]*app{}}
+}
+
+// of returns the instance whose main process p is, if any: one process is
+// never two instances, whatever its cgroup read when it was first seen.
+func (l *ledger) of(p procscan.Process) *app {
+	return l.byMain[instance{p.PID, p.StartTime}]
+}
+
+// started records a new instance, and returns the one it replaces: the
+// oldest awaiting a restart, or nil when it fills a slot of its own.
+func (l *ledger) started(a *app, hasMain bool) (replaces *app) {
+	l.apps = append(l.apps, a)
+	if hasMain {
+		l.byMain[instance{a.main.PID, a.main.StartTime}] = a
+	}
+	if len(l.awaiting) > 0 {
+		replaces = l.awaiting[0]
+		l.awaiting = l.awaiting[1:]
+		replaces.superseded = true
+		return replaces
+	}
+	l.slots++
+	return nil
+}
+
+// missing fills the slots never seen with instances of unknown status.
+func (l *ledger) missing(names func(i int) string, reason string) {
+	for i := 0; l.slots < l.want; i++ {
+		l.slots++
+		l.apps = append(l.apps, &app{container: names(i), done: true, status: exitwatch.Status{Reason: reason}})
+	}
+}
+
+// exited records a's end at now. Under OnFailure a failed instance awaits
+// its restart (failed), as does, until restartTimeout, one whose status is
+// unknown (unknown).
+func (l *ledger) exited(a *app, s exitwatch.Status, now time.Time) (failed, unknown bool) {
+	a.done, a.status = true, s
+	if l.policy != OnFailure {
+		return false, false
+	}
+	switch {
+	case s.Failure():
+		l.awaiting = append(l.awaiting, a)
+		return true, false
+	case !s.Known:
+		a.restartBy = now.Add(l.restartTimeout)
+		l.awaiting = append(l.awaiting, a)
+		return false, true
+	}
+	return false, false
+}
+
+// settle stops awaiting, at now, the unknown-status instances whose
+// restart did not come in time, and returns them, and when the next such
+// wait ends (zero if none).
+func (l *ledger) settle(now time.Time) (expired []*app, next time.Time) {
+	kept := l.awaiting[:0]
+	for _, a := range l.awaiting {
+		if !a.status.Known && !now.Before(a.restartBy) {
+			expired = append(expired, a)
+			continue
+		}
+		kept = append(kept, a)
+		if !a.status.Known && (next.IsZero() || a.restartBy.Before(next)) {
+			next = a.restartBy
+		}
+	}
+	l.awaiting = kept
+	return expired, next
+}
+
+// running counts the instances still running.
+func (l *ledger) running() int {
+	n := 0
+	for _, a := range l.apps {
+		if !a.done {
+			n++
+		}
+	}
+	return n
+}
+
+// seeking reports whether the pod must still be scanned for instances: a
+// restart is awaited, or, under OnFailure, a slot is still empty (a
+// container that appeared while another awaited its restart took that
+// one's slot; if it was in fact a first start, the real restart is still
+// to come).
+func (l *ledger) seeking() bool {
+	return len(l.awaiting) > 0 || (l.policy == OnFailure && l.slots < l.want)
+}
+
+// finished reports whether the apps are done as the restart policy means
+// it: under Never every instance has exited; under OnFailure every slot's
+// last instance has exited 0, or ended unknown with no restart in time.
+func (l *ledger) finished() bool { return l.running() == 0 && !l.seeking() }
+
+// final is what the decision is made on: every instance a restart did not
+// replace.
+func (l *ledger) final() []AppStatus {
+	var out []AppStatus
+	for _, a := range l.apps {
+		if !a.superseded {
+			out = append(out, AppStatus{Container: a.container, Status: a.status})
+		}
+	}
+	return out
+}
