@@ -11,28 +11,28 @@
 // state machine, one method per state, each returning the next, each in the
 // file of its name:
 //
-//	start -> discover -> wait -> decide -> stop -> done
-//	      \-> idle (restartPolicy Always, native sidecar) -> deleted
+//		start -> discover -> wait -> decide -> stop -> done
+//		      \-> idle (restartPolicy Always, native sidecar) -> deleted
 //
-//   - start (run.go) checks the pod shares its PID namespace and picks the
-//     path by restart policy.
-//   - discover (discover.go) scans /proc (package procscan) until the
-//     expected application containers have been seen, within
-//     AppStartTimeout, watching each app's main process the moment it is seen
-//     and holding each sidecar's. This is the only phase that polls /proc
-//     (every ScanInterval).
-//   - wait (wait.go) blocks on the apps' exits, without polling, until every
-//     app is done as the restart policy means it; under OnFailure it scans
-//     again while a restart is awaited. Which instances run, await a restart
-//     or count is kept by a pure type, the ledger (restarts.go).
-//   - decide (decide.go) maps the statuses to an action through one table
-//     (Decide): all exited 0 -> OnSuccess; any failure -> OnFailure; else any
-//     unknown -> OnUnknown. An app killed by SIGTERM is first given
-//     DeletionGrace to see whether the pod is being deleted.
-//   - stop (stop.go) applies the action to each sidecar's main process through
-//     its pidfd, or by an HTTP POST (http.go), a graceful signal only once the
-//     sidecar handles it (sidecars.go), watches each exit, and sends SIGKILL
-//     to any still alive after StopTimeout.
+//	  - start (run.go) checks the pod shares its PID namespace and picks the
+//	    path by restart policy.
+//	  - discover (discover.go) scans /proc (package procscan) until the
+//	    expected application containers have been seen, within
+//	    AppStartTimeout, watching each app's main process the moment it is seen
+//	    and holding each sidecar's. This is the only phase that polls /proc
+//	    (every ScanInterval).
+//	  - wait (wait.go) blocks on the apps' exits, without polling, until every
+//	    app is done as the restart policy means it; under OnFailure it scans
+//	    again while a restart is awaited. Which instances run, await a restart
+//	    or count is kept by a pure type, the ledger (restarts.go).
+//	  - decide (decide.go) maps the statuses to an action through one table
+//	    (Decide): all exited 0 -> OnSuccess; any failure -> OnFailure; else any
+//	    unknown -> OnUnknown. An app killed by SIGTERM is first given
+//	    DeletionGrace to see whether the pod is being deleted.
+//	  - stop (stop.go) applies the action to each sidecar's main process through
+//	    its pidfd, or by an HTTP POST (http.go), a graceful signal only once the
+//	    sidecar handles it (sidecars.go), watches each exit, and sends SIGKILL
+//	    to any still alive after StopTimeout.
 //
 // SIGTERM to the supervisor (pod deletion) cancels every state: it leaves the
 // sidecar to the kubelet and exits 0 at once (deleted, run.go).
