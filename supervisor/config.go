@@ -19,63 +19,33 @@ import (
 const EnvPrefix = "SUPERVISOR_"
 
 // Config is the supervisor's configuration, read from SUPERVISOR_*
-// environment variables. The README's table lists the same settings.
+// environment variables. Each setting is described once, in its field's
+// tags: its variable (env), default (envDefault), what it accepts
+// (accepts, which is also the rule Validate enforces for durations and
+// counts) and what it means (meaning). The README's configuration table
+// says the same, row for row in this order (TestReadmeSettings).
 type Config struct {
-	// SidecarProcesses names the main processes of the containers to stop.
-	SidecarProcesses []string `env:"SIDECAR_PROCESSES" envDefault:"pilot-agent"`
-	// IgnoreProcesses names the main processes of containers that are
-	// neither waited for nor stopped.
-	IgnoreProcesses []string `env:"IGNORE_PROCESSES"`
-	// AppContainers is how many application containers to wait for; 0
-	// takes whatever is there once at least one is.
-	AppContainers int `env:"APP_CONTAINERS" envDefault:"0"`
-	// AppStartTimeout bounds the wait for the application containers.
-	AppStartTimeout time.Duration `env:"APP_START_TIMEOUT" envDefault:"30s"`
-	// SidecarStartTimeout bounds the wait for a sidecar to appear, when
-	// the apps finished before it started, and then for it to handle a
-	// graceful signal (sidecars.go).
-	SidecarStartTimeout time.Duration `env:"SIDECAR_START_TIMEOUT" envDefault:"30s"`
-	// StopTimeout is how long a sidecar has to exit after the action before
-	// it gets SIGKILL.
-	StopTimeout time.Duration `env:"STOP_TIMEOUT" envDefault:"30s"`
-	// OnSuccess, OnFailure and OnUnknown are the actions for each outcome.
-	OnSuccess Action `env:"ON_SUCCESS" envDefault:"SIGTERM"`
-	OnFailure Action `env:"ON_FAILURE" envDefault:"SIGKILL"`
-	OnUnknown Action `env:"ON_UNKNOWN" envDefault:"SIGTERM"`
-	// SidecarActions gives some sidecars their own action, whatever the
-	// outcome: "cloud-sql-proxy=SIGINT,pilot-agent=http://...".
-	SidecarActions SidecarActions `env:"SIDECAR_ACTIONS"`
-	// HTTPTimeout bounds an HTTP action, retries while nothing answers
-	// included.
-	HTTPTimeout time.Duration `env:"HTTP_TIMEOUT" envDefault:"5s"`
-	// DeletionGrace is how long an application killed by SIGTERM is given to
-	// turn out to be a pod deletion (the supervisor's own SIGTERM) before it
-	// counts as a failure.
-	DeletionGrace time.Duration `env:"DELETION_GRACE" envDefault:"2s"`
-	// ScanInterval is how often /proc is read while containers are being
-	// looked for. Nothing polls once the apps are found.
-	ScanInterval time.Duration `env:"SCAN_INTERVAL" envDefault:"100ms"`
-	// TerminationMessagePath receives a one-line summary at exit.
-	TerminationMessagePath string `env:"TERMINATION_MESSAGE_PATH" envDefault:"/dev/termination-log"`
-	// RestartPolicy is the pod's restartPolicy.
-	RestartPolicy RestartPolicy `env:"RESTART_POLICY" envDefault:"Never"`
-	// RestartTimeout bounds, under OnFailure, the wait for the restart of
-	// an app whose exit status could not be read (the kubelet's back-off
-	// between restarts reaches 5 minutes).
-	RestartTimeout time.Duration `env:"RESTART_TIMEOUT" envDefault:"5m30s"`
-	// NativeSidecar says the sidecar is a native sidecar (an init container
-	// with restartPolicy Always), which the kubelet stops itself.
-	NativeSidecar bool `env:"NATIVE_SIDECAR" envDefault:"false"`
-	// HoldTimeout bounds the hold mode (the istio-proxy container's preStop
-	// hook): keep it under terminationGracePeriodSeconds minus pilot-agent's
-	// terminationDrainDuration.
-	HoldTimeout time.Duration `env:"HOLD_TIMEOUT" envDefault:"20s"`
-	// ExitStatus says how app exit statuses are read: auto, pidfd, ptrace
-	// or none.
-	ExitStatus exitwatch.Method `env:"EXIT_STATUS" envDefault:"auto"`
-	// LogLevel and LogFormat shape the log on stderr.
-	LogLevel  zerolog.Level `env:"LOG_LEVEL" envDefault:"info"`
-	LogFormat string        `env:"LOG_FORMAT" envDefault:"json"`
+	SidecarProcesses       []string         `env:"SIDECAR_PROCESSES" envDefault:"pilot-agent" accepts:"comma-separated process names" meaning:"containers whose main process has one of these names (comm or argv[0] base name) are sidecars, stopped when the apps are done"`
+	IgnoreProcesses        []string         `env:"IGNORE_PROCESSES" accepts:"comma-separated process names" meaning:"containers whose main process has one of these names are neither waited for nor stopped"`
+	AppContainers          int              `env:"APP_CONTAINERS" envDefault:"0" accepts:"whole number ≥ 0" meaning:"how many application containers to wait for; 0 takes whatever is there once at least one is"`
+	AppStartTimeout        time.Duration    `env:"APP_START_TIMEOUT" envDefault:"30s" accepts:"duration > 0" meaning:"bound on looking for the application containers; the missing ones count as unknown"`
+	SidecarStartTimeout    time.Duration    `env:"SIDECAR_START_TIMEOUT" envDefault:"30s" accepts:"duration > 0" meaning:"bound on waiting for a sidecar that had not started when the apps finished, and then for it to handle a graceful signal (after which the signal is sent anyway, and the summary says so)"`
+	StopTimeout            time.Duration    `env:"STOP_TIMEOUT" envDefault:"30s" accepts:"duration > 0" meaning:"a sidecar still alive this long after the action gets SIGKILL"`
+	OnSuccess              Action           `env:"ON_SUCCESS" envDefault:"SIGTERM" accepts:"signal name or number, none, http(s)://..." meaning:"action when every app exited 0"`
+	OnFailure              Action           `env:"ON_FAILURE" envDefault:"SIGKILL" accepts:"as above" meaning:"action when an app exited non-zero or was killed"`
+	OnUnknown              Action           `env:"ON_UNKNOWN" envDefault:"SIGTERM" accepts:"as above" meaning:"action when a status could not be read (and none failed)"`
+	SidecarActions         SidecarActions   `env:"SIDECAR_ACTIONS" accepts:"name=action,... with names from SUPERVISOR_SIDECAR_PROCESSES" meaning:"gives some sidecars their own action whatever the outcome, e.g. cloud-sql-proxy=SIGTERM"`
+	RestartPolicy          RestartPolicy    `env:"RESTART_POLICY" envDefault:"Never" accepts:"Never, OnFailure, Always" meaning:"the pod's restartPolicy (the injection template fills it). OnFailure: a failed app is restarted in place by the kubelet, so the sidecar stays up until every app container has exited 0, and is then stopped only gracefully (SIGKILL is refused: a sidecar exiting 137 would be restarted). Always: an app's exit never stops the sidecar; the supervisor idles until the pod is deleted"`
+	RestartTimeout         time.Duration    `env:"RESTART_TIMEOUT" envDefault:"5m30s" accepts:"duration > 0" meaning:"under OnFailure, how long an app whose exit status is unknown may take to be restarted before it is taken as finished (the kubelet's back-off reaches 5 minutes)"`
+	NativeSidecar          bool             `env:"NATIVE_SIDECAR" envDefault:"false" accepts:"true, false" meaning:"istio-proxy is a native sidecar (an init container with restartPolicy Always), which the kubelet stops itself: the supervisor does nothing. It cannot be told from /proc; the injection template does not add the supervisor to such pods at all"`
+	HoldTimeout            time.Duration    `env:"HOLD_TIMEOUT" envDefault:"20s" accepts:"duration > 0" meaning:"hold mode (istio-proxy's preStop in long-running pods, below): give up waiting for the apps after this; keep it under terminationGracePeriodSeconds minus pilot-agent's drain"`
+	ExitStatus             exitwatch.Method `env:"EXIT_STATUS" envDefault:"auto" accepts:"auto, pidfd, ptrace, none" meaning:"how app exit statuses are read. auto: pidfd (Linux 6.15+, no privileges), else ptrace (needs CAP_SYS_PTRACE), else none (statuses unknown). A forced method that cannot work stops the supervisor with exit 1"`
+	HTTPTimeout            time.Duration    `env:"HTTP_TIMEOUT" envDefault:"5s" accepts:"duration > 0" meaning:"bound on an HTTP action: while nothing answers (the sidecar still starting) it is tried again, until this long after the first try"`
+	DeletionGrace          time.Duration    `env:"DELETION_GRACE" envDefault:"2s" accepts:"duration ≥ 0" meaning:"how long an app killed by SIGTERM may turn out to be a pod deletion before it counts as a failure"`
+	ScanInterval           time.Duration    `env:"SCAN_INTERVAL" envDefault:"100ms" accepts:"duration > 0" meaning:"how often /proc is read while containers are being looked for (never once they are found)"`
+	TerminationMessagePath string           `env:"TERMINATION_MESSAGE_PATH" envDefault:"/dev/termination-log" accepts:"path" meaning:"where the one-line summary goes; if the file does not exist nothing is written"`
+	LogLevel               zerolog.Level    `env:"LOG_LEVEL" envDefault:"info" accepts:"trace, debug, info, warn, error, disabled" meaning:"log level"`
+	LogFormat              string           `env:"LOG_FORMAT" envDefault:"json" accepts:"json, console" meaning:"log format (stderr)"`
 }
 
 // SidecarActions maps a sidecar process name to its own action.
@@ -122,7 +92,7 @@ func (p *RestartPolicy) UnmarshalText(b []byte) error {
 			return nil
 		}
 	}
-	return errors.New("want Never, OnFailure or Always")
+	return errors.New("want Never, OnFailure or Always (the pod's restartPolicy)")
 }
 
 // ConfigError is a bad setting: the variable, the value and what it accepts.
@@ -157,13 +127,6 @@ func LoadConfig(environ []string) (cfg Config, unknown []string, err error) {
 	for _, p := range params {
 		known[p.Key] = true
 	}
-	fields := reflect.TypeOf(cfg)
-	varOf := func(field string) string {
-		if f, ok := fields.FieldByName(field); ok {
-			return f.Tag.Get("env")
-		}
-		return field
-	}
 	var errs []error
 	failed := map[string]bool{} // variables that did not parse
 	if perr := env.ParseWithOptions(&cfg, opts); perr != nil {
@@ -174,9 +137,10 @@ func LoadConfig(environ []string) (cfg Config, unknown []string, err error) {
 		for _, e := range agg.Errors {
 			var pe env.ParseError
 			if errors.As(e, &pe) {
-				name := varOf(pe.Name)
+				f, _ := reflect.TypeOf(cfg).FieldByName(pe.Name)
+				name := f.Tag.Get("env")
 				failed[name] = true
-				errs = append(errs, &ConfigError{Var: name, Value: vars[EnvPrefix+name], Problem: describe(name, pe.Err)})
+				errs = append(errs, &ConfigError{Var: name, Value: vars[EnvPrefix+name], Problem: describe(f, pe.Err)})
 				continue
 			}
 			errs = append(errs, e)
@@ -204,22 +168,18 @@ func LoadConfig(environ []string) (cfg Config, unknown []string, err error) {
 	return cfg, unknown, errors.Join(errs...)
 }
 
-// describe turns a parser's error into what the variable accepts.
-func describe(name string, err error) string {
-	switch name {
-	case "APP_CONTAINERS":
-		return "want a whole number, 0 or more"
-	case "LOG_LEVEL":
-		return "want trace, debug, info, warn, error or disabled"
-	case "EXIT_STATUS":
-		return "want auto, pidfd, ptrace or none"
-	case "RESTART_POLICY":
-		return "want Never, OnFailure or Always (the pod's restartPolicy)"
-	case "NATIVE_SIDECAR":
-		return "want true or false"
-	}
-	if strings.HasSuffix(name, "TIMEOUT") || strings.HasSuffix(name, "GRACE") || strings.HasSuffix(name, "INTERVAL") {
+// describe turns a parser's error into what the variable accepts, by the
+// field's type; types of our own say it in their error.
+func describe(field reflect.StructField, err error) string {
+	switch field.Type {
+	case reflect.TypeOf(time.Duration(0)):
 		return "want a duration such as 30s, 1m30s or 500ms"
+	case reflect.TypeOf(0):
+		return "want a whole number, 0 or more"
+	case reflect.TypeOf(false):
+		return "want true or false"
+	case reflect.TypeOf(zerolog.Level(0)):
+		return "want trace, debug, info, warn, error or disabled"
 	}
 	return err.Error()
 }
@@ -231,20 +191,28 @@ func (c *Config) Validate(vars map[string]string) []error {
 	bad := func(name, problem string) {
 		errs = append(errs, &ConfigError{Var: name, Value: vars[EnvPrefix+name], Problem: problem})
 	}
-	if c.AppContainers < 0 {
-		bad("APP_CONTAINERS", "want a whole number, 0 or more")
-	}
-	for name, d := range map[string]time.Duration{
-		"APP_START_TIMEOUT": c.AppStartTimeout, "SIDECAR_START_TIMEOUT": c.SidecarStartTimeout,
-		"STOP_TIMEOUT": c.StopTimeout, "HTTP_TIMEOUT": c.HTTPTimeout, "SCAN_INTERVAL": c.ScanInterval,
-		"RESTART_TIMEOUT": c.RestartTimeout, "HOLD_TIMEOUT": c.HoldTimeout,
-	} {
-		if d <= 0 {
-			bad(name, "want a positive duration such as 30s")
+	// The rule each duration and count accepts, as its accepts tag says it.
+	v := reflect.ValueOf(c).Elem()
+	for i := 0; i < v.NumField(); i++ {
+		f := v.Type().Field(i)
+		var n int64
+		switch x := v.Field(i).Interface().(type) {
+		case time.Duration:
+			n = int64(x)
+		case int:
+			n = int64(x)
+		default:
+			continue
 		}
-	}
-	if c.DeletionGrace < 0 {
-		bad("DELETION_GRACE", "want a duration of 0 or more, such as 2s")
+		name := f.Tag.Get("env")
+		switch accepts := f.Tag.Get("accepts"); {
+		case strings.HasSuffix(accepts, "> 0") && n <= 0:
+			bad(name, "want a positive duration such as 30s")
+		case accepts == "duration ≥ 0" && n < 0:
+			bad(name, "want a duration of 0 or more, such as 2s")
+		case accepts == "whole number ≥ 0" && n < 0:
+			bad(name, "want a whole number, 0 or more")
+		}
 	}
 	if len(nonEmpty(c.SidecarProcesses)) == 0 {
 		bad("SIDECAR_PROCESSES", "want a comma-separated list of process names, such as pilot-agent")
@@ -305,27 +273,27 @@ func nonEmpty(ss []string) []string {
 	return out
 }
 
-// MarshalZerologObject logs the effective configuration as one object.
+// MarshalZerologObject logs the effective configuration as one object,
+// each setting under its variable's name in lower case.
 func (c Config) MarshalZerologObject(e *zerolog.Event) {
-	e.Strs("sidecar_processes", c.SidecarProcesses).
-		Strs("ignore_processes", c.IgnoreProcesses).
-		Int("app_containers", c.AppContainers).
-		Str("app_start_timeout", c.AppStartTimeout.String()).
-		Str("sidecar_start_timeout", c.SidecarStartTimeout.String()).
-		Str("stop_timeout", c.StopTimeout.String()).
-		Stringer("on_success", c.OnSuccess).
-		Stringer("on_failure", c.OnFailure).
-		Stringer("on_unknown", c.OnUnknown).
-		Interface("sidecar_actions", c.SidecarActions).
-		Str("http_timeout", c.HTTPTimeout.String()).
-		Str("deletion_grace", c.DeletionGrace.String()).
-		Str("scan_interval", c.ScanInterval.String()).
-		Str("termination_message_path", c.TerminationMessagePath).
-		Str("exit_status", string(c.ExitStatus)).
-		Str("restart_policy", string(c.RestartPolicy)).
-		Str("restart_timeout", c.RestartTimeout.String()).
-		Bool("native_sidecar", c.NativeSidecar).
-		Str("hold_timeout", c.HoldTimeout.String()).
-		Stringer("log_level", c.LogLevel).
-		Str("log_format", c.LogFormat)
+	v := reflect.ValueOf(c)
+	for i := 0; i < v.NumField(); i++ {
+		key := strings.ToLower(v.Type().Field(i).Tag.Get("env"))
+		switch x := v.Field(i).Interface().(type) {
+		case []string:
+			e.Strs(key, x)
+		case int:
+			e.Int(key, x)
+		case bool:
+			e.Bool(key, x)
+		case string:
+			e.Str(key, x)
+		case SidecarActions:
+			e.Interface(key, x)
+		case fmt.Stringer: // durations, actions, the log level
+			e.Stringer(key, x)
+		default: // string types: the restart policy, the method
+			e.Str(key, v.Field(i).String())
+		}
+	}
 }

@@ -1,0 +1,48 @@
+package supervisor
+
+import (
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestReadmeSettings: the README's configuration table says what Config's
+// tags say, row for row: variable, default, accepted values and meaning
+// (the README's code spans aside). A setting is added in one place, its
+// field, plus its README row; this fails when the two disagree.
+func TestReadmeSettings(t *testing.T) {
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var readme [][]string
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, "| `"+EnvPrefix) {
+			continue
+		}
+		cells := strings.Split(strings.Trim(line, "| "), " | ")
+		for i := range cells {
+			cells[i] = strings.ReplaceAll(strings.TrimSpace(cells[i]), "`", "")
+		}
+		readme = append(readme, cells)
+	}
+	var tags [][]string
+	ct := reflect.TypeOf(Config{})
+	for i := 0; i < ct.NumField(); i++ {
+		f := ct.Field(i)
+		def, ok := f.Tag.Lookup("envDefault")
+		if !ok {
+			def = "(none)"
+		}
+		if f.Tag.Get("accepts") == "" || f.Tag.Get("meaning") == "" {
+			t.Errorf("%s has no accepts or meaning tag", f.Name)
+		}
+		tags = append(tags, []string{EnvPrefix + f.Tag.Get("env"), def, f.Tag.Get("accepts"), f.Tag.Get("meaning")})
+	}
+	if diff := cmp.Diff(tags, readme); diff != "" {
+		t.Errorf("README's configuration table (+) and Config's tags (-) disagree:\n%s", diff)
+	}
+}
