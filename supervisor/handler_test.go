@@ -23,13 +23,7 @@ func TestStopWaitsForHandler(t *testing.T) {
 	waitLog(t, h, `"message":"sidecar would die of the signal now: waiting until it handles it"`)
 	noSignalFor(t, h, 100*time.Millisecond)
 	h.pod.setUnhandled(100, false)
-	res, err := h.wait()
-	if err != nil || res.Outcome != Success {
-		t.Fatalf("res %+v err %v", res, err)
-	}
-	if diff := cmp.Diff([]string{"SIGTERM 100"}, h.kernel.sent()); diff != "" {
-		t.Errorf("signals (-want +got):\n%s", diff)
-	}
+	h.finish(Success, "SIGTERM 100")
 	if !strings.Contains(h.log.String(), `"message":"sidecar handles the signal now"`) {
 		t.Errorf("no log of the handler; log:\n%s", h.log)
 	}
@@ -46,13 +40,7 @@ func TestStopWaitsForEnvoy(t *testing.T) {
 	waitLog(t, h, `has not started envoy yet`)
 	noSignalFor(t, h, 100*time.Millisecond)
 	h.pod.move(100, container(procscan.Sidecar, "pilot-agent", 100)) // envoy started
-	res, err := h.wait()
-	if err != nil || res.Outcome != Success {
-		t.Fatalf("res %+v err %v", res, err)
-	}
-	if diff := cmp.Diff([]string{"SIGTERM 100"}, h.kernel.sent()); diff != "" {
-		t.Errorf("signals (-want +got):\n%s", diff)
-	}
+	h.finish(Success, "SIGTERM 100")
 }
 
 // TestStopHandlerBound: a sidecar that never handles SIGTERM gets it after
@@ -82,13 +70,7 @@ func TestStopSIGKILLDoesNotWait(t *testing.T) {
 	h := start(t, testConfig(t), container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
 	h.pod.setUnhandled(100, true)
 	h.proc(10).exit(exited(3))
-	res, err := h.wait()
-	if err != nil || res.Outcome != Failure {
-		t.Fatalf("res %+v err %v", res, err)
-	}
-	if diff := cmp.Diff([]string{"SIGKILL 100"}, h.kernel.sent()); diff != "" {
-		t.Errorf("signals (-want +got):\n%s", diff)
-	}
+	h.finish(Failure, "SIGKILL 100")
 	if strings.Contains(h.log.String(), "waiting until it handles it") {
 		t.Errorf("waited for a handler before SIGKILL; log:\n%s", h.log)
 	}
@@ -133,11 +115,5 @@ func TestHTTPNeverAnswers(t *testing.T) {
 		t.Errorf("%d POSTs, want it tried again until the bound", n)
 	}
 	h.pod.setUnhandled(100, false)
-	res, err := h.wait()
-	if err != nil || res.Outcome != Success {
-		t.Fatalf("res %+v err %v", res, err)
-	}
-	if diff := cmp.Diff([]string{"SIGTERM 100"}, h.kernel.sent()); diff != "" {
-		t.Errorf("signals (-want +got):\n%s", diff)
-	}
+	h.finish(Success, "SIGTERM 100")
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/sidecar-supervisor/sidecar-supervisor/supervisor/exitwatch"
 
 	"github.com/rs/zerolog"
@@ -312,6 +313,23 @@ func (h *harness) proc(pid int) *fakeProc {
 	}
 	h.t.Fatalf("pid %d never opened", pid)
 	return nil
+}
+
+// finish waits for the run, which must end with outcome after sending
+// exactly signals ("SIGTERM 100"), and returns its result.
+func (h *harness) finish(outcome Outcome, signals ...string) Result {
+	h.t.Helper()
+	res, err := h.wait()
+	if err != nil || res.Outcome != outcome {
+		h.t.Fatalf("res %+v err %v, want %v; log:\n%s", res, err, outcome, h.log)
+	}
+	if signals == nil {
+		signals = []string{}
+	}
+	if diff := cmp.Diff(signals, append([]string{}, h.kernel.sent()...)); diff != "" {
+		h.t.Errorf("signals (-want +got):\n%s", diff)
+	}
+	return res
 }
 
 func (h *harness) wait() (Result, error) {

@@ -29,13 +29,7 @@ func TestOnFailureRestart(t *testing.T) {
 	noSignalFor(t, h, 100*time.Millisecond)
 	h.pod.add(container(procscan.App, "app-r2", 12))
 	h.proc(12).exit(exited(0))
-	res, err := h.wait()
-	if err != nil || res.Outcome != Success {
-		t.Fatalf("res %+v err %v; log:\n%s", res, err, h.log)
-	}
-	if diff := cmp.Diff([]string{"SIGTERM 100"}, h.kernel.sent()); diff != "" {
-		t.Errorf("signals (-want +got):\n%s", diff)
-	}
+	res := h.finish(Success, "SIGTERM 100")
 	if len(res.Apps) != 1 || res.Apps[0].Container != "app-r2" {
 		t.Errorf("decided on %+v, want only the last instance", res.Apps)
 	}
@@ -103,13 +97,7 @@ func TestOnFailureOneProcessTwoCgroups(t *testing.T) {
 	noSignalFor(t, h, 200*time.Millisecond) // app0's restart is still to come
 	h.pod.add(container(procscan.App, "app0-r1", 70))
 	h.proc(70).exit(exited(0))
-	res, err := h.wait()
-	if err != nil || res.Outcome != Success {
-		t.Fatalf("res %+v err %v; log:\n%s", res, err, h.log)
-	}
-	if diff := cmp.Diff([]string{"SIGTERM 100"}, h.kernel.sent()); diff != "" {
-		t.Errorf("signals (-want +got):\n%s", diff)
-	}
+	res := h.finish(Success, "SIGTERM 100")
 	var names []string
 	for _, a := range res.Apps {
 		names = append(names, a.Container)
@@ -206,13 +194,7 @@ func TestSidecarActions(t *testing.T) {
 		container(procscan.Sidecar, "cloud-sql-proxy", 101), container(procscan.Sidecar, "vault-agent", 102))
 	go func() { p := h.proc(102); <-time.After(20 * time.Millisecond); p.exit(exited(0)) }()
 	h.proc(10).exit(exited(3))
-	res, err := h.wait()
-	if err != nil || res.Outcome != Failure {
-		t.Fatalf("res %+v err %v", res, err)
-	}
-	if diff := cmp.Diff([]string{"SIGKILL 100", "SIGINT 101"}, h.kernel.sent()); diff != "" {
-		t.Errorf("signals (-want +got):\n%s", diff)
-	}
+	h.finish(Failure, "SIGKILL 100", "SIGINT 101")
 	if diff := cmp.Diff([]string{"http://127.0.0.1:8200/quit"}, h.posts); diff != "" {
 		t.Errorf("posts (-want +got):\n%s", diff)
 	}
@@ -352,11 +334,5 @@ func TestKindIsFirstSight(t *testing.T) {
 	}
 	h.pod.mu.Unlock()
 	h.proc(10).exit(exited(0))
-	res, err := h.wait()
-	if err != nil || res.Outcome != Success {
-		t.Fatalf("res %+v err %v", res, err)
-	}
-	if diff := cmp.Diff([]string{"SIGTERM 100"}, h.kernel.sent()); diff != "" {
-		t.Errorf("signals (-want +got):\n%s\nlog:\n%s", diff, h.log)
-	}
+	h.finish(Success, "SIGTERM 100")
 }

@@ -137,13 +137,7 @@ func TestRunLateSidecar(t *testing.T) {
 		t.Fatalf("signals before any sidecar: %v", got)
 	}
 	h.pod.add(container(procscan.Sidecar, "pilot-agent", 100))
-	res, err := h.wait()
-	if err != nil || res.Outcome != Success {
-		t.Fatalf("res %+v err %v", res, err)
-	}
-	if diff := cmp.Diff([]string{"SIGTERM 100"}, h.kernel.sent()); diff != "" {
-		t.Errorf("signals (-want +got):\n%s", diff)
-	}
+	h.finish(Success, "SIGTERM 100")
 }
 
 // TestRunNoSidecar: no sidecar ever appears: log it and finish.
