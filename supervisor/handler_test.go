@@ -2,7 +2,10 @@ package supervisor
 
 import (
 	"errors"
+	"net"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -83,7 +86,7 @@ func TestHTTPRetriedUntilAnswered(t *testing.T) {
 	h := startWith(t, testConfig(t, "SUPERVISOR_ON_SUCCESS="+quit), func(h *harness) {
 		h.answer = func(n int) (int, error) {
 			if n < 4 {
-				return 0, errors.New("connect: connection refused")
+				return 0, refused
 			}
 			go func() { time.Sleep(10 * time.Millisecond); h.kernel.proc(100).exit(exited(0)) }()
 			return 200, nil
@@ -106,7 +109,7 @@ func TestHTTPRetriedUntilAnswered(t *testing.T) {
 // SIGTERM fallback waits for the handler like any graceful signal.
 func TestHTTPNeverAnswers(t *testing.T) {
 	h := startWith(t, testConfig(t, "SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit", "SUPERVISOR_HTTP_TIMEOUT=100ms"), func(h *harness) {
-		h.answer = func(int) (int, error) { return 0, errors.New("connect: connection refused") }
+		h.answer = func(int) (int, error) { return 0, refused }
 		h.pod.setUnhandled(100, true)
 	}, container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
 	h.proc(10).exit(exited(0))
@@ -116,4 +119,20 @@ func TestHTTPNeverAnswers(t *testing.T) {
 	}
 	h.pod.setUnhandled(100, false)
 	h.finish(Success, "SIGTERM 100")
+}
+
+// refused is a connection refused, as net.Dial wraps it.
+var refused = &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+
+// TestHTTPNotRetriedOnceSent: a POST that reached the sidecar but got no
+// answer (it may have stopped at once) is not sent again: SIGTERM follows.
+func TestHTTPNotRetriedOnceSent(t *testing.T) {
+	h := startWith(t, testConfig(t, "SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit"), func(h *harness) {
+		h.answer = func(int) (int, error) { return 0, errors.New("read status line: EOF") }
+	}, container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+	h.proc(10).exit(exited(0))
+	h.finish(Success, "SIGTERM 100")
+	if n := len(h.postsSent()); n != 1 {
+		t.Errorf("%d POSTs, want 1", n)
+	}
 }

@@ -2,12 +2,14 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -102,5 +104,20 @@ func TestPostErrors(t *testing.T) {
 	}
 	if d := time.Since(start); d > 30*time.Second {
 		t.Errorf("cancelled request took %v", d)
+	}
+}
+
+// TestPostRefused: a port nothing listens on is a refused connection, the
+// one error postUntilAnswered tries again.
+func TestPostRefused(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	u, _ := url.Parse("http://" + addr + "/quitquitquit")
+	if _, err := Post(context.Background(), u, time.Second); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("Post to a closed port: %v, want ECONNREFUSED", err)
 	}
 }

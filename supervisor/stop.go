@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/supervisor/exitwatch"
@@ -129,7 +130,7 @@ func (r *run) act(ctx context.Context, sidecars []*sidecar) state {
 			u := act.URL.String()
 			ok, done := posted[u]
 			if !done {
-				code, err := r.postUntilAnswered(ctx, act.URL)
+				code, err := r.postUntilAnswered(ctx, act.URL, s)
 				if ctx.Err() != nil {
 					return r.deleted
 				}
@@ -169,14 +170,17 @@ func (r *run) act(ctx context.Context, sidecars []*sidecar) state {
 }
 
 // postUntilAnswered POSTs an HTTP action, again every ScanInterval while
-// nothing answers (a sidecar still starting: connection refused), until
-// HTTPTimeout has passed since the first try. Any HTTP answer ends it.
-func (r *run) postUntilAnswered(ctx context.Context, u *url.URL) (int, error) {
+// nothing listens (a sidecar still starting: connection refused), until
+// HTTPTimeout has passed since the first try, or s has exited. Only a
+// refused connection is tried again: a request that reached the sidecar
+// may have stopped it before it answered (pilot-agent's /quitquitquit can
+// exit before its 200 is read), and must not be sent twice.
+func (r *run) postUntilAnswered(ctx context.Context, u *url.URL, s *sidecar) (int, error) {
 	deadline := time.Now().Add(r.cfg.HTTPTimeout)
 	for tries := 1; ; tries++ {
 		code, err := r.post(ctx, u, time.Until(deadline))
 		left := time.Until(deadline)
-		if err == nil || ctx.Err() != nil || left <= 0 {
+		if err == nil || !errors.Is(err, syscall.ECONNREFUSED) || ctx.Err() != nil || left <= 0 || gone(s) {
 			return code, err
 		}
 		if tries == 1 {
