@@ -27,6 +27,11 @@ const (
 	// cgroup (see Settled). What it is cannot be told yet; a later scan
 	// will.
 	Starting
+	// Other is a container of the pod known by its Kubernetes name that is
+	// neither an app nor a sidecar (a native sidecar, an ephemeral debug
+	// container), or of another pod: neither waited for nor stopped (see
+	// Pod.Name).
+	Other
 )
 
 func (k Kind) String() string {
@@ -43,6 +48,8 @@ func (k Kind) String() string {
 		return "ignored"
 	case Starting:
 		return "starting"
+	case Other:
+		return "other"
 	}
 	return "unknown"
 }
@@ -58,10 +65,16 @@ type Rules struct {
 type Container struct {
 	// ID is the cgroup content shared by the container's processes.
 	ID string
-	// Name is a short readable name derived from the cgroup path: the
-	// container ID (12 characters) under Kubernetes, the leaf name elsewhere.
+	// Name is the container's name: its Kubernetes name where the kubelet's
+	// mount tells it (Kube, set by Pod.Name), else a short one derived from
+	// the cgroup path (the container ID, 12 characters, under Kubernetes;
+	// the leaf name elsewhere).
 	Name string
 	Kind Kind
+	// Kube is its identity as the kubelet gave it, when known.
+	Kube Kube
+	// Why says why an Other container is one.
+	Why string
 	// Main is the container's main process: its oldest process, whose
 	// parent is outside the pod's PID namespace (PPID 0). Processes a
 	// runtime execs into the container later (kubectl exec) also have PPID

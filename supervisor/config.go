@@ -25,6 +25,8 @@ const EnvPrefix = "SUPERVISOR_"
 // counts) and what it means (meaning). The README's configuration table
 // says the same, row for row in this order (TestReadmeSettings).
 type Config struct {
+	Apps                   []string         `env:"APPS" accepts:"comma-separated container names" meaning:"the pod's app containers, by name (the injection template fills it from the pod spec). Where the kubelet's names can be read (What it logs and reports, below), exactly these are waited for, a restart is the same name coming back, and a container named neither here nor in SUPERVISOR_SIDECARS (a native sidecar, an ephemeral debug container) is neither waited for nor stopped"`
+	Sidecars               []string         `env:"SIDECARS" envDefault:"istio-proxy" accepts:"comma-separated container names" meaning:"the sidecar containers to stop, by name, where the kubelet's names can be read; elsewhere SUPERVISOR_SIDECAR_PROCESSES tells them by their main process"`
 	SidecarProcesses       []string         `env:"SIDECAR_PROCESSES" envDefault:"pilot-agent" accepts:"comma-separated process names" meaning:"containers whose main process has one of these names (comm or argv[0] base name) are sidecars, stopped when the apps are done"`
 	IgnoreProcesses        []string         `env:"IGNORE_PROCESSES" accepts:"comma-separated process names" meaning:"containers whose main process has one of these names are neither waited for nor stopped"`
 	AppContainers          int              `env:"APP_CONTAINERS" envDefault:"0" accepts:"whole number ≥ 0" meaning:"how many application containers to wait for; 0 takes whatever is there once at least one is"`
@@ -154,6 +156,7 @@ func LoadConfig(environ []string) (cfg Config, unknown []string, err error) {
 		}
 	}
 	sort.Strings(unknown)
+	cfg.Apps, cfg.Sidecars = nonEmpty(cfg.Apps), nonEmpty(cfg.Sidecars)
 	cfg.SidecarProcesses = nonEmpty(cfg.SidecarProcesses)
 	cfg.IgnoreProcesses = nonEmpty(cfg.IgnoreProcesses)
 	for _, e := range cfg.Validate(vars) {
@@ -213,6 +216,24 @@ func (c *Config) Validate(vars map[string]string) []error {
 		case accepts == "whole number ≥ 0" && n < 0:
 			bad(name, "want a whole number, 0 or more")
 		}
+	}
+	for _, list := range []struct {
+		name  string
+		names []string
+	}{{"APPS", c.Apps}, {"SIDECARS", c.Sidecars}} {
+		for _, n := range list.names {
+			if !validName(n) {
+				bad(list.name, fmt.Sprintf("%q: want container names as the pod spec has them (lower case letters, digits and '-')", n))
+			}
+		}
+	}
+	for _, n := range c.Apps {
+		if slices.Contains(c.Sidecars, n) {
+			bad("APPS", fmt.Sprintf("%q is also in %sSIDECARS", n, EnvPrefix))
+		}
+	}
+	if len(c.Apps) > 0 && c.AppContainers != 0 && c.AppContainers != len(c.Apps) {
+		bad("APP_CONTAINERS", fmt.Sprintf("%d, but %sAPPS names %d", c.AppContainers, EnvPrefix, len(c.Apps)))
 	}
 	if len(nonEmpty(c.SidecarProcesses)) == 0 {
 		bad("SIDECAR_PROCESSES", "want a comma-separated list of process names, such as pilot-agent")
@@ -296,4 +317,22 @@ func (c Config) MarshalZerologObject(e *zerolog.Event) {
 			e.Str(key, v.Field(i).String())
 		}
 	}
+}
+
+// validName reports whether s is a container name as the API accepts it
+// (an RFC 1123 label).
+func validName(s string) bool {
+	if len(s) == 0 || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	return strings.Trim(s, "abcdefghijklmnopqrstuvwxyz0123456789-") == ""
+}
+
+// WantApps is how many app containers the run waits for: the named ones,
+// or APP_CONTAINERS, at least one.
+func (c *Config) WantApps() int {
+	if len(c.Apps) > 0 {
+		return len(c.Apps)
+	}
+	return max(c.AppContainers, 1)
 }

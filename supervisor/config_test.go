@@ -17,7 +17,7 @@ func TestConfigDefaults(t *testing.T) {
 		t.Fatalf("LoadConfig(nil) = %v, %v", unknown, err)
 	}
 	want := Config{
-		SidecarProcesses: []string{"pilot-agent"}, AppContainers: 0,
+		Sidecars: []string{"istio-proxy"}, SidecarProcesses: []string{"pilot-agent"}, AppContainers: 0,
 		AppStartTimeout: 30 * time.Second, SidecarStartTimeout: 30 * time.Second, StopTimeout: 30 * time.Second,
 		OnSuccess: Action{Kind: ActionSignal, Signal: exitwatch.SIGTERM}, OnFailure: Action{Kind: ActionSignal, Signal: exitwatch.SIGKILL},
 		OnUnknown: Action{Kind: ActionSignal, Signal: exitwatch.SIGTERM}, HTTPTimeout: 5 * time.Second, DeletionGrace: 2 * time.Second,
@@ -115,6 +115,9 @@ func TestConfigBad(t *testing.T) {
 		{"SUPERVISOR_SIDECAR_ACTIONS=cloud-sql-proxy=SIGTERM", `"cloud-sql-proxy" is not in SUPERVISOR_SIDECAR_PROCESSES`},
 		{"SUPERVISOR_SIDECAR_ACTIONS=pilot-agent", `want name=action`},
 		{"SUPERVISOR_SIDECAR_ACTIONS=pilot-agent=SIGNOPE", `pilot-agent: unknown signal "SIGNOPE"`},
+		{"SUPERVISOR_APPS=app,Worker", `SUPERVISOR_APPS="app,Worker": "Worker": want container names as the pod spec has them`},
+		{"SUPERVISOR_SIDECARS=istio_proxy", `SUPERVISOR_SIDECARS="istio_proxy": "istio_proxy": want container names`},
+		{"SUPERVISOR_APPS=app,istio-proxy", `"istio-proxy" is also in SUPERVISOR_SIDECARS`},
 	}
 	for _, tt := range tests {
 		_, _, err := LoadConfig([]string{tt.env})
@@ -146,6 +149,17 @@ func TestConfigOnFailure(t *testing.T) {
 }
 
 // TestConfigAllBad: every error is reported, not just the first.
+func TestConfigAppsCount(t *testing.T) {
+	_, _, err := LoadConfig([]string{"SUPERVISOR_APPS=a,b", "SUPERVISOR_APP_CONTAINERS=3"})
+	if err == nil || !strings.Contains(err.Error(), `SUPERVISOR_APP_CONTAINERS="3": 3, but SUPERVISOR_APPS names 2`) {
+		t.Errorf("err = %v", err)
+	}
+	cfg, _, err := LoadConfig([]string{"SUPERVISOR_APPS=a, b", "SUPERVISOR_APP_CONTAINERS=2"})
+	if err != nil || cfg.WantApps() != 2 || !cmp.Equal(cfg.Apps, []string{"a", "b"}) {
+		t.Errorf("cfg %+v, %v", cfg.Apps, err)
+	}
+}
+
 func TestConfigAllBad(t *testing.T) {
 	_, _, err := LoadConfig([]string{"SUPERVISOR_STOP_TIMEOUT=x", "SUPERVISOR_LOG_FORMAT=xml", "SUPERVISOR_APP_CONTAINERS=-2"})
 	if err == nil || strings.Count(err.Error(), "\n") != 2 {

@@ -23,10 +23,15 @@ func (r *run) discover(ctx context.Context) (state, error) {
 		case <-ctx.Done():
 			return r.deleted, nil
 		case <-deadline.C:
-			r.log.Warn().Int("expected", r.apps.want).Int("seen", r.apps.slots).Str("timeout", r.cfg.AppStartTimeout.String()).
-				Msg("app containers missing: they finished before the supervisor started, or never started")
-			r.apps.missing(func(i int) string { return fmt.Sprintf("missing-%d", i+1) },
+			var apps []string
+			if r.scan.Named() {
+				apps = r.cfg.Apps
+			}
+			seen := r.apps.slots
+			missing := r.apps.missing(apps, func(i int) string { return fmt.Sprintf("missing-%d", i+1) },
 				"never seen within "+EnvPrefix+"APP_START_TIMEOUT")
+			r.log.Warn().Int("expected", r.apps.want).Int("seen", seen).Strs("missing", missing).Str("timeout", r.cfg.AppStartTimeout.String()).
+				Msg("app containers missing: they finished before the supervisor started, or never started")
 			return r.wait, nil
 		case <-tick.C:
 			pod, err := r.scan.Scan()
@@ -54,6 +59,10 @@ func (r *run) adopt(pod procscan.Pod) []*app {
 			}
 		}
 		kind, before := r.kindOf(c)
+		if kind == procscan.Other && !before {
+			r.log.Info().Str("container", c.Name).Int("pid", c.Main.PID).Str("comm", c.Main.Comm).Str("reason", c.Why).
+				Msg("container neither waited for nor stopped")
+		}
 		if kind == procscan.Sidecar && !r.stopping {
 			r.holdSidecar(c)
 		}
@@ -69,7 +78,7 @@ func (r *run) adopt(pod procscan.Pod) []*app {
 			a.container = c.Name
 			continue
 		}
-		a := &app{container: c.Name, main: c.Main}
+		a := &app{container: c.Name, name: c.Kube.Name, main: c.Main}
 		if old := r.apps.started(a, c.HasMain); old != nil {
 			r.log.Info().Str("container", c.Name).Str("replaces", old.container).Int("pid", c.Main.PID).
 				Msg("app restarted by the kubelet: watching the new container")

@@ -24,7 +24,11 @@ type fakePod struct {
 	err        error
 	scans      int
 	unhandled  map[int]bool // PIDs that handle no signal (Signals)
+	named      bool         // containers carry their Kubernetes names
 }
+
+// Named: the fake pod's containers are named when named is set.
+func (f *fakePod) Named() bool { return f.named }
 
 func (f *fakePod) Scan() (procscan.Pod, error) {
 	f.mu.Lock()

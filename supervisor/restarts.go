@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"slices"
 	"time"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/procscan"
@@ -13,10 +14,13 @@ import (
 // the failed one's slot.
 type app struct {
 	container string
-	main      procscan.Process
-	proc      exitwatch.Proc // nil when it was never held
-	status    exitwatch.Status
-	done      bool
+	// name is its Kubernetes name, where known: a restart comes back under
+	// the same name.
+	name   string
+	main   procscan.Process
+	proc   exitwatch.Proc // nil when it was never held
+	status exitwatch.Status
+	done   bool
 	// superseded marks a failed instance that a restart replaced: it no
 	// longer counts in the decision.
 	superseded bool
@@ -37,10 +41,12 @@ type instance struct {
 // the run loop logs what its answers mean.
 //
 // A slot is an app container of the pod: want of them are expected. Under
-// OnFailure a failed instance awaits its restart, the next new instance
-// takes its slot, and the failed one no longer counts. An instance whose
-// status is unknown may have failed: it awaits a restart too, until
-// restartTimeout after its end.
+// OnFailure a failed instance awaits its restart, and its restart takes its
+// slot: the failed one no longer counts. Where the kubelet's names are
+// known, the restart is the next instance of the same name; elsewhere it
+// can only be the next new instance, which takes the oldest awaiting slot.
+// An instance whose status is unknown may have failed: it awaits a restart
+// too, until restartTimeout after its end.
 type ledger struct {
 	policy         RestartPolicy
 	restartTimeout time.Duration
@@ -49,10 +55,11 @@ type ledger struct {
 	apps           []*app // every instance, in the order they started
 	awaiting       []*app // oldest first
 	byMain         map[instance]*app
+	byName         map[string]*app // the last instance of each name
 }
 
 func newLedger(policy RestartPolicy, restartTimeout time.Duration) *ledger {
-	return &ledger{policy: policy, restartTimeout: restartTimeout, byMain: map[instance]*app{}}
+	return &ledger{policy: policy, restartTimeout: restartTimeout, byMain: map[instance]*app{}, byName: map[string]*app{}}
 }
 
 // of returns the instance whose main process p is, if any: one process is
@@ -62,11 +69,23 @@ func (l *ledger) of(p procscan.Process) *app {
 }
 
 // started records a new instance, and returns the one it replaces: the
-// oldest awaiting a restart, or nil when it fills a slot of its own.
+// last of its name, or without names the oldest awaiting a restart; nil
+// when it fills a slot of its own.
 func (l *ledger) started(a *app, hasMain bool) (replaces *app) {
 	l.apps = append(l.apps, a)
 	if hasMain {
 		l.byMain[instance{a.main.PID, a.main.StartTime}] = a
+	}
+	if a.name != "" {
+		replaces = l.byName[a.name]
+		l.byName[a.name] = a
+		if replaces == nil {
+			l.slots++
+			return nil
+		}
+		replaces.superseded = true
+		l.awaiting = slices.DeleteFunc(l.awaiting, func(b *app) bool { return b == replaces })
+		return replaces
 	}
 	if len(l.awaiting) > 0 {
 		replaces = l.awaiting[0]
@@ -78,12 +97,26 @@ func (l *ledger) started(a *app, hasMain bool) (replaces *app) {
 	return nil
 }
 
-// missing fills the slots never seen with instances of unknown status.
-func (l *ledger) missing(names func(i int) string, reason string) {
-	for i := 0; l.slots < l.want; i++ {
+// missing fills the slots never seen with instances of unknown status:
+// one per name in apps never seen, then as many as are still short,
+// named by names. It returns the names of those it added.
+func (l *ledger) missing(apps []string, names func(i int) string, reason string) []string {
+	var out []string
+	add := func(name string) {
 		l.slots++
-		l.apps = append(l.apps, &app{container: names(i), done: true, status: exitwatch.Status{Reason: reason}})
+		l.apps = append(l.apps, &app{container: name, name: name, done: true, status: exitwatch.Status{Reason: reason}})
+		l.byName[name] = l.apps[len(l.apps)-1]
+		out = append(out, name)
 	}
+	for _, name := range apps {
+		if l.byName[name] == nil && l.slots < l.want {
+			add(name)
+		}
+	}
+	for i := 0; l.slots < l.want; i++ {
+		add(names(i))
+	}
+	return out
 }
 
 // exited records a's end at now. Under OnFailure a failed instance awaits

@@ -100,7 +100,7 @@ func TestLedger(t *testing.T) {
 					fmt.Sscanf(f[1], "%d", &s)
 					l.settle(t0.Add(time.Duration(s) * time.Second))
 				case "missing":
-					l.missing(func(i int) string { return fmt.Sprintf("missing-%d", i+1) }, "never seen")
+					l.missing(nil, func(i int) string { return fmt.Sprintf("missing-%d", i+1) }, "never seen")
 				default:
 					t.Fatalf("bad step %q", step)
 				}

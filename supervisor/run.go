@@ -92,7 +92,7 @@ type state func(ctx context.Context) (state, error)
 func (s *Supervisor) Run(ctx context.Context) (Result, error) {
 	r := &run{Supervisor: s, apps: newLedger(s.cfg.RestartPolicy, s.cfg.RestartTimeout),
 		kinds: map[string]procscan.Kind{}, warned: map[int]bool{}}
-	r.apps.want = max(s.cfg.AppContainers, 1)
+	r.apps.want = s.cfg.WantApps()
 	defer func() {
 		for _, a := range r.apps.apps {
 			if a.proc != nil {

@@ -10,6 +10,8 @@ import (
 // process: its signal dispositions, its children.
 type Scanner interface {
 	Scan() (procscan.Pod, error)
+	// Named reports whether containers are known by their Kubernetes names.
+	Named() bool
 	Signals(pid int) (procscan.Signals, error)
 	Children(pid int) ([]procscan.Process, error)
 }
@@ -19,23 +21,77 @@ type ProcScanner struct {
 	Procs *procscan.Scanner
 	Self  int
 	Rules procscan.Rules
+	// Names are the rules by Kubernetes name; their PodUID is empty where
+	// the names cannot be read (NewProcScanner).
+	Names procscan.NameRules
+	// kube caches the names read, by main process (those of the last scan).
+	kube map[instance]procscan.Kube
 }
 
-// Scan reads /proc and classifies its processes.
-func (p ProcScanner) Scan() (procscan.Pod, error) {
+// NewProcScanner is the real Scanner of the pod that the process self (a
+// PID in procs's namespace) is in. It reads the supervisor's own container's
+// Kubernetes identity: where the kubelet's mount shows it, every container
+// is known by its name (NameRules, with apps and sidecars by name); where
+// it does not (another runtime, a pod built by hand), the rules by process
+// name alone tell the containers apart. self is also how it says which.
+func NewProcScanner(procs *procscan.Scanner, self int, rules procscan.Rules, apps, sidecars []string) (*ProcScanner, procscan.Kube, error) {
+	p := &ProcScanner{Procs: procs, Self: self, Rules: rules, kube: map[instance]procscan.Kube{}}
+	own, err := procs.Kube(self)
+	if err != nil {
+		return nil, own, err
+	}
+	if own.Known() {
+		p.Names = procscan.NameRules{PodUID: own.PodUID, Apps: apps, Sidecars: sidecars}
+	}
+	return p, own, nil
+}
+
+// Named reports whether the kubelet's names can be read here.
+func (p *ProcScanner) Named() bool { return p.Names.PodUID != "" }
+
+// Scan reads /proc and classifies its processes, by name where it can.
+func (p *ProcScanner) Scan() (procscan.Pod, error) {
 	procs, err := p.Procs.Processes()
 	if err != nil {
 		return procscan.Pod{}, err
 	}
-	return procscan.Classify(procs, p.Self, p.Rules), nil
+	pod := procscan.Classify(procs, p.Self, p.Rules)
+	if p.Names.PodUID != "" {
+		mains := map[int]procscan.Process{}
+		for _, c := range pod.Containers {
+			mains[c.Main.PID] = c.Main
+		}
+		for k := range p.kube {
+			if m, ok := mains[k.pid]; !ok || m.StartTime != k.start {
+				delete(p.kube, k) // gone: the cache holds the pod's main processes only
+			}
+		}
+		pod.Name(func(pid int) procscan.Kube { return p.kubeOf(mains[pid]) }, p.Names)
+	}
+	return pod, nil
+}
+
+// kubeOf reads a main process's identity once: a process's mounts are set
+// before it execs its command. One not found is read again next time (a
+// process caught before its mounts were made).
+func (p *ProcScanner) kubeOf(main procscan.Process) procscan.Kube {
+	key := instance{main.PID, main.StartTime}
+	if k, ok := p.kube[key]; ok {
+		return k
+	}
+	k, err := p.Procs.Kube(main.PID)
+	if err == nil && k.Known() {
+		p.kube[key] = k
+	}
+	return k
 }
 
 // Signals reads a process's signal dispositions.
-func (p ProcScanner) Signals(pid int) (procscan.Signals, error) { return p.Procs.Signals(pid) }
+func (p *ProcScanner) Signals(pid int) (procscan.Signals, error) { return p.Procs.Signals(pid) }
 
 // Children lists a process's children, from a scan of the whole of /proc
 // where the kernel has no children files.
-func (p ProcScanner) Children(pid int) ([]procscan.Process, error) {
+func (p *ProcScanner) Children(pid int) ([]procscan.Process, error) {
 	kids, err := p.Procs.Children(pid)
 	if !errors.Is(err, procscan.ErrNoChildrenFile) {
 		return kids, err

@@ -128,7 +128,11 @@ func hold(cfg supervisor.Config, log zerolog.Logger) int {
 	defer watch.Close()
 	// The supervisor's own containers (a Job's supervisor) are not apps.
 	rules := procscan.Rules{Sidecar: cfg.SidecarProcesses, Ignore: append(cfg.IgnoreProcesses, supervisor.HoldName)}
-	scan := supervisor.ProcScanner{Procs: scanner, Self: self, Rules: rules}
+	scan, _, err := supervisor.NewProcScanner(scanner, self, rules, cfg.Apps, cfg.Sidecars)
+	if err != nil {
+		log.Error().Err(err).Msg("hold: cannot read /proc; not holding")
+		return exitCannotRun
+	}
 	// A preStop hook's output is shown nowhere unless it fails: say what
 	// happened in the sidecar's own log too (kubectl logs istio-proxy).
 	log = log.Output(io.MultiWriter(logWriter(cfg, os.Stderr), logWriter(cfg, sidecarLog(scan))))
@@ -151,7 +155,7 @@ func hold(cfg supervisor.Config, log zerolog.Logger) int {
 // sidecarLog opens the stderr of the hook's own container's main process
 // (the sidecar), best effort: a process may write to another's fd through
 // /proc when it may ptrace-read it (same uid, dumpable).
-func sidecarLog(scan supervisor.ProcScanner) io.Writer {
+func sidecarLog(scan *supervisor.ProcScanner) io.Writer {
 	pod, err := scan.Scan()
 	if err != nil {
 		return io.Discard
@@ -199,8 +203,25 @@ func supervise(ctx context.Context, cfg supervisor.Config, log zerolog.Logger) (
 			Msg("app exit statuses cannot be read: exits are seen, statuses are unknown and get the on-unknown action")
 	}
 	rules := procscan.Rules{Sidecar: cfg.SidecarProcesses, Ignore: cfg.IgnoreProcesses}
-	sup := supervisor.New(cfg, log, supervisor.ProcScanner{Procs: scanner, Self: self, Rules: rules}, watch, nil)
+	scan, own, err := supervisor.NewProcScanner(scanner, self, rules, cfg.Apps, cfg.Sidecars)
+	if err != nil {
+		return supervisor.Result{}, fmt.Errorf("read /proc: %w", err)
+	}
+	logNames(log, own, cfg)
+	sup := supervisor.New(cfg, log, scan, watch, nil)
 	return sup.Run(ctx)
+}
+
+// logNames says once how containers are told apart.
+func logNames(log zerolog.Logger, own procscan.Kube, cfg supervisor.Config) {
+	if own.Known() {
+		log.Info().Str("container", own.Name).Str("pod_uid", own.PodUID).Strs("apps", cfg.Apps).Strs("sidecars", cfg.Sidecars).
+			Msg("containers known by their Kubernetes names (the kubelet's termination-message mounts)")
+		return
+	}
+	log.Warn().Strs("sidecar_processes", cfg.SidecarProcesses).
+		Msg("container names cannot be read here (no kubelet termination-message mount: another runtime, or a pod built by hand): " +
+			"sidecars are told by their main process's name, and every other container is taken for an app")
 }
 
 func report(log zerolog.Logger, cfg supervisor.Config, summary string) {
