@@ -243,8 +243,8 @@ func TestHostilePod(t *testing.T) {
 }
 
 // checkOpens asserts every file the supervisor opened is one it needs: of
-// another process, only /proc/PID/{stat,cmdline,cgroup} (and the /proc
-// listing), and of the sidecar's main process, which it stops, status
+// another process, only /proc/PID/{stat,cmdline,cgroup,mountinfo} (and the
+// /proc listing), and of the sidecar's main process, which it stops, status
 // (SigCgt, SigIgn) and task/*/children (has pilot-agent started envoy?),
 // never environ (other containers' secrets), mem, maps, fd or
 // anything else; of its own, the termination message and what the Go
@@ -268,7 +268,9 @@ func checkOpens(t *testing.T, calls []straceCall, termLog string, appPID, sideca
 		return strings.HasPrefix(path, "/sys/fs/cgroup/") && (strings.HasSuffix(path, "/cpu.max") ||
 			strings.HasSuffix(path, "/cpu.cfs_quota_us") || strings.HasSuffix(path, "/cpu.cfs_period_us"))
 	}
-	perPID := map[string]bool{"stat": true, "cmdline": true, "cgroup": true}
+	// mountinfo: the Kubernetes name of each container's main process (and
+	// of the supervisor's own), from the kubelet's termination-message mount.
+	perPID := map[string]bool{"stat": true, "cmdline": true, "cgroup": true, "mountinfo": true}
 	sawApp := false
 	for _, c := range calls {
 		if c.name != "open" && c.name != "openat" && c.name != "openat2" && c.name != "creat" {

@@ -37,6 +37,8 @@ const (
 // the kustomize component must both honour exactly these.
 var settingAnnotations = map[string]string{
 	"SUPERVISOR_APP_CONTAINERS":        "app-containers",
+	"SUPERVISOR_APPS":                  "apps",
+	"SUPERVISOR_SIDECARS":              "sidecars",
 	"SUPERVISOR_ON_SUCCESS":            "on-success",
 	"SUPERVISOR_ON_FAILURE":            "on-failure",
 	"SUPERVISOR_ON_UNKNOWN":            "on-unknown",

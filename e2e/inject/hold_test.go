@@ -1,7 +1,10 @@
 package inject
 
 import (
+	"maps"
 	"net/http"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -71,7 +74,13 @@ func execHook(cmd ...string) *corev1.LifecycleHandler {
 }
 
 // withHold is the shape of a pod with the template's hold.
+// The hold's SUPERVISOR_APPS is the pod's containers but istio-proxy, as the
+// injection template fills it, unless hold says otherwise.
 func withHold(inits, containers []string, hold holdShape) podShape {
+	if _, ok := hold.Env["SUPERVISOR_APPS"]; !ok && hold.Env != nil {
+		hold.Env = maps.Clone(hold.Env)
+		hold.Env["SUPERVISOR_APPS"] = strings.Join(slices.DeleteFunc(slices.Clone(containers), func(c string) bool { return c == proxyName }), ",")
+	}
 	return podShape{
 		InitContainers:        inits,
 		Containers:            containers,
@@ -319,7 +328,7 @@ func TestHoldWithIstioValues(t *testing.T) {
 				InitContainers:        []string{"istio-validation"},
 				Containers:            []string{"app", supervisorName, proxyName},
 				ShareProcessNamespace: true,
-				SupervisorEnv:         supervisorEnv("Never", "1"),
+				SupervisorEnv:         supervisorEnv("Never", "app"),
 				SupervisorUser:        "1337",
 			},
 		},

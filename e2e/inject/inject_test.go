@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -18,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"istio.io/istio/pilot/pkg/features"
@@ -89,12 +91,21 @@ func podTemplate(restart corev1.RestartPolicy, annotations map[string]string, co
 }
 
 // supervisorEnv is the environment the template gives the supervisor when no
-// annotation asks for more.
+// annotation asks for more. apps is the app containers' names, comma-
+// separated, which it counts too; a number is the app-containers
+// annotation's count, which replaces the names.
 func supervisorEnv(restart string, apps string, extra ...string) map[string]string {
 	env := map[string]string{
 		"SUPERVISOR_RESTART_POLICY": restart,
-		"SUPERVISOR_APP_CONTAINERS": apps,
 		"GOMEMLIMIT":                "resourceFieldRef:limits.memory",
+	}
+	switch _, err := strconv.Atoi(apps); {
+	case apps == "":
+	case err == nil:
+		env["SUPERVISOR_APP_CONTAINERS"] = apps
+	default:
+		env["SUPERVISOR_APPS"] = apps
+		env["SUPERVISOR_APP_CONTAINERS"] = strconv.Itoa(len(strings.Split(apps, ",")))
 	}
 	for i := 0; i+1 < len(extra); i += 2 {
 		env[extra[i]] = extra[i+1]
@@ -133,6 +144,10 @@ type injectCase struct {
 	// pod at all; rendered on its own, the template would render this mode
 	// ("job": the supervisor; "hold").
 	templateAlone string
+	// status is the supervisor.sidecar-supervisor.io/status annotation the
+	// template leaves on a pod it cannot serve (hostPID, an explicit
+	// shareProcessNamespace: false); "" wants none.
+	status string
 }
 
 func (tc injectCase) basics() supervisorBasics {
@@ -143,7 +158,7 @@ func (tc injectCase) basics() supervisorBasics {
 	return b
 }
 
-func injectCases(t *testing.T) []injectCase {
+func injectCases(t *testing.T) (cases []injectCase) {
 	var handWritten batchv1.Job
 	decodeStrict(t, readDeploy(t, "job.yaml"), &handWritten)
 	handWritten.Namespace = namespace
@@ -152,6 +167,33 @@ func injectCases(t *testing.T) []injectCase {
 	withSupervisor := func(apps ...string) []string {
 		return append(apps, supervisorName, proxyName)
 	}
+	hostPID := func(o runtime.Object) runtime.Object {
+		podTemplateFor(o).Spec.HostPID = true
+		return o
+	}
+	unshared := func(o runtime.Object) runtime.Object {
+		podTemplateFor(o).Spec.ShareProcessNamespace = ptr.To(false)
+		return o
+	}
+	const (
+		hostPIDStatus  = "not added: a hostPID pod cannot share its process namespace"
+		unsharedStatus = "not added: the pod sets shareProcessNamespace: false"
+	)
+	plainJob := podShape{InitContainers: []string{"istio-init"}, Containers: []string{"app", proxyName}}
+	plainDeployment := podShape{InitContainers: []string{"istio-init"}, Containers: []string{"web", proxyName}}
+	skipped := []injectCase{
+		// The API server refuses hostPID with shareProcessNamespace: the
+		// pod must stay valid, without the supervisor or the hold.
+		{name: "hostPID job: left alone, valid, and says why", in: hostPID(job("hostpid", corev1.RestartPolicyNever, nil, "app")),
+			want: plainJob, status: hostPIDStatus},
+		{name: "hostPID deployment: no hold, valid, and says why", in: hostPID(deployment("web", "web")),
+			want: plainDeployment, status: hostPIDStatus},
+		{name: "shareProcessNamespace false job: respected", in: unshared(job("unshared", corev1.RestartPolicyNever, nil, "app")),
+			want: plainJob, status: unsharedStatus},
+		{name: "shareProcessNamespace false deployment: respected", in: unshared(deployment("web", "web")),
+			want: plainDeployment, status: unsharedStatus},
+	}
+	defer func() { cases = append(cases, skipped...) }()
 	return []injectCase{
 		{
 			name: "job busybox sleep 10",
@@ -160,7 +202,7 @@ func injectCases(t *testing.T) []injectCase {
 				InitContainers:        []string{"istio-init"},
 				Containers:            withSupervisor("app"),
 				ShareProcessNamespace: true,
-				SupervisorEnv:         supervisorEnv("Never", "1"),
+				SupervisorEnv:         supervisorEnv("Never", "app"),
 				SupervisorUser:        "1337",
 			},
 		},
@@ -171,7 +213,7 @@ func injectCases(t *testing.T) []injectCase {
 				InitContainers:        []string{"istio-init"},
 				Containers:            withSupervisor("app"),
 				ShareProcessNamespace: true,
-				SupervisorEnv:         supervisorEnv("OnFailure", "1"),
+				SupervisorEnv:         supervisorEnv("OnFailure", "app"),
 				SupervisorUser:        "1337",
 			},
 		},
@@ -182,7 +224,7 @@ func injectCases(t *testing.T) []injectCase {
 				InitContainers:        []string{"istio-init"},
 				Containers:            withSupervisor("app", "uploader"),
 				ShareProcessNamespace: true,
-				SupervisorEnv:         supervisorEnv("Never", "2"),
+				SupervisorEnv:         supervisorEnv("Never", "app,uploader"),
 				SupervisorUser:        "1337",
 			},
 		},
@@ -225,7 +267,7 @@ func injectCases(t *testing.T) []injectCase {
 				InitContainers:        []string{"istio-init"},
 				Containers:            withSupervisor("app"),
 				ShareProcessNamespace: true,
-				SupervisorEnv:         supervisorEnv("Never", "1"),
+				SupervisorEnv:         supervisorEnv("Never", "app"),
 				SupervisorUser:        "1337",
 			},
 		},
@@ -288,7 +330,7 @@ func injectCases(t *testing.T) []injectCase {
 				InitContainers:        []string{"istio-init"},
 				Containers:            []string{proxyName, "app", supervisorName},
 				ShareProcessNamespace: true,
-				SupervisorEnv:         supervisorEnv("Never", "1"),
+				SupervisorEnv:         supervisorEnv("Never", "app"),
 				SupervisorUser:        "1337",
 				Hold:                  holdShape{PostStart: []string{"pilot-agent", "wait"}},
 			},
@@ -301,7 +343,7 @@ func injectCases(t *testing.T) []injectCase {
 				InitContainers:        []string{"istio-init"},
 				Containers:            withSupervisor("app"),
 				ShareProcessNamespace: true,
-				SupervisorEnv: supervisorEnv("Never", "1",
+				SupervisorEnv: supervisorEnv("Never", "app",
 					"SUPERVISOR_ON_SUCCESS", quit,
 					"SUPERVISOR_ON_FAILURE", quit,
 					"SUPERVISOR_ON_UNKNOWN", quit),
@@ -317,7 +359,7 @@ func injectCases(t *testing.T) []injectCase {
 				InitContainers:        []string{"istio-init"},
 				Containers:            withSupervisor("app"),
 				ShareProcessNamespace: true,
-				SupervisorEnv:         supervisorEnv("Never", "1", "SUPERVISOR_EXIT_STATUS", "ptrace"),
+				SupervisorEnv:         supervisorEnv("Never", "app", "SUPERVISOR_EXIT_STATUS", "ptrace"),
 				SupervisorUser:        "0",
 				SupervisorCapsAdd:     []string{"SYS_PTRACE", "KILL"},
 			},
@@ -329,7 +371,7 @@ func injectCases(t *testing.T) []injectCase {
 				InitContainers:        []string{"istio-init"},
 				Containers:            withSupervisor("app"),
 				ShareProcessNamespace: true,
-				SupervisorEnv: supervisorEnv("Never", "1",
+				SupervisorEnv: supervisorEnv("Never", "app",
 					"SUPERVISOR_ON_SUCCESS", "SIGTERM",
 					"SUPERVISOR_ON_FAILURE", "SIGKILL",
 					"SUPERVISOR_STOP_TIMEOUT", "30s",
@@ -337,6 +379,18 @@ func injectCases(t *testing.T) []injectCase {
 				SupervisorUser: "1337",
 			},
 		},
+	}
+}
+
+// checkStatus checks the status annotation: the one wanted, or none.
+func checkStatus(t *testing.T, annotations map[string]string, want string) {
+	t.Helper()
+	got, ok := annotations[annotationPrefix+"status"]
+	if want == "" && ok {
+		t.Errorf("status annotation %q on a pod the template serves", got)
+	}
+	if want != "" && !strings.HasPrefix(got, want) {
+		t.Errorf("status annotation %q, want %q...", got, want)
 	}
 }
 
@@ -365,6 +419,7 @@ func TestIstioInjection(t *testing.T) {
 					checkOrder(t, pod.Spec, true)
 					checkSupervisorBasics(t, pod.Spec, tc.basics())
 					checkUnique(t, pod.Spec)
+					checkStatus(t, pod.Annotations, tc.status)
 					// With reinvocationPolicy IfNeeded the API server sends
 					// the injected pod again: nothing may change.
 					again := admit(t, hook, pod)
@@ -382,6 +437,7 @@ func TestIstioInjection(t *testing.T) {
 					checkOrder(t, spec, true)
 					checkSupervisorBasics(t, spec, tc.basics())
 					checkUnique(t, spec)
+					checkStatus(t, podTemplateFor(out).Annotations, tc.status)
 				})
 			})
 		}
@@ -427,6 +483,16 @@ func checkTemplateOutput(t *testing.T, in istioInstall, tc injectCase) {
 		t.Fatalf("supervisor template: %v", err)
 	}
 	rendered := strings.TrimSpace(out.String())
+	if tc.status != "" {
+		var patch corev1.Pod
+		if err := yaml.UnmarshalStrict([]byte(rendered), &patch); err != nil {
+			t.Fatalf("template output: %v\n%s", err, rendered)
+		}
+		if got := patch.Annotations[annotationPrefix+"status"]; !strings.HasPrefix(got, tc.status) || !reflect.DeepEqual(patch.Spec, corev1.PodSpec{}) {
+			t.Errorf("template output for a pod it cannot serve: want only the status annotation %q...:\n%s", tc.status, rendered)
+		}
+		return
+	}
 	mode := tc.templateAlone
 	switch {
 	case mode != "":
@@ -728,7 +794,7 @@ func TestNativeSidecarAutoDetection(t *testing.T) {
 				InitContainers:        []string{"istio-init"},
 				Containers:            []string{"app", supervisorName, proxyName},
 				ShareProcessNamespace: true,
-				SupervisorEnv:         supervisorEnv("Never", "1"),
+				SupervisorEnv:         supervisorEnv("Never", "app"),
 				SupervisorUser:        "1337",
 			},
 		},

@@ -342,8 +342,8 @@ func keys(m map[string][]byte) []string {
 func kustomizeHold() holdShape {
 	h := wantHold("")
 	h.Env = map[string]string{}
-	for _, v := range []string{"SUPERVISOR_HOLD_TIMEOUT", "SUPERVISOR_LOG_LEVEL", "SUPERVISOR_LOG_FORMAT", "SUPERVISOR_IGNORE_PROCESSES"} {
-		h.Env[v] = "fieldRef:metadata.annotations['" + annotationPrefix + holdSettings[v] + "']"
+	for v, a := range holdSettings {
+		h.Env[v] = "fieldRef:metadata.annotations['" + annotationPrefix + a + "']"
 	}
 	return h
 }
@@ -352,6 +352,7 @@ func kustomizeHold() holdShape {
 // annotations, in both the injection template and the hold component.
 var holdSettings = map[string]string{
 	"SUPERVISOR_HOLD_TIMEOUT":     "hold-timeout",
+	"SUPERVISOR_APPS":             "apps",
 	"SUPERVISOR_LOG_LEVEL":        "log-level",
 	"SUPERVISOR_LOG_FORMAT":       "log-format",
 	"SUPERVISOR_IGNORE_PROCESSES": "ignore-processes",
@@ -513,10 +514,10 @@ func TestKustomizeHoldAgrees(t *testing.T) {
 	for _, e := range cp.Env {
 		compEnv = append(compEnv, e.Name)
 	}
-	if diff := cmp.Diff([]string{"SUPERVISOR_HOLD_TIMEOUT"}, handEnv); diff != "" {
+	if diff := cmp.Diff([]string{"SUPERVISOR_HOLD_TIMEOUT", "SUPERVISOR_APPS"}, handEnv); diff != "" {
 		t.Errorf("deployment.yaml istio-proxy env names (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]string{"SUPERVISOR_HOLD_TIMEOUT", "SUPERVISOR_LOG_LEVEL", "SUPERVISOR_LOG_FORMAT", "SUPERVISOR_IGNORE_PROCESSES"}, compEnv); diff != "" {
+	if diff := cmp.Diff([]string{"SUPERVISOR_HOLD_TIMEOUT", "SUPERVISOR_APPS", "SUPERVISOR_LOG_LEVEL", "SUPERVISOR_LOG_FORMAT", "SUPERVISOR_IGNORE_PROCESSES"}, compEnv); diff != "" {
 		t.Errorf("hold.yaml istio-proxy env names (-want +got):\n%s", diff)
 	}
 }

@@ -56,6 +56,7 @@ func TestHandWrittenManifests(t *testing.T) {
 				SupervisorEnv: map[string]string{
 					"SUPERVISOR_RESTART_POLICY": "Never",
 					"SUPERVISOR_APP_CONTAINERS": "1",
+					"SUPERVISOR_APPS":           "app",
 					"SUPERVISOR_ON_SUCCESS":     "SIGTERM",
 					"SUPERVISOR_ON_FAILURE":     "SIGKILL",
 					"SUPERVISOR_STOP_TIMEOUT":   "30s",
@@ -73,6 +74,7 @@ func TestHandWrittenManifests(t *testing.T) {
 				SupervisorEnv: map[string]string{
 					"SUPERVISOR_RESTART_POLICY": "OnFailure",
 					"SUPERVISOR_APP_CONTAINERS": "1",
+					"SUPERVISOR_APPS":           "app",
 					"SUPERVISOR_ON_SUCCESS":     "SIGTERM",
 					"SUPERVISOR_STOP_TIMEOUT":   "30s",
 					"GOMEMLIMIT":                "resourceFieldRef:limits.memory",
@@ -89,6 +91,7 @@ func TestHandWrittenManifests(t *testing.T) {
 					"SUPERVISOR_EXIT_STATUS":    "ptrace",
 					"SUPERVISOR_RESTART_POLICY": "Never",
 					"SUPERVISOR_APP_CONTAINERS": "1",
+					"SUPERVISOR_APPS":           "app",
 					"SUPERVISOR_ON_SUCCESS":     "SIGTERM",
 					"SUPERVISOR_ON_FAILURE":     "SIGKILL",
 					"SUPERVISOR_STOP_TIMEOUT":   "30s",
@@ -123,14 +126,17 @@ func checkConsistent(t *testing.T, spec corev1.PodSpec) {
 	if got, want := env["SUPERVISOR_RESTART_POLICY"], string(spec.RestartPolicy); got != want {
 		t.Errorf("SUPERVISOR_RESTART_POLICY = %q, pod restartPolicy = %q", got, want)
 	}
-	apps := 0
+	var apps []string
 	for _, c := range spec.Containers {
 		if c.Name != supervisorName && c.Name != proxyName {
-			apps++
+			apps = append(apps, c.Name)
 		}
 	}
-	if got, want := env["SUPERVISOR_APP_CONTAINERS"], strconv.Itoa(apps); got != want {
+	if got, want := env["SUPERVISOR_APP_CONTAINERS"], strconv.Itoa(len(apps)); got != want {
 		t.Errorf("SUPERVISOR_APP_CONTAINERS = %q, the pod has %s app containers", got, want)
+	}
+	if got, want := env["SUPERVISOR_APPS"], strings.Join(apps, ","); got != want {
+		t.Errorf("SUPERVISOR_APPS = %q, the pod's app containers are %q", got, want)
 	}
 }
 
@@ -223,7 +229,7 @@ func TestHandWrittenDeployment(t *testing.T) {
 		InitContainers:        []string{installName},
 		Containers:            []string{"app", proxyName},
 		ShareProcessNamespace: true,
-		Hold:                  wantHold("20s"),
+		Hold:                  wantHold("20s", "SUPERVISOR_APPS", "app"),
 	}
 	if diff := cmp.Diff(want, shapeOf(spec)); diff != "" {
 		t.Errorf("pod (-want +got):\n%s", diff)

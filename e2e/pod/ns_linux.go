@@ -112,7 +112,19 @@ func (n Namespaces) Start(ctx context.Context, p *Pod, c *Container, attempt int
 	if err := os.MkdirAll(cg, 0o755); err != nil {
 		return nil, err
 	}
-	cmd, err := n.enter(p, c, cg, c.Argv, stdout)
+	inst, err := p.instanceFile(c)
+	if err != nil {
+		return nil, err
+	}
+	bind := ""
+	if inst != "" {
+		target := c.TerminationMessage
+		if target == "" {
+			target = p.messageFile(c.Name)
+		}
+		bind = inst + ":" + target
+	}
+	cmd, err := n.enter(p, c, cg, bind, c.Argv, stdout)
 	if err != nil {
 		return nil, err
 	}
@@ -130,7 +142,7 @@ func (n Namespaces) Exec(ctx context.Context, p *Pod, c *Container, attempt int,
 		return nil, err
 	}
 	defer r.Close()
-	cmd, err := n.enter(p, c, st.cgroupDir(c, attempt), argv, w)
+	cmd, err := n.enter(p, c, st.cgroupDir(c, attempt), "", argv, w)
 	w.Close()
 	if err != nil {
 		return nil, err
@@ -169,7 +181,8 @@ func (n Namespaces) Exec(ctx context.Context, p *Pod, c *Container, attempt int,
 // enter starts podsim enter in the pod's namespaces from a throw-away
 // locked thread: setns changes the calling thread, and the thread is
 // discarded (never unlocked) afterwards.
-func (n Namespaces) enter(p *Pod, c *Container, cgroup string, argv []string, out *os.File) (*exec.Cmd, error) {
+// bind, "SRC:DST" or "", is the container's termination-message mount.
+func (n Namespaces) enter(p *Pod, c *Container, cgroup, bind string, argv []string, out *os.File) (*exec.Cmd, error) {
 	dir := c.Dir
 	if dir == "" {
 		dir = "/"
@@ -184,6 +197,9 @@ func (n Namespaces) enter(p *Pod, c *Container, cgroup string, argv []string, ou
 	}
 	if c.NoNewPrivs {
 		args = append(args, "--no-new-privs")
+	}
+	if bind != "" {
+		args = append(args, "--bind", bind)
 	}
 	if c.CgroupDelay > 0 {
 		args = append(args, "--cgroup-delay", c.CgroupDelay.String())

@@ -19,6 +19,8 @@ package pod
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -71,6 +73,10 @@ type Spec struct {
 	// Dir is the directory for the pod's files (see Pod.Dir); empty makes
 	// a temporary one. It is removed by Close either way.
 	Dir string
+	// NoNames leaves out the kubelet's termination-message mounts (see
+	// Pod.instanceFile): the containers cannot be told by their names, as
+	// under a runtime the kubelet does not drive.
+	NoNames bool
 }
 
 // Container is one container of the pod.
@@ -212,6 +218,9 @@ type Pod struct {
 	// PausePID is the host PID of the pause process.
 	PausePID int
 
+	// UID is the pod's UID, as the kubelet's paths carry it.
+	UID string
+
 	// Backend-private state.
 	BackendState any
 
@@ -224,6 +233,9 @@ type Pod struct {
 	deleting bool
 	initLogs []*logBuffer
 	initErr  error         // an init container failed: the pod failed
+	// instance is each container's current termination-message file, by
+	// name (instanceFile).
+	instance map[string]string
 	done     chan struct{} // closed when every container goroutine ended
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
@@ -256,7 +268,8 @@ func Start(ctx context.Context, b Backend, spec Spec) (*Pod, error) {
 		}
 		dir = d
 	}
-	p := &Pod{Spec: spec, Backend: b, Dir: dir, changed: make(chan struct{}), done: make(chan struct{})}
+	p := &Pod{Spec: spec, Backend: b, Dir: dir, changed: make(chan struct{}), done: make(chan struct{}),
+		UID: newUID(), instance: map[string]string{}}
 	n := len(spec.Containers)
 	p.status = make([]ContainerStatus, n)
 	p.procs = make([]Process, n)
@@ -265,11 +278,15 @@ func Start(ctx context.Context, b Backend, spec Spec) (*Pod, error) {
 	for i, c := range spec.Containers {
 		p.status[i].Name = c.Name
 		p.logs[i] = &logBuffer{name: c.Name, stream: spec.Log}
-		if c.TerminationMessage != "" {
-			if err := os.WriteFile(p.TerminationMessagePath(c.Name), nil, 0o666); err != nil {
+	}
+	for _, c := range append(append([]Container{}, spec.InitContainers...), spec.Containers...) {
+		// The file a container writes its termination message to, or the
+		// bind mount's target for its termination-message file.
+		if c.TerminationMessage != "" || !spec.NoNames {
+			if err := os.WriteFile(p.messageFile(c.Name), nil, 0o666); err != nil {
 				return nil, err
 			}
-			os.Chmod(p.TerminationMessagePath(c.Name), 0o666)
+			os.Chmod(p.messageFile(c.Name), 0o666)
 		}
 	}
 	if err := b.Sandbox(ctx, p); err != nil {
@@ -283,10 +300,58 @@ func Start(ctx context.Context, b Backend, spec Spec) (*Pod, error) {
 	return p, nil
 }
 
-// TerminationMessagePath is the host file behind a container's termination
-// message.
-func (p *Pod) TerminationMessagePath(name string) string {
+// messageFile is, on the host, a container's termination-message file
+// without names, and the target of its bind mount with them.
+func (p *Pod) messageFile(name string) string {
 	return filepath.Join(p.Dir, name+".termination-log")
+}
+
+// TerminationMessagePath is the host file behind a container's termination
+// message: its current instance's (instanceFile), or without names
+// messageFile.
+func (p *Pod) TerminationMessagePath(name string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if f, ok := p.instance[name]; ok {
+		return f
+	}
+	return p.messageFile(name)
+}
+
+// instanceFile makes, for one instance (attempt) of container c, the file
+// the kubelet would: <root>/pods/<pod UID>/containers/<name>/<8 hex>, new
+// for each instance, which the backends bind-mount onto the container's
+// termination-message path, as the kubelet asks the runtime to (see
+// procscan.Kube). "" with Spec.NoNames.
+func (p *Pod) instanceFile(c *Container) (string, error) {
+	if p.Spec.NoNames {
+		return "", nil
+	}
+	var b [4]byte
+	rand.Read(b[:])
+	f := filepath.Join(p.Dir, "kubelet", "pods", p.UID, "containers", c.Name, hex.EncodeToString(b[:]))
+	if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(f, nil, 0o666); err != nil {
+		return "", err
+	}
+	if err := os.Chmod(f, 0o666); err != nil {
+		return "", err
+	}
+	p.mu.Lock()
+	p.instance[c.Name] = f
+	p.mu.Unlock()
+	return f, nil
+}
+
+// newUID is a random UUID (version 4), as the API server gives a pod.
+func newUID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	b[6], b[8] = b[6]&0x0f|0x40, b[8]&0x3f|0x80
+	h := hex.EncodeToString(b[:])
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
 
 // TerminationMessage reads what the container wrote there.

@@ -2,6 +2,7 @@ package pod
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -185,4 +186,66 @@ func TestPodRestartAndDelete(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPodNames: every container instance has the kubelet's
+// termination-message mount, <root>/pods/<pod UID>/containers/<name>/<8
+// hex>, a new file for each restart; with NoNames none has.
+func TestPodNames(t *testing.T) {
+	tl := needTools(t)
+	for _, b := range backends(t, tl) {
+		for _, noNames := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/nonames=%v", b.Name(), noNames), func(t *testing.T) {
+				p := startPod(t, b, Spec{Name: "names", RestartPolicy: OnFailure, RestartBackoff: 50 * time.Millisecond, NoNames: noNames,
+					TerminationGracePeriod: 5 * time.Second, Containers: []Container{
+						{Name: "flaky", Argv: []string{tl.Podsim, "app", "--sleep", "300ms", "--exit", "1"}},
+						{Name: "server", Argv: []string{tl.Podsim, "app", "--sleep", "1h"}},
+					}})
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				seen := map[string]bool{}
+				for len(seen) < 2 && ctx.Err() == nil {
+					st, err := p.WaitFor(ctx, func(s Status) bool { return s.Container("flaky").Running })
+					if err != nil {
+						t.Fatal(err)
+					}
+					mount := kubeMount(t, st.Container("flaky").PID)
+					if noNames {
+						if mount != "" {
+							t.Fatalf("a kubelet mount without names: %s", mount)
+						}
+						return
+					}
+					want := "/pods/" + p.UID + "/containers/flaky/"
+					if !strings.Contains(mount, want) {
+						t.Fatalf("flaky's mount %q lacks %q", mount, want)
+					}
+					seen[mount] = true
+					p.WaitFor(ctx, func(s Status) bool { return !s.Container("flaky").Running })
+				}
+				if len(seen) < 2 {
+					t.Errorf("the restart did not get a file of its own: %v", seen)
+				}
+				if m := kubeMount(t, p.Status().Container("server").PID); !strings.Contains(m, "/containers/server/") {
+					t.Errorf("server's mount: %q", m)
+				}
+			})
+		}
+	}
+}
+
+// kubeMount is the root (field 4) of pid's mount whose source lies under
+// a kubelet-like "pods/UID/containers" directory, or "".
+func kubeMount(t *testing.T, pid int) string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && strings.Contains(f[3], "/containers/") && strings.Contains(f[3], "/pods/") {
+			return f[3]
+		}
+	}
+	return ""
 }

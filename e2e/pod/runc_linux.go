@@ -550,8 +550,24 @@ func (r Runc) spec(p *Pod, st *runcState, c *Container, id string, sandbox bool)
 		}
 		mounts = append(mounts, ociMount{Destination: m.Container, Type: "bind", Source: m.Host, Options: []string{"rbind", opt}})
 	}
-	if c.TerminationMessage != "" {
-		mounts = append(mounts, ociMount{Destination: c.TerminationMessage, Type: "bind",
+	// The termination-message file: the instance's, as the kubelet mounts
+	// it (onto /dev/termination-log by default), or without names the
+	// pod's file for the containers that write one.
+	inst := ""
+	if !sandbox {
+		var err error
+		if inst, err = p.instanceFile(c); err != nil {
+			return nil, err
+		}
+	}
+	switch dst := c.TerminationMessage; {
+	case inst != "":
+		if dst == "" {
+			dst = "/dev/termination-log"
+		}
+		mounts = append(mounts, ociMount{Destination: dst, Type: "bind", Source: inst, Options: []string{"rbind", "rw"}})
+	case dst != "":
+		mounts = append(mounts, ociMount{Destination: dst, Type: "bind",
 			Source: p.TerminationMessagePath(c.Name), Options: []string{"rbind", "rw"}})
 	}
 	caps := DefaultCaps

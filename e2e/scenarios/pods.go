@@ -80,8 +80,14 @@ type Desc struct {
 	HoldApp bool
 	// NoSupervisor leaves the supervisor out (the control).
 	NoSupervisor bool
-	// SupervisorEnv adds SUPERVISOR_* settings.
+	// SupervisorEnv adds SUPERVISOR_* settings (after supervisorEnv's).
 	SupervisorEnv []string
+	// NoNames runs the pod without the kubelet's termination-message
+	// mounts (pod.Spec.NoNames): the supervisor cannot read names there.
+	NoNames bool
+	// NoAppNames leaves SUPERVISOR_APPS out, as a hand-written manifest
+	// may; by default it names the apps, as the injection template does.
+	NoAppNames bool
 	// SupervisorOwnPIDNS runs the supervisor without the shared PID
 	// namespace (shareProcessNamespace: false).
 	SupervisorOwnPIDNS bool
@@ -223,12 +229,26 @@ func BuildNamespaces(d Desc, tl pod.Tools) (Built, error) {
 		Argv: []string{tl.Supervisor},
 		Env: append([]string{
 			"SUPERVISOR_TERMINATION_MESSAGE_PATH=" + filepath.Join(dir, "supervisor.termination-log"),
-		}, d.SupervisorEnv...),
+		}, supervisorEnv(d)...),
 		UID: ProxyUID, GID: ProxyUID,
 		TerminationMessage: filepath.Join(dir, "supervisor.termination-log"),
 	}
 	b.Spec = assemble(d, dir, apps, proxy, supervisor)
 	return b, nil
+}
+
+// supervisorEnv is the supervisor's settings: SUPERVISOR_APPS as the
+// injection template fills it (unless NoAppNames), then d's.
+func supervisorEnv(d Desc) []string {
+	var env []string
+	if !d.NoAppNames {
+		var names []string
+		for _, a := range d.Apps {
+			names = append(names, a.Name)
+		}
+		env = append(env, "SUPERVISOR_APPS="+strings.Join(names, ","))
+	}
+	return append(env, d.SupervisorEnv...)
 }
 
 // realPilotWait is Istio's holdApplicationUntilProxyStarts hook, `pilot-agent
@@ -285,7 +305,7 @@ func prepareRealPilot(d Desc, root string) (*istioproxy.Proxy, error) {
 // readiness hook only with HoldApp), the supervisor as deploy/ does (uid
 // 1337, no capabilities, no privilege escalation).
 func assemble(d Desc, dir string, apps []pod.Container, proxy, supervisor *pod.Container) pod.Spec {
-	spec := pod.Spec{Name: d.Name, RestartPolicy: d.Policy, Dir: dir, TerminationGracePeriod: d.Grace}
+	spec := pod.Spec{Name: d.Name, RestartPolicy: d.Policy, Dir: dir, TerminationGracePeriod: d.Grace, NoNames: d.NoNames}
 	if d.Proxy == NoProxy {
 		proxy = nil
 	}

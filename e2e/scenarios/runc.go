@@ -113,7 +113,7 @@ func BuildRunc(d Desc, tl pod.Tools, runc string) (Built, error) {
 		}
 		supervisor = &pod.Container{
 			Rootfs: rootfs("supervisor"), ReadOnlyRootfs: true, Argv: im.Argv(), Dir: im.Config.WorkingDir,
-			Env: append(append([]string{}, im.Config.Env...), d.SupervisorEnv...), UID: uid, GID: gid,
+			Env: append(append([]string{}, im.Config.Env...), supervisorEnv(d)...), UID: uid, GID: gid,
 			// The kubelet's default terminationMessagePath, the supervisor's
 			// default SUPERVISOR_TERMINATION_MESSAGE_PATH.
 			TerminationMessage: "/dev/termination-log",

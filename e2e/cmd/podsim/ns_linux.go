@@ -101,6 +101,7 @@ func enter(args []string) error {
 	dir := fs.String("dir", "/", "working directory")
 	caps := fs.String("caps", "", "capability numbers to keep in the bounding set, comma-separated (\"none\" alone keeps none); unset keeps all")
 	noNewPrivs := fs.Bool("no-new-privs", false, "set no_new_privs (allowPrivilegeEscalation: false)")
+	bind := fs.String("bind", "", "SRC:DST: bind-mount the file SRC onto DST in the container's mounts (the kubelet's termination-message file)")
 	cgroupDelay := fs.Duration("cgroup-delay", 0, "stay this long in the creator's cgroup before joining --cgroup (a runtime that moves a process after creating it)")
 	execFD := fs.Int("exec-fd", -1, "an inherited descriptor to close when the command is executed (or enter fails): the harness reads EOF on it")
 	if err := fs.Parse(args); err != nil {
@@ -120,6 +121,15 @@ func enter(args []string) error {
 	}
 	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mount /proc: %w", err)
+	}
+	if *bind != "" {
+		src, dst, ok := strings.Cut(*bind, ":")
+		if !ok {
+			return fmt.Errorf("--bind %q: want SRC:DST", *bind)
+		}
+		if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind %s onto %s: %w", src, dst, err)
+		}
 	}
 	if *cgroup != "" {
 		time.Sleep(*cgroupDelay)
