@@ -26,6 +26,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -108,6 +109,16 @@ type Container struct {
 	// StartDelay holds the container's start back, as a slow image pull
 	// does; the containers after it wait too.
 	StartDelay time.Duration
+	// Native makes it a native sidecar (an init container with
+	// restartPolicy Always, Kubernetes 1.29+): it starts before the
+	// containers after it in Spec.Containers without holding them back, is
+	// restarted whenever it exits, is left out of the pod's phase, and gets
+	// SIGTERM once every other container is done for good.
+	Native bool
+	// Ephemeral makes it an ephemeral container: declared here but started
+	// only by StartEphemeral, as `kubectl debug` adds one to a running pod;
+	// it runs once, and is left out of the pod's phase.
+	Ephemeral bool
 	// CgroupDelay keeps each attempt's main process this long in the
 	// cgroup of its creator, in the pod's PID namespace already, before it
 	// joins its own (namespaces backend only): the window in which a
@@ -146,6 +157,9 @@ type ContainerStatus struct {
 	Restarts int
 	// PID is the main process's PID on the host while it runs.
 	PID int
+	// Native and Ephemeral (AddEphemeral) containers are left out of the
+	// pod's phase.
+	Native, Ephemeral bool
 	// StartedAt is when the last attempt's main process was running (the
 	// backend's Start returned), on this host's clock.
 	StartedAt time.Time
@@ -231,6 +245,9 @@ type Pod struct {
 	attempts []int
 	logs     []*logBuffer
 	deleting bool
+	// stoppingNative: the other containers are done; the native sidecars
+	// get SIGTERM and are not restarted.
+	stoppingNative bool
 	initLogs []*logBuffer
 	initErr  error         // an init container failed: the pod failed
 	// instance is each container's current termination-message file, by
@@ -238,6 +255,7 @@ type Pod struct {
 	instance map[string]string
 	done     chan struct{} // closed when every container goroutine ended
 	cancel   context.CancelFunc
+	runCtx   context.Context
 	wg       sync.WaitGroup
 }
 
@@ -276,7 +294,7 @@ func Start(ctx context.Context, b Backend, spec Spec) (*Pod, error) {
 	p.attempts = make([]int, n)
 	p.logs = make([]*logBuffer, n)
 	for i, c := range spec.Containers {
-		p.status[i].Name = c.Name
+		p.status[i].Name, p.status[i].Native, p.status[i].Ephemeral = c.Name, c.Native, c.Ephemeral
 		p.logs[i] = &logBuffer{name: c.Name, stream: spec.Log}
 	}
 	for _, c := range append(append([]Container{}, spec.InitContainers...), spec.Containers...) {
@@ -295,7 +313,7 @@ func Start(ctx context.Context, b Backend, spec Spec) (*Pod, error) {
 		return nil, fmt.Errorf("%s sandbox: %w", b.Name(), err)
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
-	p.cancel = cancel
+	p.cancel, p.runCtx = cancel, runCtx
 	go p.run(runCtx)
 	return p, nil
 }
@@ -371,9 +389,15 @@ func (p *Pod) run(ctx context.Context) {
 		p.mu.Unlock()
 		return
 	}
+	if slices.ContainsFunc(p.Spec.Containers, func(c Container) bool { return c.Native }) {
+		go p.stopNatives(ctx)
+	}
 	for i := range p.Spec.Containers {
 		if ctx.Err() != nil || p.isDeleting() {
 			break
+		}
+		if p.Spec.Containers[i].Ephemeral {
+			continue
 		}
 		started := make(chan struct{})
 		p.wg.Add(1)
@@ -496,10 +520,13 @@ func (p *Pod) supervise(ctx context.Context, i int, started chan struct{}) {
 		}
 		p.update(i, func(s *ContainerStatus) { s.Running, s.ExitCode, s.Signal, s.PID = false, code, sig, 0 })
 		restart := false
-		switch p.Spec.RestartPolicy {
-		case Always:
+		switch {
+		case c.Ephemeral:
+		case c.Native:
+			restart = !p.isStoppingNative()
+		case p.Spec.RestartPolicy == Always:
 			restart = true
-		case OnFailure:
+		case p.Spec.RestartPolicy == OnFailure:
 			restart = code != 0
 		}
 		if !restart || p.isDeleting() || ctx.Err() != nil {
@@ -522,6 +549,12 @@ func (p *Pod) update(i int, f func(*ContainerStatus)) {
 	close(p.changed)
 	p.changed = make(chan struct{})
 	p.mu.Unlock()
+}
+
+func (p *Pod) isStoppingNative() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stoppingNative
 }
 
 func (p *Pod) isDeleting() bool {
@@ -576,9 +609,18 @@ func (p *Pod) statusLocked() Status {
 // phase is the kubelet's rule. Never: once every container has terminated,
 // Succeeded if all exited 0, else Failed. OnFailure: Succeeded once all
 // exited 0; a failed one will be restarted, so Running. Always: Running.
+// Native sidecars and ephemeral containers do not count, but a pod whose
+// native sidecars still run is Running.
 func phase(policy RestartPolicy, cs []ContainerStatus) Phase {
-	started, running, failed := 0, 0, 0
+	started, running, failed, total, natives := 0, 0, 0, 0, 0
 	for _, c := range cs {
+		if c.Native && c.Running {
+			natives++
+		}
+		if c.Native || c.Ephemeral {
+			continue
+		}
+		total++
 		if c.Started {
 			started++
 		}
@@ -591,16 +633,73 @@ func phase(policy RestartPolicy, cs []ContainerStatus) Phase {
 	switch {
 	case started == 0:
 		return Pending
-	case running > 0 || started < len(cs):
+	case running > 0 || started < total:
 		return Running
-	case policy == Never && failed > 0:
-		return Failed
 	case policy == Always:
 		return Running
-	case failed > 0: // OnFailure: restarting
+	case policy == OnFailure && failed > 0: // restarting
 		return Running
+	case natives > 0: // being stopped
+		return Running
+	case failed > 0:
+		return Failed
 	}
 	return Succeeded
+}
+
+// StartEphemeral starts the ephemeral container name (Container.Ephemeral)
+// in the running pod, as `kubectl debug` does, and returns once it runs.
+func (p *Pod) StartEphemeral(ctx context.Context, name string) error {
+	i := p.index(name)
+	if i < 0 || !p.Spec.Containers[i].Ephemeral {
+		return fmt.Errorf("no ephemeral container %q in pod %s", name, p.Spec.Name)
+	}
+	p.mu.Lock()
+	if p.deleting || p.status[i].Started {
+		p.mu.Unlock()
+		return fmt.Errorf("pod %s: ephemeral container %s cannot start now", p.Spec.Name, name)
+	}
+	p.wg.Add(1) // the pod's run is still waiting for its other containers
+	p.mu.Unlock()
+	started := make(chan struct{})
+	go p.supervise(p.runCtx, i, started)
+	select {
+	case <-started:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// stopNatives sends SIGTERM to the native sidecars once every other
+// container is done for good (the pod would be Succeeded or Failed but for
+// them), as the kubelet does.
+func (p *Pod) stopNatives(ctx context.Context) {
+	done := func(st Status) bool {
+		var rest []ContainerStatus
+		for _, c := range st.Containers {
+			if !c.Native {
+				rest = append(rest, c)
+			}
+		}
+		ph := phase(p.Spec.RestartPolicy, rest)
+		return ph == Succeeded || ph == Failed
+	}
+	if _, err := p.WaitFor(ctx, done); err != nil {
+		return
+	}
+	p.mu.Lock()
+	p.stoppingNative = true
+	var natives []Process
+	for i, c := range p.Spec.Containers {
+		if c.Native && p.status[i].Running {
+			natives = append(natives, p.procs[i])
+		}
+	}
+	p.mu.Unlock()
+	for _, proc := range natives {
+		proc.Signal(syscall.SIGTERM)
+	}
 }
 
 // WaitFor waits until cond holds for the pod's status, or ctx ends; the

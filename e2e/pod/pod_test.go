@@ -249,3 +249,42 @@ func kubeMount(t *testing.T, pid int) string {
 	}
 	return ""
 }
+
+// TestPodNativeAndEphemeral: a native sidecar starts before the app without
+// holding it back, is restarted when it exits, is stopped (SIGTERM) once the
+// app is done, and keeps the pod Running until then; an ephemeral container
+// started while the app runs does not count in the phase.
+func TestPodNativeAndEphemeral(t *testing.T) {
+	tl := needTools(t)
+	for _, b := range backends(t, tl) {
+		t.Run(b.Name(), func(t *testing.T) {
+			p := startPod(t, b, Spec{Name: "native", RestartPolicy: Never, RestartBackoff: 50 * time.Millisecond,
+				TerminationGracePeriod: 5 * time.Second, Containers: []Container{
+					{Name: "logship", Native: true, Argv: []string{tl.Podsim, "app", "--sleep", "300ms"}},
+					{Name: "app", Argv: []string{tl.Podsim, "app", "--sleep", "2s"}},
+					{Name: "debugger", Ephemeral: true, Argv: []string{tl.Podsim, "app", "--sleep", "1h"}},
+				}})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if _, err := p.WaitFor(ctx, func(s Status) bool { return s.Container("app").Running }); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.StartEphemeral(ctx, "debugger"); err != nil {
+				t.Fatal(err)
+			}
+			st, err := p.WaitFor(ctx, func(s Status) bool { return s.Phase == Succeeded || s.Phase == Failed })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Phase != Succeeded {
+				t.Errorf("phase %s, want Succeeded (%s)", st.Phase, st)
+			}
+			if c := st.Container("logship"); c.Restarts < 1 || c.Running {
+				t.Errorf("native sidecar %+v: want restarted while the app ran, and stopped after it", c)
+			}
+			if c := st.Container("debugger"); !c.Running {
+				t.Errorf("ephemeral container %+v: want still running (it does not hold the phase)", c)
+			}
+		})
+	}
+}

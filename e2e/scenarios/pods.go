@@ -51,6 +51,9 @@ type App struct {
 	// container's cgroup, in the pod already (pod.Container.CgroupDelay;
 	// namespaces backend only).
 	CgroupDelay time.Duration
+	// Native and Ephemeral make it a native sidecar or an ephemeral
+	// container (pod.Container): not an app, not named in SUPERVISOR_APPS.
+	Native, Ephemeral bool
 }
 
 // Desc describes a pod independently of the backend.
@@ -201,7 +204,8 @@ func BuildNamespaces(d Desc, tl pod.Tools) (Built, error) {
 			return Built{}, err
 		}
 		argv := append([]string{tl.Podsim, "app", "--record", filepath.Join(dir, a.Name+".record")}, cue...)
-		apps = append(apps, pod.Container{Name: a.Name, Argv: append(argv, a.Args...), UID: a.UID, GID: a.UID, CgroupDelay: a.CgroupDelay})
+		apps = append(apps, pod.Container{Name: a.Name, Argv: append(argv, a.Args...), UID: a.UID, GID: a.UID, CgroupDelay: a.CgroupDelay,
+			Native: a.Native, Ephemeral: a.Ephemeral})
 	}
 	var proxy *pod.Container
 	switch d.Proxy {
@@ -244,7 +248,9 @@ func supervisorEnv(d Desc) []string {
 	if !d.NoAppNames {
 		var names []string
 		for _, a := range d.Apps {
-			names = append(names, a.Name)
+			if !a.Native && !a.Ephemeral {
+				names = append(names, a.Name)
+			}
 		}
 		env = append(env, "SUPERVISOR_APPS="+strings.Join(names, ","))
 	}

@@ -58,7 +58,7 @@ func BuildRunc(d Desc, tl pod.Tools, runc string) (Built, error) {
 		argv := append([]string{"/bin/podsim", "app", "--record", SharedMount + "/" + a.Name + ".record"}, cue...)
 		apps = append(apps, pod.Container{
 			Name: a.Name, Rootfs: rootfs(a.Name), Mounts: sharedMount, Argv: append(argv, a.Args...),
-			UID: a.UID, GID: a.UID,
+			UID: a.UID, GID: a.UID, Native: a.Native, Ephemeral: a.Ephemeral,
 		})
 	}
 

@@ -1,0 +1,153 @@
+package scenarios
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/pod"
+)
+
+// Issue 18's pod shapes: the supervisor knows every container by the name
+// the kubelet's termination-message mount gives it, waits for the apps
+// SUPERVISOR_APPS names, stops istio-proxy, and leaves anything else alone.
+
+// logFor lists the supervisor's log lines with message msg about container.
+func logFor(p *pod.Pod, msg, container string) []LogLine {
+	var out []LogLine
+	for _, l := range ParseLog(p.Logs("supervisor")) {
+		if l.Msg() == msg && l.Str("container") == container {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// succeeded checks the pod ended Succeeded with istio-proxy stopped once,
+// exit 0.
+func succeeded(t *testing.T, st pod.Status) {
+	t.Helper()
+	if st.Phase != pod.Succeeded {
+		t.Errorf("phase %s, want Succeeded (%s)", st.Phase, st)
+	}
+	if c := st.Container("istio-proxy"); c.ExitCode != 0 || c.Restarts != 0 {
+		t.Errorf("istio-proxy %+v, want exit 0, never restarted", c)
+	}
+}
+
+func TestNamedPods(t *testing.T) {
+	for _, b := range builders(t) {
+		// A native sidecar of the pod's own beside the classic istio-proxy:
+		// not an app (the kubelet stops it only after the apps, so waiting
+		// for it would hang the Job), and not stopped by the supervisor.
+		// It is restarted while the app runs: each new instance, a new
+		// container of the same name, is never taken for an app either.
+		t.Run(b.name+"/native sidecar, restarted", func(t *testing.T) {
+			d := Desc{Name: "native", Apps: []App{
+				{Name: "logship", Native: true, Args: []string{"--sleep", "300ms"}},
+				{Name: "app", Cued: true, UID: 1000},
+			}, SupervisorEnv: append([]string{}, fast...)}
+			p, built := run(t, b, d)
+			waitLogFor(t, p, "app found", "app")
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if _, err := p.WaitFor(ctx, func(s pod.Status) bool { return s.Container("logship").Restarts >= 2 }); err != nil {
+				t.Fatal(err)
+			}
+			releaseApps(t, p, built, d.Apps[1:])
+			st := waitPhase(t, p, time.Minute)
+			succeeded(t, st)
+			if len(logFor(p, "app found", "logship")) != 0 {
+				t.Errorf("the native sidecar was taken for an app")
+			}
+			if len(logFor(p, "container neither waited for nor stopped", "logship")) == 0 {
+				t.Errorf("the native sidecar was not logged as left alone:\n%s", p.Logs("supervisor"))
+			}
+			if msg := p.TerminationMessage("supervisor"); !strings.HasPrefix(msg, "success: app exit 0") {
+				t.Errorf("termination message %q", msg)
+			}
+		})
+		// An ephemeral container (kubectl debug) added while the app runs and
+		// left running: neither waited for nor stopped. (Once the apps are
+		// found the supervisor does not scan: it may never see it.)
+		t.Run(b.name+"/ephemeral container", func(t *testing.T) {
+			d := Desc{Name: "debug", Apps: []App{
+				{Name: "app", Cued: true, UID: 1000},
+				{Name: "debugger", Ephemeral: true, Args: []string{"--sleep", "1h"}},
+			}, SupervisorEnv: append([]string{}, fast...)}
+			p, built := run(t, b, d)
+			waitLogFor(t, p, "app found", "app")
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := p.StartEphemeral(ctx, "debugger"); err != nil {
+				t.Fatal(err)
+			}
+			releaseApps(t, p, built, d.Apps[:1])
+			st := waitPhase(t, p, time.Minute)
+			succeeded(t, st)
+			if len(logFor(p, "app found", "debugger")) != 0 {
+				t.Errorf("the debug container was taken for an app")
+			}
+			if !st.Container("debugger").Running {
+				t.Errorf("the debug container was stopped: %+v", st.Container("debugger"))
+			}
+		})
+		// OnFailure, two apps, one failing twice, with a debug container
+		// started meanwhile: each restart is the same name coming back, the
+		// debug container is never taken for one.
+		t.Run(b.name+"/onfailure restarts by name", func(t *testing.T) {
+			names := []string{"a0", "a1"}
+			d := Desc{Name: "restarts", Policy: pod.OnFailure, Apps: []App{
+				{Name: "a0", Args: []string{"--fail-first", "2", "--sleep", "1500ms"}},
+				{Name: "a1", Args: []string{"--sleep", "6s"}},
+				{Name: "debugger", Ephemeral: true, Args: []string{"--sleep", "1h"}},
+			}, SupervisorEnv: append([]string{"SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_DELETION_GRACE=0s"}, policyEnv...)}
+			built, err := b.build(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stamps := withStamps(&built, names)
+			p := startBuilt(t, built)
+			waitLogFor(t, p, "app found", "a0")
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := p.StartEphemeral(ctx, "debugger"); err != nil {
+				t.Fatal(err)
+			}
+			st, err := p.WaitPhase(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			succeeded(t, st)
+			if c := st.Container("a0"); c.Restarts != 2 {
+				t.Errorf("a0 restarted %d times, want 2", c.Restarts)
+			}
+			for _, l := range ParseLog(p.Logs("supervisor")) {
+				if l.Msg() == "app restarted by the kubelet: watching the new container" &&
+					(l.Str("container") != "a0" || l.Str("replaces") != "a0") {
+					t.Errorf("a restart taken for another container's: %v", l)
+				}
+			}
+			if n := len(logFor(p, "app restarted by the kubelet: watching the new container", "a0")); n != 2 {
+				t.Errorf("%d restarts of a0 seen, want 2:\n%s", n, p.Logs("supervisor"))
+			}
+			checkInvariants(t, appEnds(stamps), signalledAt(p), 4)
+		})
+		// Where names cannot be read (another runtime), today's rules stand,
+		// and the supervisor says so once.
+		t.Run(b.name+"/without names", func(t *testing.T) {
+			d := Desc{Name: "nonames", NoNames: true, Apps: []App{{Name: "app", Cued: true, UID: 1000}},
+				SupervisorEnv: append([]string{}, fast...)}
+			p, built := run(t, b, d)
+			releaseApps(t, p, built, d.Apps)
+			st := waitPhase(t, p, time.Minute)
+			succeeded(t, st)
+			msgs := Messages(ParseLog(p.Logs("supervisor")))
+			if !slices.ContainsFunc(msgs, func(m string) bool { return strings.HasPrefix(m, "container names cannot be read here") }) {
+				t.Errorf("no word of the missing names: %q", msgs)
+			}
+		})
+	}
+}
