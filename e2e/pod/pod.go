@@ -248,8 +248,8 @@ type Pod struct {
 	// stoppingNative: the other containers are done; the native sidecars
 	// get SIGTERM and are not restarted.
 	stoppingNative bool
-	initLogs []*logBuffer
-	initErr  error         // an init container failed: the pod failed
+	initLogs       []*logBuffer
+	initErr        error // an init container failed: the pod failed
 	// instance is each container's current termination-message file, by
 	// name (instanceFile).
 	instance map[string]string
