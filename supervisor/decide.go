@@ -30,6 +30,7 @@ func (r *run) decide(ctx context.Context) (state, error) {
 		}
 	}
 	r.res.Action = r.cfg.ActionFor(outcome)
+	r.publish(fmt.Sprintf("%s (%s): action %s", outcome, reason, r.res.Action))
 	r.log.Info().Stringer("outcome", outcome).Stringer("action", r.res.Action).Str("reason", reason).Msg("decision")
 	if r.res.Action.Kind == ActionNone {
 		r.note("sidecar left running (action none)")

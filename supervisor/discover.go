@@ -19,6 +19,7 @@ func (r *run) discover(ctx context.Context) (state, error) {
 	tick := time.NewTicker(r.cfg.ScanInterval)
 	defer tick.Stop()
 	for r.apps.slots < r.apps.want {
+		r.publish("looking for the apps: waiting for " + r.waitingFor())
 		select {
 		case <-ctx.Done():
 			return r.deleted, nil

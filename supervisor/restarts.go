@@ -158,6 +158,9 @@ func (l *ledger) settle(now time.Time) (expired []*app, next time.Time) {
 	return expired, next
 }
 
+// isAwaited reports whether a awaits its restart.
+func (l *ledger) isAwaited(a *app) bool { return slices.Contains(l.awaiting, a) }
+
 // running counts the instances still running.
 func (l *ledger) running() int {
 	n := 0

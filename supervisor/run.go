@@ -81,6 +81,8 @@ type run struct {
 	warned map[int]bool // stray processes already warned of
 	res    Result
 	notes  []string // for the summary
+	// published is the progress last written (publish).
+	published string
 	// stopping is set once the action is being applied to the sidecars.
 	stopping bool
 }

@@ -3,6 +3,8 @@ package supervisor
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -248,4 +250,32 @@ func TestRunLog(t *testing.T) {
 	if diff := cmp.Diff(want, msgs); diff != "" {
 		t.Errorf("log messages (-want +got):\n%s\n%s", diff, h.log)
 	}
+}
+
+// TestRunProgress: while it runs the supervisor keeps what it waits for in
+// its termination-message file (for `status`); the summary replaces it.
+func TestRunProgress(t *testing.T) {
+	msg := filepath.Join(t.TempDir(), "termination-log")
+	if err := os.WriteFile(msg, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, testConfig(t, "SUPERVISOR_TERMINATION_MESSAGE_PATH="+msg),
+		container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+	p := h.proc(10)
+	deadline := time.Now().Add(5 * time.Second)
+	var got string
+	for time.Now().Before(deadline) {
+		b, _ := os.ReadFile(msg)
+		if got = string(b); strings.Contains(got, "sidecar pilot-agent") {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for _, want := range []string{Progress + "waiting for app app (pid 10)", "app app (pid 10): running", "sidecar pilot-agent (pid 100): held"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("progress %q lacks %q", got, want)
+		}
+	}
+	p.exit(exited(0))
+	h.finish(Success, "SIGTERM 100")
 }

@@ -51,6 +51,7 @@ func (r *run) wait(ctx context.Context) (state, error) {
 		if r.apps.finished() {
 			return r.decide, nil
 		}
+		r.publish("waiting for " + r.waitingFor())
 		// Scan only while a restart is awaited.
 		var tickC <-chan time.Time
 		if r.apps.seeking() {

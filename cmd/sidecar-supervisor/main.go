@@ -7,6 +7,9 @@
 //	                                 (istio-proxy's preStop hook)
 //	sidecar-supervisor install DIR   copy this binary into DIR (an init
 //	                                 container filling an emptyDir for hold)
+//	sidecar-supervisor status        print the pod as the supervisor sees it,
+//	                                 and what the running supervisor is doing
+//	                                 (kubectl exec into its container)
 //	sidecar-supervisor version
 //
 // Exit codes: 0 done (or the pod is being deleted); 1 cannot work here (no
@@ -64,10 +67,12 @@ func main() {
 			os.Exit(exitCannotRun)
 		}
 		fmt.Fprintf(os.Stderr, "sidecar-supervisor %s installed as %s\n", version, dst)
+	case mode == "status" && len(args) == 1:
+		os.Exit(status(os.Environ(), os.Stdout, os.Stderr))
 	case mode == "version" && len(args) == 1:
 		fmt.Println(version)
 	default:
-		fmt.Fprintf(os.Stderr, "usage: sidecar-supervisor [hold | install DIR | version]\n")
+		fmt.Fprintf(os.Stderr, "usage: sidecar-supervisor [hold | install DIR | status | version]\n")
 		os.Exit(exitBadConfig)
 	}
 }
@@ -102,6 +107,45 @@ func run(mode string, environ []string, stderr io.Writer) int {
 	}
 	report(log, cfg, res.Summary)
 	log.Info().Str("summary", res.Summary).Msg("done")
+	return exitOK
+}
+
+// status prints the pod as the supervisor sees it with its settings (the
+// container's environment, which kubectl exec passes on), and the running
+// supervisor's progress from its termination-message file.
+func status(environ []string, stdout, stderr io.Writer) int {
+	cfg, _, err := supervisor.LoadConfig(environ)
+	if err != nil {
+		fmt.Fprintf(stderr, "sidecar-supervisor status: bad configuration: %v\n", err)
+		return exitBadConfig
+	}
+	scanner, err := procscan.NewScanner("/proc")
+	if err != nil {
+		fmt.Fprintf(stderr, "sidecar-supervisor status: %v\n", err)
+		return exitCannotRun
+	}
+	self, err := scanner.Self()
+	if err != nil {
+		fmt.Fprintf(stderr, "sidecar-supervisor status: %v\n", err)
+		return exitCannotRun
+	}
+	rules := procscan.Rules{Sidecar: cfg.SidecarProcesses, Ignore: cfg.IgnoreProcesses}
+	scan, _, err := supervisor.NewProcScanner(scanner, self, rules, cfg.Apps, cfg.Sidecars)
+	if err == nil {
+		var pod procscan.Pod
+		if pod, err = scan.Scan(); err == nil {
+			if !pod.Outside() {
+				fmt.Fprintln(stderr, "sidecar-supervisor status: "+supervisor.ErrNotShared.Error())
+				return exitCannotRun
+			}
+			msg, _ := os.ReadFile(cfg.TerminationMessagePath)
+			err = supervisor.WriteStatus(stdout, pod, scan.Named(), string(msg))
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "sidecar-supervisor status: %v\n", err)
+		return exitCannotRun
+	}
 	return exitOK
 }
 

@@ -124,7 +124,7 @@ func (n Namespaces) Start(ctx context.Context, p *Pod, c *Container, attempt int
 		}
 		bind = inst + ":" + target
 	}
-	cmd, err := n.enter(p, c, cg, bind, c.Argv, stdout)
+	cmd, err := n.enter(p, c, cg, bind, 0, c.Argv, stdout)
 	if err != nil {
 		return nil, err
 	}
@@ -142,7 +142,15 @@ func (n Namespaces) Exec(ctx context.Context, p *Pod, c *Container, attempt int,
 		return nil, err
 	}
 	defer r.Close()
-	cmd, err := n.enter(p, c, st.cgroupDir(c, attempt), "", argv, w)
+	// As kubectl exec: in the container's own mounts (its /proc, its
+	// termination-message file), those of its main process.
+	main := 0
+	if i := p.index(c.Name); i >= 0 {
+		if proc := p.proc(i); proc != nil {
+			main = proc.PID()
+		}
+	}
+	cmd, err := n.enter(p, c, st.cgroupDir(c, attempt), "", main, argv, w)
 	w.Close()
 	if err != nil {
 		return nil, err
@@ -182,7 +190,10 @@ func (n Namespaces) Exec(ctx context.Context, p *Pod, c *Container, attempt int,
 // locked thread: setns changes the calling thread, and the thread is
 // discarded (never unlocked) afterwards.
 // bind, "SRC:DST" or "", is the container's termination-message mount.
-func (n Namespaces) enter(p *Pod, c *Container, cgroup, bind string, argv []string, out *os.File) (*exec.Cmd, error) {
+// joinMnt, a host PID or 0, is whose mount namespace the process joins
+// (through nsenter: a Go program, multi-threaded, cannot setns one) instead
+// of making mounts of its own.
+func (n Namespaces) enter(p *Pod, c *Container, cgroup, bind string, joinMnt int, argv []string, out *os.File) (*exec.Cmd, error) {
 	dir := c.Dir
 	if dir == "" {
 		dir = "/"
@@ -244,10 +255,14 @@ func (n Namespaces) enter(p *Pod, c *Container, cgroup, bind string, argv []stri
 			}
 		}
 		cmd := exec.Command(n.Podsim, args...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS}
+		if joinMnt > 0 {
+			cmd = exec.Command("nsenter", append([]string{fmt.Sprintf("--mount=/proc/%d/ns/mnt", joinMnt), "--", n.Podsim, "enter", "--in-mounts"}, args[1:]...)...)
+			cmd.SysProcAttr = &syscall.SysProcAttr{}
+		}
 		cmd.Env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, c.Env...)
 		cmd.Stdout, cmd.Stderr = out, out
 		cmd.ExtraFiles = []*os.File{execW}
-		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS}
 		if c.OwnPIDNamespace {
 			cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWPID
 		}

@@ -135,6 +135,32 @@ func TestNamedPods(t *testing.T) {
 			}
 			checkInvariants(t, appEnds(stamps), signalledAt(p), 4)
 		})
+		// `kubectl exec ... sidecar-supervisor status` while the app runs:
+		// every container by name and kind, and what the supervisor waits for.
+		t.Run(b.name+"/status", func(t *testing.T) {
+			d := Desc{Name: "status", Apps: []App{
+				{Name: "logship", Native: true, Args: []string{"--sleep", "1h"}},
+				{Name: "app", Cued: true, UID: 1000},
+			}, SupervisorEnv: append([]string{}, fast...)}
+			p, built := run(t, b, d)
+			waitLogFor(t, p, "app found", "app")
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			sup := built.Spec.Containers[len(built.Spec.Containers)-1]
+			out, err := p.Exec(ctx, "supervisor", sup.Argv[0], "status")
+			if err != nil {
+				t.Fatalf("status: %v\n%s", err, out)
+			}
+			t.Logf("status:\n%s", out)
+			for _, want := range []string{"containers, by their Kubernetes names:", "app: waited for", "sidecar: stopped after the apps",
+				"other: left alone, named neither among the apps nor the sidecars", "supervisor, running: waiting for app app (pid "} {
+				if !strings.Contains(string(out), want) {
+					t.Errorf("status lacks %q", want)
+				}
+			}
+			releaseApps(t, p, built, d.Apps[1:])
+			succeeded(t, waitPhase(t, p, time.Minute))
+		})
 		// Where names cannot be read (another runtime), today's rules stand,
 		// and the supervisor says so once.
 		t.Run(b.name+"/without names", func(t *testing.T) {

@@ -83,6 +83,32 @@ func loUp() error {
 	return nil
 }
 
+// mounts gives a container process its own copy of the mounts, this PID
+// namespace's /proc, and its termination-message bind mount, unless it is
+// in a container's mounts already (inMounts).
+func mounts(inMounts bool, bind string) error {
+	if inMounts {
+		return nil
+	}
+	// A private copy of the mounts, then this PID namespace's own /proc.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make mounts private: %w", err)
+	}
+	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mount /proc: %w", err)
+	}
+	if bind != "" {
+		src, dst, ok := strings.Cut(bind, ":")
+		if !ok {
+			return fmt.Errorf("--bind %q: want SRC:DST", bind)
+		}
+		if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind %s onto %s: %w", src, dst, err)
+		}
+	}
+	return nil
+}
+
 func joinCgroup(dir string) error {
 	if err := os.WriteFile(dir+"/cgroup.procs", []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
 		return fmt.Errorf("join cgroup %s: %w", dir, err)
@@ -101,6 +127,7 @@ func enter(args []string) error {
 	dir := fs.String("dir", "/", "working directory")
 	caps := fs.String("caps", "", "capability numbers to keep in the bounding set, comma-separated (\"none\" alone keeps none); unset keeps all")
 	noNewPrivs := fs.Bool("no-new-privs", false, "set no_new_privs (allowPrivilegeEscalation: false)")
+	inMounts := fs.Bool("in-mounts", false, "the process is in a container's mounts already (kubectl exec): make none")
 	bind := fs.String("bind", "", "SRC:DST: bind-mount the file SRC onto DST in the container's mounts (the kubelet's termination-message file)")
 	cgroupDelay := fs.Duration("cgroup-delay", 0, "stay this long in the creator's cgroup before joining --cgroup (a runtime that moves a process after creating it)")
 	execFD := fs.Int("exec-fd", -1, "an inherited descriptor to close when the command is executed (or enter fails): the harness reads EOF on it")
@@ -115,21 +142,8 @@ func enter(args []string) error {
 	if len(argv) == 0 {
 		return errors.New("no command")
 	}
-	// A private copy of the mounts, then this PID namespace's own /proc.
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return fmt.Errorf("make mounts private: %w", err)
-	}
-	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return fmt.Errorf("mount /proc: %w", err)
-	}
-	if *bind != "" {
-		src, dst, ok := strings.Cut(*bind, ":")
-		if !ok {
-			return fmt.Errorf("--bind %q: want SRC:DST", *bind)
-		}
-		if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
-			return fmt.Errorf("bind %s onto %s: %w", src, dst, err)
-		}
+	if err := mounts(*inMounts, *bind); err != nil {
+		return err
 	}
 	if *cgroup != "" {
 		time.Sleep(*cgroupDelay)

@@ -1,0 +1,74 @@
+package supervisor
+
+import (
+	"fmt"
+	"strings"
+)
+
+// While it runs, the supervisor keeps what it is doing in its
+// termination-message file: `sidecar-supervisor status` (run in its
+// container with kubectl exec) prints it beside a fresh look at the pod,
+// and should the supervisor die, the kubelet shows the last of it as its
+// termination message. The summary replaces it at the end. The kubelet
+// reads the file only once the container has terminated.
+
+// Progress marks the file's content as a run's progress, not its summary.
+const Progress = "running: "
+
+// publish writes the progress, if the file exists (as in WriteTerminationMessage).
+func (r *run) publish(doing string) {
+	if r.cfg.TerminationMessagePath == "" {
+		return
+	}
+	if p := r.progress(doing); p != r.published {
+		r.published = p
+		WriteTerminationMessage(r.cfg.TerminationMessagePath, p)
+	}
+}
+
+// progress is what the run is doing, then a line per app instance and
+// sidecar held.
+func (r *run) progress(doing string) string {
+	var b strings.Builder
+	b.WriteString(Progress + doing)
+	for _, a := range r.apps.apps {
+		state := "running"
+		switch {
+		case a.superseded:
+			state = a.status.String() + "; restarted"
+		case a.done && r.apps.isAwaited(a):
+			state = a.status.String() + "; awaiting its restart"
+		case a.done:
+			state = a.status.String()
+		}
+		fmt.Fprintf(&b, "\napp %s (pid %d): %s", a.container, a.main.PID, state)
+	}
+	for _, s := range r.held {
+		fmt.Fprintf(&b, "\nsidecar %s (pid %d): held", s.container, s.main.PID)
+	}
+	return b.String()
+}
+
+// waitingFor says what discovery or the wait still waits for.
+func (r *run) waitingFor() string {
+	var running []string
+	for _, a := range r.apps.apps {
+		if !a.done {
+			running = append(running, fmt.Sprintf("%s (pid %d)", a.container, a.main.PID))
+		}
+	}
+	var parts []string
+	if len(running) > 0 {
+		parts = append(parts, "app "+strings.Join(running, ", "))
+	}
+	if n := len(r.apps.awaiting); n > 0 {
+		parts = append(parts, fmt.Sprintf("the restart of %d app(s)", n))
+	}
+	if short := r.apps.want - r.apps.slots; short > 0 {
+		parts = append(parts, fmt.Sprintf("%d more app container(s) to start", short))
+	}
+	if len(parts) == 0 {
+		return "nothing"
+	}
+	return strings.Join(parts, "; ")
+}
