@@ -21,7 +21,8 @@ type NameRules struct {
 // Name reads each container's Kubernetes identity with kube (its main
 // process's, Scanner.Kube), names the container after it, and decides its
 // kind by name where the rules say: a sidecar by Sidecars, an app by Apps,
-// Other otherwise (or when it is another pod's). A container not yet set up
+// a sidecar still if its main process is named as one (Rules.Sidecar), Other
+// otherwise (or when it is another pod's). A container not yet set up
 // (Starting) stays Starting; the pause container and the supervisor's own
 // keep their kinds.
 func (p *Pod) Name(kube func(pid int) Kube, r NameRules) {
@@ -45,6 +46,9 @@ func (p *Pod) Name(kube func(pid int) Kube, r NameRules) {
 			c.Kind = Sidecar
 		case k.Known() && slices.Contains(r.Apps, k.Name):
 			c.Kind = App
+		case c.Kind == Sidecar:
+			// Named by neither list, but its main process is named as a
+			// sidecar's (SUPERVISOR_SIDECAR_PROCESSES): a sidecar still.
 		case len(r.Apps) == 0:
 			// The kinds by process name stand.
 		case k.Known():

@@ -142,7 +142,7 @@ func TestHostilePod(t *testing.T) {
 		if len(exited) != 1 || exited[0].Str("exit_code") != "0" {
 			t.Errorf("app exited: %v, want exit_code 0", exited)
 		}
-		if msg, _ := os.ReadFile(termLog); !strings.Contains(string(msg), "success: app exit 0; action SIGTERM; sidecar stopped") {
+		if msg := p.TerminationMessage("supervisor"); !strings.Contains(msg, "success: app exit 0; action SIGTERM; sidecar stopped") {
 			t.Errorf("termination message %q", msg)
 		}
 		strays := map[string]bool{}

@@ -46,7 +46,7 @@ func churnBounds(t *testing.T, be backend) {
 	const churn = "4000"
 	b, err := be.build(scenarios.Desc{Name: "churn",
 		Apps: []scenarios.App{{Name: "early", UID: 1000}, {Name: "late", UID: 1000}},
-		SupervisorEnv: append(append([]string{}, fast...), "SUPERVISOR_APP_CONTAINERS=3",
+		SupervisorEnv: append(append([]string{}, fast...), "SUPERVISOR_APP_CONTAINERS=3", "SUPERVISOR_APPS=early,late,third",
 			"SUPERVISOR_APP_START_TIMEOUT=15s", "SUPERVISOR_SCAN_INTERVAL=10ms")})
 	if err != nil {
 		t.Fatal(err)
@@ -163,7 +163,7 @@ func TestTenThousandProcesses(t *testing.T) {
 	tl := buildTools(t)
 	b, err := scenarios.BuildNamespaces(scenarios.Desc{Name: "many",
 		Apps: []scenarios.App{{Name: "app", UID: 1000}},
-		SupervisorEnv: append(append([]string{}, fast...), "SUPERVISOR_APP_CONTAINERS=2",
+		SupervisorEnv: append(append([]string{}, fast...), "SUPERVISOR_APP_CONTAINERS=2", "SUPERVISOR_APPS=app,ghost",
 			"SUPERVISOR_APP_START_TIMEOUT=50s", "SUPERVISOR_SCAN_INTERVAL=10ms")}, tl)
 	if err != nil {
 		t.Fatal(err)

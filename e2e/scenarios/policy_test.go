@@ -258,7 +258,7 @@ func TestMissingApp(t *testing.T) {
 	for _, b := range builders(t) {
 		t.Run(b.name, func(t *testing.T) {
 			built, err := b.build(Desc{Name: "missing", Apps: []App{{Name: "app", Args: []string{"--sleep", "1s", "--exit", "3"}}},
-				SupervisorEnv: append([]string{"SUPERVISOR_APP_CONTAINERS=2"}, policyEnv...)})
+				SupervisorEnv: append([]string{"SUPERVISOR_APP_CONTAINERS=2", "SUPERVISOR_APPS=app,worker"}, policyEnv...)})
 			if err != nil {
 				t.Fatal(err)
 			}
