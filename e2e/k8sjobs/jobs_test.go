@@ -50,6 +50,10 @@ func TestJobs(t *testing.T) {
 		}{
 			{"exit 0 completes", e.exitZero},
 			{"quick apps as istio-proxy starts", e.quickApps},
+			{"native sidecar of its own", e.nativeSidecarOfItsOwn},
+			{"ephemeral container left running", e.ephemeralLeftRunning},
+			{"OnFailure two apps, one failing twice", e.onFailureTwoApps},
+			{"hostPID and unshared pods admitted", e.notShared},
 			{"exit 3 fails, proxy killed", e.exitThree},
 			{"OnFailure retry keeps the proxy", e.onFailure},
 			{"two apps", e.twoApps},

@@ -210,20 +210,16 @@ func (e *env) checkInjected(t *testing.T, p corev1.Pod, want shape) {
 }
 
 // checkSupervisor checks that the supervisor exited 0, once, with a
-// termination message starting with summary (where {NAME} is the ID of
+// termination message starting with summary (where {NAME} is the name of
 // container NAME), and that its log has each message in order; it returns
 // the log.
 func (e *env) checkSupervisor(ctx context.Context, t *testing.T, p corev1.Pod, summary string, messages ...string) string {
 	t.Helper()
 	term := wantExit(t, p, supervisorName, 0)
-	// On a node the supervisor knows containers by their cgroup, which
-	// names them by container ID: {NAME} stands for the ID (12 characters,
-	// as crictl shows it) of the container NAME as the API reports it.
+	// The supervisor knows every container by its Kubernetes name (the
+	// kubelet's termination-message mount): {NAME} is the name itself.
 	for _, s := range p.Status.ContainerStatuses {
-		_, id, _ := strings.Cut(s.ContainerID, "://")
-		if len(id) >= 12 {
-			summary = strings.ReplaceAll(summary, "{"+s.Name+"}", id[:12])
-		}
+		summary = strings.ReplaceAll(summary, "{"+s.Name+"}", s.Name)
 	}
 	if msg := strings.TrimSpace(term.Message); !strings.HasPrefix(msg, summary) {
 		t.Errorf("pod %s: supervisor termination message %q, want it to start with %q", p.Name, msg, summary)
