@@ -22,7 +22,7 @@ func TestConfigDefaults(t *testing.T) {
 		OnSuccess: Action{Kind: ActionSignal, Signal: exitwatch.SIGTERM}, OnFailure: Action{Kind: ActionSignal, Signal: exitwatch.SIGKILL},
 		OnUnknown: Action{Kind: ActionSignal, Signal: exitwatch.SIGTERM}, HTTPTimeout: 5 * time.Second, DeletionGrace: 2 * time.Second,
 		ScanInterval: 100 * time.Millisecond, TerminationMessagePath: "/dev/termination-log", ExitStatus: exitwatch.Auto,
-		RestartPolicy: Never, RestartTimeout: 330 * time.Second, HoldTimeout: 20 * time.Second,
+		RestartPolicy: Never, RestartTimeout: 330 * time.Second, RestartMargin: 15 * time.Second, HoldTimeout: 20 * time.Second,
 		LogLevel: zerolog.InfoLevel, LogFormat: "json",
 	}
 	if diff := cmp.Diff(want, cfg); diff != "" {

@@ -336,3 +336,39 @@ func TestKindIsFirstSight(t *testing.T) {
 	h.proc(10).exit(exited(0))
 	h.finish(Success, "SIGTERM 100")
 }
+
+// TestOnFailureUnknownByBackoff: issue 19. Statuses unknown (Linux before
+// 6.15 without CAP_SYS_PTRACE): each instance waits for the restart the
+// kubelet would make if it had failed, by its back-off for that restart
+// (0 for the first, 10 s for the second...) plus the margin. A first run
+// that succeeded is finished after the margin alone, not RESTART_TIMEOUT.
+func TestOnFailureUnknownByBackoff(t *testing.T) {
+	h := start(t, testConfig(t, "SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_RESTART_MARGIN=300ms", "SUPERVISOR_RESTART_TIMEOUT=5m30s"),
+		container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+	h.proc(10).exit(unknownStatus())
+	noSignalFor(t, h, 150*time.Millisecond)
+	res := h.finish(Unknown, "SIGTERM 100")
+	if !strings.Contains(h.log.String(), `"restart":1,"backoff":0,"margin":300,"wait":300`) {
+		t.Errorf("the wait is not explained in the log:\n%s", h.log)
+	}
+	if !strings.Contains(res.Summary, "unknown: app unknown") {
+		t.Errorf("summary %q", res.Summary)
+	}
+}
+
+// TestOnFailureUnknownLateRestart: where the margin is wrong. A restart
+// that comes after the kubelet's back-off plus the margin (a node so slow
+// that the kubelet took longer to start it) finds the sidecar stopped: the
+// supervisor took the app as finished, said so, and stopped it; the late
+// instance then runs without the sidecar (and, under OnFailure, a sidecar
+// that exited 0 is not restarted). The supervisor has ended by then.
+func TestOnFailureUnknownLateRestart(t *testing.T) {
+	h := start(t, testConfig(t, "SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_RESTART_MARGIN=100ms"),
+		container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+	h.proc(10).exit(unknownStatus())
+	h.finish(Unknown, "SIGTERM 100")
+	h.pod.add(container(procscan.App, "app-r1", 11)) // too late
+	if !strings.Contains(h.log.String(), "no restart came: taking the app as finished, status unknown") {
+		t.Errorf("the expiry is not logged:\n%s", h.log)
+	}
+}

@@ -27,6 +27,33 @@ type app struct {
 	// restartBy is, for an instance that ended with an unknown status under
 	// OnFailure, when to stop expecting a restart for it.
 	restartBy time.Time
+	// restarts counts the instances of its slot before it: its restart,
+	// if it fails, is the kubelet's restarts+1-th of the container.
+	restarts int
+}
+
+// The kubelet's restart back-off for a container that failed (its
+// CrashLoopBackOff, pkg/kubelet/kuberuntime: initial 10 s, doubled at
+// each restart, at most 5 minutes): the first restart comes at once, the
+// n-th after 10 s * 2^(n-2). Newer kubelets can only shorten it
+// (KubeletCrashLoopBackOffMax), and it starts over after 10 minutes of
+// running (then a restart comes sooner than this says: still in time).
+const (
+	backoffInitial = 10 * time.Second
+	backoffMax     = 5 * time.Minute
+)
+
+// backoff is how long after the n-th failure of a container (n from 1)
+// the kubelet restarts it.
+func backoff(n int) time.Duration {
+	if n <= 1 {
+		return 0
+	}
+	d := backoffInitial
+	for i := 2; i < n && d < backoffMax; i++ {
+		d *= 2
+	}
+	return min(d, backoffMax)
 }
 
 // instance names one process for good: a PID with its start time.
@@ -46,10 +73,13 @@ type instance struct {
 // known, the restart is the next instance of the same name; elsewhere it
 // can only be the next new instance, which takes the oldest awaiting slot.
 // An instance whose status is unknown may have failed: it awaits a restart
-// too, until restartTimeout after its end.
+// too, for as long as the kubelet's back-off for that restart, plus
+// restartMargin for the kubelet to notice the exit and start the new
+// instance, and never longer than restartTimeout after its end.
 type ledger struct {
 	policy         RestartPolicy
 	restartTimeout time.Duration
+	restartMargin  time.Duration
 	want           int
 	slots          int
 	apps           []*app // every instance, in the order they started
@@ -58,8 +88,9 @@ type ledger struct {
 	byName         map[string]*app // the last instance of each name
 }
 
-func newLedger(policy RestartPolicy, restartTimeout time.Duration) *ledger {
-	return &ledger{policy: policy, restartTimeout: restartTimeout, byMain: map[instance]*app{}, byName: map[string]*app{}}
+func newLedger(policy RestartPolicy, restartTimeout, restartMargin time.Duration) *ledger {
+	return &ledger{policy: policy, restartTimeout: restartTimeout, restartMargin: restartMargin,
+		byMain: map[instance]*app{}, byName: map[string]*app{}}
 }
 
 // of returns the instance whose main process p is, if any: one process is
@@ -84,6 +115,7 @@ func (l *ledger) started(a *app, hasMain bool) (replaces *app) {
 			return nil
 		}
 		replaces.superseded = true
+		a.restarts = replaces.restarts + 1
 		l.awaiting = slices.DeleteFunc(l.awaiting, func(b *app) bool { return b == replaces })
 		return replaces
 	}
@@ -91,6 +123,7 @@ func (l *ledger) started(a *app, hasMain bool) (replaces *app) {
 		replaces = l.awaiting[0]
 		l.awaiting = l.awaiting[1:]
 		replaces.superseded = true
+		a.restarts = replaces.restarts + 1
 		return replaces
 	}
 	l.slots++
@@ -120,23 +153,25 @@ func (l *ledger) missing(apps []string, names func(i int) string, reason string)
 }
 
 // exited records a's end at now. Under OnFailure a failed instance awaits
-// its restart (failed), as does, until restartTimeout, one whose status is
-// unknown (unknown).
-func (l *ledger) exited(a *app, s exitwatch.Status, now time.Time) (failed, unknown bool) {
+// its restart (failed), as does one whose status is unknown (unknown), for
+// wait: the kubelet's back-off for its restart plus the margin, within
+// restartTimeout.
+func (l *ledger) exited(a *app, s exitwatch.Status, now time.Time) (failed, unknown bool, wait time.Duration) {
 	a.done, a.status = true, s
 	if l.policy != OnFailure {
-		return false, false
+		return false, false, 0
 	}
 	switch {
 	case s.Failure():
 		l.awaiting = append(l.awaiting, a)
-		return true, false
+		return true, false, 0
 	case !s.Known:
-		a.restartBy = now.Add(l.restartTimeout)
+		wait = min(backoff(a.restarts+1)+l.restartMargin, l.restartTimeout)
+		a.restartBy = now.Add(wait)
 		l.awaiting = append(l.awaiting, a)
-		return false, true
+		return false, true, wait
 	}
-	return false, false
+	return false, false, 0
 }
 
 // settle stops awaiting, at now, the unknown-status instances whose

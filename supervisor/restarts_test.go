@@ -32,6 +32,9 @@ func TestLedger(t *testing.T) {
 		seeking  bool
 		final    string // "container status, ..."
 		replaced string // "new<old, ..." in order
+		// The restart margin and timeout: unknown waits for the timeout
+		// (10s) unless a margin is given.
+		margin, timeout time.Duration
 	}{
 		{name: "never: one app exits 3", policy: Never, want: 1,
 			steps: "start a 1; exit a 3", finished: true, final: "a exit 3"},
@@ -55,13 +58,30 @@ func TestLedger(t *testing.T) {
 		{name: "onfailure: unknown, then restarted and succeeded", policy: OnFailure, want: 1,
 			steps: "start a 1; exit a -1 @0; at 5; start a-r1 2; exit a-r1 0 @6; at 6", finished: true,
 			final: "a-r1 exit 0", replaced: "a-r1<a"},
+		{name: "unknown on the first run: finished once the margin has passed (the first restart comes at once)",
+			policy: OnFailure, want: 1, margin: 15 * time.Second, timeout: 330 * time.Second,
+			steps: "start a 1; exit a -1 @0; at 14", seeking: true, final: "a unknown (test)"},
+		{name: "unknown on the first run, at the margin", policy: OnFailure, want: 1, margin: 15 * time.Second, timeout: 330 * time.Second,
+			steps: "start a 1; exit a -1 @0; at 15", finished: true, final: "a unknown (test)"},
+		{name: "unknown after two failures: the third restart's back-off (20s) and the margin",
+			policy: OnFailure, want: 1, margin: 15 * time.Second, timeout: 330 * time.Second,
+			steps: "start a 1; exit a 1 @0; start a-r1 2; exit a-r1 1 @5; start a-r2 3; exit a-r2 -1 @40; at 74",
+			seeking: true, final: "a-r2 unknown (test)", replaced: "a-r1<a, a-r2<a-r1"},
+		{name: "unknown after two failures, at back-off plus margin",
+			policy: OnFailure, want: 1, margin: 15 * time.Second, timeout: 330 * time.Second,
+			steps: "start a 1; exit a 1 @0; start a-r1 2; exit a-r1 1 @5; start a-r2 3; exit a-r2 -1 @40; at 75",
+			finished: true, final: "a-r2 unknown (test)", replaced: "a-r1<a, a-r2<a-r1"},
 		{name: "missing slots count as unknown", policy: Never, want: 3,
 			steps: "start a 1; exit a 0; missing", finished: true,
 			final: "a exit 0, missing-1 unknown (never seen), missing-2 unknown (never seen)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			l := newLedger(tt.policy, 10*time.Second)
+			margin, timeout := time.Hour, 10*time.Second
+			if tt.margin > 0 {
+				margin, timeout = tt.margin, tt.timeout
+			}
+			l := newLedger(tt.policy, timeout, margin)
 			l.want = tt.want
 			t0 := time.Unix(1000, 0)
 			now := t0
@@ -131,7 +151,7 @@ func TestLedger(t *testing.T) {
 
 // TestLedgerSettleNext: settle says when the next unknown wait ends.
 func TestLedgerSettleNext(t *testing.T) {
-	l := newLedger(OnFailure, 10*time.Second)
+	l := newLedger(OnFailure, 10*time.Second, time.Hour)
 	l.want = 2
 	t0 := time.Unix(1000, 0)
 	a, b := &app{container: "a"}, &app{container: "b"}
@@ -146,5 +166,14 @@ func TestLedgerSettleNext(t *testing.T) {
 	expired, next = l.settle(t0.Add(11 * time.Second))
 	if len(expired) != 1 || expired[0] != a || !next.Equal(t0.Add(13*time.Second)) {
 		t.Errorf("at 11s: expired %v, next %v", expired, next.Sub(t0))
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	for n, want := range map[int]time.Duration{1: 0, 2: 10 * time.Second, 3: 20 * time.Second, 4: 40 * time.Second,
+		6: 160 * time.Second, 7: 300 * time.Second, 30: 300 * time.Second} {
+		if got := backoff(n); got != want {
+			t.Errorf("backoff(%d) = %v, want %v", n, got, want)
+		}
 	}
 }

@@ -92,7 +92,7 @@ type state func(ctx context.Context) (state, error)
 // Run supervises until the sidecars are stopped or ctx is cancelled (pod
 // deletion). Errors mean the supervisor cannot work here (exit 1).
 func (s *Supervisor) Run(ctx context.Context) (Result, error) {
-	r := &run{Supervisor: s, apps: newLedger(s.cfg.RestartPolicy, s.cfg.RestartTimeout),
+	r := &run{Supervisor: s, apps: newLedger(s.cfg.RestartPolicy, s.cfg.RestartTimeout, s.cfg.RestartMargin),
 		kinds: map[string]procscan.Kind{}, warned: map[int]bool{}}
 	r.apps.want = s.cfg.WantApps()
 	defer func() {

@@ -118,7 +118,7 @@ func (r *run) collectExits() {
 // OnFailure: a failed instance will be restarted by the kubelet, and one
 // with an unknown status may be; both wait for a restart.
 func (r *run) exited(a *app, s exitwatch.Status) {
-	failed, unknown := r.apps.exited(a, s, time.Now())
+	failed, unknown, wait := r.apps.exited(a, s, time.Now())
 	ev := r.log.Info()
 	if !s.Known {
 		ev = r.log.Warn()
@@ -133,7 +133,11 @@ func (r *run) exited(a *app, s exitwatch.Status) {
 		r.log.Info().Str("container", a.container).
 			Msg("app failed under restartPolicy OnFailure: the kubelet restarts it, the sidecar stays up")
 	case unknown:
-		r.log.Warn().Str("container", a.container).Str("timeout", r.cfg.RestartTimeout.String()).
+		// What the kubelet would do if it failed: restart it after its
+		// back-off; and the time it takes to notice and start it.
+		r.log.Warn().Str("container", a.container).Int("restart", a.restarts+1).
+			Dur("backoff", backoff(a.restarts+1)).Dur("margin", r.cfg.RestartMargin).Dur("wait", wait).
+			Str("timeout", r.cfg.RestartTimeout.String()).
 			Msg("app status unknown under restartPolicy OnFailure: waiting for a restart before taking it as finished")
 	}
 }
