@@ -39,6 +39,7 @@ var settingAnnotations = map[string]string{
 	"SUPERVISOR_APP_CONTAINERS":        "app-containers",
 	"SUPERVISOR_APPS":                  "apps",
 	"SUPERVISOR_SIDECARS":              "sidecars",
+	"SUPERVISOR_RESTART_MARGIN":        "restart-margin",
 	"SUPERVISOR_ON_SUCCESS":            "on-success",
 	"SUPERVISOR_ON_FAILURE":            "on-failure",
 	"SUPERVISOR_ON_UNKNOWN":            "on-unknown",
