@@ -2,7 +2,6 @@ package hardening
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
