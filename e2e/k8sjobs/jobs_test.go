@@ -54,6 +54,8 @@ func TestJobs(t *testing.T) {
 			{"ephemeral container left running", e.ephemeralLeftRunning},
 			{"OnFailure two apps, one failing twice", e.onFailureTwoApps},
 			{"hostPID and unshared pods admitted", e.notShared},
+			{"OnFailure, status unknown, success on the first try", e.onFailureUnknownFirstTry},
+			{"OnFailure, status unknown, two failures", e.onFailureUnknownTwice},
 			{"exit 3 fails, proxy killed", e.exitThree},
 			{"OnFailure retry keeps the proxy", e.onFailure},
 			{"two apps", e.twoApps},
