@@ -3,6 +3,7 @@ package supervisor
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/url"
 	"strconv"
 	"sync"
@@ -25,6 +26,8 @@ type fakePod struct {
 	scans      int
 	unhandled  map[int]bool // PIDs that handle no signal (Signals)
 	named      bool         // containers carry their Kubernetes names
+	panicAt    int          // Scan panics at this scan (a bug injected)
+	panicAgain bool         // and at every scan after it
 }
 
 // Named: the fake pod's containers are named when named is set.
@@ -34,6 +37,11 @@ func (f *fakePod) Scan() (procscan.Pod, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.scans++
+	if f.panicAt > 0 && (f.scans == f.panicAt || f.panicAgain && f.scans > f.panicAt) {
+		f.mu.Unlock()
+		defer f.mu.Lock()
+		panic(fmt.Sprintf("injected panic at scan %d", f.scans))
+	}
 	return procscan.Pod{Containers: append([]procscan.Container(nil), f.containers...)}, f.err
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -91,7 +92,8 @@ type state func(ctx context.Context) (state, error)
 
 // Run supervises until the sidecars are stopped or ctx is cancelled (pod
 // deletion). Errors mean the supervisor cannot work here (exit 1).
-func (s *Supervisor) Run(ctx context.Context) (Result, error) {
+// A panic in the loop (a bug) is recovered: see salvage.
+func (s *Supervisor) Run(ctx context.Context) (res Result, err error) {
 	r := &run{Supervisor: s, apps: newLedger(s.cfg.RestartPolicy, s.cfg.RestartTimeout, s.cfg.RestartMargin),
 		kinds: map[string]procscan.Kind{}, warned: map[int]bool{}}
 	r.apps.want = s.cfg.WantApps()
@@ -103,12 +105,63 @@ func (s *Supervisor) Run(ctx context.Context) (Result, error) {
 		}
 		closeAll(r.held)
 	}()
+	defer func() {
+		if p := recover(); p != nil {
+			res, err = r.salvage(ctx, p)
+		}
+	}()
+	if err := r.loop(ctx, r.start); err != nil {
+		return r.res, err
+	}
+	r.res.Summary = r.summary()
+	return r.res, nil
+}
+
+// loop runs the states from st until one returns none, or an error.
+func (r *run) loop(ctx context.Context, st state) error {
 	var err error
-	for st := r.start; st != nil && err == nil; {
+	for st != nil && err == nil {
 		st, err = st(ctx)
 	}
-	if err != nil {
-		return r.res, err
+	return err
+}
+
+// salvage ends a run whose loop panicked. Under restartPolicy Never
+// nothing restarts the supervisor and nothing else stops the sidecar: the
+// Job would hang for good. So it waits for the apps it holds to exit (their
+// statuses no longer trusted), then applies the on-unknown action to the
+// sidecars, and says so; the pod's phase stays the apps' to decide (exit
+// 0). A second panic leaves the sidecar as it is.
+func (r *run) salvage(ctx context.Context, p any) (res Result, err error) {
+	r.log.Error().Str("panic", fmt.Sprint(p)).Str("stack", string(debug.Stack())).
+		Msg("the supervisor failed (a bug: please report it): waiting for the apps it holds, then applying the on-unknown action")
+	defer func() {
+		if q := recover(); q != nil {
+			r.log.Error().Str("panic", fmt.Sprint(q)).Msg("the supervisor failed again while recovering: the sidecar is left as it is")
+			res, err = r.res, fmt.Errorf("the supervisor failed twice (a bug): %v; %v", p, q)
+		}
+	}()
+	for _, a := range r.apps.apps {
+		if a.proc == nil || a.done {
+			continue
+		}
+		select {
+		case <-a.proc.Done():
+		case <-ctx.Done():
+			r.res.Deleted = true
+			r.res.Summary = "the supervisor failed (" + fmt.Sprint(p) + "); pod deleted: sidecar left to the kubelet"
+			return r.res, nil
+		}
+	}
+	r.res.Outcome, r.res.Action = Unknown, r.cfg.OnUnknown
+	r.res.Reason = fmt.Sprintf("the supervisor failed (%v) and took every app as finished", p)
+	r.res.Apps = r.apps.final()
+	r.stopping = false
+	r.log.Info().Stringer("outcome", r.res.Outcome).Stringer("action", r.res.Action).Str("reason", r.res.Reason).Msg("decision")
+	if r.res.Action.Kind != ActionNone {
+		if err := r.loop(ctx, r.stop); err != nil {
+			return r.res, err
+		}
 	}
 	r.res.Summary = r.summary()
 	return r.res, nil
