@@ -44,7 +44,7 @@ func BuildRunc(d Desc, tl pod.Tools, runc string) (Built, error) {
 	}
 	sharedMount := []pod.Mount{{Host: shared, Container: SharedMount}}
 	rootfs := func(name string) string { return filepath.Join(dir, "rootfs", name) }
-	b := Built{Dir: dir, Backend: pod.Runc{Path: runc, Podsim: tl.Podsim}}
+	b := Built{Dir: dir, Shared: shared, Backend: pod.Runc{Path: runc, Podsim: tl.Podsim}}
 
 	var apps []pod.Container
 	for _, a := range d.Apps {
@@ -60,6 +60,18 @@ func BuildRunc(d Desc, tl pod.Tools, runc string) (Built, error) {
 			Name: a.Name, Rootfs: rootfs(a.Name), Mounts: sharedMount, Argv: append(argv, a.Args...),
 			UID: a.UID, GID: a.UID,
 		})
+	}
+
+	for _, s := range d.Sidecars {
+		if err := vaultDir(shared, s); err != nil {
+			return Built{}, err
+		}
+		c, err := sidecarContainer(s, tl, rootfs(s.name()), "", SharedMount)
+		if err != nil {
+			return Built{}, fmt.Errorf("sidecar %s: %w", s.name(), err)
+		}
+		c.Rootfs, c.ReadOnlyRootfs, c.Mounts = rootfs(s.name()), true, sharedMount
+		apps = append(apps, c)
 	}
 
 	var proxy *pod.Container
