@@ -187,8 +187,10 @@ func sidecarContainer(s Sidecar, tl pod.Tools, root, bin, shared string) (pod.Co
 		}
 		switch img.wrap {
 		case "dumb-init":
+			// Debian's is linked to glibc, which consul-dataplane's
+			// distroless/base image has too.
 			dumbInit = "/usr/local/bin/dumb-init"
-			err = installTool(DumbInitPath, root, strings.TrimPrefix(dumbInit, "/"))
+			err = installWithLibs(DumbInitPath, root, strings.TrimPrefix(dumbInit, "/"))
 		case "sh":
 			sh = "/bin/sh"
 			err = installTool(BusyboxPath, root, "bin/sh")
@@ -238,4 +240,33 @@ func vaultDir(hostShared string, s Sidecar) error {
 		return err
 	}
 	return os.Chmod(d, 0o777)
+}
+
+// installWithLibs installs a dynamically linked program at rel under root
+// with the shared libraries ldd lists for it, at their own paths.
+func installWithLibs(src, root, rel string) error {
+	if err := installTool(src, root, rel); err != nil {
+		return err
+	}
+	out, err := exec.Command("ldd", src).Output()
+	if err != nil {
+		return fmt.Errorf("ldd %s: %w", src, err)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		fields := strings.Fields(line)
+		for i, f := range fields {
+			// "libc.so.6 => /lib/.../libc.so.6 (0x...)" or "/lib64/ld-linux... (0x...)"
+			if strings.HasPrefix(f, "/") && (i == 0 || fields[i-1] == "=>") {
+				// The file itself where ldd names a symlink (/lib64/ld-linux...).
+				real, err := filepath.EvalSymlinks(f)
+				if err != nil {
+					return err
+				}
+				if err := installTool(real, root, strings.TrimPrefix(f, "/")); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -190,4 +192,155 @@ func listening(pid, port int) bool {
 		}
 	}
 	return false
+}
+
+// standInCase is one sidecar whose real binary is not built here, run as
+// podsim's stand-in (cmd/podsim/sidecars.go).
+type standInCase struct {
+	sidecar Sidecar
+	// process is its container's main process, for
+	// SUPERVISOR_SIDECAR_PROCESSES (consul-dataplane's is dumb-init).
+	process string
+	// stop is its HTTP stop as an action URL ("" when it has none); off
+	// is the same sidecar with that stop left disabled (nil when it
+	// cannot be).
+	stop string
+	off  *Sidecar
+	// stopRecord is the stand-in's record line for an HTTP stop.
+	stopRecord string
+}
+
+var standInCases = []standInCase{
+	{
+		// As Dapr's injector adds it: /daprd with its HTTP port.
+		sidecar: Sidecar{Program: Daprd, Args: []string{"--mode", "kubernetes", "--dapr-http-port", "3500", "--app-id", "job"}},
+		process: "daprd", stop: "http://127.0.0.1:3500/v1.0/shutdown", stopRecord: "stop POST /v1.0/shutdown",
+	},
+	{
+		// As Linkerd's injector adds it, the shutdown endpoint enabled by
+		// config.linkerd.io/proxy-admin-shutdown: enabled.
+		sidecar: Sidecar{Name: "linkerd-proxy", Program: LinkerdProxy, Env: []string{
+			"LINKERD2_PROXY_ADMIN_LISTEN_ADDR=0.0.0.0:4191", "LINKERD2_PROXY_SHUTDOWN_ENDPOINT_ENABLED=true"}},
+		off: &Sidecar{Name: "linkerd-proxy", Program: LinkerdProxy, Env: []string{
+			"LINKERD2_PROXY_ADMIN_LISTEN_ADDR=0.0.0.0:4191", "LINKERD2_PROXY_SHUTDOWN_ENDPOINT_ENABLED=false"}},
+		process: "linkerd2-proxy", stop: "http://127.0.0.1:4191/shutdown", stopRecord: "stop POST /shutdown",
+	},
+	{
+		// As consul-k8s adds it: args only, under the image's dumb-init.
+		sidecar: Sidecar{Program: ConsulDataplane, Args: []string{"-addresses", "consul-server.consul", "-tls-disabled",
+			"-graceful-port=20600", "-shutdown-grace-period-seconds=0"}},
+		process: "dumb-init", stop: "http://127.0.0.1:20600/graceful_shutdown", stopRecord: "stop POST /graceful_shutdown",
+	},
+	{
+		// As vault-k8s adds it with agent-enable-quit: "true" and its
+		// cache listener on 127.0.0.1:8200.
+		sidecar: Sidecar{Name: "vault-agent", Program: VaultAgent, VaultConfig: vaultConfig(true)},
+		off:     &Sidecar{Name: "vault-agent", Program: VaultAgent, VaultConfig: vaultConfig(false)},
+		process: "vault", stop: "http://127.0.0.1:8200/agent/v1/quit", stopRecord: "stop POST /agent/v1/quit",
+	},
+	{sidecar: Sidecar{Program: OtelcolContrib, Args: []string{"--config=/etc/otelcol-contrib/config.yaml"}}, process: "otelcol-contrib"},
+	{sidecar: Sidecar{Program: FluentBit, Args: []string{"-i", "dummy", "-o", "stdout"}}, process: "fluent-bit"},
+}
+
+// vaultConfig is the agent configuration vault-k8s renders (its JSON),
+// reduced to what the quit endpoint depends on: the cache listener and its
+// agent_api block.
+func vaultConfig(enableQuit bool) string {
+	api := ""
+	if enableQuit {
+		api = `,"agent_api":{"enable_quit":true}`
+	}
+	return `{"auto_auth":{"method":{"type":"kubernetes","mount_path":"auth/kubernetes","config":{"role":"job"}}},` +
+		`"exit_after_auth":false,"pid_file":"/home/vault/.pid","vault":{"address":"https://vault.vault.svc:8200"},` +
+		`"listener":[{"type":"tcp","address":"127.0.0.1:8200","tls_disable":true` + api + `}],"cache":{"use_auto_auth_token":true}}`
+}
+
+// TestStandInSidecars runs each stand-in next to the stand-in pilot-agent
+// in a Job pod, on every backend, with today's supervisor configured for
+// it by hand: its HTTP stop through SUPERVISOR_SIDECAR_ACTIONS (as its
+// image's user, whom the supervisor cannot signal), or SIGTERM (as the
+// supervisor's uid, 1337). Every one of them exits 0 either way, so the pod
+// is Succeeded when the app succeeded, Failed when it failed. A stop that is
+// not enabled answers 404 and the supervisor falls back to SIGTERM.
+func TestStandInSidecars(t *testing.T) {
+	type variant struct {
+		name string
+		app  []string
+		// http: the sidecar's action is its HTTP stop; off: that stop not
+		// enabled; uid: run it as the supervisor's.
+		http, off bool
+		uid       int
+		// want
+		phase       pod.Phase
+		sidecarCode int
+		// record is the stand-in's record after its start line.
+		record func(c standInCase) []string
+	}
+	stopped := func(c standInCase) []string { return []string{c.stopRecord, "exit 0"} }
+	termed := func(standInCase) []string { return []string{"signal SIGTERM", "exit 0"} }
+	refused := func(c standInCase) []string {
+		return []string{"refused POST " + strings.TrimPrefix(c.stopRecord, "stop POST ") + " 404", "signal SIGTERM", "exit 0"}
+	}
+	variants := []variant{
+		{name: "success, HTTP stop", http: true, phase: pod.Succeeded, record: stopped},
+		{name: "failure, HTTP stop", http: true, app: []string{"--exit", "3"}, phase: pod.Failed, record: stopped},
+		{name: "success, SIGTERM", uid: ProxyUID, phase: pod.Succeeded, record: termed},
+		{name: "failure, SIGKILL", uid: ProxyUID, app: []string{"--exit", "3"}, phase: pod.Failed, sidecarCode: 137,
+			record: func(standInCase) []string { return nil }},
+		{name: "success, HTTP stop not enabled: 404, then SIGTERM", http: true, off: true, uid: ProxyUID,
+			phase: pod.Succeeded, record: refused},
+	}
+	for _, b := range builders(t) {
+		for _, c := range standInCases {
+			for _, v := range variants {
+				if (v.http && c.stop == "") || (v.off && c.off == nil) {
+					continue
+				}
+				sc := c.sidecar
+				if v.off {
+					sc = *c.off
+				}
+				sc.UID = v.uid
+				t.Run(b.name+"/"+sc.name()+"/"+v.name, func(t *testing.T) {
+					// Past fluent-bit's default Grace (5s).
+					env := append(append([]string{}, fast...), "SUPERVISOR_STOP_TIMEOUT=15s", "SUPERVISOR_SIDECAR_PROCESSES=pilot-agent,"+c.process)
+					if v.http {
+						env = append(env, "SUPERVISOR_SIDECAR_ACTIONS="+c.process+"="+c.stop)
+					}
+					d := Desc{Name: "job", Apps: []App{{Name: "app", Cued: true, UID: 1000, Args: v.app}},
+						Sidecars: []Sidecar{sc}, SupervisorEnv: env}
+					p, built := run(t, b, d)
+					waitStandIn(t, built)
+					recFile := filepath.Join(built.Shared, sc.RecordFile())
+					waitRecordStart(t, recFile)
+					releaseApps(t, p, built, d.Apps)
+					st := waitPhase(t, p, time.Minute)
+					if st.Phase != v.phase {
+						t.Errorf("phase %s, want %s (%s)", st.Phase, v.phase, st)
+					}
+					if got := st.Container(sc.name()).ExitCode; got != v.sidecarCode {
+						t.Errorf("%s exit %d, want %d", sc.name(), got, v.sidecarCode)
+					}
+					rec := Record(recFile)
+					if want := v.record(c); !slices.Equal(rec[1:], want) {
+						t.Errorf("%s record %q, want %q after its start", sc.name(), rec, want)
+					}
+				})
+			}
+		}
+	}
+}
+
+// waitRecordStart waits (bounded) for a stand-in's start line: it has its
+// SIGTERM handler by then.
+func waitRecordStart(t *testing.T, file string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if rec := Record(file); len(rec) > 0 && strings.HasPrefix(rec[0], "start ") {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("the stand-in never recorded its start in %s", file)
 }
