@@ -232,6 +232,7 @@ func BuildNamespaces(d Desc, tl pod.Tools) (Built, error) {
 		UID: ProxyUID, GID: ProxyUID,
 		TerminationMessage: filepath.Join(dir, "supervisor.termination-log"),
 	}
+	var injected []pod.Container
 	for _, s := range d.Sidecars {
 		if err := vaultDir(dir, s); err != nil {
 			return Built{}, err
@@ -240,9 +241,13 @@ func BuildNamespaces(d Desc, tl pod.Tools) (Built, error) {
 		if err != nil {
 			return Built{}, fmt.Errorf("sidecar %s: %w", s.name(), err)
 		}
-		apps = append(apps, c)
+		if s.Injected {
+			injected = append(injected, c)
+		} else {
+			apps = append(apps, c)
+		}
 	}
-	b.Spec = assemble(d, dir, apps, proxy, supervisor)
+	b.Spec = assemble(d, dir, apps, proxy, supervisor, injected)
 	return b, nil
 }
 
@@ -294,13 +299,14 @@ func prepareRealPilot(d Desc, root string) (*istioproxy.Proxy, error) {
 }
 
 // assemble puts the containers in the order Istio's injector does and sets
-// what every backend shares. apps ends with the other sidecars (Desc.Sidecars),
-// which Istio's injector takes for app containers. proxy and supervisor come with what differs
+// what every backend shares. apps ends with the other sidecars written by
+// hand (Desc.Sidecars), which Istio's injector takes for app containers;
+// injected are the injected ones, which come after the supervisor. proxy and supervisor come with what differs
 // (command, files); the rest is set here: istio-proxy as the injector makes
 // it (uid 1337, no privilege escalation, every capability dropped, the
 // readiness hook only with HoldApp), the supervisor as deploy/ does (uid
 // 1337, no capabilities, no privilege escalation).
-func assemble(d Desc, dir string, apps []pod.Container, proxy, supervisor *pod.Container) pod.Spec {
+func assemble(d Desc, dir string, apps []pod.Container, proxy, supervisor *pod.Container, injected []pod.Container) pod.Spec {
 	spec := pod.Spec{Name: d.Name, RestartPolicy: d.Policy, Dir: dir, TerminationGracePeriod: d.Grace}
 	if d.Proxy == NoProxy {
 		proxy = nil
@@ -331,6 +337,7 @@ func assemble(d Desc, dir string, apps []pod.Container, proxy, supervisor *pod.C
 		supervisor.OwnPIDNamespace = d.SupervisorOwnPIDNS
 		spec.Containers = append(spec.Containers, *supervisor)
 	}
+	spec.Containers = append(spec.Containers, injected...)
 	return spec
 }
 

@@ -62,6 +62,7 @@ func BuildRunc(d Desc, tl pod.Tools, runc string) (Built, error) {
 		})
 	}
 
+	var injected []pod.Container
 	for _, s := range d.Sidecars {
 		if err := vaultDir(shared, s); err != nil {
 			return Built{}, err
@@ -71,7 +72,11 @@ func BuildRunc(d Desc, tl pod.Tools, runc string) (Built, error) {
 			return Built{}, fmt.Errorf("sidecar %s: %w", s.name(), err)
 		}
 		c.Rootfs, c.ReadOnlyRootfs, c.Mounts = rootfs(s.name()), true, sharedMount
-		apps = append(apps, c)
+		if s.Injected {
+			injected = append(injected, c)
+		} else {
+			apps = append(apps, c)
+		}
 	}
 
 	var proxy *pod.Container
@@ -131,7 +136,7 @@ func BuildRunc(d Desc, tl pod.Tools, runc string) (Built, error) {
 			TerminationMessage: "/dev/termination-log",
 		}
 	}
-	b.Spec = assemble(d, dir, apps, proxy, supervisor)
+	b.Spec = assemble(d, dir, apps, proxy, supervisor, injected)
 	return b, nil
 }
 

@@ -18,9 +18,9 @@ import (
 
 // Sidecar is a sidecar container other than istio-proxy: the real
 // cloud-sql-proxy, or one of podsim's stand-ins for a program that cannot be
-// built here (cmd/podsim/sidecars.go). It is placed after the apps, where
-// Dapr's, Vault's and Consul's injectors append theirs and where a user adds
-// cloud-sql-proxy by hand.
+// built here (cmd/podsim/sidecars.go). It is placed after the apps where a
+// user writes it by hand, or after the supervisor where its injector
+// appends it (Injected).
 type Sidecar struct {
 	// Name is the container's name; default the program's.
 	Name string
@@ -33,6 +33,11 @@ type Sidecar struct {
 	Env []string
 	// UID runs it as this user instead of its image's (runAsUser).
 	UID int
+	// Injected: its injector adds it, after the pod's own containers and so
+	// after the supervisor (Dapr, Vault, Consul, Linkerd); else it is
+	// written by hand before the supervisor (cloud-sql-proxy). An injected
+	// one starts InjectedDelay after the supervisor.
+	Injected bool
 	// VaultConfig is the agent's JSON configuration, which vault-k8s passes
 	// base64-encoded in $VAULT_CONFIG for the container's shell to decode.
 	VaultConfig string
@@ -82,6 +87,15 @@ var sidecarImages = map[string]sidecarImage{
 	// fluent/fluent-bit (distroless).
 	FluentBit: {path: "/fluent-bit/bin/fluent-bit", uid: 1000},
 }
+
+// InjectedDelay holds an injected sidecar's start back, as a kubelet
+// starting the next container does (creating it takes hundreds of
+// milliseconds), so that the supervisor has found the apps first. Without
+// it the supervisor's first scan may catch the Vault agent's container
+// while its shell has not exec'd vault yet, take that shell for an app, and
+// wait for it forever (today's supervisor classifies a container once, by
+// its main process's name at that moment).
+const InjectedDelay = time.Second
 
 // vaultShell is vault-k8s's container argument (agent-inject's
 // DefaultContainerArg), with the configuration's directory as %s.
@@ -204,6 +218,9 @@ func sidecarContainer(s Sidecar, tl pod.Tools, root, bin, shared string) (pod.Co
 		uid = s.UID
 	}
 	c := pod.Container{Name: s.name(), UID: uid, GID: uid, NoNewPrivs: true, Caps: []int{}}
+	if s.Injected {
+		c.StartDelay = InjectedDelay
+	}
 	env := append([]string{"STANDIN_RECORD=" + shared + "/" + s.RecordFile()}, s.Env...)
 	switch img.wrap {
 	case "dumb-init":

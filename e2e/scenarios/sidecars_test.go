@@ -213,29 +213,29 @@ type standInCase struct {
 var standInCases = []standInCase{
 	{
 		// As Dapr's injector adds it: /daprd with its HTTP port.
-		sidecar: Sidecar{Program: Daprd, Args: []string{"--mode", "kubernetes", "--dapr-http-port", "3500", "--app-id", "job"}},
+		sidecar: Sidecar{Program: Daprd, Injected: true, Args: []string{"--mode", "kubernetes", "--dapr-http-port", "3500", "--app-id", "job"}},
 		process: "daprd", stop: "http://127.0.0.1:3500/v1.0/shutdown", stopRecord: "stop POST /v1.0/shutdown",
 	},
 	{
 		// As Linkerd's injector adds it, the shutdown endpoint enabled by
 		// config.linkerd.io/proxy-admin-shutdown: enabled.
-		sidecar: Sidecar{Name: "linkerd-proxy", Program: LinkerdProxy, Env: []string{
+		sidecar: Sidecar{Name: "linkerd-proxy", Program: LinkerdProxy, Injected: true, Env: []string{
 			"LINKERD2_PROXY_ADMIN_LISTEN_ADDR=0.0.0.0:4191", "LINKERD2_PROXY_SHUTDOWN_ENDPOINT_ENABLED=true"}},
-		off: &Sidecar{Name: "linkerd-proxy", Program: LinkerdProxy, Env: []string{
+		off: &Sidecar{Name: "linkerd-proxy", Program: LinkerdProxy, Injected: true, Env: []string{
 			"LINKERD2_PROXY_ADMIN_LISTEN_ADDR=0.0.0.0:4191", "LINKERD2_PROXY_SHUTDOWN_ENDPOINT_ENABLED=false"}},
 		process: "linkerd2-proxy", stop: "http://127.0.0.1:4191/shutdown", stopRecord: "stop POST /shutdown",
 	},
 	{
 		// As consul-k8s adds it: args only, under the image's dumb-init.
-		sidecar: Sidecar{Program: ConsulDataplane, Args: []string{"-addresses", "consul-server.consul", "-tls-disabled",
+		sidecar: Sidecar{Program: ConsulDataplane, Injected: true, Args: []string{"-addresses", "consul-server.consul", "-tls-disabled",
 			"-graceful-port=20600", "-shutdown-grace-period-seconds=0"}},
 		process: "dumb-init", stop: "http://127.0.0.1:20600/graceful_shutdown", stopRecord: "stop POST /graceful_shutdown",
 	},
 	{
 		// As vault-k8s adds it with agent-enable-quit: "true" and its
 		// cache listener on 127.0.0.1:8200.
-		sidecar: Sidecar{Name: "vault-agent", Program: VaultAgent, VaultConfig: vaultConfig(true)},
-		off:     &Sidecar{Name: "vault-agent", Program: VaultAgent, VaultConfig: vaultConfig(false)},
+		sidecar: Sidecar{Name: "vault-agent", Program: VaultAgent, Injected: true, VaultConfig: vaultConfig(true)},
+		off:     &Sidecar{Name: "vault-agent", Program: VaultAgent, Injected: true, VaultConfig: vaultConfig(false)},
 		process: "vault", stop: "http://127.0.0.1:8200/agent/v1/quit", stopRecord: "stop POST /agent/v1/quit",
 	},
 	{sidecar: Sidecar{Program: OtelcolContrib, Args: []string{"--config=/etc/otelcol-contrib/config.yaml"}}, process: "otelcol-contrib"},
@@ -303,7 +303,8 @@ func TestStandInSidecars(t *testing.T) {
 				sc.UID = v.uid
 				t.Run(b.name+"/"+sc.name()+"/"+v.name, func(t *testing.T) {
 					// Past fluent-bit's default Grace (5s).
-					env := append(append([]string{}, fast...), "SUPERVISOR_STOP_TIMEOUT=15s", "SUPERVISOR_SIDECAR_PROCESSES=pilot-agent,"+c.process)
+					env := append(append([]string{}, fast...), "SUPERVISOR_STOP_TIMEOUT=15s", "SUPERVISOR_APP_CONTAINERS=1",
+						"SUPERVISOR_SIDECAR_PROCESSES=pilot-agent,"+c.process)
 					if v.http {
 						env = append(env, "SUPERVISOR_SIDECAR_ACTIONS="+c.process+"="+c.stop)
 					}
