@@ -85,6 +85,8 @@ type endpoint struct {
 	disabledStatus int
 	// exitCode is the program's exit code after this stop.
 	exitCode int
+	// wrongMethod answers a method not in methods (default 405).
+	wrongMethod int
 }
 
 // serve listens on each endpoint's address (after the signal handler, as
@@ -103,8 +105,12 @@ func (s *standIn) serve(eps []endpoint) error {
 				s.rec.log("refused %s %s %d", r.Method, r.URL.Path, ep.disabledStatus)
 				w.WriteHeader(ep.disabledStatus)
 			case ep.methods != nil && !contains(ep.methods, r.Method):
-				s.rec.log("refused %s %s %d", r.Method, r.URL.Path, http.StatusMethodNotAllowed)
-				w.WriteHeader(http.StatusMethodNotAllowed)
+				code := ep.wrongMethod
+				if code == 0 {
+					code = http.StatusMethodNotAllowed
+				}
+				s.rec.log("refused %s %s %d", r.Method, r.URL.Path, code)
+				w.WriteHeader(code)
 			default:
 				s.rec.log("stop %s %s", r.Method, r.URL.Path)
 				w.WriteHeader(ep.status)
@@ -146,14 +152,16 @@ func (s *standIn) run(eps []endpoint, termExit int, drain time.Duration) error {
 	return nil
 }
 
-// daprd: the HTTP API on 127.0.0.1:--dapr-http-port (3500) serves POST
+// daprd: the HTTP API on --dapr-http-port (3500) serves POST
 // /v1.0/shutdown, always: 204, then the same graceful shutdown as SIGTERM,
 // exit 0 (its dapr-force-shutdown header, which exits 1, is not modelled).
-// Since 1.1.1 the route is POST only; other methods get 405 here.
+// Other methods match no route: 404. Checked against the real daprd v1.14.0
+// (built once from the module proxy, standalone, offline): POST 204 and
+// exit 0 in 10 ms, GET and PUT 404, SIGTERM exit 0.
 func (s *standIn) daprd(args []string) error {
 	port := argValue(args, "dapr-http-port", "3500")
 	return s.run([]endpoint{{addr: "127.0.0.1:" + port, path: "/v1.0/shutdown", methods: []string{http.MethodPost},
-		status: http.StatusNoContent, enabled: true}}, 0, 0)
+		status: http.StatusNoContent, enabled: true, wrongMethod: http.StatusNotFound}}, 0, 0)
 }
 
 // linkerd2-proxy: the admin server on $LINKERD2_PROXY_ADMIN_LISTEN_ADDR
