@@ -182,10 +182,6 @@ var securityLevels = []psaapi.Level{psaapi.LevelRestricted, psaapi.LevelBaseline
 // joined by "\n". The app and istio-proxy are not what is being judged.
 func podSecurity(t *testing.T, spec corev1.PodSpec) []string {
 	t.Helper()
-	eval, err := policy.NewEvaluator(policy.DefaultChecks(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ours := *spec.DeepCopy()
 	ours.Containers, ours.InitContainers, ours.Volumes = nil, nil, nil
 	for _, v := range spec.Volumes {
@@ -202,11 +198,22 @@ func podSecurity(t *testing.T, spec corev1.PodSpec) []string {
 	if len(ours.Containers)+len(ours.InitContainers) == 0 {
 		t.Fatalf("no %s or %s container to judge", supervisorName, installName)
 	}
+	return podSecurityOf(t, ours)
+}
+
+// podSecurityOf judges every container of spec, with the pod-level
+// settings, at each of securityLevels, as podSecurity reports.
+func podSecurityOf(t *testing.T, spec corev1.PodSpec) []string {
+	t.Helper()
+	eval, err := policy.NewEvaluator(policy.DefaultChecks(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var got []string
 	for _, lvl := range securityLevels {
 		var reasons []string
 		for _, r := range eval.EvaluatePod(psaapi.LevelVersion{Level: lvl, Version: psaapi.LatestVersion()},
-			&metav1.ObjectMeta{}, &ours) {
+			&metav1.ObjectMeta{}, &spec) {
 			if !r.Allowed {
 				reasons = append(reasons, r.ForbiddenReason+": "+r.ForbiddenDetail)
 			}

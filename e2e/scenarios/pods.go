@@ -81,6 +81,8 @@ type Desc struct {
 	// HoldApp puts istio-proxy first with a postStart hook that waits for
 	// its readiness, as Istio's holdApplicationUntilProxyStarts does.
 	HoldApp bool
+	// Sidecars are the pod's other sidecars, after the apps.
+	Sidecars []Sidecar
 	// NoSupervisor leaves the supervisor out (the control).
 	NoSupervisor bool
 	// SupervisorEnv adds SUPERVISOR_* settings (after supervisorEnv's).
@@ -107,6 +109,9 @@ type Built struct {
 	Backend pod.Backend
 	// Dir is the pod's directory (Spec.Dir).
 	Dir string
+	// Shared is the host directory the containers share (records, the
+	// sidecars' Sidecar.RecordFile).
+	Shared string
 	// PilotRecord is the stand-in pilot-agent's record file on the host
 	// (StandIn).
 	PilotRecord string
@@ -196,7 +201,7 @@ func BuildNamespaces(d Desc, tl pod.Tools) (Built, error) {
 	if err := os.Chmod(dir, 0o777); err != nil {
 		return Built{}, err
 	}
-	b := Built{Dir: dir, Backend: pod.Namespaces{Podsim: tl.Podsim}}
+	b := Built{Dir: dir, Shared: dir, Backend: pod.Namespaces{Podsim: tl.Podsim}}
 	var apps []pod.Container
 	for _, a := range d.Apps {
 		cue, err := b.cue(a, filepath.Join(dir, a.Name+".cue"), filepath.Join(dir, a.Name+".cue"))
@@ -237,7 +242,22 @@ func BuildNamespaces(d Desc, tl pod.Tools) (Built, error) {
 		UID: ProxyUID, GID: ProxyUID,
 		TerminationMessage: filepath.Join(dir, "supervisor.termination-log"),
 	}
-	b.Spec = assemble(d, dir, apps, proxy, supervisor)
+	var injected []pod.Container
+	for _, s := range d.Sidecars {
+		if err := vaultDir(dir, s); err != nil {
+			return Built{}, err
+		}
+		c, err := sidecarContainer(s, tl, "", filepath.Join(dir, "bin"), dir)
+		if err != nil {
+			return Built{}, fmt.Errorf("sidecar %s: %w", s.name(), err)
+		}
+		if s.Injected {
+			injected = append(injected, c)
+		} else {
+			apps = append(apps, c)
+		}
+	}
+	b.Spec = assemble(d, dir, apps, proxy, supervisor, injected)
 	return b, nil
 }
 
@@ -305,12 +325,14 @@ func prepareRealPilot(d Desc, root string) (*istioproxy.Proxy, error) {
 }
 
 // assemble puts the containers in the order Istio's injector does and sets
-// what every backend shares. proxy and supervisor come with what differs
+// what every backend shares. apps ends with the other sidecars written by
+// hand (Desc.Sidecars), which Istio's injector takes for app containers;
+// injected are the injected ones, which come after the supervisor. proxy and supervisor come with what differs
 // (command, files); the rest is set here: istio-proxy as the injector makes
 // it (uid 1337, no privilege escalation, every capability dropped, the
 // readiness hook only with HoldApp), the supervisor as deploy/ does (uid
 // 1337, no capabilities, no privilege escalation).
-func assemble(d Desc, dir string, apps []pod.Container, proxy, supervisor *pod.Container) pod.Spec {
+func assemble(d Desc, dir string, apps []pod.Container, proxy, supervisor *pod.Container, injected []pod.Container) pod.Spec {
 	spec := pod.Spec{Name: d.Name, RestartPolicy: d.Policy, Dir: dir, TerminationGracePeriod: d.Grace, NoNames: d.NoNames}
 	if d.Proxy == NoProxy {
 		proxy = nil
@@ -341,6 +363,7 @@ func assemble(d Desc, dir string, apps []pod.Container, proxy, supervisor *pod.C
 		supervisor.OwnPIDNamespace = d.SupervisorOwnPIDNS
 		spec.Containers = append(spec.Containers, *supervisor)
 	}
+	spec.Containers = append(spec.Containers, injected...)
 	return spec
 }
 

@@ -44,7 +44,7 @@ func BuildRunc(d Desc, tl pod.Tools, runc string) (Built, error) {
 	}
 	sharedMount := []pod.Mount{{Host: shared, Container: SharedMount}}
 	rootfs := func(name string) string { return filepath.Join(dir, "rootfs", name) }
-	b := Built{Dir: dir, Backend: pod.Runc{Path: runc, Podsim: tl.Podsim}}
+	b := Built{Dir: dir, Shared: shared, Backend: pod.Runc{Path: runc, Podsim: tl.Podsim}}
 
 	var apps []pod.Container
 	for _, a := range d.Apps {
@@ -60,6 +60,23 @@ func BuildRunc(d Desc, tl pod.Tools, runc string) (Built, error) {
 			Name: a.Name, Rootfs: rootfs(a.Name), Mounts: sharedMount, Argv: append(argv, a.Args...),
 			UID: a.UID, GID: a.UID, Native: a.Native, Ephemeral: a.Ephemeral,
 		})
+	}
+
+	var injected []pod.Container
+	for _, s := range d.Sidecars {
+		if err := vaultDir(shared, s); err != nil {
+			return Built{}, err
+		}
+		c, err := sidecarContainer(s, tl, rootfs(s.name()), "", SharedMount)
+		if err != nil {
+			return Built{}, fmt.Errorf("sidecar %s: %w", s.name(), err)
+		}
+		c.Rootfs, c.ReadOnlyRootfs, c.Mounts = rootfs(s.name()), true, sharedMount
+		if s.Injected {
+			injected = append(injected, c)
+		} else {
+			apps = append(apps, c)
+		}
 	}
 
 	var proxy *pod.Container
@@ -119,7 +136,7 @@ func BuildRunc(d Desc, tl pod.Tools, runc string) (Built, error) {
 			TerminationMessage: "/dev/termination-log",
 		}
 	}
-	b.Spec = assemble(d, dir, apps, proxy, supervisor)
+	b.Spec = assemble(d, dir, apps, proxy, supervisor, injected)
 	return b, nil
 }
 

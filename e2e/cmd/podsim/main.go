@@ -18,6 +18,10 @@
 //	hostile      a process awkward to read from /proc: odd comm and argv[0],
 //	             decoys named like the sidecar, swarms, churn (hostile.go)
 //	true         exits at once (with the code given, default 0)
+//	daprd, linkerd2-proxy, consul-dataplane, vault, otelcol,
+//	otelcol-contrib, fluent-bit
+//	             stand-ins for those sidecars: their HTTP stop and their
+//	             exit codes (see sidecars.go)
 //
 // $PODSIM_MODE, when set, is the mode instead, and every argument is the
 // mode's: how a process with an arbitrary argv[0] still runs podsim.
@@ -66,6 +70,8 @@ func main() {
 		err = hostile(args)
 	case "true":
 		err = exitCode(args)
+	case "daprd", "linkerd2-proxy", "consul-dataplane", "vault", "otelcol", "otelcol-contrib", "fluent-bit":
+		err = sidecarStandIn(mode, args)
 	default:
 		err = fmt.Errorf("unknown mode %q", mode)
 	}
