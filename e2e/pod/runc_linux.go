@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/scripts"
 	"golang.org/x/sys/unix"
 )
 
@@ -104,22 +105,14 @@ const InstallScript = "scripts/install-deps.sh"
 // when it is missing (idempotent; quick and offline when it is there), and
 // returns runc's path.
 func FindRunc(ctx context.Context) (string, error) {
-	script := filepath.Join(RepoDir(), "e2e", InstallScript)
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, "bash", script)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("%s: %w\n%s", script, err, stderr.String())
+	var runc string
+	if err := scripts.Run(ctx, filepath.Base(InstallScript), map[string]*string{"RUNC": &runc}); err != nil {
+		return "", err
 	}
-	for _, line := range strings.Split(stdout.String(), "\n") {
-		if v, ok := strings.CutPrefix(line, "RUNC="); ok {
-			if _, err := os.Stat(v); err != nil {
-				return "", fmt.Errorf("%s printed RUNC=%s: %w", script, v, err)
-			}
-			return v, nil
-		}
+	if _, err := os.Stat(runc); err != nil {
+		return "", fmt.Errorf("e2e/%s printed RUNC=%s: %w", InstallScript, runc, err)
 	}
-	return "", fmt.Errorf("%s printed no RUNC= line", script)
+	return runc, nil
 }
 
 // Sandbox implements Backend: the pause container.
