@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -153,28 +152,7 @@ func (r Runc) Sandbox(ctx context.Context, p *Pod) error {
 		return fmt.Errorf("start pause: %w", err)
 	}
 	p.PausePID = proc.PID()
-	// pause says "ready" once lo is up; anything else (runc's error, say) is
-	// the reason it is not. Its later output (none, unless runc complains
-	// on the way out) is drained so that no write of it ever blocks.
-	line := make(chan string, 1)
-	go func() {
-		defer rd.Close()
-		br := bufio.NewReader(rd)
-		s, _ := br.ReadString('\n')
-		line <- s
-		io.Copy(io.Discard, br)
-	}()
-	select {
-	case s := <-line:
-		if strings.TrimSpace(s) != "ready" {
-			return fmt.Errorf("pause did not start (said %q)", s)
-		}
-	case <-ctx.Done():
-		return fmt.Errorf("pause not ready: %w", ctx.Err())
-	case <-time.After(30 * time.Second):
-		return errors.New("pause not ready within 30s")
-	}
-	return nil
+	return awaitPause(ctx, rd)
 }
 
 // defaultRootfs is the root filesystem of containers with no Rootfs (and of
