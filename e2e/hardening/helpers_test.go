@@ -30,17 +30,6 @@ func needRoot(t *testing.T) {
 	}
 }
 
-func buildTools(t *testing.T) pod.Tools {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	tl, err := pod.BuildTools(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tl
-}
-
 var straceOnce = sync.OnceValues(func() (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()

@@ -40,7 +40,7 @@ const (
 // environ), with no socket at all, and a log of one JSON object per line.
 func TestHostilePod(t *testing.T) {
 	needRoot(t)
-	tl := buildTools(t)
+	tl := pod.MustTools(t)
 	straceBin := strace(t)
 
 	b, err := scenarios.BuildNamespaces(scenarios.Desc{

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/pod"
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/scenarios"
 )
 
@@ -37,14 +38,14 @@ const (
 // app container. (The namespaces backend gives containers their own
 // unified cgroup only, so there zombies look like their container.)
 func TestChurnBounds(t *testing.T) {
-	for _, b := range backends(t) {
-		t.Run(b.name, func(t *testing.T) { churnBounds(t, b) })
+	for _, b := range scenarios.Builders(t) {
+		t.Run(b.Name, func(t *testing.T) { churnBounds(t, b) })
 	}
 }
 
-func churnBounds(t *testing.T, be backend) {
+func churnBounds(t *testing.T, be scenarios.Builder) {
 	const churn = "4000"
-	b, err := be.build(scenarios.Desc{Name: "churn",
+	b, err := be.Build(scenarios.Desc{Name: "churn",
 		Apps: []scenarios.App{{Name: "early", UID: 1000}, {Name: "late", UID: 1000}},
 		SupervisorEnv: append(append([]string{}, fast...), "SUPERVISOR_APP_CONTAINERS=3",
 			"SUPERVISOR_APP_START_TIMEOUT=15s", "SUPERVISOR_SCAN_INTERVAL=10ms")})
@@ -160,7 +161,7 @@ func recordArg(argv []string) string {
 // them and stops only the sidecar.
 func TestTenThousandProcesses(t *testing.T) {
 	needRoot(t)
-	tl := buildTools(t)
+	tl := pod.MustTools(t)
 	b, err := scenarios.BuildNamespaces(scenarios.Desc{Name: "many",
 		Apps: []scenarios.App{{Name: "app", UID: 1000}},
 		SupervisorEnv: append(append([]string{}, fast...), "SUPERVISOR_APP_CONTAINERS=2",

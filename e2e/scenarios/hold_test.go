@@ -43,17 +43,17 @@ func gets(record []string) (ok, failed int) {
 // without it the sidecar is gone after its 5 s drain and the last calls
 // fail.
 func TestHoldDrain(t *testing.T) {
-	for _, b := range builders(t) {
+	for _, b := range Builders(t) {
 		for _, hold := range []bool{true, false} {
-			name := b.name + "/without hold"
+			name := b.Name + "/without hold"
 			if hold {
-				name = b.name + "/with hold"
+				name = b.Name + "/with hold"
 			}
 			t.Run(name, func(t *testing.T) {
-				tl := mustTools(t)
+				tl := pod.MustTools(t)
 				// HoldApp: the app starts once the proxy is ready, so the
 				// deletion finds both up (as in any pod that was Ready).
-				built, err := b.build(Desc{Name: "deploy", Policy: pod.Always, NoSupervisor: true, Apps: []App{drainApp},
+				built, err := b.Build(Desc{Name: "deploy", Policy: pod.Always, NoSupervisor: true, Apps: []App{drainApp},
 					ProxyDrain: 5 * time.Second, Grace: 30 * time.Second, HoldApp: true})
 				if err != nil {
 					t.Fatal(err)
@@ -93,10 +93,10 @@ func TestHoldDrain(t *testing.T) {
 // TestHoldBound: an app that never exits holds the sidecar only for
 // SUPERVISOR_HOLD_TIMEOUT; the hook says it gave up.
 func TestHoldBound(t *testing.T) {
-	for _, b := range builders(t) {
-		t.Run(b.name, func(t *testing.T) {
-			tl := mustTools(t)
-			built, err := b.build(Desc{Name: "stuck", Policy: pod.Always, NoSupervisor: true,
+	for _, b := range Builders(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			tl := pod.MustTools(t)
+			built, err := b.Build(Desc{Name: "stuck", Policy: pod.Always, NoSupervisor: true,
 				Apps:       []App{{Name: "app", Args: []string{"--sleep", "1h", "--on-term", "1h"}}},
 				ProxyDrain: time.Second, Grace: 12 * time.Second, HoldApp: true})
 			if err != nil {
@@ -128,16 +128,16 @@ func TestHoldBound(t *testing.T) {
 // once, and a Job pod (no hold) is deleted as fast as without us: no
 // container waits for the grace period.
 func TestHoldQuick(t *testing.T) {
-	for _, b := range builders(t) {
-		t.Run(b.name, func(t *testing.T) {
-			tl := mustTools(t)
+	for _, b := range Builders(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			tl := pod.MustTools(t)
 			for _, job := range []bool{false, true} {
 				d := Desc{Name: "quick", Apps: []App{{Name: "app", Args: []string{"--sleep", "1h"}}},
 					ProxyDrain: 500 * time.Millisecond, Grace: 30 * time.Second, HoldApp: true}
 				if !job {
 					d.Policy, d.NoSupervisor = pod.Always, true
 				}
-				built, err := b.build(d)
+				built, err := b.Build(d)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -166,17 +166,6 @@ func TestHoldQuick(t *testing.T) {
 			}
 		})
 	}
-}
-
-func mustTools(t *testing.T) pod.Tools {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	tl, err := pod.BuildTools(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tl
 }
 
 // startBuilt starts a built pod; cleanup prints it on failure and closes it.

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -175,6 +176,34 @@ const DefaultRealDrain = time.Second
 // ProxyUID is istio-proxy's uid, as Istio's injector sets it; the
 // supervisor runs as the same non-root uid in our manifests.
 const ProxyUID = 1337
+
+// Builder builds a Desc into a startable pod on one backend of package pod.
+type Builder struct {
+	Name  string // "namespaces" or "runc"
+	Build func(Desc) (Built, error)
+}
+
+// Builders returns a Builder for each backend, for a test: the tools built
+// (pod.MustTools) and runc installed by e2e/scripts/install-deps.sh if need
+// be. It skips the test when not root: the pod simulation creates
+// namespaces and cgroups (CI runs as root).
+func Builders(t testing.TB) []Builder {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the pod simulation creates namespaces and cgroups")
+	}
+	tl := pod.MustTools(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	runc, err := pod.FindRunc(ctx)
+	if err != nil {
+		t.Fatalf("the runc backend needs runc (e2e/%s installs it): %v", pod.InstallScript, err)
+	}
+	return []Builder{
+		{"namespaces", func(d Desc) (Built, error) { return BuildNamespaces(d, tl) }},
+		{"runc", func(d Desc) (Built, error) { return BuildRunc(d, tl, runc) }},
+	}
+}
 
 // BuildNamespaces builds d for the namespaces backend: every container runs
 // over the host's filesystem, the supervisor is the binary of pod.Tools.

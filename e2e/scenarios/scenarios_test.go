@@ -20,38 +20,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// builder makes a Desc into a startable pod for one backend.
-type builder struct {
-	name  string
-	build func(Desc) (Built, error)
-}
-
-func builders(t *testing.T) []builder {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the pod simulation creates namespaces and cgroups")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	tl, err := pod.BuildTools(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runc, err := pod.FindRunc(ctx)
-	if err != nil {
-		t.Fatalf("the runc backend needs runc (e2e/%s installs it): %v", pod.InstallScript, err)
-	}
-	return []builder{
-		{"namespaces", func(d Desc) (Built, error) { return BuildNamespaces(d, tl) }},
-		{"runc", func(d Desc) (Built, error) { return BuildRunc(d, tl, runc) }},
-	}
-}
-
 // run starts the pod and returns it with its build; cleanup closes it and
 // prints everything when the test failed.
-func run(t *testing.T, b builder, d Desc) (*pod.Pod, Built) {
+func run(t *testing.T, b Builder, d Desc) (*pod.Pod, Built) {
 	t.Helper()
-	built, err := b.build(d)
+	built, err := b.Build(d)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,9 +154,9 @@ func TestJobs(t *testing.T) {
 			record: []string{"signal SIGTERM", "exit 0"},
 		},
 	}
-	for _, b := range builders(t) {
+	for _, b := range Builders(t) {
 		for _, tt := range tests {
-			t.Run(b.name+"/"+tt.name, func(t *testing.T) {
+			t.Run(b.Name+"/"+tt.name, func(t *testing.T) {
 				d := tt.desc
 				d.Name = "job"
 				d.SupervisorEnv = append(append([]string{}, fast...), d.SupervisorEnv...)
@@ -237,8 +210,8 @@ func isSubsequence(want, got []string) bool {
 
 // TestTwoAppsOrder: while the second app runs, the sidecar is untouched.
 func TestTwoAppsOrder(t *testing.T) {
-	for _, b := range builders(t) {
-		t.Run(b.name, func(t *testing.T) {
+	for _, b := range Builders(t) {
+		t.Run(b.Name, func(t *testing.T) {
 			p, built := run(t, b, Desc{Name: "two", SupervisorEnv: fast, Apps: []App{
 				// quick ends once the supervisor has found it.
 				{Name: "quick", Cued: true}, {Name: "slow", Args: []string{"--sleep", "1h"}}}})
@@ -350,8 +323,8 @@ func waitLog(t *testing.T, p *pod.Pod, msg string) {
 
 // TestBadSetting: exit 2 before touching anything, naming the variable.
 func TestBadSetting(t *testing.T) {
-	for _, b := range builders(t) {
-		t.Run(b.name, func(t *testing.T) {
+	for _, b := range Builders(t) {
+		t.Run(b.Name, func(t *testing.T) {
 			p, built := run(t, b, Desc{Name: "bad", Apps: []App{{Name: "app", Args: []string{"--sleep", "1h"}}},
 				SupervisorEnv: []string{"SUPERVISOR_STOP_TIMEOUT=soon"}})
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -375,8 +348,8 @@ func TestBadSetting(t *testing.T) {
 
 // TestNotShared: without a shared PID namespace, exit 1 saying how to fix it.
 func TestNotShared(t *testing.T) {
-	for _, b := range builders(t) {
-		t.Run(b.name, func(t *testing.T) {
+	for _, b := range Builders(t) {
+		t.Run(b.Name, func(t *testing.T) {
 			p, _ := run(t, b, Desc{Name: "unshared", Apps: []App{{Name: "app", Args: []string{"--sleep", "1h"}}},
 				SupervisorOwnPIDNS: true})
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -401,8 +374,8 @@ func TestNotShared(t *testing.T) {
 // TestSupervisorTerminated: SIGTERM to the supervisor mid-wait (pod
 // deletion): it exits 0 at once and leaves the sidecar alone.
 func TestSupervisorTerminated(t *testing.T) {
-	for _, b := range builders(t) {
-		t.Run(b.name, func(t *testing.T) {
+	for _, b := range Builders(t) {
+		t.Run(b.Name, func(t *testing.T) {
 			p, built := run(t, b, Desc{Name: "term", Apps: []App{{Name: "app", Args: []string{"--sleep", "1h"}}}})
 			waitLog(t, p, "app found")
 			if err := p.Signal("supervisor", syscall.SIGTERM); err != nil {
@@ -428,8 +401,8 @@ func TestSupervisorTerminated(t *testing.T) {
 // dies of it. That is no Job failure: the supervisor must not SIGKILL the
 // draining proxy.
 func TestPodDeletion(t *testing.T) {
-	for _, b := range builders(t) {
-		t.Run(b.name, func(t *testing.T) {
+	for _, b := range Builders(t) {
+		t.Run(b.Name, func(t *testing.T) {
 			p, built := run(t, b, Desc{Name: "delete", Apps: []App{{Name: "app", Args: []string{"--sleep", "1h"}}},
 				ProxyEnv: []string{"PILOT_DRAIN=1s"}, Grace: 10 * time.Second})
 			waitLog(t, p, "app found")
@@ -454,8 +427,8 @@ func TestPodDeletion(t *testing.T) {
 
 // TestControl: without the supervisor the pod never completes.
 func TestControl(t *testing.T) {
-	for _, b := range builders(t) {
-		t.Run(b.name, func(t *testing.T) {
+	for _, b := range Builders(t) {
+		t.Run(b.Name, func(t *testing.T) {
 			p, _ := run(t, b, Desc{Name: "control", NoSupervisor: true, Apps: []App{{Name: "app"}}})
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			defer cancel()
@@ -479,8 +452,8 @@ func TestControl(t *testing.T) {
 // pilot-agent has started envoy, and only then stop it: exit 0, the pod
 // Succeeded.
 func TestSidecarStartingAsAppEnds(t *testing.T) {
-	for _, b := range builders(t) {
-		t.Run(b.name, func(t *testing.T) {
+	for _, b := range Builders(t) {
+		t.Run(b.Name, func(t *testing.T) {
 			d := Desc{Name: "job", Apps: []App{{Name: "app", Cued: true, UID: 1000}},
 				ProxyHandlerCued: true, SupervisorEnv: append([]string{}, fast...)}
 			p, built := run(t, b, d)
