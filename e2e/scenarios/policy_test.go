@@ -235,12 +235,12 @@ func addSidecar(t *testing.T, b *Built, name string) string {
 	case pod.Runc:
 		record, inside = filepath.Join(b.Dir, "shared", name+".record"), SharedMount+"/"+name+".record"
 		root := filepath.Join(b.Dir, "rootfs", name)
-		if err := installTool(b.Spec.Containers[i].Rootfs+"/usr/local/bin/pilot-agent", root, "usr/local/bin/"+name); err != nil {
+		if err := InstallTool(b.Spec.Containers[i].Rootfs+"/usr/local/bin/pilot-agent", root, "usr/local/bin/"+name); err != nil {
 			t.Fatal(err)
 		}
 		c.Rootfs, bin = root, "/usr/local/bin/"+name
 	default:
-		if err := installTool(c.Argv[0], filepath.Dir(bin), name); err != nil {
+		if err := InstallTool(c.Argv[0], filepath.Dir(bin), name); err != nil {
 			t.Fatal(err)
 		}
 	}
