@@ -102,14 +102,7 @@ func TestRealPilot(t *testing.T) {
 				waitEnvoy(t, built)
 				releaseApps(t, p, built, d.Apps)
 				st := waitPhase(t, p, time.Minute)
-				if st.Phase != tt.phase {
-					t.Errorf("phase %s, want %s (%s)", st.Phase, tt.phase, st)
-				}
-				for name, code := range tt.codes {
-					if got := st.Container(name).ExitCode; got != code {
-						t.Errorf("%s exit %d, want %d", name, got, code)
-					}
-				}
+				checkEnd(t, st, tt.phase, tt.codes)
 				events, err := built.Proxy.Record()
 				if err != nil {
 					t.Fatalf("envoy's record: %v", err)

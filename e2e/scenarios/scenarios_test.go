@@ -45,6 +45,20 @@ func run(t *testing.T, b Builder, d Desc) (*pod.Pod, Built) {
 	return p, built
 }
 
+// checkEnd fails the test unless the pod ended in phase, each container
+// named in codes with its exit code there.
+func checkEnd(t *testing.T, st pod.Status, phase pod.Phase, codes map[string]int) {
+	t.Helper()
+	if st.Phase != phase {
+		t.Errorf("phase %s, want %s (%s)", st.Phase, phase, st)
+	}
+	for name, code := range codes {
+		if got := st.Container(name).ExitCode; got != code {
+			t.Errorf("%s exit %d, want %d", name, got, code)
+		}
+	}
+}
+
 // records are the proxy's records, for a failing test to print: the
 // stand-in pilot-agent's, or the stand-in envoy's under the real one.
 func records(b Built) string {
@@ -167,14 +181,7 @@ func TestJobs(t *testing.T) {
 				}
 				releaseApps(t, p, built, d.Apps)
 				st := waitPhase(t, p, time.Minute)
-				if st.Phase != tt.phase {
-					t.Errorf("phase %s, want %s (%s)", st.Phase, tt.phase, st)
-				}
-				for name, code := range tt.codes {
-					if got := st.Container(name).ExitCode; got != code {
-						t.Errorf("%s exit %d, want %d", name, got, code)
-					}
-				}
+				checkEnd(t, st, tt.phase, tt.codes)
 				rec := Record(built.PilotRecord)
 				if len(rec) == 0 || !strings.HasPrefix(rec[0], "start ") {
 					t.Fatalf("stand-in never started: %q", rec)
