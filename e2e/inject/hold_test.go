@@ -34,16 +34,13 @@ func native(containers ...string) podShape {
 	}
 }
 
+// statefulSet is deployment's workload as a StatefulSet.
 func statefulSet(name string, containers ...string) *appsv1.StatefulSet {
-	tmpl := podTemplate("", nil, containers...)
-	tmpl.Labels["app"] = name
+	d := deployment(name, containers...)
 	return &appsv1.StatefulSet{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "StatefulSet"},
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
-		Spec: appsv1.StatefulSetSpec{
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
-			Template: tmpl,
-		},
+		ObjectMeta: d.ObjectMeta,
+		Spec:       appsv1.StatefulSetSpec{Selector: d.Spec.Selector, Template: d.Spec.Template},
 	}
 }
 
