@@ -48,27 +48,6 @@ func strace(t *testing.T) string {
 	return p
 }
 
-// startPod starts a built pod and closes it at the end of the test,
-// printing everything when the test failed.
-func startPod(t *testing.T, b scenarios.Built) *pod.Pod {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	p, err := pod.Start(ctx, b.Backend, b.Spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("%s\n--- pilot-agent record:\n%s", p.Describe(), strings.Join(scenarios.Record(b.PilotRecord), "\n"))
-		}
-		if err := p.Close(); err != nil {
-			t.Errorf("close pod: %v", err)
-		}
-	})
-	return p
-}
-
 // container returns the index of the named container in spec.
 func container(spec *pod.Spec, name string) *pod.Container {
 	for i := range spec.Containers {

@@ -71,7 +71,7 @@ func TestHostilePod(t *testing.T) {
 	sup.StartDelay = 1500 * time.Millisecond
 	termLog := sup.TerminationMessage
 
-	p := startPod(t, b)
+	p := scenarios.Start(t, b)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	// kubectl exec: a pilot-agent with PPID 0 in the app container and in

@@ -86,7 +86,7 @@ func TestPrivileges(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p := startPod(t, built)
+			p := scenarios.Start(t, built)
 			pid := supervisorProc(t, p)
 			s := watch(pid, 2*time.Millisecond)
 			got := credsOf(t, pid)
@@ -131,7 +131,7 @@ func TestPrivileges(t *testing.T) {
 			sup.UID, sup.GID = 0, 0
 			sup.Caps = []int{unix.CAP_KILL, unix.CAP_SYS_PTRACE}
 			sup.NoNewPrivs = true
-			p := startPod(t, built)
+			p := scenarios.Start(t, built)
 			pid := supervisorProc(t, p)
 			s := watch(pid, 2*time.Millisecond)
 			got := credsOf(t, pid)
@@ -252,7 +252,7 @@ func TestHTTPActionNetwork(t *testing.T) {
 	sup := container(&b.Spec, "supervisor")
 	trace := filepath.Join(b.Dir, "supervisor.strace")
 	sup.Argv = straceArgs(straceBin, trace, sup.Argv...)
-	p := startPod(t, b)
+	p := scenarios.Start(t, b)
 	if st := waitPhaseOf(t, p, "supervisor"); st.Container("supervisor").ExitCode != 0 {
 		t.Fatalf("pod %s", st)
 	}

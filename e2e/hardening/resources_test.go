@@ -60,7 +60,7 @@ func churnBounds(t *testing.T, be scenarios.Builder) {
 		"--churn-delay", "16s", "--sleep", "1s")
 	container(&b.Spec, "early").Argv = early
 	container(&b.Spec, "late").Argv = late
-	p := startPod(t, b)
+	p := scenarios.Start(t, b)
 	pid := supervisorProc(t, p)
 	s := watch(pid, 20*time.Millisecond)
 	defer s.Stop()
@@ -171,7 +171,7 @@ func TestTenThousandProcesses(t *testing.T) {
 	}
 	argv, rec := hostileArgv(b, "app", "--swarm", "10000", "--decoy", "pilot-agent", "--decoy", "pilot-agent", "--sleep", "20s")
 	container(&b.Spec, "app").Argv = argv
-	p := startPod(t, b)
+	p := scenarios.Start(t, b)
 	pid := supervisorProc(t, p)
 	s := watch(pid, 50*time.Millisecond)
 	defer s.Stop()

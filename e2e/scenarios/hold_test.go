@@ -63,7 +63,7 @@ func TestHoldDrain(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				p := startBuilt(t, built)
+				p := Start(t, built)
 				waitUp(t, p, built)
 				st, took := deletePod(t, p)
 				rec := Record(appRecord(built, "app"))
@@ -105,7 +105,7 @@ func TestHoldBound(t *testing.T) {
 			if built, err = WithHold(built, tl, 3*time.Second); err != nil {
 				t.Fatal(err)
 			}
-			p := startBuilt(t, built)
+			p := Start(t, built)
 			waitUp(t, p, built)
 			st, took := deletePod(t, p)
 			t.Logf("deletion took %.1fs (hold 3s, drain 1s, grace 12s)", took.Seconds())
@@ -146,7 +146,7 @@ func TestHoldQuick(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				p := startBuilt(t, built)
+				p := Start(t, built)
 				waitUp(t, p, built)
 				if job {
 					waitLog(t, p, "app found")
@@ -166,24 +166,6 @@ func TestHoldQuick(t *testing.T) {
 			}
 		})
 	}
-}
-
-// startBuilt starts a built pod; cleanup prints it on failure and closes it.
-func startBuilt(t *testing.T, built Built) *pod.Pod {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	p, err := pod.Start(ctx, built.Backend, built.Spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("%s\n--- app record:\n%s", p.Describe(), strings.Join(Record(appRecord(built, "app")), "\n"))
-		}
-		p.Close()
-	})
-	return p
 }
 
 // waitUp waits until the app has recorded its start (its SIGTERM handler

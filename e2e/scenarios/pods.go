@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/istioproxy"
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/istioproxy/record"
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/pod"
 )
 
@@ -203,6 +204,46 @@ func Builders(t testing.TB) []Builder {
 		{"namespaces", func(d Desc) (Built, error) { return BuildNamespaces(d, tl) }},
 		{"runc", func(d Desc) (Built, error) { return BuildRunc(d, tl, runc) }},
 	}
+}
+
+// Start starts b's pod for a test and closes it when the test ends, failing
+// the test if it does not close cleanly; a failed test gets the pod's
+// description and every record (Records).
+func Start(t testing.TB, b Built) *pod.Pod {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, err := pod.Start(ctx, b.Backend, b.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("%s\n%s", p.Describe(), b.Records())
+		}
+		if err := p.Close(); err != nil {
+			t.Errorf("close pod: %v", err)
+		}
+	})
+	return p
+}
+
+// Records are the proxy's record (the stand-in pilot-agent's, or the stand-in
+// envoy's under the real one) and each app's, for a failing test to print.
+func (b Built) Records() string {
+	var out strings.Builder
+	if b.Proxy != nil {
+		events, err := b.Proxy.Record()
+		fmt.Fprintf(&out, "--- envoy record (%s, err=%v):\n%s", b.Proxy.RecordFile(), err, record.Format(events))
+	} else {
+		fmt.Fprintf(&out, "--- pilot-agent record:\n%s", strings.Join(Record(b.PilotRecord), "\n"))
+	}
+	for _, c := range b.Spec.Containers {
+		if rec := Record(appRecord(b, c.Name)); len(rec) > 0 {
+			fmt.Fprintf(&out, "\n--- %s record:\n%s", c.Name, strings.Join(rec, "\n"))
+		}
+	}
+	return out.String()
 }
 
 // BuildNamespaces builds d for the namespaces backend: every container runs

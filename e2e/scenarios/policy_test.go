@@ -25,7 +25,7 @@ var policyEnv = []string{"SUPERVISOR_STOP_TIMEOUT=5s", "SUPERVISOR_SIDECAR_START
 // status; cleanup prints everything on failure.
 func runBuilt(t *testing.T, built Built, within time.Duration) (*pod.Pod, pod.Status) {
 	t.Helper()
-	p := startBuilt(t, built)
+	p := Start(t, built)
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
 	st, err := p.WaitPhase(ctx)
@@ -141,7 +141,7 @@ func TestAlwaysPod(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p := startBuilt(t, built)
+			p := Start(t, built)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			// The app exits 0 and is restarted, again and again.
@@ -173,7 +173,7 @@ func TestNativeSidecarPod(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p := startBuilt(t, built)
+			p := Start(t, built)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			st, err := p.WaitFor(ctx, func(s pod.Status) bool { c := s.Container("supervisor"); return c.Started && !c.Running })

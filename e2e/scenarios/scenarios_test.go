@@ -2,7 +2,6 @@ package scenarios
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -10,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/istioproxy/record"
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/pod"
 )
 
@@ -20,29 +18,14 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// run starts the pod and returns it with its build; cleanup closes it and
-// prints everything when the test failed.
+// run builds d for b and starts it (Start).
 func run(t *testing.T, b Builder, d Desc) (*pod.Pod, Built) {
 	t.Helper()
 	built, err := b.Build(d)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	p, err := pod.Start(ctx, built.Backend, built.Spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("%s\n%s", p.Describe(), records(built))
-		}
-		if err := p.Close(); err != nil {
-			t.Errorf("close pod: %v", err)
-		}
-	})
-	return p, built
+	return Start(t, built), built
 }
 
 // checkEnd fails the test unless the pod ended in phase, each container
@@ -57,16 +40,6 @@ func checkEnd(t *testing.T, st pod.Status, phase pod.Phase, codes map[string]int
 			t.Errorf("%s exit %d, want %d", name, got, code)
 		}
 	}
-}
-
-// records are the proxy's records, for a failing test to print: the
-// stand-in pilot-agent's, or the stand-in envoy's under the real one.
-func records(b Built) string {
-	if b.Proxy != nil {
-		events, err := b.Proxy.Record()
-		return fmt.Sprintf("--- envoy record (%s, err=%v):\n%s", b.Proxy.RecordFile(), err, record.Format(events))
-	}
-	return "--- pilot-agent record:\n" + strings.Join(Record(b.PilotRecord), "\n")
 }
 
 func waitPhase(t *testing.T, p *pod.Pod, within time.Duration) pod.Status {
