@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/pod"
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/scenarios"
 )
 
 type options struct {
@@ -143,7 +144,7 @@ func run(ctx context.Context, o options, w io.Writer) error {
 	if o.supervisor != "" {
 		// The image's binary, where every container uid can run it.
 		tl.Supervisor = filepath.Join(root, "sidecar-supervisor")
-		if err := copyFile(o.supervisor, tl.Supervisor); err != nil {
+		if err := scenarios.InstallTool(o.supervisor, root, "sidecar-supervisor"); err != nil {
 			return err
 		}
 	}
@@ -298,21 +299,4 @@ func cString(b []int8) string {
 		s = append(s, byte(c))
 	}
 	return string(s)
-}
-
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o755)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }

@@ -46,12 +46,7 @@ func TestExitStatusMethods(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the pod simulation creates namespaces and cgroups")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	tl, err := pod.BuildTools(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tl := pod.MustTools(t)
 	endings := []struct {
 		name string
 		args []string

@@ -2,12 +2,10 @@ package hardening
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,6 +15,7 @@ import (
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/pod"
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/scenarios"
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/scripts"
 )
 
 // fast makes the supervisor's bounds short enough for tests.
@@ -31,31 +30,12 @@ func needRoot(t *testing.T) {
 	}
 }
 
-func buildTools(t *testing.T) pod.Tools {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	tl, err := pod.BuildTools(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tl
-}
-
 var straceOnce = sync.OnceValues(func() (string, error) {
-	script := filepath.Join(pod.RepoDir(), "e2e", "scripts", "install-strace.sh")
-	var stdout, stderr bytes.Buffer
-	cmd := exec.Command("bash", script)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("%s: %w\n%s", script, err, stderr.String())
-	}
-	for _, line := range strings.Split(stdout.String(), "\n") {
-		if p, ok := strings.CutPrefix(line, "STRACE="); ok {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("%s printed no STRACE= line: %q", script, stdout.String())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	var p string
+	err := scripts.Run(ctx, "install-strace.sh", map[string]*string{"STRACE": &p})
+	return p, err
 })
 
 // strace returns strace's path, installing it from Debian if need be.
@@ -65,27 +45,6 @@ func strace(t *testing.T) string {
 	if err != nil {
 		t.Fatalf("strace (e2e/scripts/install-strace.sh): %v", err)
 	}
-	return p
-}
-
-// startPod starts a built pod and closes it at the end of the test,
-// printing everything when the test failed.
-func startPod(t *testing.T, b scenarios.Built) *pod.Pod {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	p, err := pod.Start(ctx, b.Backend, b.Spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("%s\n--- pilot-agent record:\n%s", p.Describe(), strings.Join(scenarios.Record(b.PilotRecord), "\n"))
-		}
-		if err := p.Close(); err != nil {
-			t.Errorf("close pod: %v", err)
-		}
-	})
 	return p
 }
 

@@ -39,7 +39,7 @@ const (
 // environ), with no socket at all, and a log of one JSON object per line.
 func TestHostilePod(t *testing.T) {
 	needRoot(t)
-	tl := buildTools(t)
+	tl := pod.MustTools(t)
 	straceBin := strace(t)
 
 	b, err := scenarios.BuildNamespaces(scenarios.Desc{
@@ -70,7 +70,7 @@ func TestHostilePod(t *testing.T) {
 	sup.StartDelay = 1500 * time.Millisecond
 	termLog := sup.TerminationMessage
 
-	p := startPod(t, b)
+	p := scenarios.Start(t, b)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	// kubectl exec: a pilot-agent with PPID 0 in the app container and in

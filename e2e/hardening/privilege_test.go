@@ -16,30 +16,6 @@ import (
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/scenarios"
 )
 
-// backend builds a Desc for one of package pod's backends.
-type backend struct {
-	name  string
-	build func(scenarios.Desc) (scenarios.Built, error)
-}
-
-// backends are both: namespaces (the host's filesystem) and runc (the
-// supervisor is the image, run as its USER, read-only).
-func backends(t *testing.T) []backend {
-	t.Helper()
-	needRoot(t)
-	tl := buildTools(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	runc, err := pod.FindRunc(ctx)
-	if err != nil {
-		t.Fatalf("the runc backend needs runc (e2e/%s installs it): %v", pod.InstallScript, err)
-	}
-	return []backend{
-		{"namespaces", func(d scenarios.Desc) (scenarios.Built, error) { return scenarios.BuildNamespaces(d, tl) }},
-		{"runc", func(d scenarios.Desc) (scenarios.Built, error) { return scenarios.BuildRunc(d, tl, runc) }},
-	}
-}
-
 // creds is what /proc/PID/status says of a process's privileges.
 type creds struct {
 	Uid, Gid                          string // real, effective, saved, filesystem
@@ -97,8 +73,8 @@ func capMask(caps ...int) string {
 // an unconnected UDP socket, a unix socket that accepts), against the
 // pod's /proc/net tables, and its descriptors stay few.
 func TestPrivileges(t *testing.T) {
-	for _, b := range backends(t) {
-		t.Run(b.name+"/pidfd, uid 1337, no capabilities", func(t *testing.T) {
+	for _, b := range scenarios.Builders(t) {
+		t.Run(b.Name+"/pidfd, uid 1337, no capabilities", func(t *testing.T) {
 			if !pidfdExitInfo(t) {
 				t.Skip("the kernel has no PIDFD_INFO_EXIT (Linux 6.15+): the supervisor's no-privilege mode needs it")
 			}
@@ -106,11 +82,11 @@ func TestPrivileges(t *testing.T) {
 				Apps: []scenarios.App{{Name: "app", Args: []string{"--sleep", "2s"}, UID: 1000}},
 				SupervisorEnv: append(append([]string{}, fast...), "SUPERVISOR_APP_CONTAINERS=1",
 					"SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit")}
-			built, err := b.build(d)
+			built, err := b.Build(d)
 			if err != nil {
 				t.Fatal(err)
 			}
-			p := startPod(t, built)
+			p := scenarios.Start(t, built)
 			pid := supervisorProc(t, p)
 			s := watch(pid, 2*time.Millisecond)
 			got := credsOf(t, pid)
@@ -140,12 +116,12 @@ func TestPrivileges(t *testing.T) {
 			}
 			checkSockets(t, s, lis)
 		})
-		t.Run(b.name+"/ptrace, root with SYS_PTRACE and KILL only", func(t *testing.T) {
+		t.Run(b.Name+"/ptrace, root with SYS_PTRACE and KILL only", func(t *testing.T) {
 			d := scenarios.Desc{Name: "ptrace",
 				Apps: []scenarios.App{{Name: "app", Args: []string{"--sleep", "2s", "--exit", "3"}, UID: 1000}},
 				SupervisorEnv: append(append([]string{}, fast...), "SUPERVISOR_APP_CONTAINERS=1",
 					"SUPERVISOR_EXIT_STATUS=ptrace")}
-			built, err := b.build(d)
+			built, err := b.Build(d)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -155,7 +131,7 @@ func TestPrivileges(t *testing.T) {
 			sup.UID, sup.GID = 0, 0
 			sup.Caps = []int{unix.CAP_KILL, unix.CAP_SYS_PTRACE}
 			sup.NoNewPrivs = true
-			p := startPod(t, built)
+			p := scenarios.Start(t, built)
 			pid := supervisorProc(t, p)
 			s := watch(pid, 2*time.Millisecond)
 			got := credsOf(t, pid)
@@ -264,7 +240,7 @@ func pidfdExitInfo(t *testing.T) bool {
 // binds, listens or accepts.
 func TestHTTPActionNetwork(t *testing.T) {
 	needRoot(t)
-	tl := buildTools(t)
+	tl := pod.MustTools(t)
 	straceBin := strace(t)
 	b, err := scenarios.BuildNamespaces(scenarios.Desc{Name: "http",
 		Apps: []scenarios.App{{Name: "app", Args: []string{"--sleep", "1s"}, UID: 1000}},
@@ -276,7 +252,7 @@ func TestHTTPActionNetwork(t *testing.T) {
 	sup := container(&b.Spec, "supervisor")
 	trace := filepath.Join(b.Dir, "supervisor.strace")
 	sup.Argv = straceArgs(straceBin, trace, sup.Argv...)
-	p := startPod(t, b)
+	p := scenarios.Start(t, b)
 	if st := waitPhaseOf(t, p, "supervisor"); st.Container("supervisor").ExitCode != 0 {
 		t.Fatalf("pod %s", st)
 	}

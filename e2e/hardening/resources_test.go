@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/pod"
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/scenarios"
 )
 
@@ -37,14 +38,14 @@ const (
 // app container. (The namespaces backend gives containers their own
 // unified cgroup only, so there zombies look like their container.)
 func TestChurnBounds(t *testing.T) {
-	for _, b := range backends(t) {
-		t.Run(b.name, func(t *testing.T) { churnBounds(t, b) })
+	for _, b := range scenarios.Builders(t) {
+		t.Run(b.Name, func(t *testing.T) { churnBounds(t, b) })
 	}
 }
 
-func churnBounds(t *testing.T, be backend) {
+func churnBounds(t *testing.T, be scenarios.Builder) {
 	const churn = "4000"
-	b, err := be.build(scenarios.Desc{Name: "churn",
+	b, err := be.Build(scenarios.Desc{Name: "churn",
 		Apps: []scenarios.App{{Name: "early", UID: 1000}, {Name: "late", UID: 1000}},
 		SupervisorEnv: append(append([]string{}, fast...), "SUPERVISOR_APP_CONTAINERS=3", "SUPERVISOR_APPS=early,late,third",
 			"SUPERVISOR_APP_START_TIMEOUT=15s", "SUPERVISOR_SCAN_INTERVAL=10ms")})
@@ -59,7 +60,7 @@ func churnBounds(t *testing.T, be backend) {
 		"--churn-delay", "16s", "--sleep", "1s")
 	container(&b.Spec, "early").Argv = early
 	container(&b.Spec, "late").Argv = late
-	p := startPod(t, b)
+	p := scenarios.Start(t, b)
 	pid := supervisorProc(t, p)
 	s := watch(pid, 20*time.Millisecond)
 	defer s.Stop()
@@ -160,7 +161,7 @@ func recordArg(argv []string) string {
 // them and stops only the sidecar.
 func TestTenThousandProcesses(t *testing.T) {
 	needRoot(t)
-	tl := buildTools(t)
+	tl := pod.MustTools(t)
 	b, err := scenarios.BuildNamespaces(scenarios.Desc{Name: "many",
 		Apps: []scenarios.App{{Name: "app", UID: 1000}},
 		SupervisorEnv: append(append([]string{}, fast...), "SUPERVISOR_APP_CONTAINERS=2", "SUPERVISOR_APPS=app,ghost",
@@ -170,7 +171,7 @@ func TestTenThousandProcesses(t *testing.T) {
 	}
 	argv, rec := hostileArgv(b, "app", "--swarm", "10000", "--decoy", "pilot-agent", "--decoy", "pilot-agent", "--sleep", "20s")
 	container(&b.Spec, "app").Argv = argv
-	p := startPod(t, b)
+	p := scenarios.Start(t, b)
 	pid := supervisorProc(t, p)
 	s := watch(pid, 50*time.Millisecond)
 	defer s.Stop()

@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"istio.io/istio/pilot/pkg/features"
 	"istio.io/istio/pkg/cluster"
 	"istio.io/istio/pkg/kube"
 	"istio.io/istio/pkg/kube/multicluster"
@@ -28,16 +27,23 @@ import (
 // istio-proxy: the hold must never replace it.
 var istioDrain = []string{"pilot-agent", "request", "--debug-port=15020", "POST", "drain"}
 
+// native is the shape of a pod whose istio-proxy Istio made a native
+// sidecar: no supervisor, no hold, Istio's drain hook.
+func native(containers ...string) podShape {
+	return podShape{
+		InitContainers: []string{"istio-init", proxyName},
+		Containers:     containers,
+		Hold:           holdShape{PreStop: istioDrain},
+	}
+}
+
+// statefulSet is deployment's workload as a StatefulSet.
 func statefulSet(name string, containers ...string) *appsv1.StatefulSet {
-	tmpl := podTemplate("", nil, containers...)
-	tmpl.Labels["app"] = name
+	d := deployment(name, containers...)
 	return &appsv1.StatefulSet{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "StatefulSet"},
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
-		Spec: appsv1.StatefulSetSpec{
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
-			Template: tmpl,
-		},
+		ObjectMeta: d.ObjectMeta,
+		Spec:       appsv1.StatefulSetSpec{Selector: d.Spec.Selector, Template: d.Spec.Template},
 	}
 }
 
@@ -188,21 +194,13 @@ func holdCases(t *testing.T) []injectCase {
 		{
 			name: "native sidecar by pod annotation: no hold, Istio's drain hook kept",
 			in:   annotate(deployment("web", "web"), "sidecar.istio.io/nativeSidecar", "true"),
-			want: podShape{
-				InitContainers: []string{"istio-init", proxyName},
-				Containers:     []string{"web"},
-				Hold:           holdShape{PreStop: istioDrain},
-			},
+			want: native("web"),
 		},
 		{
 			name:           "native sidecar mesh-wide: no hold, Istio's drain hook kept",
 			in:             deployment("web", "web"),
 			nativeSidecars: true,
-			want: podShape{
-				InitContainers: []string{"istio-init", proxyName},
-				Containers:     []string{"web"},
-				Hold:           holdShape{PreStop: istioDrain},
-			},
+			want:           native("web"),
 		},
 		{
 			name:           "native sidecars mesh-wide, pod opts out: hold",
@@ -354,34 +352,8 @@ func TestHoldWithIstioValues(t *testing.T) {
 // kubelet is older than 1.33, and nothing but Istio's native sidecar once
 // every kubelet is 1.33 or newer.
 func TestHoldNativeSidecarAutoDetection(t *testing.T) {
-	old := features.EnableNativeSidecars
-	features.EnableNativeSidecars = features.NativeSidecarModeAuto
-	t.Cleanup(func() { features.EnableNativeSidecars = old })
-	in := installs(t)[0]
-	for _, tc := range []struct {
-		kubelet string
-		want    podShape
-	}{
-		{
-			kubelet: "v1.32.9",
-			want:    withHold([]string{installName, "istio-init"}, []string{"web", proxyName}, wantHold("20s")),
-		},
-		{
-			kubelet: "v1.37.2",
-			want: podShape{
-				InitContainers: []string{"istio-init", proxyName},
-				Containers:     []string{"web"},
-				Hold:           holdShape{PreStop: istioDrain},
-			},
-		},
-	} {
-		t.Run("kubelet "+tc.kubelet, func(t *testing.T) {
-			pod := admit(t, webhookWithNode(t, in, tc.kubelet), podFor(deployment("web", "web")))
-			if diff := cmp.Diff(tc.want, shapeOf(pod.Spec)); diff != "" {
-				t.Errorf("injected pod (-want +got):\n%s\n%s", diff, dump(pod))
-			}
-		})
-	}
+	checkNativeAutoDetection(t, deployment("web", "web"),
+		withHold([]string{installName, "istio-init"}, []string{"web", proxyName}, wantHold("20s")), "web")
 }
 
 // webhookWithNode starts Istio's webhook watching a fake cluster that holds

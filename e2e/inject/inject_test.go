@@ -23,11 +23,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"istio.io/istio/pilot/pkg/features"
-	"istio.io/istio/pkg/cluster"
 	"istio.io/istio/pkg/config/mesh"
-	"istio.io/istio/pkg/kube"
 	"istio.io/istio/pkg/kube/inject"
-	"istio.io/istio/pkg/kube/multicluster"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/inject/injector"
 )
@@ -242,21 +239,13 @@ func injectCases(t *testing.T) (cases []injectCase) {
 			name: "native sidecar by pod annotation",
 			in: job("native", corev1.RestartPolicyNever,
 				map[string]string{"sidecar.istio.io/nativeSidecar": "true"}, "app"),
-			want: podShape{
-				InitContainers: []string{"istio-init", proxyName},
-				Containers:     []string{"app"},
-				Hold:           holdShape{PreStop: istioDrain},
-			},
+			want: native("app"),
 		},
 		{
 			name:           "native sidecar mesh-wide (ENABLE_NATIVE_SIDECARS=true)",
 			in:             job("native-mesh", corev1.RestartPolicyNever, nil, "app"),
 			nativeSidecars: true,
-			want: podShape{
-				InitContainers: []string{"istio-init", proxyName},
-				Containers:     []string{"app"},
-				Hold:           holdShape{PreStop: istioDrain},
-			},
+			want:           native("app"),
 		},
 		{
 			name: "native sidecars mesh-wide, pod opts out",
@@ -444,11 +433,16 @@ func TestIstioInjection(t *testing.T) {
 	}
 }
 
-// setNativeSidecars turns on istiod's ENABLE_NATIVE_SIDECARS for one test:
-// the feature flag is read once from the environment, at start-up.
+// setNativeSidecars turns on istiod's ENABLE_NATIVE_SIDECARS for one test.
 func setNativeSidecars(t *testing.T) {
+	setNativeSidecarMode(t, features.NativeSidecarModeEnabled)
+}
+
+// setNativeSidecarMode sets istiod's ENABLE_NATIVE_SIDECARS for one test:
+// the feature flag is read once from the environment, at start-up.
+func setNativeSidecarMode(t *testing.T, mode features.NativeSidecarMode) {
 	old := features.EnableNativeSidecars
-	features.EnableNativeSidecars = features.NativeSidecarModeEnabled
+	features.EnableNativeSidecars = mode
 	t.Cleanup(func() { features.EnableNativeSidecars = old })
 }
 
@@ -780,51 +774,31 @@ func dump(v any) string {
 // node's kubelet is 1.33 or newer, and the supervisor then stays out. The
 // webhook sees the nodes through a fake cluster holding one Node.
 func TestNativeSidecarAutoDetection(t *testing.T) {
-	old := features.EnableNativeSidecars
-	features.EnableNativeSidecars = features.NativeSidecarModeAuto
-	t.Cleanup(func() { features.EnableNativeSidecars = old })
+	checkNativeAutoDetection(t, job("auto", corev1.RestartPolicyNever, nil, "app"), podShape{
+		InitContainers:        []string{"istio-init"},
+		Containers:            []string{"app", supervisorName, proxyName},
+		ShareProcessNamespace: true,
+		SupervisorEnv:         supervisorEnv("Never", "app"),
+		SupervisorUser:        "1337",
+	}, "app")
+}
+
+// checkNativeAutoDetection injects obj under istiod's default,
+// ENABLE_NATIVE_SIDECARS=auto, by a webhook that sees one Node: with a 1.32
+// kubelet the pod must have the shape older; with a 1.37 one (native
+// sidecars need 1.33) it must be Istio's native sidecar beside app alone.
+func checkNativeAutoDetection(t *testing.T, obj runtime.Object, older podShape, app string) {
+	setNativeSidecarMode(t, features.NativeSidecarModeAuto)
 	in := installs(t)[0]
 	for _, tc := range []struct {
 		kubelet string
 		want    podShape
 	}{
-		{
-			kubelet: "v1.32.9",
-			want: podShape{
-				InitContainers:        []string{"istio-init"},
-				Containers:            []string{"app", supervisorName, proxyName},
-				ShareProcessNamespace: true,
-				SupervisorEnv:         supervisorEnv("Never", "app"),
-				SupervisorUser:        "1337",
-			},
-		},
-		{
-			kubelet: "v1.37.2",
-			want: podShape{
-				InitContainers: []string{"istio-init", proxyName},
-				Containers:     []string{"app"},
-				Hold:           holdShape{PreStop: istioDrain},
-			},
-		},
+		{kubelet: "v1.32.9", want: older},
+		{kubelet: "v1.37.2", want: native(app)},
 	} {
 		t.Run("kubelet "+tc.kubelet, func(t *testing.T) {
-			node := &corev1.Node{
-				ObjectMeta: metav1.ObjectMeta{Name: "node-1"},
-				Status:     corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{KubeletVersion: tc.kubelet}},
-			}
-			clusters := multicluster.NewFakeController()
-			mux, err := injector.NewWebhook(in, clusters)
-			if err != nil {
-				t.Fatal(err)
-			}
-			stop := make(chan struct{})
-			t.Cleanup(func() { close(stop) })
-			client := kube.NewFakeClient(node)
-			clusters.Add(cluster.ID("Kubernetes"), client, stop)
-			if !client.RunAndWait(stop) {
-				t.Fatal("fake cluster did not sync")
-			}
-			pod := admit(t, mux, podFor(job("auto", corev1.RestartPolicyNever, nil, "app")))
+			pod := admit(t, webhookWithNode(t, in, tc.kubelet), podFor(obj.DeepCopyObject()))
 			if diff := cmp.Diff(tc.want, shapeOf(pod.Spec)); diff != "" {
 				t.Errorf("injected pod (-want +got):\n%s\n%s", diff, dump(pod))
 			}

@@ -104,27 +104,39 @@ func startAgent(t *testing.T, cfg istioproxy.Config) *agent {
 	if err != nil {
 		t.Fatalf("start pilot-agent: %v", err)
 	}
+	a.watch("pilot-agent", func() { _ = cmd.Process.Kill() }, nil)
+	return a
+}
+
+// watch waits for the started agent's process in the background. At the
+// end of the test it kills the process if it still runs (kill, given 10 s,
+// then SIGKILL), runs after (when not nil), and dumps the agent if the test
+// failed.
+func (a *agent) watch(name string, kill, after func()) {
 	go func() {
-		a.waitErr = cmd.Wait()
+		a.waitErr = a.cmd.Wait()
 		a.exited = time.Now()
 		close(a.done)
 	}()
-	t.Cleanup(func() {
+	a.t.Cleanup(func() {
 		select {
 		case <-a.done:
 		default:
-			_ = cmd.Process.Kill()
+			kill()
 			select {
 			case <-a.done:
 			case <-time.After(10 * time.Second):
-				t.Errorf("pilot-agent pid %d did not die within 10s of SIGKILL", cmd.Process.Pid)
+				_ = a.cmd.Process.Kill()
+				a.t.Errorf("%s (pid %d) did not end within 10s of its kill", name, a.cmd.Process.Pid)
 			}
 		}
-		if t.Failed() {
+		if after != nil {
+			after()
+		}
+		if a.t.Failed() {
 			a.dump()
 		}
 	})
-	return a
 }
 
 // dump logs what a failing test needs: pilot-agent's output and the record.

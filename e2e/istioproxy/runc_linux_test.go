@@ -108,28 +108,9 @@ func TestRunc(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("runc run: %v", err)
 	}
-	go func() {
-		a.waitErr = cmd.Wait()
-		a.exited = time.Now()
-		close(a.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-a.done:
-		default:
-			_ = exec.Command(runc, "--root", state, "kill", id, "KILL").Run()
-			select {
-			case <-a.done:
-			case <-time.After(10 * time.Second):
-				_ = cmd.Process.Kill()
-				t.Errorf("runc run %s did not end within 10s of runc kill", id)
-			}
-		}
-		_ = exec.Command(runc, "--root", state, "delete", "--force", id).Run()
-		if t.Failed() {
-			a.dump()
-		}
-	})
+	a.watch("runc run "+id,
+		func() { _ = exec.Command(runc, "--root", state, "kill", id, "KILL").Run() },
+		func() { _ = exec.Command(runc, "--root", state, "delete", "--force", id).Run() })
 
 	ready := a.waitReady(ctxTimeout(t, 30*time.Second))
 	t.Logf("ready in runc after %v", ready.Round(time.Millisecond))

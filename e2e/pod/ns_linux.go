@@ -51,7 +51,7 @@ func (n Namespaces) Sandbox(ctx context.Context, p *Pod) error {
 		return fmt.Errorf("create pod cgroup: %w", err)
 	}
 	started := make(chan error, 1)
-	var out *bufio.Reader
+	var out io.ReadCloser
 	go func() {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
@@ -71,7 +71,7 @@ func (n Namespaces) Sandbox(ctx context.Context, p *Pod) error {
 			return
 		}
 		st.pause = cmd
-		out = bufio.NewReader(pipe)
+		out = pipe
 		started <- nil
 		cmd.Wait()
 		close(st.exited)
@@ -80,8 +80,22 @@ func (n Namespaces) Sandbox(ctx context.Context, p *Pod) error {
 		return fmt.Errorf("start pause: %w", err)
 	}
 	p.PausePID = st.pause.Process.Pid
+	return awaitPause(ctx, out)
+}
+
+// awaitPause waits for pause's first line on out: "ready" once lo is up;
+// anything else (runc's error, say) is the reason it is not. Its later
+// output (none, unless runc complains on the way out) is drained and out
+// closed in the background, so that no write of it ever blocks.
+func awaitPause(ctx context.Context, out io.ReadCloser) error {
 	line := make(chan string, 1)
-	go func() { s, _ := out.ReadString('\n'); line <- s }()
+	go func() {
+		defer out.Close()
+		br := bufio.NewReader(out)
+		s, _ := br.ReadString('\n')
+		line <- s
+		io.Copy(io.Discard, br)
+	}()
 	select {
 	case s := <-line:
 		if strings.TrimSpace(s) != "ready" {

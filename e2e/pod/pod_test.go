@@ -19,13 +19,7 @@ func requireRoot(t *testing.T) {
 func needTools(t *testing.T) Tools {
 	t.Helper()
 	requireRoot(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	tl, err := BuildTools(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tl
+	return MustTools(t)
 }
 
 // backends are every backend, runc installed by e2e/scripts/install-deps.sh

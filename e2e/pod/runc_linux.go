@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/scripts"
 	"golang.org/x/sys/unix"
 )
 
@@ -104,22 +104,14 @@ const InstallScript = "scripts/install-deps.sh"
 // when it is missing (idempotent; quick and offline when it is there), and
 // returns runc's path.
 func FindRunc(ctx context.Context) (string, error) {
-	script := filepath.Join(RepoDir(), "e2e", InstallScript)
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, "bash", script)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("%s: %w\n%s", script, err, stderr.String())
+	var runc string
+	if err := scripts.Run(ctx, filepath.Base(InstallScript), map[string]*string{"RUNC": &runc}); err != nil {
+		return "", err
 	}
-	for _, line := range strings.Split(stdout.String(), "\n") {
-		if v, ok := strings.CutPrefix(line, "RUNC="); ok {
-			if _, err := os.Stat(v); err != nil {
-				return "", fmt.Errorf("%s printed RUNC=%s: %w", script, v, err)
-			}
-			return v, nil
-		}
+	if _, err := os.Stat(runc); err != nil {
+		return "", fmt.Errorf("e2e/%s printed RUNC=%s: %w", InstallScript, runc, err)
 	}
-	return "", fmt.Errorf("%s printed no RUNC= line", script)
+	return runc, nil
 }
 
 // Sandbox implements Backend: the pause container.
@@ -160,28 +152,7 @@ func (r Runc) Sandbox(ctx context.Context, p *Pod) error {
 		return fmt.Errorf("start pause: %w", err)
 	}
 	p.PausePID = proc.PID()
-	// pause says "ready" once lo is up; anything else (runc's error, say) is
-	// the reason it is not. Its later output (none, unless runc complains
-	// on the way out) is drained so that no write of it ever blocks.
-	line := make(chan string, 1)
-	go func() {
-		defer rd.Close()
-		br := bufio.NewReader(rd)
-		s, _ := br.ReadString('\n')
-		line <- s
-		io.Copy(io.Discard, br)
-	}()
-	select {
-	case s := <-line:
-		if strings.TrimSpace(s) != "ready" {
-			return fmt.Errorf("pause did not start (said %q)", s)
-		}
-	case <-ctx.Done():
-		return fmt.Errorf("pause not ready: %w", ctx.Err())
-	case <-time.After(30 * time.Second):
-		return errors.New("pause not ready within 30s")
-	}
-	return nil
+	return awaitPause(ctx, rd)
 }
 
 // defaultRootfs is the root filesystem of containers with no Rootfs (and of

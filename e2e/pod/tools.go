@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"testing"
+	"time"
 )
 
 // Tools are the binaries a simulated pod runs, built from this checkout.
@@ -57,6 +59,19 @@ func BuildTools(ctx context.Context) (Tools, error) {
 		tools, toolsErr = buildTools(ctx)
 	})
 	return tools, toolsErr
+}
+
+// MustTools is BuildTools for a test, bounded to 5 minutes; it fails the
+// test when the tools cannot be built.
+func MustTools(t testing.TB) Tools {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	tl, err := BuildTools(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tl
 }
 
 // RemoveTools deletes what BuildTools built in this process (not a

@@ -1,16 +1,11 @@
 package qemu
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
-	"strings"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/scripts"
 )
 
 // Kernel is a bootable kernel and the host tools that go with it, as
@@ -29,9 +24,9 @@ type Kernel struct {
 	Busybox string
 }
 
-// scriptName is the script that installs qemu and fetches the kernel, relative
-// to the e2e directory.
-const scriptName = "scripts/qemu-kernel.sh"
+// scriptName is the script in e2e/scripts that installs qemu and fetches
+// the kernel.
+const scriptName = "qemu-kernel.sh"
 
 // DefaultKernel runs e2e/scripts/qemu-kernel.sh and returns what it prints:
 // Debian's 6.1 kernel pinned in e2e/versions.env, qemu and busybox. The script
@@ -39,20 +34,13 @@ const scriptName = "scripts/qemu-kernel.sh"
 // machine it installs Debian packages and downloads the kernel, which needs
 // root and Debian's archive. Its log goes into the error on failure.
 func DefaultKernel(ctx context.Context) (Kernel, error) {
-	script, err := findScript()
+	out, err := scripts.Output(ctx, scriptName)
 	if err != nil {
-		return Kernel{}, err
+		return Kernel{}, fmt.Errorf("prepare the 6.1 kernel and qemu (or set Config.Kernel): %w", err)
 	}
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, "bash", script)
-	cmd.Stdout = &stdout
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		return Kernel{}, fmt.Errorf("prepare the 6.1 kernel and qemu with %s: %w\n%s", script, err, strings.TrimSpace(stderr.String()))
-	}
-	k, err := parseKernel(stdout.Bytes())
+	k, err := parseKernel(out)
 	if err != nil {
-		return Kernel{}, fmt.Errorf("%s: %w\n%s", script, err, strings.TrimSpace(stderr.String()))
+		return Kernel{}, fmt.Errorf("e2e/scripts/%s: %w", scriptName, err)
 	}
 	return k, nil
 }
@@ -60,24 +48,15 @@ func DefaultKernel(ctx context.Context) (Kernel, error) {
 // parseKernel reads the script's KEY=VALUE lines.
 func parseKernel(out []byte) (Kernel, error) {
 	var k Kernel
-	fields := map[string]*string{
+	err := scripts.Parse(out, map[string]*string{
 		"KERNEL":  &k.Image,
 		"MODULES": &k.Modules,
 		"RELEASE": &k.Release,
 		"QEMU":    &k.QEMU,
 		"BUSYBOX": &k.Busybox,
-	}
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for sc.Scan() {
-		key, value, ok := strings.Cut(sc.Text(), "=")
-		if p := fields[key]; ok && p != nil {
-			*p = value
-		}
-	}
-	for key, p := range fields {
-		if *p == "" {
-			return Kernel{}, fmt.Errorf("no %s= line in the output %q", key, out)
-		}
+	})
+	if err != nil {
+		return Kernel{}, err
 	}
 	return k, nil
 }
@@ -98,34 +77,4 @@ func (k Kernel) check() error {
 		}
 	}
 	return nil
-}
-
-// findScript locates e2e/scripts/qemu-kernel.sh. The source file's own path
-// works whenever the caller was compiled from this checkout (go test); the
-// walk up from the working directory covers binaries built with -trimpath.
-// SUPERVISOR_E2E_DIR overrides both.
-func findScript() (string, error) {
-	var candidates []string
-	if d := os.Getenv("SUPERVISOR_E2E_DIR"); d != "" {
-		candidates = append(candidates, filepath.Join(d, scriptName))
-	}
-	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
-		candidates = append(candidates, filepath.Join(filepath.Dir(file), "..", scriptName))
-	}
-	if wd, err := os.Getwd(); err == nil {
-		for d := wd; ; d = filepath.Dir(d) {
-			candidates = append(candidates,
-				filepath.Join(d, scriptName),
-				filepath.Join(d, "e2e", scriptName))
-			if filepath.Dir(d) == d {
-				break
-			}
-		}
-	}
-	for _, c := range candidates {
-		if _, err := os.Stat(c); err == nil {
-			return filepath.Clean(c), nil
-		}
-	}
-	return "", errors.New("cannot find e2e/" + scriptName + " (set SUPERVISOR_E2E_DIR to the e2e directory, or set Config.Kernel)")
 }

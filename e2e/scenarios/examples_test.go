@@ -65,10 +65,10 @@ func TestDeployExamples(t *testing.T) {
 		{"app succeeds", nil, pod.Succeeded, 0},
 		{"app fails", []string{"--exit", "3"}, pod.Failed, 3},
 	}
-	for _, b := range builders(t) {
+	for _, b := range Builders(t) {
 		for _, ex := range examples {
 			for _, o := range outcomes {
-				t.Run(b.name+"/"+ex.file+"/"+o.name, func(t *testing.T) {
+				t.Run(b.Name+"/"+ex.file+"/"+o.name, func(t *testing.T) {
 					tmpl := exampleTemplate(t, ex.file)
 					s := ex.sidecar(t, tmpl)
 					d := Desc{Name: "job", Proxy: NoProxy, Apps: []App{{Name: "app", Cued: true, UID: 1000, Args: o.app}},

@@ -43,17 +43,17 @@ func gets(record []string) (ok, failed int) {
 // without it the sidecar is gone after its 5 s drain and the last calls
 // fail.
 func TestHoldDrain(t *testing.T) {
-	for _, b := range builders(t) {
+	for _, b := range Builders(t) {
 		for _, hold := range []bool{true, false} {
-			name := b.name + "/without hold"
+			name := b.Name + "/without hold"
 			if hold {
-				name = b.name + "/with hold"
+				name = b.Name + "/with hold"
 			}
 			t.Run(name, func(t *testing.T) {
-				tl := mustTools(t)
+				tl := pod.MustTools(t)
 				// HoldApp: the app starts once the proxy is ready, so the
 				// deletion finds both up (as in any pod that was Ready).
-				built, err := b.build(Desc{Name: "deploy", Policy: pod.Always, NoSupervisor: true, Apps: []App{drainApp},
+				built, err := b.Build(Desc{Name: "deploy", Policy: pod.Always, NoSupervisor: true, Apps: []App{drainApp},
 					ProxyDrain: 5 * time.Second, Grace: 30 * time.Second, HoldApp: true})
 				if err != nil {
 					t.Fatal(err)
@@ -63,7 +63,7 @@ func TestHoldDrain(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				p := startBuilt(t, built)
+				p := Start(t, built)
 				waitUp(t, p, built)
 				st, took := deletePod(t, p)
 				rec := Record(appRecord(built, "app"))
@@ -93,10 +93,10 @@ func TestHoldDrain(t *testing.T) {
 // TestHoldBound: an app that never exits holds the sidecar only for
 // SUPERVISOR_HOLD_TIMEOUT; the hook says it gave up.
 func TestHoldBound(t *testing.T) {
-	for _, b := range builders(t) {
-		t.Run(b.name, func(t *testing.T) {
-			tl := mustTools(t)
-			built, err := b.build(Desc{Name: "stuck", Policy: pod.Always, NoSupervisor: true,
+	for _, b := range Builders(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			tl := pod.MustTools(t)
+			built, err := b.Build(Desc{Name: "stuck", Policy: pod.Always, NoSupervisor: true,
 				Apps:       []App{{Name: "app", Args: []string{"--sleep", "1h", "--on-term", "1h"}}},
 				ProxyDrain: time.Second, Grace: 12 * time.Second, HoldApp: true})
 			if err != nil {
@@ -105,7 +105,7 @@ func TestHoldBound(t *testing.T) {
 			if built, err = WithHold(built, tl, 3*time.Second); err != nil {
 				t.Fatal(err)
 			}
-			p := startBuilt(t, built)
+			p := Start(t, built)
 			waitUp(t, p, built)
 			st, took := deletePod(t, p)
 			t.Logf("deletion took %.1fs (hold 3s, drain 1s, grace 12s)", took.Seconds())
@@ -128,16 +128,16 @@ func TestHoldBound(t *testing.T) {
 // once, and a Job pod (no hold) is deleted as fast as without us: no
 // container waits for the grace period.
 func TestHoldQuick(t *testing.T) {
-	for _, b := range builders(t) {
-		t.Run(b.name, func(t *testing.T) {
-			tl := mustTools(t)
+	for _, b := range Builders(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			tl := pod.MustTools(t)
 			for _, job := range []bool{false, true} {
 				d := Desc{Name: "quick", Apps: []App{{Name: "app", Args: []string{"--sleep", "1h"}}},
 					ProxyDrain: 500 * time.Millisecond, Grace: 30 * time.Second, HoldApp: true}
 				if !job {
 					d.Policy, d.NoSupervisor = pod.Always, true
 				}
-				built, err := b.build(d)
+				built, err := b.Build(d)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -146,7 +146,7 @@ func TestHoldQuick(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				p := startBuilt(t, built)
+				p := Start(t, built)
 				waitUp(t, p, built)
 				if job {
 					waitLog(t, p, "app found")
@@ -166,35 +166,6 @@ func TestHoldQuick(t *testing.T) {
 			}
 		})
 	}
-}
-
-func mustTools(t *testing.T) pod.Tools {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	tl, err := pod.BuildTools(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tl
-}
-
-// startBuilt starts a built pod; cleanup prints it on failure and closes it.
-func startBuilt(t *testing.T, built Built) *pod.Pod {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	p, err := pod.Start(ctx, built.Backend, built.Spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("%s\n--- app record:\n%s", p.Describe(), strings.Join(Record(appRecord(built, "app")), "\n"))
-		}
-		p.Close()
-	})
-	return p
 }
 
 // waitUp waits until the app has recorded its start (its SIGTERM handler

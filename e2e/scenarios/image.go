@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"strconv"
@@ -17,7 +16,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/pod"
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/scripts"
 )
 
 // ImageScript builds the supervisor image from the Dockerfile, relative to
@@ -59,24 +58,13 @@ var supervisorImage = sync.OnceValues(func() (*Image, error) {
 // BuildImage runs e2e/scripts/build-image.sh (cached, quick when nothing
 // changed) and reads the archive it prints.
 func BuildImage(ctx context.Context) (*Image, error) {
-	script := filepath.Join(pod.RepoDir(), "e2e", ImageScript)
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, "bash", script)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("%s: %w\n%s", script, err, stderr.String())
-	}
 	var ref, archive string
-	for _, line := range strings.Split(stdout.String(), "\n") {
-		if v, ok := strings.CutPrefix(line, "SUPERVISOR_IMAGE="); ok {
-			ref = v
-		}
-		if v, ok := strings.CutPrefix(line, "SUPERVISOR_IMAGE_ARCHIVE="); ok {
-			archive = v
-		}
-	}
-	if archive == "" {
-		return nil, fmt.Errorf("%s printed no SUPERVISOR_IMAGE_ARCHIVE= line:\n%s", script, stdout.String())
+	err := scripts.Run(ctx, filepath.Base(ImageScript), map[string]*string{
+		"SUPERVISOR_IMAGE":         &ref,
+		"SUPERVISOR_IMAGE_ARCHIVE": &archive,
+	})
+	if err != nil {
+		return nil, err
 	}
 	return ReadImage(ref, archive)
 }

@@ -66,11 +66,11 @@ func TestUnpackWhiteouts(t *testing.T) {
 // Dockerfile describes, run as the image says: its binary (the version
 // stamped by the build), its USER, read-only, without capabilities.
 func TestSupervisorImage(t *testing.T) {
-	i := slices.IndexFunc(builders(t), func(b builder) bool { return b.name == "runc" })
+	i := slices.IndexFunc(Builders(t), func(b Builder) bool { return b.Name == "runc" })
 	if i < 0 {
 		t.Fatal("no runc builder")
 	}
-	b := builders(t)[i]
+	b := Builders(t)[i]
 	im, err := supervisorImage()
 	if err != nil {
 		t.Fatal(err)

@@ -38,13 +38,13 @@ func succeeded(t *testing.T, st pod.Status) {
 }
 
 func TestNamedPods(t *testing.T) {
-	for _, b := range builders(t) {
+	for _, b := range Builders(t) {
 		// A native sidecar of the pod's own beside the classic istio-proxy:
 		// not an app (the kubelet stops it only after the apps, so waiting
 		// for it would hang the Job), and not stopped by the supervisor.
 		// It is restarted while the app runs: each new instance, a new
 		// container of the same name, is never taken for an app either.
-		t.Run(b.name+"/native sidecar, restarted", func(t *testing.T) {
+		t.Run(b.Name+"/native sidecar, restarted", func(t *testing.T) {
 			d := Desc{Name: "native", Apps: []App{
 				{Name: "logship", Native: true, Args: []string{"--sleep", "300ms"}},
 				{Name: "app", Cued: true, UID: 1000},
@@ -72,7 +72,7 @@ func TestNamedPods(t *testing.T) {
 		// An ephemeral container (kubectl debug) added while the app runs and
 		// left running: neither waited for nor stopped. (Once the apps are
 		// found the supervisor does not scan: it may never see it.)
-		t.Run(b.name+"/ephemeral container", func(t *testing.T) {
+		t.Run(b.Name+"/ephemeral container", func(t *testing.T) {
 			d := Desc{Name: "debug", Apps: []App{
 				{Name: "app", Cued: true, UID: 1000},
 				{Name: "debugger", Ephemeral: true, Args: []string{"--sleep", "1h"}},
@@ -97,19 +97,19 @@ func TestNamedPods(t *testing.T) {
 		// OnFailure, two apps, one failing twice, with a debug container
 		// started meanwhile: each restart is the same name coming back, the
 		// debug container is never taken for one.
-		t.Run(b.name+"/onfailure restarts by name", func(t *testing.T) {
+		t.Run(b.Name+"/onfailure restarts by name", func(t *testing.T) {
 			names := []string{"a0", "a1"}
 			d := Desc{Name: "restarts", Policy: pod.OnFailure, Apps: []App{
 				{Name: "a0", Args: []string{"--fail-first", "2", "--sleep", "1500ms"}},
 				{Name: "a1", Args: []string{"--sleep", "6s"}},
 				{Name: "debugger", Ephemeral: true, Args: []string{"--sleep", "1h"}},
 			}, SupervisorEnv: append([]string{"SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_DELETION_GRACE=0s"}, policyEnv...)}
-			built, err := b.build(d)
+			built, err := b.Build(d)
 			if err != nil {
 				t.Fatal(err)
 			}
 			stamps := withStamps(&built, names)
-			p := startBuilt(t, built)
+			p := Start(t, built)
 			waitLogFor(t, p, "app found", "a0")
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
@@ -137,7 +137,7 @@ func TestNamedPods(t *testing.T) {
 		})
 		// `kubectl exec ... sidecar-supervisor status` while the app runs:
 		// every container by name and kind, and what the supervisor waits for.
-		t.Run(b.name+"/status", func(t *testing.T) {
+		t.Run(b.Name+"/status", func(t *testing.T) {
 			d := Desc{Name: "status", Apps: []App{
 				{Name: "logship", Native: true, Args: []string{"--sleep", "1h"}},
 				{Name: "app", Cued: true, UID: 1000},
@@ -163,7 +163,7 @@ func TestNamedPods(t *testing.T) {
 		})
 		// Where names cannot be read (another runtime), today's rules stand,
 		// and the supervisor says so once.
-		t.Run(b.name+"/without names", func(t *testing.T) {
+		t.Run(b.Name+"/without names", func(t *testing.T) {
 			d := Desc{Name: "nonames", NoNames: true, Apps: []App{{Name: "app", Cued: true, UID: 1000}},
 				SupervisorEnv: append([]string{}, fast...)}
 			p, built := run(t, b, d)

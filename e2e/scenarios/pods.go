@@ -14,11 +14,13 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/istioproxy"
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/istioproxy/record"
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/pod"
 )
 
@@ -189,6 +191,74 @@ const DefaultRealDrain = time.Second
 // ProxyUID is istio-proxy's uid, as Istio's injector sets it; the
 // supervisor runs as the same non-root uid in our manifests.
 const ProxyUID = 1337
+
+// Builder builds a Desc into a startable pod on one backend of package pod.
+type Builder struct {
+	Name  string // "namespaces" or "runc"
+	Build func(Desc) (Built, error)
+}
+
+// Builders returns a Builder for each backend, for a test: the tools built
+// (pod.MustTools) and runc installed by e2e/scripts/install-deps.sh if need
+// be. It skips the test when not root: the pod simulation creates
+// namespaces and cgroups (CI runs as root).
+func Builders(t testing.TB) []Builder {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the pod simulation creates namespaces and cgroups")
+	}
+	tl := pod.MustTools(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	runc, err := pod.FindRunc(ctx)
+	if err != nil {
+		t.Fatalf("the runc backend needs runc (e2e/%s installs it): %v", pod.InstallScript, err)
+	}
+	return []Builder{
+		{"namespaces", func(d Desc) (Built, error) { return BuildNamespaces(d, tl) }},
+		{"runc", func(d Desc) (Built, error) { return BuildRunc(d, tl, runc) }},
+	}
+}
+
+// Start starts b's pod for a test and closes it when the test ends, failing
+// the test if it does not close cleanly; a failed test gets the pod's
+// description and every record (Records).
+func Start(t testing.TB, b Built) *pod.Pod {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, err := pod.Start(ctx, b.Backend, b.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("%s\n%s", p.Describe(), b.Records())
+		}
+		if err := p.Close(); err != nil {
+			t.Errorf("close pod: %v", err)
+		}
+	})
+	return p
+}
+
+// Records are the proxy's record (the stand-in pilot-agent's, or the stand-in
+// envoy's under the real one) and each app's, for a failing test to print.
+func (b Built) Records() string {
+	var out strings.Builder
+	if b.Proxy != nil {
+		events, err := b.Proxy.Record()
+		fmt.Fprintf(&out, "--- envoy record (%s, err=%v):\n%s", b.Proxy.RecordFile(), err, record.Format(events))
+	} else {
+		fmt.Fprintf(&out, "--- pilot-agent record:\n%s", strings.Join(Record(b.PilotRecord), "\n"))
+	}
+	for _, c := range b.Spec.Containers {
+		if rec := Record(appRecord(b, c.Name)); len(rec) > 0 {
+			fmt.Fprintf(&out, "\n--- %s record:\n%s", c.Name, strings.Join(rec, "\n"))
+		}
+	}
+	return out.String()
+}
 
 // BuildNamespaces builds d for the namespaces backend: every container runs
 // over the host's filesystem, the supervisor is the binary of pod.Tools.

@@ -25,7 +25,7 @@ var policyEnv = []string{"SUPERVISOR_STOP_TIMEOUT=5s", "SUPERVISOR_SIDECAR_START
 // status; cleanup prints everything on failure.
 func runBuilt(t *testing.T, built Built, within time.Duration) (*pod.Pod, pod.Status) {
 	t.Helper()
-	p := startBuilt(t, built)
+	p := Start(t, built)
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
 	st, err := p.WaitPhase(ctx)
@@ -88,9 +88,9 @@ func signalledAt(p *pod.Pod) time.Time {
 // is restarted in place by the kubelet; the sidecar lives through both
 // restarts and is stopped gracefully once the third run succeeds.
 func TestOnFailurePod(t *testing.T) {
-	for _, b := range builders(t) {
-		t.Run(b.name, func(t *testing.T) {
-			built, err := b.build(Desc{Name: "onfailure", Policy: pod.OnFailure,
+	for _, b := range Builders(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			built, err := b.Build(Desc{Name: "onfailure", Policy: pod.OnFailure,
 				Apps:          []App{{Name: "app", Args: []string{"--sleep", "1s", "--fail-first", "2"}}},
 				SupervisorEnv: append([]string{"SUPERVISOR_RESTART_POLICY=OnFailure"}, policyEnv...)})
 			if err != nil {
@@ -133,15 +133,15 @@ func countOf(ss []string, s string) int {
 // sidecar; the supervisor idles, scanning nothing, and exits 0 on the pod's
 // deletion.
 func TestAlwaysPod(t *testing.T) {
-	for _, b := range builders(t) {
-		t.Run(b.name, func(t *testing.T) {
-			built, err := b.build(Desc{Name: "always", Policy: pod.Always,
+	for _, b := range Builders(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			built, err := b.Build(Desc{Name: "always", Policy: pod.Always,
 				Apps:          []App{{Name: "app", Args: []string{"--sleep", "300ms"}}},
 				SupervisorEnv: append([]string{"SUPERVISOR_RESTART_POLICY=Always"}, policyEnv...), Grace: 10 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
-			p := startBuilt(t, built)
+			p := Start(t, built)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			// The app exits 0 and is restarted, again and again.
@@ -166,14 +166,14 @@ func TestAlwaysPod(t *testing.T) {
 // TestNativeSidecarPod: with SUPERVISOR_NATIVE_SIDECAR the kubelet stops
 // the sidecar; the supervisor ends at once and touches nothing.
 func TestNativeSidecarPod(t *testing.T) {
-	for _, b := range builders(t) {
-		t.Run(b.name, func(t *testing.T) {
-			built, err := b.build(Desc{Name: "native", Apps: []App{{Name: "app", Args: []string{"--sleep", "1h"}}},
+	for _, b := range Builders(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			built, err := b.Build(Desc{Name: "native", Apps: []App{{Name: "app", Args: []string{"--sleep", "1h"}}},
 				SupervisorEnv: append([]string{"SUPERVISOR_NATIVE_SIDECAR=true"}, policyEnv...)})
 			if err != nil {
 				t.Fatal(err)
 			}
-			p := startBuilt(t, built)
+			p := Start(t, built)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			st, err := p.WaitFor(ctx, func(s pod.Status) bool { c := s.Container("supervisor"); return c.Started && !c.Running })
@@ -196,9 +196,9 @@ func TestNativeSidecarPod(t *testing.T) {
 // TestSeveralSidecars: pilot-agent and a second sidecar, each with its own
 // action, are both stopped after the app.
 func TestSeveralSidecars(t *testing.T) {
-	for _, b := range builders(t) {
-		t.Run(b.name, func(t *testing.T) {
-			built, err := b.build(Desc{Name: "sidecars", Apps: []App{{Name: "app", Args: []string{"--sleep", "1s"}}},
+	for _, b := range Builders(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			built, err := b.Build(Desc{Name: "sidecars", Apps: []App{{Name: "app", Args: []string{"--sleep", "1s"}}},
 				SupervisorEnv: append([]string{"SUPERVISOR_SIDECAR_PROCESSES=pilot-agent,cloud-sql-proxy",
 					"SUPERVISOR_SIDECAR_ACTIONS=cloud-sql-proxy=SIGINT"}, policyEnv...)})
 			if err != nil {
@@ -235,12 +235,12 @@ func addSidecar(t *testing.T, b *Built, name string) string {
 	case pod.Runc:
 		record, inside = filepath.Join(b.Dir, "shared", name+".record"), SharedMount+"/"+name+".record"
 		root := filepath.Join(b.Dir, "rootfs", name)
-		if err := installTool(b.Spec.Containers[i].Rootfs+"/usr/local/bin/pilot-agent", root, "usr/local/bin/"+name); err != nil {
+		if err := InstallTool(b.Spec.Containers[i].Rootfs+"/usr/local/bin/pilot-agent", root, "usr/local/bin/"+name); err != nil {
 			t.Fatal(err)
 		}
 		c.Rootfs, bin = root, "/usr/local/bin/"+name
 	default:
-		if err := installTool(c.Argv[0], filepath.Dir(bin), name); err != nil {
+		if err := InstallTool(c.Argv[0], filepath.Dir(bin), name); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -255,9 +255,9 @@ func addSidecar(t *testing.T, b *Built, name string) string {
 // before the supervisor started, or never started): after the bounded wait,
 // the unknown action.
 func TestMissingApp(t *testing.T) {
-	for _, b := range builders(t) {
-		t.Run(b.name, func(t *testing.T) {
-			built, err := b.build(Desc{Name: "missing", Apps: []App{{Name: "app", Args: []string{"--sleep", "1s", "--exit", "3"}}},
+	for _, b := range Builders(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			built, err := b.Build(Desc{Name: "missing", Apps: []App{{Name: "app", Args: []string{"--sleep", "1s", "--exit", "3"}}},
 				SupervisorEnv: append([]string{"SUPERVISOR_APP_CONTAINERS=2", "SUPERVISOR_APPS=app,worker"}, policyEnv...)})
 			if err != nil {
 				t.Fatal(err)
@@ -279,9 +279,9 @@ func TestMissingApp(t *testing.T) {
 // (the last container, started late) looked: bounded wait, then the unknown
 // action (SIGTERM), logged.
 func TestAppDoneBeforeSupervisor(t *testing.T) {
-	for _, b := range builders(t) {
-		t.Run(b.name, func(t *testing.T) {
-			built, err := b.build(Desc{Name: "early", Apps: []App{{Name: "app", Args: []string{"--exit", "3"}}}, SupervisorEnv: policyEnv})
+	for _, b := range Builders(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			built, err := b.Build(Desc{Name: "early", Apps: []App{{Name: "app", Args: []string{"--exit", "3"}}}, SupervisorEnv: policyEnv})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -307,9 +307,9 @@ func TestAppDoneBeforeSupervisor(t *testing.T) {
 // TestNoSidecarPod: no sidecar ever appears: the supervisor says so and
 // exits 0 within its bound.
 func TestNoSidecarPod(t *testing.T) {
-	for _, b := range builders(t) {
-		t.Run(b.name, func(t *testing.T) {
-			built, err := b.build(Desc{Name: "nosidecar", Proxy: NoProxy, Apps: []App{{Name: "app", Args: []string{"--sleep", "1s"}}},
+	for _, b := range Builders(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			built, err := b.Build(Desc{Name: "nosidecar", Proxy: NoProxy, Apps: []App{{Name: "app", Args: []string{"--sleep", "1s"}}},
 				SupervisorEnv: policyEnv})
 			if err != nil {
 				t.Fatal(err)
@@ -330,9 +330,9 @@ func TestNoSidecarPod(t *testing.T) {
 // the supervisor acts on the main process's exit, without waiting for the
 // child.
 func TestOrphansOutliveMain(t *testing.T) {
-	for _, b := range builders(t) {
-		t.Run(b.name, func(t *testing.T) {
-			built, err := b.build(Desc{Name: "orphans", Apps: []App{{Name: "app", Args: []string{"--sleep", "1s", "--orphan", "1m"}}},
+	for _, b := range Builders(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			built, err := b.Build(Desc{Name: "orphans", Apps: []App{{Name: "app", Args: []string{"--sleep", "1s", "--orphan", "1m"}}},
 				SupervisorEnv: policyEnv})
 			if err != nil {
 				t.Fatal(err)
@@ -360,7 +360,7 @@ func TestRandomPods(t *testing.T) {
 	}
 	t.Logf("seed %d (RANDOM_PODS_SEED to repeat)", seed)
 	r := rand.New(rand.NewSource(seed))
-	bs := builders(t)
+	bs := Builders(t)
 	for i := 0; i < 8; i++ {
 		b := bs[i%len(bs)]
 		policy := pod.Never
@@ -392,10 +392,10 @@ func TestRandomPods(t *testing.T) {
 			names = append(names, name)
 		}
 		desc := fmt.Sprintf("%s %v", policy, apps)
-		t.Run(fmt.Sprintf("%d-%s", i, b.name), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%d-%s", i, b.Name), func(t *testing.T) {
 			env := append([]string{"SUPERVISOR_RESTART_POLICY=" + string(policy), fmt.Sprintf("SUPERVISOR_APP_CONTAINERS=%d", len(apps)),
 				"SUPERVISOR_DELETION_GRACE=0s"}, policyEnv...)
-			built, err := b.build(Desc{Name: "random", Policy: policy, Apps: apps, SupervisorEnv: env})
+			built, err := b.Build(Desc{Name: "random", Policy: policy, Apps: apps, SupervisorEnv: env})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -468,14 +468,14 @@ func checkInvariants(t *testing.T, ends []time.Time, signalled time.Time, runs i
 // without the window.
 func TestRestartNotYetMoved(t *testing.T) {
 	names := []string{"app0", "app1"}
-	for _, b := range builders(t) {
-		t.Run(b.name, func(t *testing.T) {
+	for _, b := range Builders(t) {
+		t.Run(b.Name, func(t *testing.T) {
 			apps := []App{
 				{Name: "app0", Args: []string{"--fail-first", "2", "--sleep", "2600ms"}, CgroupDelay: 800 * time.Millisecond},
 				{Name: "app1", Args: []string{"--fail-first", "1", "--sleep", "1500ms"}, CgroupDelay: 800 * time.Millisecond},
 			}
 			env := append([]string{"SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_APP_CONTAINERS=2", "SUPERVISOR_DELETION_GRACE=0s"}, policyEnv...)
-			built, err := b.build(Desc{Name: "notmoved", Policy: pod.OnFailure, Apps: apps, SupervisorEnv: env})
+			built, err := b.Build(Desc{Name: "notmoved", Policy: pod.OnFailure, Apps: apps, SupervisorEnv: env})
 			if err != nil {
 				t.Fatal(err)
 			}

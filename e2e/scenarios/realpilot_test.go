@@ -88,9 +88,9 @@ func TestRealPilot(t *testing.T) {
 			supervisor: []string{"app exited", "app exited", "decision", "sidecar signalled", "sidecar stopped"},
 		},
 	}
-	for _, b := range builders(t) {
+	for _, b := range Builders(t) {
 		for _, tt := range tests {
-			t.Run(b.name+"/"+tt.name, func(t *testing.T) {
+			t.Run(b.Name+"/"+tt.name, func(t *testing.T) {
 				d := tt.desc
 				d.Name, d.Proxy, d.HoldApp = "job", RealPilot, !tt.neverReady
 				// Past any drain, also on a loaded machine (the last setting wins).
@@ -102,14 +102,7 @@ func TestRealPilot(t *testing.T) {
 				waitEnvoy(t, built)
 				releaseApps(t, p, built, d.Apps)
 				st := waitPhase(t, p, time.Minute)
-				if st.Phase != tt.phase {
-					t.Errorf("phase %s, want %s (%s)", st.Phase, tt.phase, st)
-				}
-				for name, code := range tt.codes {
-					if got := st.Container(name).ExitCode; got != code {
-						t.Errorf("%s exit %d, want %d", name, got, code)
-					}
-				}
+				checkEnd(t, st, tt.phase, tt.codes)
 				events, err := built.Proxy.Record()
 				if err != nil {
 					t.Fatalf("envoy's record: %v", err)
@@ -200,8 +193,8 @@ func readyProbes(events []record.Event) []record.Event {
 // TestRealPilotControl: without the supervisor the pod stays Running with
 // pilot-agent up and untouched.
 func TestRealPilotControl(t *testing.T) {
-	for _, b := range builders(t) {
-		t.Run(b.name, func(t *testing.T) {
+	for _, b := range Builders(t) {
+		t.Run(b.Name, func(t *testing.T) {
 			p, built := run(t, b, Desc{Name: "control", Proxy: RealPilot, HoldApp: true, NoSupervisor: true,
 				Apps: []App{{Name: "app", UID: 1000}}})
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -239,10 +232,10 @@ func TestRealPilotControl(t *testing.T) {
 // the window (the supervisor waited for envoy).
 func TestRealPilotStartingAsAppEnds(t *testing.T) {
 	const rounds = 3
-	for _, b := range builders(t) {
+	for _, b := range Builders(t) {
 		waited := 0
 		for i := 0; i < rounds; i++ {
-			t.Run(b.name+"/"+strconv.Itoa(i), func(t *testing.T) {
+			t.Run(b.Name+"/"+strconv.Itoa(i), func(t *testing.T) {
 				d := Desc{Name: "job", Proxy: RealPilot, Apps: []App{{Name: "app", Cued: true, UID: 1000}}}
 				d.SupervisorEnv = append(append([]string{}, fast...), "SUPERVISOR_STOP_TIMEOUT=15s")
 				p, built := run(t, b, d)
@@ -257,6 +250,6 @@ func TestRealPilotStartingAsAppEnds(t *testing.T) {
 				}
 			})
 		}
-		t.Logf("%s: the supervisor waited for pilot-agent's handler in %d of %d rounds", b.name, waited, rounds)
+		t.Logf("%s: the supervisor waited for pilot-agent's handler in %d of %d rounds", b.Name, waited, rounds)
 	}
 }

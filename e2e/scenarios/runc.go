@@ -48,7 +48,7 @@ func BuildRunc(d Desc, tl pod.Tools, runc string) (Built, error) {
 
 	var apps []pod.Container
 	for _, a := range d.Apps {
-		if err := installTool(tl.Podsim, rootfs(a.Name), "bin/podsim"); err != nil {
+		if err := InstallTool(tl.Podsim, rootfs(a.Name), "bin/podsim"); err != nil {
 			return Built{}, err
 		}
 		cue, err := b.cue(a, filepath.Join(shared, a.Name+".cue"), SharedMount+"/"+a.Name+".cue")
@@ -84,10 +84,10 @@ func BuildRunc(d Desc, tl pod.Tools, runc string) (Built, error) {
 	case StandIn:
 		root := rootfs("istio-proxy")
 		// Named pilot-agent, so that its comm is.
-		if err := installTool(tl.PilotAgent, root, "usr/local/bin/pilot-agent"); err != nil {
+		if err := InstallTool(tl.PilotAgent, root, "usr/local/bin/pilot-agent"); err != nil {
 			return Built{}, err
 		}
-		if err := installTool(tl.Podsim, root, "bin/podsim"); err != nil {
+		if err := InstallTool(tl.Podsim, root, "bin/podsim"); err != nil {
 			return Built{}, err
 		}
 		b.PilotRecord = filepath.Join(shared, "pilot-agent.record")
@@ -140,9 +140,9 @@ func BuildRunc(d Desc, tl pod.Tools, runc string) (Built, error) {
 	return b, nil
 }
 
-// installTool puts a static binary at rel under root: a hard link when the
+// InstallTool puts a static binary at rel under root: a hard link when the
 // two are on one filesystem, else a copy.
-func installTool(src, root, rel string) error {
+func InstallTool(src, root, rel string) error {
 	dst := filepath.Join(root, rel)
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return err

@@ -2,7 +2,6 @@ package scenarios
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -10,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/istioproxy/record"
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/pod"
 )
 
@@ -20,66 +18,28 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// builder makes a Desc into a startable pod for one backend.
-type builder struct {
-	name  string
-	build func(Desc) (Built, error)
-}
-
-func builders(t *testing.T) []builder {
+// run builds d for b and starts it (Start).
+func run(t *testing.T, b Builder, d Desc) (*pod.Pod, Built) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the pod simulation creates namespaces and cgroups")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	tl, err := pod.BuildTools(ctx)
+	built, err := b.Build(d)
 	if err != nil {
 		t.Fatal(err)
 	}
-	runc, err := pod.FindRunc(ctx)
-	if err != nil {
-		t.Fatalf("the runc backend needs runc (e2e/%s installs it): %v", pod.InstallScript, err)
-	}
-	return []builder{
-		{"namespaces", func(d Desc) (Built, error) { return BuildNamespaces(d, tl) }},
-		{"runc", func(d Desc) (Built, error) { return BuildRunc(d, tl, runc) }},
-	}
+	return Start(t, built), built
 }
 
-// run starts the pod and returns it with its build; cleanup closes it and
-// prints everything when the test failed.
-func run(t *testing.T, b builder, d Desc) (*pod.Pod, Built) {
+// checkEnd fails the test unless the pod ended in phase, each container
+// named in codes with its exit code there.
+func checkEnd(t *testing.T, st pod.Status, phase pod.Phase, codes map[string]int) {
 	t.Helper()
-	built, err := b.build(d)
-	if err != nil {
-		t.Fatal(err)
+	if st.Phase != phase {
+		t.Errorf("phase %s, want %s (%s)", st.Phase, phase, st)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	p, err := pod.Start(ctx, built.Backend, built.Spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("%s\n%s", p.Describe(), records(built))
+	for name, code := range codes {
+		if got := st.Container(name).ExitCode; got != code {
+			t.Errorf("%s exit %d, want %d", name, got, code)
 		}
-		if err := p.Close(); err != nil {
-			t.Errorf("close pod: %v", err)
-		}
-	})
-	return p, built
-}
-
-// records are the proxy's records, for a failing test to print: the
-// stand-in pilot-agent's, or the stand-in envoy's under the real one.
-func records(b Built) string {
-	if b.Proxy != nil {
-		events, err := b.Proxy.Record()
-		return fmt.Sprintf("--- envoy record (%s, err=%v):\n%s", b.Proxy.RecordFile(), err, record.Format(events))
 	}
-	return "--- pilot-agent record:\n" + strings.Join(Record(b.PilotRecord), "\n")
 }
 
 func waitPhase(t *testing.T, p *pod.Pod, within time.Duration) pod.Status {
@@ -181,9 +141,9 @@ func TestJobs(t *testing.T) {
 			record: []string{"signal SIGTERM", "exit 0"},
 		},
 	}
-	for _, b := range builders(t) {
+	for _, b := range Builders(t) {
 		for _, tt := range tests {
-			t.Run(b.name+"/"+tt.name, func(t *testing.T) {
+			t.Run(b.Name+"/"+tt.name, func(t *testing.T) {
 				d := tt.desc
 				d.Name = "job"
 				d.SupervisorEnv = append(append([]string{}, fast...), d.SupervisorEnv...)
@@ -194,14 +154,7 @@ func TestJobs(t *testing.T) {
 				}
 				releaseApps(t, p, built, d.Apps)
 				st := waitPhase(t, p, time.Minute)
-				if st.Phase != tt.phase {
-					t.Errorf("phase %s, want %s (%s)", st.Phase, tt.phase, st)
-				}
-				for name, code := range tt.codes {
-					if got := st.Container(name).ExitCode; got != code {
-						t.Errorf("%s exit %d, want %d", name, got, code)
-					}
-				}
+				checkEnd(t, st, tt.phase, tt.codes)
 				rec := Record(built.PilotRecord)
 				if len(rec) == 0 || !strings.HasPrefix(rec[0], "start ") {
 					t.Fatalf("stand-in never started: %q", rec)
@@ -237,8 +190,8 @@ func isSubsequence(want, got []string) bool {
 
 // TestTwoAppsOrder: while the second app runs, the sidecar is untouched.
 func TestTwoAppsOrder(t *testing.T) {
-	for _, b := range builders(t) {
-		t.Run(b.name, func(t *testing.T) {
+	for _, b := range Builders(t) {
+		t.Run(b.Name, func(t *testing.T) {
 			p, built := run(t, b, Desc{Name: "two", SupervisorEnv: fast, Apps: []App{
 				// quick ends once the supervisor has found it.
 				{Name: "quick", Cued: true}, {Name: "slow", Args: []string{"--sleep", "1h"}}}})
@@ -350,8 +303,8 @@ func waitLog(t *testing.T, p *pod.Pod, msg string) {
 
 // TestBadSetting: exit 2 before touching anything, naming the variable.
 func TestBadSetting(t *testing.T) {
-	for _, b := range builders(t) {
-		t.Run(b.name, func(t *testing.T) {
+	for _, b := range Builders(t) {
+		t.Run(b.Name, func(t *testing.T) {
 			p, built := run(t, b, Desc{Name: "bad", Apps: []App{{Name: "app", Args: []string{"--sleep", "1h"}}},
 				SupervisorEnv: []string{"SUPERVISOR_STOP_TIMEOUT=soon"}})
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -375,8 +328,8 @@ func TestBadSetting(t *testing.T) {
 
 // TestNotShared: without a shared PID namespace, exit 1 saying how to fix it.
 func TestNotShared(t *testing.T) {
-	for _, b := range builders(t) {
-		t.Run(b.name, func(t *testing.T) {
+	for _, b := range Builders(t) {
+		t.Run(b.Name, func(t *testing.T) {
 			p, _ := run(t, b, Desc{Name: "unshared", Apps: []App{{Name: "app", Args: []string{"--sleep", "1h"}}},
 				SupervisorOwnPIDNS: true})
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -401,8 +354,8 @@ func TestNotShared(t *testing.T) {
 // TestSupervisorTerminated: SIGTERM to the supervisor mid-wait (pod
 // deletion): it exits 0 at once and leaves the sidecar alone.
 func TestSupervisorTerminated(t *testing.T) {
-	for _, b := range builders(t) {
-		t.Run(b.name, func(t *testing.T) {
+	for _, b := range Builders(t) {
+		t.Run(b.Name, func(t *testing.T) {
 			p, built := run(t, b, Desc{Name: "term", Apps: []App{{Name: "app", Args: []string{"--sleep", "1h"}}}})
 			waitLog(t, p, "app found")
 			if err := p.Signal("supervisor", syscall.SIGTERM); err != nil {
@@ -428,8 +381,8 @@ func TestSupervisorTerminated(t *testing.T) {
 // dies of it. That is no Job failure: the supervisor must not SIGKILL the
 // draining proxy.
 func TestPodDeletion(t *testing.T) {
-	for _, b := range builders(t) {
-		t.Run(b.name, func(t *testing.T) {
+	for _, b := range Builders(t) {
+		t.Run(b.Name, func(t *testing.T) {
 			p, built := run(t, b, Desc{Name: "delete", Apps: []App{{Name: "app", Args: []string{"--sleep", "1h"}}},
 				ProxyEnv: []string{"PILOT_DRAIN=1s"}, Grace: 10 * time.Second})
 			waitLog(t, p, "app found")
@@ -454,8 +407,8 @@ func TestPodDeletion(t *testing.T) {
 
 // TestControl: without the supervisor the pod never completes.
 func TestControl(t *testing.T) {
-	for _, b := range builders(t) {
-		t.Run(b.name, func(t *testing.T) {
+	for _, b := range Builders(t) {
+		t.Run(b.Name, func(t *testing.T) {
 			p, _ := run(t, b, Desc{Name: "control", NoSupervisor: true, Apps: []App{{Name: "app"}}})
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			defer cancel()
@@ -479,8 +432,8 @@ func TestControl(t *testing.T) {
 // pilot-agent has started envoy, and only then stop it: exit 0, the pod
 // Succeeded.
 func TestSidecarStartingAsAppEnds(t *testing.T) {
-	for _, b := range builders(t) {
-		t.Run(b.name, func(t *testing.T) {
+	for _, b := range Builders(t) {
+		t.Run(b.Name, func(t *testing.T) {
 			d := Desc{Name: "job", Apps: []App{{Name: "app", Cued: true, UID: 1000}},
 				ProxyHandlerCued: true, SupervisorEnv: append([]string{}, fast...)}
 			p, built := run(t, b, d)

@@ -183,12 +183,12 @@ func sidecarContainer(s Sidecar, tl pod.Tools, root, bin, shared string) (pod.Co
 	var dumbInit, sh string
 	if root == "" {
 		path = filepath.Join(bin, filepath.Base(img.path))
-		if err := installTool(src, bin, filepath.Base(img.path)); err != nil {
+		if err := InstallTool(src, bin, filepath.Base(img.path)); err != nil {
 			return pod.Container{}, err
 		}
 		dumbInit, sh = DumbInitPath, BusyboxPath
 	} else {
-		if err := installTool(src, root, strings.TrimPrefix(img.path, "/")); err != nil {
+		if err := InstallTool(src, root, strings.TrimPrefix(img.path, "/")); err != nil {
 			return pod.Container{}, err
 		}
 		// The kubelet mounts one into every container; cloud-sql-proxy
@@ -207,7 +207,7 @@ func sidecarContainer(s Sidecar, tl pod.Tools, root, bin, shared string) (pod.Co
 			err = installWithLibs(DumbInitPath, root, strings.TrimPrefix(dumbInit, "/"))
 		case "sh":
 			sh = "/bin/sh"
-			err = installTool(BusyboxPath, root, "bin/sh")
+			err = InstallTool(BusyboxPath, root, "bin/sh")
 		}
 		if err != nil {
 			return pod.Container{}, err
@@ -262,7 +262,7 @@ func vaultDir(hostShared string, s Sidecar) error {
 // installWithLibs installs a dynamically linked program at rel under root
 // with the shared libraries ldd lists for it, at their own paths.
 func installWithLibs(src, root, rel string) error {
-	if err := installTool(src, root, rel); err != nil {
+	if err := InstallTool(src, root, rel); err != nil {
 		return err
 	}
 	out, err := exec.Command("ldd", src).Output()
@@ -279,7 +279,7 @@ func installWithLibs(src, root, rel string) error {
 				if err != nil {
 					return err
 				}
-				if err := installTool(real, root, strings.TrimPrefix(f, "/")); err != nil {
+				if err := InstallTool(real, root, strings.TrimPrefix(f, "/")); err != nil {
 					return err
 				}
 			}

@@ -82,9 +82,9 @@ func TestCloudSQLProxy(t *testing.T) {
 			summary: "failure: app exit 3; action SIGKILL; sidecar stopped",
 		},
 	}
-	for _, b := range builders(t) {
+	for _, b := range Builders(t) {
 		for _, tt := range tests {
-			t.Run(b.name+"/"+tt.name, func(t *testing.T) {
+			t.Run(b.Name+"/"+tt.name, func(t *testing.T) {
 				p, _ := runCloudSQLProxy(t, b, tt.app, tt.flags, tt.uid, tt.env)
 				st := waitPhase(t, p, time.Minute)
 				if st.Phase != tt.phase {
@@ -114,8 +114,8 @@ func TestCloudSQLProxy(t *testing.T) {
 // capabilities): with a signal for its action the supervisor gives up and
 // the pod never completes. Only its HTTP stop reaches it.
 func TestCloudSQLProxyOtherUser(t *testing.T) {
-	for _, b := range builders(t) {
-		t.Run(b.name, func(t *testing.T) {
+	for _, b := range Builders(t) {
+		t.Run(b.Name, func(t *testing.T) {
 			p, _ := runCloudSQLProxy(t, b, nil, nil, 0, []string{"SUPERVISOR_STOP_TIMEOUT=5s"})
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
@@ -138,7 +138,7 @@ func TestCloudSQLProxyOtherUser(t *testing.T) {
 // cloud-sql-proxy with flags (as uid when not 0), Istio's real pilot-agent
 // holding the app until ready, and the supervisor told of both sidecars
 // (plus env). It returns once both sidecars are up and the app released.
-func runCloudSQLProxy(t *testing.T, b builder, appArgs, flags []string, uid int, env []string) (*pod.Pod, Built) {
+func runCloudSQLProxy(t *testing.T, b Builder, appArgs, flags []string, uid int, env []string) (*pod.Pod, Built) {
 	t.Helper()
 	csp := Sidecar{Program: CloudSQLProxy, UID: uid,
 		Args: append(append(append([]string{}, cloudSQLProxyArgs...), flags...), cloudSQLInstance)}
@@ -290,7 +290,7 @@ func TestStandInSidecars(t *testing.T) {
 		{name: "success, HTTP stop not enabled: 404, then SIGTERM", http: true, off: true, uid: ProxyUID,
 			phase: pod.Succeeded, record: refused},
 	}
-	for _, b := range builders(t) {
+	for _, b := range Builders(t) {
 		for _, c := range standInCases {
 			for _, v := range variants {
 				if (v.http && c.stop == "") || (v.off && c.off == nil) {
@@ -301,7 +301,7 @@ func TestStandInSidecars(t *testing.T) {
 					sc = *c.off
 				}
 				sc.UID = v.uid
-				t.Run(b.name+"/"+sc.name()+"/"+v.name, func(t *testing.T) {
+				t.Run(b.Name+"/"+sc.name()+"/"+v.name, func(t *testing.T) {
 					// Past fluent-bit's default Grace (5s).
 					env := append(append([]string{}, fast...), "SUPERVISOR_STOP_TIMEOUT=15s", "SUPERVISOR_APP_CONTAINERS=1",
 						"SUPERVISOR_SIDECAR_PROCESSES=pilot-agent,"+c.process)
