@@ -158,8 +158,11 @@ func (n Namespaces) Exec(ctx context.Context, p *Pod, c *Container, attempt int,
 	defer r.Close()
 	// As kubectl exec: in the container's own mounts (its /proc, its
 	// termination-message file), those of its main process.
+	// (A container whose main process is gone has no mounts to join: the
+	// process gets its own, as before. Kubernetes refuses such an exec; a
+	// test may stand one in for an exec racing the main process's exit.)
 	main := 0
-	if i := p.index(c.Name); i >= 0 {
+	if i := p.index(c.Name); i >= 0 && p.running(i) {
 		if proc := p.proc(i); proc != nil {
 			main = proc.PID()
 		}
