@@ -122,3 +122,23 @@ func (s *Scanner) Children(pid int) ([]Process, error) {
 
 // ErrNoChildrenFile: the kernel was built without CONFIG_PROC_CHILDREN.
 var ErrNoChildrenFile = errors.New("no /proc/PID/task/TID/children (CONFIG_PROC_CHILDREN)")
+
+// argsMax bounds the read of a whole command line (Args).
+const argsMax = 64 << 10
+
+// Args reads pid's whole command line: for a sidecar's main process only,
+// to find the flags that set up its stop (its HTTP stop's port, whether it
+// is on). A command line can carry secrets (--password=...): the caller
+// keeps what it looks for and nothing else, and never logs it.
+func (s *Scanner) Args(pid int) ([]string, error) {
+	f, err := os.Open(s.root + "/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return nil, gone(pid, err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, argsMax))
+	if err != nil {
+		return nil, gone(pid, err)
+	}
+	return strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00"), nil
+}

@@ -26,8 +26,8 @@ const EnvPrefix = "SUPERVISOR_"
 // says the same, row for row in this order (TestReadmeSettings).
 type Config struct {
 	Apps                   []string         `env:"APPS" accepts:"comma-separated container names" meaning:"the pod's app containers, by name (the injection template fills it from the pod spec). Where the kubelet's names can be read (What it logs and reports, below), exactly these are waited for, a restart is the same name coming back, and a container named neither here nor in SUPERVISOR_SIDECARS (a native sidecar, an ephemeral debug container) is neither waited for nor stopped"`
-	Sidecars               []string         `env:"SIDECARS" envDefault:"istio-proxy" accepts:"comma-separated container names" meaning:"the sidecar containers to stop, by name, where the kubelet's names can be read; elsewhere SUPERVISOR_SIDECAR_PROCESSES tells them by their main process"`
-	SidecarProcesses       []string         `env:"SIDECAR_PROCESSES" envDefault:"pilot-agent" accepts:"comma-separated process names" meaning:"containers whose main process has one of these names (comm or argv[0] base name) are sidecars, stopped when the apps are done"`
+	Sidecars               []string         `env:"SIDECARS" envDefault:"istio-proxy,linkerd-proxy,daprd,consul-dataplane,vault-agent,cloud-sql-proxy,otc-container,otel-collector,fluent-bit" accepts:"comma-separated container names" meaning:"the sidecar containers to stop, by name, where the kubelet's names can be read; elsewhere SUPERVISOR_SIDECAR_PROCESSES tells them by their main process. The default names the sidecars the supervisor knows how to stop (Sidecars it knows, below)"`
+	SidecarProcesses       []string         `env:"SIDECAR_PROCESSES" envDefault:"pilot-agent,linkerd2-proxy,daprd,consul-dataplane,cloud-sql-proxy,otelcol,otelcol-contrib,fluent-bit" accepts:"comma-separated process names" meaning:"containers whose main process has one of these names (comm or argv[0] base name) are sidecars, stopped when the apps are done"`
 	IgnoreProcesses        []string         `env:"IGNORE_PROCESSES" accepts:"comma-separated process names" meaning:"containers whose main process has one of these names are neither waited for nor stopped"`
 	AppContainers          int              `env:"APP_CONTAINERS" envDefault:"0" accepts:"whole number ≥ 0" meaning:"how many application containers to wait for; 0 takes whatever is there once at least one is"`
 	AppStartTimeout        time.Duration    `env:"APP_START_TIMEOUT" envDefault:"30s" accepts:"duration > 0" meaning:"bound on looking for the application containers; the missing ones count as unknown"`
@@ -36,7 +36,7 @@ type Config struct {
 	OnSuccess              Action           `env:"ON_SUCCESS" envDefault:"SIGTERM" accepts:"signal name or number, none, http(s)://..." meaning:"action when every app exited 0"`
 	OnFailure              Action           `env:"ON_FAILURE" envDefault:"SIGKILL" accepts:"as above" meaning:"action when an app exited non-zero or was killed"`
 	OnUnknown              Action           `env:"ON_UNKNOWN" envDefault:"SIGTERM" accepts:"as above" meaning:"action when a status could not be read (and none failed)"`
-	SidecarActions         SidecarActions   `env:"SIDECAR_ACTIONS" accepts:"name=action,... with names from SUPERVISOR_SIDECAR_PROCESSES" meaning:"gives some sidecars their own action whatever the outcome, e.g. cloud-sql-proxy=SIGTERM"`
+	SidecarActions         SidecarActions   `env:"SIDECAR_ACTIONS" accepts:"name=action,... with names from SUPERVISOR_SIDECAR_PROCESSES or SUPERVISOR_SIDECARS" meaning:"gives some sidecars their own action whatever the outcome, e.g. cloud-sql-proxy=SIGTERM; without it, a sidecar the supervisor knows gets its own clean stop (below), and any other the outcome's action"`
 	RestartPolicy          RestartPolicy    `env:"RESTART_POLICY" envDefault:"Never" accepts:"Never, OnFailure, Always" meaning:"the pod's restartPolicy (the injection template fills it). OnFailure: a failed app is restarted in place by the kubelet, so the sidecar stays up until every app container has exited 0, and is then stopped only gracefully (SIGKILL is refused: a sidecar exiting 137 would be restarted). Always: an app's exit never stops the sidecar; the supervisor idles until the pod is deleted"`
 	RestartTimeout         time.Duration    `env:"RESTART_TIMEOUT" envDefault:"5m30s" accepts:"duration > 0" meaning:"under OnFailure, the longest an app whose exit status is unknown may take to be restarted before it is taken as finished (the kubelet's back-off reaches 5 minutes); within it, see SUPERVISOR_RESTART_MARGIN"`
 	RestartMargin          time.Duration    `env:"RESTART_MARGIN" envDefault:"15s" accepts:"duration ≥ 0" meaning:"under OnFailure, an app instance whose exit status is unknown is taken as finished once the restart the kubelet would make if it had failed (at once the first time, then after 10 s, 20 s, 40 s ... 5 min, its back-off) is this late: the time the kubelet takes to notice the exit and start the new instance. The injection template sets 60s where an app's image is pulled on every start (imagePullPolicy Always)"`
@@ -252,8 +252,8 @@ func (c *Config) Validate(vars map[string]string) []error {
 		}
 	}
 	for name, a := range c.SidecarActions {
-		if !slices.Contains(c.SidecarProcesses, name) {
-			bad("SIDECAR_ACTIONS", fmt.Sprintf("%q is not in %sSIDECAR_PROCESSES", name, EnvPrefix))
+		if !slices.Contains(c.SidecarProcesses, name) && !slices.Contains(c.Sidecars, name) {
+			bad("SIDECAR_ACTIONS", fmt.Sprintf("%q is not in %sSIDECAR_PROCESSES or %sSIDECARS", name, EnvPrefix, EnvPrefix))
 		}
 		if c.RestartPolicy == OnFailure && a.Kind == ActionSignal && a.Signal == exitwatch.SIGKILL {
 			bad("SIDECAR_ACTIONS", fmt.Sprintf("%s=SIGKILL under restartPolicy OnFailure makes it exit 137, and the kubelet restarts it", name))

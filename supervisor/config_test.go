@@ -17,7 +17,8 @@ func TestConfigDefaults(t *testing.T) {
 		t.Fatalf("LoadConfig(nil) = %v, %v", unknown, err)
 	}
 	want := Config{
-		Sidecars: []string{"istio-proxy"}, SidecarProcesses: []string{"pilot-agent"}, AppContainers: 0,
+		Sidecars: DefaultSidecars(), SidecarProcesses: []string{"pilot-agent", "linkerd2-proxy", "daprd", "consul-dataplane", "cloud-sql-proxy", "otelcol", "otelcol-contrib", "fluent-bit"},
+		AppContainers:   0,
 		AppStartTimeout: 30 * time.Second, SidecarStartTimeout: 30 * time.Second, StopTimeout: 30 * time.Second,
 		OnSuccess: Action{Kind: ActionSignal, Signal: exitwatch.SIGTERM}, OnFailure: Action{Kind: ActionSignal, Signal: exitwatch.SIGKILL},
 		OnUnknown: Action{Kind: ActionSignal, Signal: exitwatch.SIGTERM}, HTTPTimeout: 5 * time.Second, DeletionGrace: 2 * time.Second,
@@ -39,7 +40,7 @@ func TestConfigGood(t *testing.T) {
 		{"SUPERVISOR_SIDECAR_PROCESSES=pilot-agent, cloud-sql-proxy", func(c Config) bool {
 			return cmp.Equal(c.SidecarProcesses, []string{"pilot-agent", "cloud-sql-proxy"})
 		}},
-		{"SUPERVISOR_IGNORE_PROCESSES=fluent-bit", func(c Config) bool { return cmp.Equal(c.IgnoreProcesses, []string{"fluent-bit"}) }},
+		{"SUPERVISOR_IGNORE_PROCESSES=logrotate", func(c Config) bool { return cmp.Equal(c.IgnoreProcesses, []string{"logrotate"}) }},
 		{"SUPERVISOR_APP_CONTAINERS=3", func(c Config) bool { return c.AppContainers == 3 }},
 		{"SUPERVISOR_APP_START_TIMEOUT=2m", func(c Config) bool { return c.AppStartTimeout == 2*time.Minute }},
 		{"SUPERVISOR_SIDECAR_START_TIMEOUT=1m30s", func(c Config) bool { return c.SidecarStartTimeout == 90*time.Second }},
@@ -112,7 +113,7 @@ func TestConfigBad(t *testing.T) {
 		{"SUPERVISOR_RESTART_TIMEOUT=0s", `SUPERVISOR_RESTART_TIMEOUT="0s": want a positive duration`},
 		{"SUPERVISOR_NATIVE_SIDECAR=maybe", `SUPERVISOR_NATIVE_SIDECAR="maybe": want true or false`},
 		{"SUPERVISOR_HOLD_TIMEOUT=forever", `SUPERVISOR_HOLD_TIMEOUT="forever": want a duration`},
-		{"SUPERVISOR_SIDECAR_ACTIONS=cloud-sql-proxy=SIGTERM", `"cloud-sql-proxy" is not in SUPERVISOR_SIDECAR_PROCESSES`},
+		{"SUPERVISOR_SIDECAR_ACTIONS=mystery-proxy=SIGTERM", `"mystery-proxy" is not in SUPERVISOR_SIDECAR_PROCESSES or SUPERVISOR_SIDECARS`},
 		{"SUPERVISOR_SIDECAR_ACTIONS=pilot-agent", `want name=action`},
 		{"SUPERVISOR_SIDECAR_ACTIONS=pilot-agent=SIGNOPE", `pilot-agent: unknown signal "SIGNOPE"`},
 		{"SUPERVISOR_APPS=app,Worker", `SUPERVISOR_APPS="app,Worker": "Worker": want container names as the pod spec has them`},

@@ -128,7 +128,6 @@ func (r *run) kindOf(c procscan.Container) (kind procscan.Kind, before bool) {
 func (r *run) holdSidecar(c procscan.Container) {
 	for _, s := range r.held {
 		if s.main.PID == c.Main.PID {
-			s.handlerSeen = s.handlerSeen || newSidecar(c, nil).handlerSeen
 			return
 		}
 	}
@@ -136,6 +135,6 @@ func (r *run) holdSidecar(c procscan.Container) {
 	if err != nil {
 		return // gone, or not holdable: the stop's scan will tell
 	}
-	r.held = append(r.held, newSidecar(c, proc))
+	r.held = append(r.held, r.newSidecar(c, proc))
 	r.log.Info().Int("pid", c.Main.PID).Str("comm", c.Main.Comm).Str("container", c.Name).Msg("sidecar found")
 }

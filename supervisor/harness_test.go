@@ -24,10 +24,11 @@ type fakePod struct {
 	containers []procscan.Container
 	err        error
 	scans      int
-	unhandled  map[int]bool // PIDs that handle no signal (Signals)
-	named      bool         // containers carry their Kubernetes names
-	panicAt    int          // Scan panics at this scan (a bug injected)
-	panicAgain bool         // and at every scan after it
+	unhandled  map[int]bool     // PIDs that handle no signal (Signals)
+	named      bool             // containers carry their Kubernetes names
+	panicAt    int              // Scan panics at this scan (a bug injected)
+	args       map[int][]string // command lines (Args)
+	panicAgain bool             // and at every scan after it
 }
 
 // Named: the fake pod's containers are named when named is set.
@@ -54,6 +55,13 @@ func (f *fakePod) Signals(pid int) (procscan.Signals, error) {
 		return procscan.Signals{}, nil
 	}
 	return procscan.Signals{Caught: ^uint64(0)}, nil
+}
+
+// Args is the command line args says for pid, if any.
+func (f *fakePod) Args(pid int) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.args[pid], nil
 }
 
 // Children lists the processes of the pod whose parent is pid.
@@ -149,8 +157,14 @@ type fakeKernel struct {
 
 func newFakeKernel() *fakeKernel {
 	return &fakeKernel{procs: map[int]*fakeProc{}, gone: map[int]bool{}, signaled: make(chan struct{}, 100),
-		// A well-behaved sidecar: any signal stops it.
-		onSignal: func(sig exitwatch.Signal) *exitwatch.Status { return &exitwatch.Status{Known: true, Signal: sig} }}
+		// A well-behaved sidecar: any signal stops it, SIGKILL kills it, the
+		// others it handles and exits 0.
+		onSignal: func(sig exitwatch.Signal) *exitwatch.Status {
+			if sig == exitwatch.SIGKILL {
+				return &exitwatch.Status{Known: true, Signal: sig}
+			}
+			return &exitwatch.Status{Known: true}
+		}}
 }
 
 // Watch and Hold hold p as an app or as a sidecar.

@@ -319,7 +319,7 @@ func TestInstall(t *testing.T) {
 // named pilot-agent was exec'd (PPID 0: it now looks like the main one) is
 // not a sidecar to stop; nor is an app's.
 func TestKindIsFirstSight(t *testing.T) {
-	h := start(t, testConfig(t, "SUPERVISOR_IGNORE_PROCESSES=fluent-bit"),
+	h := start(t, testConfig(t, "SUPERVISOR_IGNORE_PROCESSES=logrotate"),
 		container(procscan.App, "app", 10), container(procscan.Ignored, "logs", 20),
 		container(procscan.Sidecar, "pilot-agent", 100))
 	h.proc(10)

@@ -82,6 +82,9 @@ type run struct {
 	warned map[int]bool // stray processes already warned of
 	res    Result
 	notes  []string // for the summary
+	// own lists the sidecars stopped by an action of their own
+	// ("cloud-sql-proxy: POST ..."), for the summary.
+	own []string
 	// published is the progress last written (publish).
 	published string
 	// stopping is set once the action is being applied to the sidecars.
@@ -200,6 +203,14 @@ func (r *run) deleted(ctx context.Context) (state, error) {
 	return nil, nil
 }
 
+// ownActions names the sidecars stopped by an action of their own.
+func (r *run) ownActions() string {
+	if len(r.own) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(r.own, ", ") + ")"
+}
+
 // idle waits for the pod's deletion: under restartPolicy Always (or with a
 // native sidecar) the sidecar is never the supervisor's to stop.
 func (r *run) idle(ctx context.Context) (state, error) {
@@ -220,9 +231,9 @@ func (r *run) summary() string {
 	case r.res.Deleted && !r.stopping:
 		fmt.Fprintf(&b, "%s: %s; pod deleted: sidecar left to the kubelet", r.res.Outcome, r.res.Reason)
 	case r.res.Deleted:
-		fmt.Fprintf(&b, "%s: %s; action %s; pod deleted while stopping: sidecar left to the kubelet", r.res.Outcome, r.res.Reason, r.res.Action)
+		fmt.Fprintf(&b, "%s: %s; action %s%s; pod deleted while stopping: sidecar left to the kubelet", r.res.Outcome, r.res.Reason, r.res.Action, r.ownActions())
 	default:
-		fmt.Fprintf(&b, "%s: %s; action %s", r.res.Outcome, r.res.Reason, r.res.Action)
+		fmt.Fprintf(&b, "%s: %s; action %s%s", r.res.Outcome, r.res.Reason, r.res.Action, r.ownActions())
 	}
 	for _, n := range r.notes {
 		if b.Len() > 0 {

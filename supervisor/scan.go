@@ -14,6 +14,9 @@ type Scanner interface {
 	Named() bool
 	Signals(pid int) (procscan.Signals, error)
 	Children(pid int) ([]procscan.Process, error)
+	// Args is a process's whole command line (a sidecar's, for its stop's
+	// flags: see procscan.Scanner.Args).
+	Args(pid int) ([]string, error)
 }
 
 // ProcScanner is the real Scanner: procscan over a proc filesystem.
@@ -85,6 +88,9 @@ func (p *ProcScanner) kubeOf(main procscan.Process) procscan.Kube {
 	}
 	return k
 }
+
+// Args reads a process's command line.
+func (p *ProcScanner) Args(pid int) ([]string, error) { return p.Procs.Args(pid) }
 
 // Signals reads a process's signal dispositions.
 func (p *ProcScanner) Signals(pid int) (procscan.Signals, error) { return p.Procs.Signals(pid) }

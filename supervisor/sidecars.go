@@ -1,43 +1,53 @@
 package supervisor
 
 import (
-	"context"
-	"errors"
 	"fmt"
+	"net/url"
 	"slices"
-	"time"
-
-	"github.com/sidecar-supervisor/sidecar-supervisor/supervisor/exitwatch"
+	"strconv"
+	"strings"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/procscan"
+	"github.com/sidecar-supervisor/sidecar-supervisor/supervisor/exitwatch"
 )
 
-// A graceful stop must never kill a sidecar by the signal's default action:
-// pilot-agent killed by SIGTERM exits 143, and under restartPolicy Never a
-// pod whose app succeeded is then Failed (issue 16: an app that ended as
-// istio-proxy was starting). Before a graceful signal the supervisor waits,
-// bounded by SidecarStartTimeout, until the sidecar handles it:
-//
-//   - the kernel's fact, for every program: the signal is caught or ignored
-//     (/proc/PID/status SigCgt, SigIgn; world-readable);
-//   - for a Go program the kernel's fact is not enough: the Go runtime
-//     catches nearly every signal from its first milliseconds, and until the
-//     program calls signal.Notify its handler applies the default action
-//     itself (procscan.TestSignalsGoRuntime). Nothing in /proc shows the
-//     Notify call, so for the sidecars we know, the table below names what
-//     does: a child the sidecar starts only after the call.
-
-// knownSidecar is what the supervisor knows of a sidecar program.
+// knownSidecar is what the supervisor knows of a sidecar program: how to
+// tell it (its usual container names, its main process's names), how to
+// stop it so that it exits 0, and what it exits with. Each fact comes from
+// the program's own source or documentation (named per entry), and is
+// proven in e2e on its real binary or on a stand-in that follows it.
 type knownSidecar struct {
-	// process is its main process's name.
-	process string
-	// handles are the signals it stops on gracefully, once handlerWith
-	// runs.
-	handles []exitwatch.Signal
-	// handlerWith is a child the sidecar starts only after it has asked
-	// for handles (signal.Notify).
+	name       string   // as the README's table names it
+	containers []string // the container names its injector or its docs use
+	processes  []string // its main process's names (comm or argv[0] base)
+	// quit is its HTTP stop, if it has one.
+	quit *httpStop
+	// handles are the signals it stops on gracefully once handlerWith, a
+	// child it starts only after asking for them (signal.Notify), runs.
+	handles     []exitwatch.Signal
 	handlerWith string
+	// termExit is what it exits with on SIGTERM (0 unless said), unless
+	// its command line has zeroFlag; fix says how to make it exit 0.
+	termExit int
+	zeroFlag string
+	fix      string
 }
+
+// httpStop is a sidecar's HTTP endpoint that stops it, exiting 0.
+type httpStop struct {
+	path     string
+	port     int
+	portFlag string // the flag that sets the port ("--admin-port"), if any
+	// enableFlag must be on its command line for the endpoint to work; ""
+	// when it always works, or when what enables it cannot be seen (an
+	// environment variable, a config file): then it is tried, and a 404 or
+	// a refusal falls back to SIGTERM.
+	enableFlag string
+}
+
+// istio is the sidecar the settings ON_SUCCESS, ON_FAILURE and ON_UNKNOWN
+// are about (and any sidecar the table does not know).
+const istio = "Istio pilot-agent"
 
 var knownSidecars = []knownSidecar{
 	// pilot-agent (istio.io/istio pilot/cmd/pilot-agent/app/cmd.go):
@@ -46,97 +56,167 @@ var knownSidecars = []knownSidecar{
 	// So a running envoy child means the goroutine that installs the
 	// handler was started before it; envoy's start takes tens of
 	// milliseconds of set-up more (SDS, the xDS proxy), far beyond a
-	// goroutine's first run. Before that, SIGTERM kills it: 143.
-	{process: "pilot-agent", handles: []exitwatch.Signal{exitwatch.SIGINT, exitwatch.SIGTERM}, handlerWith: "envoy"},
+	// goroutine's first run. Before that, SIGTERM kills it: 143. Its stop
+	// is the settings' (SIGTERM drains; POST :15020/quitquitquit does not).
+	{name: istio, containers: []string{"istio-proxy"}, processes: []string{"pilot-agent"},
+		handles: []exitwatch.Signal{exitwatch.SIGINT, exitwatch.SIGTERM}, handlerWith: "envoy"},
+	// linkerd2-proxy (linkerd2-proxy env.rs, admin/src/server.rs): POST
+	// :4191/shutdown, loopback only, when LINKERD2_PROXY_SHUTDOWN_ENDPOINT_
+	// ENABLED (the annotation config.linkerd.io/proxy-admin-shutdown: an
+	// environment variable, unseen here). The wrapper linkerd2-proxy-run
+	// execs it.
+	{name: "Linkerd linkerd2-proxy", containers: []string{"linkerd-proxy"}, processes: []string{"linkerd2-proxy", "linkerd2-proxy-run"},
+		quit: &httpStop{path: "/shutdown", port: 4191}},
+	// daprd (dapr pkg/api/http/shutdown.go): POST :3500/v1.0/shutdown,
+	// 204, exit 0; the port is --dapr-http-port.
+	{name: "Dapr daprd", containers: []string{"daprd"}, processes: []string{"daprd"},
+		quit: &httpStop{path: "/v1.0/shutdown", port: 3500, portFlag: "--dapr-http-port"}},
+	// consul-dataplane (consul-dataplane lifecycle.go), under dumb-init in
+	// its image: :20300/graceful_shutdown (consul-k8s passes
+	// -graceful-port=20600), exit 0 after its grace period.
+	{name: "Consul consul-dataplane", containers: []string{"consul-dataplane"}, processes: []string{"consul-dataplane", "dumb-init"},
+		quit: &httpStop{path: "/graceful_shutdown", port: 20300, portFlag: "-graceful-port"}},
+	// The Vault agent (vault command/agent.go handleQuit): POST
+	// :8200/agent/v1/quit when agent_api.enable_quit (vault-k8s's
+	// annotation agent-enable-quit; in its config, unseen here).
+	{name: "Vault agent", containers: []string{"vault-agent"}, processes: []string{"vault"},
+		quit: &httpStop{path: "/agent/v1/quit", port: 8200}},
+	// cloud-sql-proxy v2 (cmd/root.go): GET or POST
+	// :9091/quitquitquit with --quitquitquit (port: --admin-port), exit 0;
+	// on SIGTERM it exits 143 unless --exit-zero-on-sigterm.
+	{name: "cloud-sql-proxy v2", containers: []string{"cloud-sql-proxy"}, processes: []string{"cloud-sql-proxy"},
+		quit:     &httpStop{path: "/quitquitquit", port: 9091, portFlag: "--admin-port", enableFlag: "--quitquitquit"},
+		termExit: 143, zeroFlag: "--exit-zero-on-sigterm", fix: "start it with --exit-zero-on-sigterm or --quitquitquit"},
+	// The OpenTelemetry collector (otelcol collector.go) and fluent-bit
+	// (src/fluent-bit.c): SIGTERM, exit 0.
+	{name: "OpenTelemetry collector", containers: []string{"otc-container", "otel-collector"}, processes: []string{"otelcol", "otelcol-contrib"}},
+	{name: "fluent-bit", containers: []string{"fluent-bit"}, processes: []string{"fluent-bit"}},
 }
 
-func knownAs(p procscan.Process) *knownSidecar {
+// DefaultSidecars are the sidecar containers known by name: the default of
+// SUPERVISOR_SIDECARS (and of the injection template's list).
+func DefaultSidecars() []string {
+	var out []string
+	for _, k := range knownSidecars {
+		out = append(out, k.containers...)
+	}
+	return out
+}
+
+// knownAs finds what the table knows of a sidecar container: by its
+// Kubernetes name, else by its main process's name.
+func knownAs(container string, main procscan.Process) *knownSidecar {
 	for i, k := range knownSidecars {
-		if p.Matches([]string{k.process}) {
+		if slices.Contains(k.containers, container) {
+			return &knownSidecars[i]
+		}
+	}
+	for i, k := range knownSidecars {
+		if main.Matches(k.processes) {
 			return &knownSidecars[i]
 		}
 	}
 	return nil
 }
 
-// unready says why s would die of sig's default action now, or "" when it
-// handles sig (or is gone, or cannot be read: then the signal is sent as
-// before, and the reason logged).
-func (r *run) unready(s *sidecar, sig exitwatch.Signal) string {
-	sigs, err := r.scan.Signals(s.main.PID)
-	if gone(s) || errors.Is(err, exitwatch.ErrGone) {
-		return ""
-	}
-	if err != nil {
-		r.log.Warn().Err(err).Int("pid", s.main.PID).Msg("cannot read the sidecar's signal dispositions: signalling it as it is")
-		return ""
-	}
-	if !sigs.Handles(int(sig)) {
-		return fmt.Sprintf("it neither catches nor ignores %s yet (SigCgt, SigIgn)", sig)
-	}
-	k := knownAs(s.main)
-	if k == nil || !slices.Contains(k.handles, sig) || s.handlerSeen {
-		return ""
-	}
-	kids, err := r.scan.Children(s.main.PID)
-	if gone(s) || errors.Is(err, exitwatch.ErrGone) {
-		return ""
-	}
-	for _, c := range kids {
-		if c.PPID == s.main.PID && c.Matches([]string{k.handlerWith}) {
-			s.handlerSeen = true
-			return ""
+// flag returns the value of a flag on a command line ("--admin-port 9092",
+// "--admin-port=9092", "-graceful-port=20600"), and whether it is there.
+func flag(args []string, name string) (string, bool) {
+	for i, a := range args {
+		switch {
+		case a == name && i+1 < len(args) && !strings.HasPrefix(args[i+1], "-"):
+			return args[i+1], true
+		case a == name:
+			return "", true
+		case strings.HasPrefix(a, name+"="):
+			return a[len(name)+1:], true
 		}
 	}
-	return fmt.Sprintf("%s has not started %s yet: it asks for %s just before, and dies of it until then", k.process, k.handlerWith, sig)
+	return "", false
 }
 
-func gone(s *sidecar) bool {
-	select {
-	case <-s.proc.Done():
-		return true
-	default:
-		return false
+// stopURL is a known sidecar's HTTP stop, as its command line sets it up;
+// nil when it has none, or its command line shows it is off.
+func (k *knownSidecar) stopURL(args []string) *url.URL {
+	q := k.quit
+	if q == nil {
+		return nil
 	}
+	if q.enableFlag != "" {
+		if _, on := flag(args, q.enableFlag); !on {
+			return nil
+		}
+	}
+	port := q.port
+	if v, ok := flag(args, q.portFlag); q.portFlag != "" && ok {
+		if p, err := strconv.Atoi(v); err == nil && p > 0 && p < 65536 {
+			port = p
+		}
+	}
+	return &url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(port), Path: q.path}
 }
 
-// awaitHandler waits until s handles sig, the sidecar exits, or deadline;
-// at the deadline it says so and lets the signal go. It returns the
-// deleted state if the pod is deleted meanwhile.
-func (r *run) awaitHandler(ctx context.Context, s *sidecar, sig exitwatch.Signal, deadline time.Time) state {
-	begun := time.Now()
-	waiting := false
-	for {
-		why := r.unready(s, sig)
-		if why == "" {
-			if waiting {
-				r.log.Info().Int("pid", s.main.PID).Str("container", s.container).Stringer("signal", sig).
-					Dur("elapsed", time.Since(begun)).Msg("sidecar handles the signal now")
+// knownAction is how a known sidecar other than Istio's is stopped, where
+// SUPERVISOR_SIDECAR_ACTIONS does not say: its HTTP stop where it has one
+// (it works across uids, a signal does not), else SIGTERM on success and
+// the outcome's action otherwise.
+func (r *run) knownAction(s *sidecar) Action {
+	if u := s.known.stopURL(s.args); u != nil {
+		return Action{Kind: ActionHTTP, URL: u}
+	}
+	if r.res.Outcome == Success {
+		return Action{Kind: ActionSignal, Signal: exitwatch.SIGTERM}
+	}
+	return r.res.Action
+}
+
+// expectExit says, for a known sidecar sent sig, what it will exit with
+// when not 0, and how to make it 0.
+func (s *sidecar) expectExit(sig exitwatch.Signal) (code int, fix string) {
+	k := s.known
+	if k == nil || sig != exitwatch.SIGTERM || k.termExit == 0 {
+		return 0, ""
+	}
+	if _, ok := flag(s.args, k.zeroFlag); ok {
+		return 0, ""
+	}
+	return k.termExit, k.fix
+}
+
+// reportExits says which sidecars exited non-zero (or, where the kernel
+// cannot tell, will) after the apps succeeded: under restartPolicy Never
+// the pod is then Failed, under OnFailure the kubelet restarts them.
+func (r *run) reportExits(sidecars []*sidecar) {
+	if r.res.Outcome != Success {
+		return
+	}
+	for _, s := range sidecars {
+		code, fix := 0, ""
+		st := s.proc.Status()
+		switch {
+		case st.Known:
+			code = st.ContainerCode()
+			if _, f := s.expectExit(exitwatch.SIGTERM); code != 0 {
+				fix = f
 			}
-			return nil
+		case s.sent != 0:
+			code, fix = s.expectExit(s.sent)
 		}
-		left := time.Until(deadline)
-		if left <= 0 {
-			r.log.Warn().Int("pid", s.main.PID).Str("comm", s.main.Comm).Str("container", s.container).Stringer("signal", sig).
-				Str("reason", why).Str("timeout", r.cfg.SidecarStartTimeout.String()).
-				Msg("sidecar still does not handle the signal: sending it anyway, it may die of it")
-			r.note(fmt.Sprintf("%s did not handle %s within %s (%s): sent anyway", s.main.Comm, sig, r.cfg.SidecarStartTimeout, why))
-			return nil
+		if code == 0 {
+			continue
 		}
-		if !waiting {
-			waiting = true
-			r.log.Info().Int("pid", s.main.PID).Str("comm", s.main.Comm).Str("container", s.container).Stringer("signal", sig).
-				Str("reason", why).Str("timeout", r.cfg.SidecarStartTimeout.String()).
-				Msg("sidecar would die of the signal now: waiting until it handles it")
+		then := "the pod will be Failed"
+		if r.cfg.RestartPolicy == OnFailure {
+			then = "the kubelet will restart it"
 		}
-		t := time.NewTimer(min(r.cfg.ScanInterval, left))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return r.deleted
-		case <-s.proc.Done():
-		case <-t.C:
+		msg := fmt.Sprintf("%s exited %d: %s", s.container, code, then)
+		if !st.Known {
+			msg = fmt.Sprintf("%s will exit %d: %s", s.container, code, then)
 		}
-		t.Stop()
+		if fix != "" {
+			msg += "; " + fix
+		}
+		r.log.Warn().Str("container", s.container).Int("exit_code", code).Str("fix", fix).Msg("sidecar exited non-zero after the apps succeeded")
+		r.note(msg)
 	}
 }

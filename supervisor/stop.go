@@ -20,20 +20,25 @@ type sidecar struct {
 	main      procscan.Process
 	proc      exitwatch.Proc
 	gone      bool
+	// known is what the table (sidecars.go) knows of it, or nil; args its
+	// command line, read only for a known sidecar whose stop depends on
+	// its flags.
+	known *knownSidecar
+	args  []string
 	// handlerSeen: the child that shows a known sidecar handles SIGTERM
 	// (knownSidecar.handlerWith) has been seen.
 	handlerSeen bool
+	// sent is the last signal it was sent.
+	sent exitwatch.Signal
 }
 
-// newSidecar holds c's main process as a sidecar, noting what the scan
-// showed of its children.
-func newSidecar(c procscan.Container, proc exitwatch.Proc) *sidecar {
-	s := &sidecar{container: c.Name, main: c.Main, proc: proc}
-	if k := knownAs(c.Main); k != nil {
-		for _, p := range c.Processes {
-			if p.PPID == c.Main.PID && p.Matches([]string{k.handlerWith}) {
-				s.handlerSeen = true
-			}
+// newSidecar holds c's main process as a sidecar, and reads what the table
+// needs of it.
+func (r *run) newSidecar(c procscan.Container, proc exitwatch.Proc) *sidecar {
+	s := &sidecar{container: c.Name, main: c.Main, proc: proc, known: knownAs(c.Name, c.Main)}
+	if k := s.known; k != nil && (k.zeroFlag != "" || k.quit != nil && (k.quit.portFlag != "" || k.quit.enableFlag != "")) {
+		if args, err := r.scan.Args(c.Main.PID); err == nil {
+			s.args = args
 		}
 	}
 	return s
@@ -63,6 +68,9 @@ func (r *run) stop(ctx context.Context) (state, error) {
 			return next, nil
 		}
 		next, err := r.watchSidecars(ctx, sidecars, begun)
+		if next == nil && err == nil {
+			r.reportExits(sidecars)
+		}
 		closeAll(sidecars)
 		if errors.Is(err, errGaveUp) {
 			return nil, nil
@@ -105,13 +113,17 @@ func closeAll(sidecars []*sidecar) {
 	}
 }
 
-// actionFor is a sidecar's action: its own, if SIDECAR_ACTIONS names it,
-// else the outcome's.
+// actionFor is a sidecar's action: its own, if SIDECAR_ACTIONS names it
+// (by process or container name); a known sidecar's own stop (sidecars.go)
+// unless it is Istio's; else the outcome's.
 func (r *run) actionFor(s *sidecar) Action {
 	for name, a := range r.cfg.SidecarActions {
-		if s.main.Matches([]string{name}) {
+		if s.main.Matches([]string{name}) || s.container == name {
 			return a
 		}
+	}
+	if s.known != nil && s.known.name != istio {
+		return r.knownAction(s)
 	}
 	return r.res.Action
 }
@@ -126,6 +138,9 @@ func (r *run) act(ctx context.Context, sidecars []*sidecar) state {
 	handlerDeadline := time.Now().Add(r.cfg.SidecarStartTimeout)
 	for _, s := range sidecars {
 		act := r.actionFor(s)
+		if act != r.res.Action {
+			r.own = append(r.own, s.container+": "+act.String())
+		}
 		if act.Kind == ActionHTTP {
 			u := act.URL.String()
 			ok, done := posted[u]
@@ -266,13 +281,16 @@ func (r *run) holdSidecars(pod procscan.Pod, skip map[int]bool) []*sidecar {
 			r.log.Error().Err(err).Int("pid", c.Main.PID).Str("container", c.Name).Msg("cannot hold sidecar")
 			continue
 		}
-		out = append(out, newSidecar(c, proc))
+		out = append(out, r.newSidecar(c, proc))
 	}
 	return out
 }
 
 func (r *run) signal(s *sidecar, sig exitwatch.Signal) {
 	err := s.proc.Signal(sig)
+	if err == nil {
+		s.sent = sig
+	}
 	ev := r.log.Info()
 	msg := "sidecar signalled"
 	switch {

@@ -179,6 +179,11 @@ func injectCases(t *testing.T) (cases []injectCase) {
 	plainJob := podShape{InitContainers: []string{"istio-init"}, Containers: []string{"app", proxyName}}
 	plainDeployment := podShape{InitContainers: []string{"istio-init"}, Containers: []string{"web", proxyName}}
 	skipped := []injectCase{
+		// A sidecar the supervisor knows, added as a regular container (as
+		// Dapr's injector does): not an app.
+		{name: "job with daprd: not an app", in: job("dapr", corev1.RestartPolicyNever, nil, "app", "daprd"),
+			want: podShape{InitContainers: []string{"istio-init"}, Containers: []string{"app", "daprd", supervisorName, proxyName},
+				ShareProcessNamespace: true, SupervisorEnv: supervisorEnv("Never", "app"), SupervisorUser: "1337"}},
 		// The API server refuses hostPID with shareProcessNamespace: the
 		// pod must stay valid, without the supervisor or the hold.
 		{name: "hostPID job: left alone, valid, and says why", in: hostPID(job("hostpid", corev1.RestartPolicyNever, nil, "app")),

@@ -88,10 +88,11 @@ func (w *Watcher) Watch(p Process) (Proc, error) {
 	return &unknownProc{Proc: proc, reason: fmt.Sprintf("ptrace refused (%v)", err)}, nil
 }
 
-// Hold holds a process whose exit alone matters (a sidecar), by pidfd
-// whatever the method.
+// Hold holds a process whose exit matters more than its status (a
+// sidecar), by pidfd whatever the method; with the pidfd method its status
+// comes too, at no cost (a sidecar that exits non-zero fails the pod).
 func (w *Watcher) Hold(p Process) (Proc, error) {
-	return w.pidfds.open(p, false, "not watched for its status")
+	return w.pidfds.open(p, w.method == Pidfd, "its exit status cannot be read here")
 }
 
 // Close stops watching and releases every pidfd; tracees are detached by
