@@ -20,6 +20,10 @@ import (
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/cluster"
 )
 
+// The apps run 10 s at least: with every case at once on two cores, the
+// kubelet may take seconds between starting an app and starting the
+// supervisor after it, and an app done before the supervisor's first look
+// is a case of its own (SUPERVISOR_APP_START_TIMEOUT), not these.
 const (
 	// jobLimit bounds a Job's run: image already on the node, pilot-agent's
 	// 5 s drain, the kubelet's 10 s back-off before a retry or a restart,
@@ -148,7 +152,7 @@ func (e *env) checkSucceeded(ctx context.Context, t *testing.T, p corev1.Pod, ap
 func (e *env) exitZero(ctx context.Context, t *testing.T) {
 	ns := e.namespace(ctx, t, "exit-zero")
 	e.createJob(ctx, t, ns, newJob("exit-zero", corev1.RestartPolicyNever, 0,
-		app("app", "echo working; sleep 3; echo done")))
+		app("app", "echo working; sleep 10; echo done")))
 	if cond := e.waitJob(ctx, t, ns, "exit-zero", jobLimit); cond.Type != batchv1.JobComplete {
 		t.Fatalf("job ended %s (%s: %s), want Complete", cond.Type, cond.Reason, cond.Message)
 	}
@@ -196,7 +200,7 @@ func (e *env) quickApps(ctx context.Context, t *testing.T) {
 func (e *env) exitThree(ctx context.Context, t *testing.T) {
 	ns := e.namespace(ctx, t, "exit-three")
 	e.createJob(ctx, t, ns, newJob("exit-three", corev1.RestartPolicyNever, 1,
-		app("app", "echo working; sleep 3; echo failing; exit 3")))
+		app("app", "echo working; sleep 10; echo failing; exit 3")))
 	cond := e.waitJob(ctx, t, ns, "exit-three", jobLimit)
 	if cond.Type != batchv1.JobFailed || cond.Reason != batchv1.JobReasonBackoffLimitExceeded {
 		t.Fatalf("job ended %s (%s: %s), want Failed (BackoffLimitExceeded)", cond.Type, cond.Reason, cond.Message)
@@ -228,7 +232,7 @@ func (e *env) onFailure(ctx context.Context, t *testing.T) {
 	ns := e.namespace(ctx, t, "on-failure")
 	j := newJob("on-failure", corev1.RestartPolicyOnFailure, 2,
 		app("app", `if [ -e /state/failed-once ]; then echo "second run: succeeding"; sleep 2; exit 0; fi
-touch /state/failed-once; echo "first run: failing"; sleep 3; exit 1`))
+touch /state/failed-once; echo "first run: failing"; sleep 10; exit 1`))
 	spec := &j.Spec.Template.Spec
 	spec.Volumes = []corev1.Volume{{Name: "state", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
 	spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "state", MountPath: "/state"}}
@@ -269,8 +273,8 @@ touch /state/failed-once; echo "first run: failing"; sleep 3; exit 1`))
 func (e *env) twoApps(ctx context.Context, t *testing.T) {
 	ns := e.namespace(ctx, t, "two-apps")
 	e.createJob(ctx, t, ns, newJob("two-apps", corev1.RestartPolicyNever, 0,
-		app("quick", "echo quick; sleep 2"),
-		app("slow", "echo slow; sleep 8")))
+		app("quick", "echo quick; sleep 10"),
+		app("slow", "echo slow; sleep 16")))
 	if cond := e.waitJob(ctx, t, ns, "two-apps", jobLimit); cond.Type != batchv1.JobComplete {
 		t.Fatalf("job ended %s (%s: %s), want Complete", cond.Type, cond.Reason, cond.Message)
 	}
@@ -402,7 +406,7 @@ func (e *env) deployJobPtrace(ctx context.Context, t *testing.T) {
 // suspended as soon as it has, and that one Job must complete.
 func (e *env) cronJob(ctx context.Context, t *testing.T) {
 	ns := e.namespace(ctx, t, "cronjob")
-	j := newJob("", corev1.RestartPolicyOnFailure, 2, app("app", "date; echo working; sleep 3; echo done"))
+	j := newJob("", corev1.RestartPolicyOnFailure, 2, app("app", "date; echo working; sleep 10; echo done"))
 	cj := &batchv1.CronJob{
 		ObjectMeta: metav1.ObjectMeta{Name: "every-minute"},
 		Spec: batchv1.CronJobSpec{
