@@ -127,12 +127,28 @@ var refused = &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("conn
 // TestHTTPNotRetriedOnceSent: a POST that reached the sidecar but got no
 // answer (it may have stopped at once) is not sent again: SIGTERM follows.
 func TestHTTPNotRetriedOnceSent(t *testing.T) {
-	h := startWith(t, testConfig(t, "SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit"), func(h *harness) {
+	h := startWith(t, testConfig(t, "SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit", "SUPERVISOR_HTTP_TIMEOUT=200ms"), func(h *harness) {
 		h.answer = func(int) (int, error) { return 0, errors.New("read status line: EOF") }
 	}, container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
 	h.proc(10).exit(exited(0))
 	h.finish(Success, "SIGTERM 100")
 	if n := len(h.postsSent()); n != 1 {
 		t.Errorf("%d POSTs, want 1", n)
+	}
+}
+
+// TestHTTPAnswerLost: the request reached the sidecar, which stopped
+// before its answer was read (EOF): that is a stop, not a failed POST.
+func TestHTTPAnswerLost(t *testing.T) {
+	h := startWith(t, testConfig(t, "SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit"), func(h *harness) {
+		h.answer = func(int) (int, error) {
+			go h.kernel.proc(100).exit(exited(0))
+			return 0, errors.New("read status line: EOF")
+		}
+	}, container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+	h.proc(10).exit(exited(0))
+	res := h.finish(Success)
+	if strings.Contains(res.Summary, "POST failed") {
+		t.Errorf("summary %q: a lost answer taken for a failure", res.Summary)
 	}
 }

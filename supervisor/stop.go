@@ -150,8 +150,15 @@ func (r *run) act(ctx context.Context, sidecars []*sidecar) state {
 					return r.deleted
 				}
 				ok = err == nil && code >= 200 && code <= 299
+				if err != nil && !errors.Is(err, syscall.ECONNREFUSED) && r.exitsWithin(ctx, s, r.cfg.HTTPTimeout) {
+					// The request reached it, and it stopped before its
+					// answer was read (pilot-agent's and cloud-sql-proxy's
+					// quit can exit before the 200 is flushed).
+					ok, code, err = true, 0, nil
+				}
 				posted[u] = ok
 				if ok {
+					// status 0: the answer was lost, the sidecar stopped.
 					r.log.Info().Str("url", act.URL.Redacted()).Int("status", code).Str("method", "http").
 						Str("container", s.container).Msg("sidecar asked to stop")
 				} else {
@@ -182,6 +189,19 @@ func (r *run) act(ctx context.Context, sidecars []*sidecar) state {
 		}
 	}
 	return nil
+}
+
+// exitsWithin reports whether s exits within d.
+func (r *run) exitsWithin(ctx context.Context, s *sidecar, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-s.proc.Done():
+		return true
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	return false
 }
 
 // postUntilAnswered POSTs an HTTP action, again every ScanInterval while

@@ -46,7 +46,7 @@ func (e *env) runningPod(ctx context.Context, t *testing.T, ns, job, app string)
 // included, has exited: waiting for it would hang the Job.
 func (e *env) nativeSidecarOfItsOwn(ctx context.Context, t *testing.T) {
 	ns := e.namespace(ctx, t, "native-own")
-	j := newJob("native-own", corev1.RestartPolicyNever, 0, app("app", "echo working; sleep 4; echo done"))
+	j := newJob("native-own", corev1.RestartPolicyNever, 0, app("app", "echo working; sleep 10; echo done"))
 	tmpl := &j.Spec.Template
 	tmpl.Annotations = map[string]string{"sidecar.istio.io/nativeSidecar": "false"}
 	logship := app("logship", "while true; do sleep 1; done")
@@ -104,8 +104,8 @@ func (e *env) onFailureTwoApps(ctx context.Context, t *testing.T) {
 	ns := e.namespace(ctx, t, "on-failure-two")
 	j := newJob("on-failure-two", corev1.RestartPolicyOnFailure, 3,
 		app("flaky", `n=$(cat /state/runs 2>/dev/null || echo 0); echo $((n+1)) > /state/runs
-if [ "$n" -lt 2 ]; then echo "run $((n+1)): failing"; sleep 2; exit 1; fi; echo "run $((n+1)): succeeding"; sleep 2`),
-		app("steady", "echo steady; sleep 25"))
+if [ "$n" -lt 2 ]; then echo "run $((n+1)): failing"; sleep 10; exit 1; fi; echo "run $((n+1)): succeeding"; sleep 10`),
+		app("steady", "echo steady; sleep 45"))
 	spec := &j.Spec.Template.Spec
 	spec.Volumes = []corev1.Volume{{Name: "state", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
 	spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "state", MountPath: "/state"}}

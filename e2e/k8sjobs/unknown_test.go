@@ -25,7 +25,7 @@ func (e *env) onFailureUnknown(ctx context.Context, t *testing.T, name string, f
 	ns := e.namespace(ctx, t, name)
 	j := newJob(name, corev1.RestartPolicyOnFailure, 4,
 		app("app", `n=$(cat /state/runs 2>/dev/null || echo 0); echo $((n+1)) > /state/runs
-if [ "$n" -lt `+string(rune('0'+fails))+` ]; then echo "run $((n+1)): failing"; sleep 2; exit 1; fi; echo "run $((n+1)): succeeding"; sleep 2`))
+if [ "$n" -lt `+string(rune('0'+fails))+` ]; then echo "run $((n+1)): failing"; sleep 10; exit 1; fi; echo "run $((n+1)): succeeding"; sleep 10`))
 	j.Spec.Template.Annotations = map[string]string{"supervisor.sidecar-supervisor.io/exit-status": "none"}
 	spec := &j.Spec.Template.Spec
 	spec.Volumes = []corev1.Volume{{Name: "state", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
