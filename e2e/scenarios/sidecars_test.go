@@ -24,9 +24,9 @@ var cloudSQLProxyArgs = []string{"--token", "x", "--lazy-refresh", "--port", "54
 const cloudSQLInstance = "proj:region:inst"
 
 // TestCloudSQLProxy runs Job pods with the real cloud-sql-proxy v2 next to
-// Istio's real pilot-agent, on every backend, with today's supervisor
-// configured for both by hand (SUPERVISOR_SIDECAR_PROCESSES, and
-// SUPERVISOR_SIDECAR_ACTIONS for its /quitquitquit). cloud-sql-proxy's own
+// Istio's real pilot-agent, on every backend: configured by hand
+// (SUPERVISOR_SIDECAR_ACTIONS for its /quitquitquit), and not (the
+// supervisor knows cloud-sql-proxy's stop, and reads its flags). cloud-sql-proxy's own
 // exit code decides as much as the app's: under restartPolicy Never a
 // sidecar exiting 143 fails the pod whatever the app did.
 func TestCloudSQLProxy(t *testing.T) {
@@ -51,7 +51,16 @@ func TestCloudSQLProxy(t *testing.T) {
 			name: "success, quitquitquit: every container 0", flags: []string{"--quitquitquit"},
 			env:   []string{"SUPERVISOR_SIDECAR_ACTIONS=" + quit},
 			phase: pod.Succeeded, codes: map[string]int{"app": 0, "cloud-sql-proxy": 0, "istio-proxy": 0, "supervisor": 0},
-			summary: "success: app exit 0; action SIGTERM; sidecar stopped",
+			summary: "success: app exit 0; action SIGTERM (cloud-sql-proxy: POST http://127.0.0.1:9091/quitquitquit); sidecar stopped",
+			log:     "/quitquitquit received request",
+		},
+		{
+			// No settings: the supervisor knows cloud-sql-proxy, reads
+			// --quitquitquit and --admin-port on its command line, and
+			// stops it there.
+			name: "success, its own quitquitquit found on its command line", flags: []string{"--quitquitquit", "--admin-port", "9092"},
+			phase: pod.Succeeded, codes: map[string]int{"app": 0, "cloud-sql-proxy": 0, "istio-proxy": 0, "supervisor": 0},
+			summary: "success: app exit 0; action SIGTERM (cloud-sql-proxy: POST http://127.0.0.1:9092/quitquitquit); sidecar stopped",
 			log:     "/quitquitquit received request",
 		},
 		{
@@ -60,13 +69,14 @@ func TestCloudSQLProxy(t *testing.T) {
 			// The sidecar's own action applies whatever the outcome;
 			// pilot-agent gets the failure's SIGKILL.
 			phase: pod.Failed, codes: map[string]int{"app": 3, "cloud-sql-proxy": 0, "istio-proxy": 137, "supervisor": 0},
-			summary: "failure: app exit 3; action SIGKILL; sidecar stopped",
+			summary: "failure: app exit 3; action SIGKILL (cloud-sql-proxy: POST http://127.0.0.1:9091/quitquitquit); sidecar stopped",
 			log:     "/quitquitquit received request",
 		},
 		{
+			// Issue 21: the supervisor says so, and how to fix it.
 			name: "success, SIGTERM: its 143 fails the pod", uid: ProxyUID,
 			phase: pod.Failed, codes: map[string]int{"app": 0, "cloud-sql-proxy": 143, "istio-proxy": 0, "supervisor": 0},
-			summary: "success: app exit 0; action SIGTERM; sidecar stopped",
+			summary: "success: app exit 0; action SIGTERM; cloud-sql-proxy exited 143: the pod will be Failed; start it with --exit-zero-on-sigterm or --quitquitquit",
 			log:     "SIGTERM signal received",
 		},
 		{
@@ -270,6 +280,10 @@ func TestStandInSidecars(t *testing.T) {
 		// enabled; uid: run it as the supervisor's.
 		http, off bool
 		uid       int
+		// signal forces it through SUPERVISOR_SIDECAR_ACTIONS; own leaves
+		// the sidecar to the supervisor's table.
+		signal string
+		own    bool
 		// want
 		phase       pod.Phase
 		sidecarCode int
@@ -284,9 +298,13 @@ func TestStandInSidecars(t *testing.T) {
 	variants := []variant{
 		{name: "success, HTTP stop", http: true, phase: pod.Succeeded, record: stopped},
 		{name: "failure, HTTP stop", http: true, app: []string{"--exit", "3"}, phase: pod.Failed, record: stopped},
-		{name: "success, SIGTERM", uid: ProxyUID, phase: pod.Succeeded, record: termed},
-		{name: "failure, SIGKILL", uid: ProxyUID, app: []string{"--exit", "3"}, phase: pod.Failed, sidecarCode: 137,
+		{name: "success, SIGTERM", uid: ProxyUID, signal: "SIGTERM", phase: pod.Succeeded, record: termed},
+		{name: "failure, SIGKILL", uid: ProxyUID, signal: "SIGKILL", app: []string{"--exit", "3"}, phase: pod.Failed, sidecarCode: 137,
 			record: func(standInCase) []string { return nil }},
+		// No settings: the supervisor's table (supervisor/sidecars.go)
+		// stops each its own way, as its image's user where it has an HTTP
+		// stop, as the supervisor's where only a signal reaches it.
+		{name: "success, its own stop", own: true, phase: pod.Succeeded},
 		{name: "success, HTTP stop not enabled: 404, then SIGTERM", http: true, off: true, uid: ProxyUID,
 			phase: pod.Succeeded, record: refused},
 	}
@@ -305,8 +323,14 @@ func TestStandInSidecars(t *testing.T) {
 					// Past fluent-bit's default Grace (5s).
 					env := append(append([]string{}, fast...), "SUPERVISOR_STOP_TIMEOUT=15s", "SUPERVISOR_APP_CONTAINERS=1",
 						"SUPERVISOR_SIDECAR_PROCESSES=pilot-agent,"+c.process)
-					if v.http {
+					switch {
+					case v.http:
 						env = append(env, "SUPERVISOR_SIDECAR_ACTIONS="+c.process+"="+c.stop)
+					case v.signal != "":
+						env = append(env, "SUPERVISOR_SIDECAR_ACTIONS="+c.process+"="+v.signal)
+					}
+					if v.own && c.stop == "" {
+						sc.UID = ProxyUID // only a signal stops it: it must be the supervisor's uid
 					}
 					d := Desc{Name: "job", Apps: []App{{Name: "app", Cued: true, UID: 1000, Args: v.app}},
 						Sidecars: []Sidecar{sc}, SupervisorEnv: env}
@@ -323,7 +347,14 @@ func TestStandInSidecars(t *testing.T) {
 						t.Errorf("%s exit %d, want %d", sc.name(), got, v.sidecarCode)
 					}
 					rec := Record(recFile)
-					if want := v.record(c); !slices.Equal(rec[1:], want) {
+					record := v.record
+					if v.own {
+						record = termed
+						if c.stop != "" {
+							record = stopped
+						}
+					}
+					if want := record(c); !slices.Equal(rec[1:], want) {
 						t.Errorf("%s record %q, want %q after its start", sc.name(), rec, want)
 					}
 				})
