@@ -25,7 +25,14 @@ type NameRules struct {
 // otherwise (or when it is another pod's). A container not yet set up
 // (Starting) stays Starting; the pause container and the supervisor's own
 // keep their kinds.
-func (p *Pod) Name(kube func(pid int) Kube, r NameRules) {
+//
+// A process that has begun to exit has no mounts left to show (the kernel
+// drops its mount namespace before it becomes a zombie): kube reports it as
+// ending, and such a container keeps its kind by process name, unnamed, as
+// without names. (The k8sjobs cluster caught an app at its last
+// millisecond this way: taken for an unnamed container, it was never
+// waited for.)
+func (p *Pod) Name(kube func(pid int) (k Kube, ending bool), r NameRules) {
 	if r.PodUID == "" {
 		return
 	}
@@ -34,11 +41,13 @@ func (p *Pod) Name(kube func(pid int) Kube, r NameRules) {
 		if !c.HasMain || c.Kind == Pause {
 			continue
 		}
-		k := kube(c.Main.PID)
+		k, ending := kube(c.Main.PID)
 		if k.Known() {
 			c.Kube, c.Name = k, k.Name
 		}
 		switch {
+		case !k.Known() && (ending || c.Main.Exiting):
+			// Its name is gone with its mounts: the kinds by process name.
 		case c.Kind == Self || c.Kind == Starting:
 		case k.Known() && k.PodUID != r.PodUID:
 			c.Kind, c.Why = Other, "a container of another pod ("+k.PodUID+")"

@@ -23,6 +23,7 @@ func TestName(t *testing.T) {
 		{PID: 13, StartTime: 8, Comm: "runc:[2:INIT]", Cgroup: cg("c13")},
 		{PID: 14, StartTime: 9, Comm: "pilot-agent", Cgroup: cg("c14")},
 		{PID: 15, StartTime: 10, Comm: "mystery", Cgroup: cg("c15")},
+		{PID: 16, StartTime: 11, Comm: "sleep", Cgroup: cg("c16")}, // an app at its exit: no mounts left
 	}
 	names := map[int]Kube{
 		7: {"otel-collector", uid}, 8: {"worker", uid}, 9: {"loader", uid}, 10: {"sidecar-supervisor", uid},
@@ -30,14 +31,14 @@ func TestName(t *testing.T) {
 	}
 	rules := NameRules{PodUID: uid, Apps: []string{"worker", "loader", "late"}, Sidecars: []string{"istio-proxy"}}
 	pod := Classify(procs, 10, Rules{Sidecar: []string{"pilot-agent"}})
-	pod.Name(func(pid int) Kube { return names[pid] }, rules)
+	pod.Name(func(pid int) (Kube, bool) { return names[pid], pid == 16 }, rules)
 	got := map[string]string{}
 	for _, c := range pod.Containers {
 		got[c.Name] = c.Kind.String()
 	}
 	want := map[string]string{
 		"pause": "pause", "otel-collector": "other", "worker": "app", "loader": "app", "sidecar-supervisor": "self",
-		"istio-proxy": "sidecar", "debugger-x7k2p": "other", "late": "starting", "c15": "other",
+		"istio-proxy": "sidecar", "debugger-x7k2p": "other", "late": "starting", "c15": "other", "c16": "app",
 	}
 	// Another pod's istio-proxy is Other too, under the same name.
 	for _, c := range pod.Containers {
@@ -58,7 +59,7 @@ func TestName(t *testing.T) {
 
 	// Without an app list the process rules stand, and names only name.
 	pod = Classify(procs, 10, Rules{Sidecar: []string{"pilot-agent"}})
-	pod.Name(func(pid int) Kube { return names[pid] }, NameRules{PodUID: uid, Sidecars: []string{"istio-proxy"}})
+	pod.Name(func(pid int) (Kube, bool) { return names[pid], false }, NameRules{PodUID: uid, Sidecars: []string{"istio-proxy"}})
 	for _, c := range pod.Containers {
 		if c.Main.PID == 12 && (c.Name != "debugger-x7k2p" || c.Kind != App) {
 			t.Errorf("without app names: %s is %s", c.Name, c.Kind)
@@ -67,7 +68,7 @@ func TestName(t *testing.T) {
 	// Without the supervisor's own name (another runtime), nothing changes.
 	pod = Classify(procs, 10, Rules{Sidecar: []string{"pilot-agent"}})
 	before := pod.Containers[2]
-	pod.Name(func(pid int) Kube { return names[pid] }, NameRules{})
+	pod.Name(func(pid int) (Kube, bool) { return names[pid], false }, NameRules{})
 	if pod.Containers[2].Name != before.Name {
 		t.Errorf("names applied without the pod's UID")
 	}

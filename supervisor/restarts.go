@@ -111,6 +111,16 @@ func (l *ledger) started(a *app, hasMain bool) (replaces *app) {
 		replaces = l.byName[a.name]
 		l.byName[a.name] = a
 		if replaces == nil {
+			// Its first instance, unless one was seen at its exit, its
+			// name already gone (procscan.Pod.Name): then this is its
+			// restart, as without names.
+			if i := slices.IndexFunc(l.awaiting, func(b *app) bool { return b.name == "" }); i >= 0 {
+				replaces = l.awaiting[i]
+				l.awaiting = slices.Delete(l.awaiting, i, i+1)
+				replaces.superseded = true
+				a.restarts = replaces.restarts + 1
+				return replaces
+			}
 			l.slots++
 			return nil
 		}

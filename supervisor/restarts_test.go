@@ -71,6 +71,12 @@ func TestLedger(t *testing.T) {
 			policy: OnFailure, want: 1, margin: 15 * time.Second, timeout: 330 * time.Second,
 			steps:    "start a 1; exit a 1 @0; start a-r1 2; exit a-r1 1 @5; start a-r2 3; exit a-r2 -1 @40; at 75",
 			finished: true, final: "a-r2 unknown (test)", replaced: "a-r1<a, a-r2<a-r1"},
+		{name: "names: a restart is the same name, not the oldest awaiting", policy: OnFailure, want: 2,
+			steps: "named a 1; named b 2; exit b 1; exit a 1; named a 3; exit a 0; named b 4; exit b 0", finished: true,
+			final: "a exit 0, b exit 0", replaced: "a<a, b<b"},
+		{name: "names: an instance seen at its exit, unnamed, is replaced by its named restart", policy: OnFailure, want: 2,
+			steps: "named b 2; start x 1; exit x 1; named a 3; exit a 0; exit b 0", finished: true,
+			final: "b exit 0, a exit 0", replaced: "a<x"},
 		{name: "missing slots count as unknown", policy: Never, want: 3,
 			steps: "start a 1; exit a 0; missing", finished: true,
 			final: "a exit 0, missing-1 unknown (never seen), missing-2 unknown (never seen)"},
@@ -96,6 +102,15 @@ func TestLedger(t *testing.T) {
 					f = f[:len(f)-1]
 				}
 				switch f[0] {
+				case "named":
+					// An instance known by its Kubernetes name.
+					var pid int
+					fmt.Sscanf(f[2], "%d", &pid)
+					a := &app{container: f[1], name: f[1], main: procscan.Process{PID: pid, StartTime: uint64(pid)}}
+					if old := l.started(a, true); old != nil {
+						replaced = append(replaced, a.container+"<"+old.container)
+					}
+					last[f[1]] = a
 				case "start":
 					var pid int
 					fmt.Sscanf(f[2], "%d", &pid)

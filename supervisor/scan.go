@@ -69,24 +69,28 @@ func (p *ProcScanner) Scan() (procscan.Pod, error) {
 				delete(p.kube, k) // gone: the cache holds the pod's main processes only
 			}
 		}
-		pod.Name(func(pid int) procscan.Kube { return p.kubeOf(mains[pid]) }, p.Names)
+		pod.Name(func(pid int) (procscan.Kube, bool) { return p.kubeOf(mains[pid]) }, p.Names)
 	}
 	return pod, nil
 }
 
 // kubeOf reads a main process's identity once: a process's mounts are set
 // before it execs its command. One not found is read again next time (a
-// process caught before its mounts were made).
-func (p *ProcScanner) kubeOf(main procscan.Process) procscan.Kube {
+// process caught before its mounts were made). ending: the process has
+// begun to exit, or is gone, since it was scanned: its mounts are gone
+// with it, and so is its name.
+func (p *ProcScanner) kubeOf(main procscan.Process) (procscan.Kube, bool) {
 	key := instance{main.PID, main.StartTime}
 	if k, ok := p.kube[key]; ok {
-		return k
+		return k, false
 	}
 	k, err := p.Procs.Kube(main.PID)
 	if err == nil && k.Known() {
 		p.kube[key] = k
+		return k, false
 	}
-	return k
+	now, err := p.Procs.Process(main.PID)
+	return k, err != nil || now.Exiting || now.StartTime != main.StartTime
 }
 
 // Args reads a process's command line.
