@@ -73,12 +73,12 @@ func TestOnFailureOneProcessTwoCgroups(t *testing.T) {
 		container(procscan.App, "app0", 8), container(procscan.App, "app1", 16), container(procscan.Sidecar, "pilot-agent", 100))
 	app0, app1 := h.proc(8), h.proc(16)
 	app1.exit(exited(1))
-	waitLog(t, h, `"container":"app1","message":"app failed under restartPolicy OnFailure`)
+	waitLog(t, h, `"container":"app1","restart":1`)
 	moving := container(procscan.App, "/", 66) // app1's restart, not yet in its cgroup
 	h.pod.add(moving)
 	waitLog(t, h, `"container":"/","replaces":"app1"`)
 	app0.exit(exited(1))
-	waitLog(t, h, `"container":"app0","message":"app failed under restartPolicy OnFailure`)
+	waitLog(t, h, `"container":"app0","restart":1`)
 	settled := container(procscan.App, "app1-r1", 66)
 	h.pod.mu.Lock()
 	for i, c := range h.pod.containers {
@@ -370,5 +370,21 @@ func TestOnFailureUnknownLateRestart(t *testing.T) {
 	h.pod.add(container(procscan.App, "app-r1", 11)) // too late
 	if !strings.Contains(h.log.String(), "no restart came: taking the app as finished, status unknown") {
 		t.Errorf("the expiry is not logged:\n%s", h.log)
+	}
+}
+
+// TestOnFailureRestartUnseen: issue 23's soak (seed 1, Job 8). A failed
+// app's restarts can run and end between two scans, and leave nothing to
+// see: a failed instance awaits its restart only for the kubelet's
+// back-off plus the margin, then counts as finished, its status unknown
+// (the restart ran unseen, or is late), and the sidecar gets ON_UNKNOWN.
+func TestOnFailureRestartUnseen(t *testing.T) {
+	h := start(t, testConfig(t, "SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_RESTART_MARGIN=200ms"),
+		container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+	h.proc(10).exit(exited(1))
+	noSignalFor(t, h, 100*time.Millisecond)
+	res := h.finish(Unknown, "SIGTERM 100")
+	if !strings.Contains(res.Summary, "exit 1, and no restart was seen within 200ms: it ran between two scans, or is late") {
+		t.Errorf("summary %q does not say why", res.Summary)
 	}
 }

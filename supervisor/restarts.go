@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"fmt"
 	"slices"
 	"time"
 
@@ -27,6 +28,8 @@ type app struct {
 	// restartBy is, for an instance that ended with an unknown status under
 	// OnFailure, when to stop expecting a restart for it.
 	restartBy time.Time
+	// exitAt is when its end was seen.
+	exitAt time.Time
 	// restarts counts the instances of its slot before it: its restart,
 	// if it fails, is the kubelet's restarts+1-th of the container.
 	restarts int
@@ -166,36 +169,38 @@ func (l *ledger) missing(apps []string, names func(i int) string, reason string)
 // its restart (failed), as does one whose status is unknown (unknown), for
 // wait: the kubelet's back-off for its restart plus the margin, within
 // restartTimeout.
+//
+// Even a certain restart is awaited only that long: a restart can come and
+// go between two scans (the soak saw two runs of 27 and 11 ms), leaving
+// nothing behind to see, and nothing else ever says it came. Past its
+// wait, the instance is taken as finished (settle), its status unknown.
 func (l *ledger) exited(a *app, s exitwatch.Status, now time.Time) (failed, unknown bool, wait time.Duration) {
-	a.done, a.status = true, s
-	if l.policy != OnFailure {
+	a.done, a.status, a.exitAt = true, s, now
+	if l.policy != OnFailure || s.Success() {
 		return false, false, 0
 	}
-	switch {
-	case s.Failure():
-		l.awaiting = append(l.awaiting, a)
-		return true, false, 0
-	case !s.Known:
-		wait = min(backoff(a.restarts+1)+l.restartMargin, l.restartTimeout)
-		a.restartBy = now.Add(wait)
-		l.awaiting = append(l.awaiting, a)
-		return false, true, wait
-	}
-	return false, false, 0
+	wait = min(backoff(a.restarts+1)+l.restartMargin, l.restartTimeout)
+	a.restartBy = now.Add(wait)
+	l.awaiting = append(l.awaiting, a)
+	return s.Failure(), !s.Known, wait
 }
 
-// settle stops awaiting, at now, the unknown-status instances whose
-// restart did not come in time, and returns them, and when the next such
-// wait ends (zero if none).
+// settle stops awaiting, at now, the instances whose restart did not come
+// in time, and returns them (a failed one's status becomes unknown: its
+// restart may have run unseen), and when the next such wait ends.
 func (l *ledger) settle(now time.Time) (expired []*app, next time.Time) {
 	kept := l.awaiting[:0]
 	for _, a := range l.awaiting {
-		if !a.status.Known && !now.Before(a.restartBy) {
+		if !now.Before(a.restartBy) {
+			if a.status.Known {
+				a.status = exitwatch.Status{Reason: fmt.Sprintf("%s, and no restart was seen within %s: it ran between two scans, or is late",
+					a.status, a.restartBy.Sub(a.exitAt))}
+			}
 			expired = append(expired, a)
 			continue
 		}
 		kept = append(kept, a)
-		if !a.status.Known && (next.IsZero() || a.restartBy.Before(next)) {
+		if next.IsZero() || a.restartBy.Before(next) {
 			next = a.restartBy
 		}
 	}

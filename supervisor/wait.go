@@ -130,7 +130,8 @@ func (r *run) exited(a *app, s exitwatch.Status) {
 	logStatus(ev, s).Msg("app exited")
 	switch {
 	case failed:
-		r.log.Info().Str("container", a.container).
+		r.log.Info().Str("container", a.container).Int("restart", a.restarts+1).
+			Dur("backoff", backoff(a.restarts+1)).Dur("wait", wait).
 			Msg("app failed under restartPolicy OnFailure: the kubelet restarts it, the sidecar stays up")
 	case unknown:
 		// What the kubelet would do if it failed: restart it after its
