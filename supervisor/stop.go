@@ -25,18 +25,12 @@ type sidecar struct {
 	handlerSeen bool
 }
 
-// newSidecar holds c's main process as a sidecar, noting what the scan
-// showed of its children.
+// newSidecar holds c's main process as a sidecar. Whether the child that
+// shows a known sidecar handles SIGTERM runs (handlerSeen) is read only
+// when a graceful signal is due (unready reads its children): a scan keeps
+// no process but a container's oldest.
 func newSidecar(c procscan.Container, proc exitwatch.Proc) *sidecar {
-	s := &sidecar{container: c.Name, main: c.Main, proc: proc}
-	if k := knownAs(c.Main); k != nil {
-		for _, p := range c.Processes {
-			if p.PPID == c.Main.PID && p.Matches([]string{k.handlerWith}) {
-				s.handlerSeen = true
-			}
-		}
-	}
-	return s
+	return &sidecar{container: c.Name, main: c.Main, proc: proc}
 }
 
 // maxStopRounds bounds how often sidecars that come back (restarted, or
