@@ -28,8 +28,9 @@ type group struct {
 	id    string
 	count int
 	// oldest is its oldest process by older; its main process when its
-	// PPID is 0.
+	// PPID is 0. Its Comm and Argv0 are views of buf (see keepOldest).
 	oldest Process
+	buf    []byte
 	// first is its lowest PID, which orders containers without a main
 	// process.
 	first int
@@ -65,10 +66,11 @@ func (b *builder) add(p Process) {
 }
 
 // add counts p in g. p's strings may be views of a reader's buffers
-// (Scanner.each): what g keeps of it, it keeps as p.owned().
+// (Scanner.each): what g keeps of it, it keeps as p.owned(), or copied
+// into its own buffer.
 func (g *group) add(p Process, b *builder) {
 	if g.count == 0 || older(p, g.oldest) {
-		g.oldest = p.owned()
+		g.keepOldest(p)
 	}
 	if g.count == 0 || p.PID < g.first {
 		g.first = p.PID
@@ -85,10 +87,22 @@ func (g *group) add(p Process, b *builder) {
 	}
 }
 
+// keepOldest makes p g's oldest process, its strings copied into g's
+// buffer: in a listing not in start order (a fixture tree, PIDs that
+// wrapped) the oldest changes often, and each change then costs no
+// allocation once the buffer is large enough. Nothing but g.oldest may
+// view buf, which the next change overwrites; the pod gets a copy.
+func (g *group) keepOldest(p Process) {
+	g.buf = append(append(g.buf[:0], p.Comm...), p.Argv0...)
+	p.Comm, p.Argv0 = view(g.buf[:len(p.Comm)]), view(g.buf[len(p.Comm):])
+	g.oldest = p
+}
+
 // merge moves the exiting processes of e into g: they are g's now, and
 // carry its content as their Cgroup.
 func (g *group) merge(e *group) {
 	if older(e.oldest, g.oldest) {
+		// A view of e's buffer, which nothing writes any more.
 		g.oldest = e.oldest
 		g.oldest.Cgroup = g.id
 	}
@@ -162,11 +176,12 @@ func (b *builder) pod() Pod {
 	}
 	entries := make([]entry, 0, len(b.live))
 	for _, g := range b.live {
-		c := Container{ID: g.id, Name: containerName(g.id), Count: g.count, Processes: []Process{g.oldest}}
+		oldest := g.oldest.owned()
+		c := Container{ID: g.id, Name: containerName(g.id), Count: g.count, Processes: []Process{oldest}}
 		first := g.first
-		if g.oldest.PPID == 0 {
-			c.Main, c.HasMain = g.oldest, true
-			first = g.oldest.PID
+		if oldest.PPID == 0 {
+			c.Main, c.HasMain = oldest, true
+			first = oldest.PID
 		}
 		switch {
 		case g.self:
