@@ -1,9 +1,10 @@
 package procscan
 
 // Benchmarks of discovery, the only /proc reading the supervisor does
-// before it blocks: Processes (read every process) and Classify (group
-// them into containers), against the number of processes in the pod and
-// against the number of app containers. Each runs over a generated fixture
+// before it blocks: Scan (read every process and group them into
+// containers as they are read), against the number of processes in the pod
+// and against the number of app containers; Classify alone, over
+// processes already read. Each runs over a generated fixture
 // tree (any size, no privileges), and the process-count one also over a
 // real /proc: a new PID namespace holding N real processes (root only).
 // ns/proc is ns/op over the processes read. Nothing here asserts a time.
@@ -105,23 +106,28 @@ func benchTree(b *testing.B, procs []benchProc) string {
 	return root
 }
 
-// benchScan runs Processes and Classify over root in a loop and reports
-// ns/proc; want is how many processes each scan must return.
+// benchScan runs Scan over root in a loop, as the supervisor does, and
+// reports ns/proc and the allocations; want is how many processes each
+// scan must count.
 func benchScan(b *testing.B, root string, self, want int) {
 	s, err := NewScanner(root)
 	if err != nil {
 		b.Fatal(err)
 	}
+	b.ReportAllocs()
 	var pod Pod
 	for b.Loop() {
-		procs, err := s.Processes()
+		pod, err = s.Scan(self, benchRules)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if len(procs) != want {
-			b.Fatalf("%d processes read, want %d", len(procs), want)
+		n := 0
+		for _, c := range pod.Containers {
+			n += c.Count
 		}
-		pod = Classify(procs, self, benchRules)
+		if n != want {
+			b.Fatalf("%d processes read, want %d", n, want)
+		}
 	}
 	if len(pod.Containers) == 0 {
 		b.Fatal("no containers")

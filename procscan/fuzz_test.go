@@ -23,6 +23,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // FuzzProcess reads a one-process tree whose stat, cmdline and cgroup are
@@ -58,6 +60,9 @@ func FuzzProcess(f *testing.F) {
 			if allErr == nil {
 				t.Fatalf("Process failed (%v) but Processes returned %v", err, all)
 			}
+			if _, err := s.Scan(42, Rules{}); err == nil {
+				t.Fatalf("Process failed but Scan did not")
+			}
 			return
 		}
 		if allErr != nil || len(all) != 1 {
@@ -73,9 +78,17 @@ func FuzzProcess(f *testing.F) {
 		}
 		_ = p.Name()
 		p.Matches([]string{"pilot-agent", "", strings.Repeat("x", 20)})
-		pod := Classify(all, 42, Rules{Sidecar: []string{"pilot-agent"}})
-		if len(pod.Containers) != 1 || pod.Containers[0].Kind != Self {
+		rules := Rules{Sidecar: []string{"pilot-agent"}}
+		pod := Classify(all, 42, rules)
+		if len(pod.Containers) != 1 || pod.Containers[0].Kind != Self || pod.Containers[0].Count != 1 {
 			t.Fatalf("one process, self: got %+v", pod)
+		}
+		scanned, err := s.Scan(42, rules)
+		if err != nil {
+			t.Fatalf("Processes worked, Scan: %v", err)
+		}
+		if diff := cmp.Diff(pod, scanned); diff != "" {
+			t.Fatalf("Classify(Processes()) and Scan differ (-classify +scan):\n%s", diff)
 		}
 	})
 }
@@ -167,11 +180,13 @@ func FuzzContainerName(f *testing.F) {
 }
 
 // FuzzClassify classifies an arbitrary set of processes (decoded from the
-// bytes: 8 per process) and checks every rule the supervisor relies on:
-// containers partition the processes by cgroup content; a container's main
-// process is its oldest PPID-0 process; a sidecar is a container whose main
-// process is named as one, and nothing else is, however its other processes
-// are named; the pause and self containers are where PID 1 and selfPID are.
+// bytes: 8 per process) and checks every rule the supervisor relies on
+// (checkPod): containers partition the processes by cgroup content, and
+// count them; a container's main process is its oldest PPID-0 process; a
+// sidecar is a container whose main process is named as one, and nothing
+// else is, however its other processes are named; the pause and self
+// containers are where PID 1 and selfPID are; the order of the processes
+// does not matter.
 func FuzzClassify(f *testing.F) {
 	f.Add([]byte{}, uint8(0))
 	f.Add([]byte{1, 0, 1, 0, 0, 0, 0, 0, 6, 0, 2, 1, 1, 0, 0, 0, 7, 6, 3, 1, 1, 0, 0, 0, 5, 0, 4, 2, 2, 0, 0, 0}, uint8(3))
@@ -189,6 +204,13 @@ func FuzzClassify(f *testing.F) {
 		rules := Rules{Sidecar: []string{"pilot-agent", "cloud-sql-proxy-v2"}, Ignore: []string{"fluent-bit"}}
 		pod := Classify(procs, self, rules)
 		checkPod(t, procs, self, rules, pod)
+		// The scan feeds processes in /proc's order, a fixture's in any:
+		// the order must not matter.
+		rev := slices.Clone(procs)
+		slices.Reverse(rev)
+		if diff := cmp.Diff(pod, Classify(rev, self, rules)); diff != "" {
+			t.Fatalf("processes in reverse order (-forward +reverse):\n%s", diff)
+		}
 	})
 }
 
@@ -247,15 +269,28 @@ func decodeProcs(data []byte) []Process {
 	return out
 }
 
-// checkPod asserts the classification rules for pod = Classify(procs, self, rules).
+// checkPod asserts the classification rules for pod = Classify(procs,
+// self, rules): it classifies procs again keeping every process where it
+// was placed (classifyKept), checks that keeping them changed nothing, then
+// checks the partition by the rules, and pod's containers against it: their
+// Count, the process each keeps (its oldest, as read), its main one, kind
+// and strays (exactly its processes named like a sidecar, unless it is a
+// sidecar or the supervisor).
 func checkPod(t *testing.T, procs []Process, self int, rules Rules, pod Pod) {
 	t.Helper()
+	kept, members := classifyKept(procs, self, rules)
+	if diff := cmp.Diff(pod, kept); diff != "" {
+		t.Fatalf("keeping every process changed the pod (-pod +kept):\n%s", diff)
+	}
 	orig := map[int]Process{}
 	liveIDs := map[string]bool{}
+	exitingMains := map[string]bool{} // contents of exiting PPID-0 processes
 	for _, p := range procs {
 		orig[p.PID] = p
 		if !p.Exiting {
 			liveIDs[p.Cgroup] = true
+		} else if p.PPID == 0 {
+			exitingMains[p.Cgroup] = true
 		}
 	}
 	// The unified lines that name exactly one live container.
@@ -268,27 +303,35 @@ func checkPod(t *testing.T, procs []Process, self int, rules Rules, pod Pod) {
 	// The pause container, the reference for Settled.
 	pauseCgroup := ""
 	for _, c := range pod.Containers {
-		if slices.ContainsFunc(c.Processes, func(p Process) bool { return p.PID == 1 && p.PID != self }) {
+		if slices.ContainsFunc(members[c.ID], func(p Process) bool { return p.PID == 1 && p.PID != self }) {
 			pauseCgroup = c.ID
 		}
 	}
+	if len(members) != len(pod.Containers) {
+		t.Fatalf("%d groups of processes, %d containers", len(members), len(pod.Containers))
+	}
 	where := map[int]int{} // pid -> container index
 	ids := map[string]bool{}
+	prevFirst := 0
 	for i, c := range pod.Containers {
 		if ids[c.ID] {
 			t.Fatalf("two containers with ID %q", c.ID)
 		}
 		ids[c.ID] = true
-		if len(c.Processes) == 0 {
+		ps := members[c.ID]
+		if len(ps) == 0 {
 			t.Fatalf("container %q has no process", c.ID)
 		}
-		oldest := c.Processes[0]
-		for j, p := range c.Processes {
+		if c.Count != len(ps) {
+			t.Fatalf("container %q: Count %d, %d processes placed in it", c.ID, c.Count, len(ps))
+		}
+		oldest := ps[0]
+		for j, p := range ps {
 			if _, dup := where[p.PID]; dup {
 				t.Fatalf("pid %d in two containers", p.PID)
 			}
 			where[p.PID] = i
-			if j > 0 && c.Processes[j-1].PID >= p.PID {
+			if j > 0 && ps[j-1].PID >= p.PID {
 				t.Fatalf("container %q: processes not in PID order", c.ID)
 			}
 			if p.Cgroup != c.ID {
@@ -303,7 +346,7 @@ func checkPod(t *testing.T, procs []Process, self int, rules Rules, pod Pod) {
 				// Placed by its unified line: the only live container with it.
 				u, ok := unifiedLine(o.Cgroup)
 				cu, _ := unifiedLine(c.ID)
-				if !ok || u != cu || !liveIDs[c.ID] || unique[u] != 1 {
+				if !ok || u != cu || !liveIDs[c.ID] || unique[u] != 1 || liveIDs[o.Cgroup] {
 					t.Fatalf("exiting pid %d (cgroup %q) placed in container %q", p.PID, o.Cgroup, c.ID)
 				}
 			}
@@ -316,60 +359,71 @@ func checkPod(t *testing.T, procs []Process, self int, rules Rules, pod Pod) {
 		// is exiting shows "/" for its v1 lines, so its cgroup content is
 		// no container's (the supervisor would take it for a new app
 		// container).
-		if !slices.ContainsFunc(c.Processes, func(p Process) bool { return !p.Exiting || p.PPID == 0 }) {
-			t.Fatalf("container %q holds only exiting non-main processes %+v: a phantom", c.ID, c.Processes)
+		if !slices.ContainsFunc(ps, func(p Process) bool { return !p.Exiting || p.PPID == 0 }) {
+			t.Fatalf("container %q holds only exiting non-main processes %+v: a phantom", c.ID, ps)
+		}
+		// The process kept is the oldest, as read but for its Cgroup.
+		want := orig[oldest.PID]
+		want.Cgroup = c.ID
+		if diff := cmp.Diff([]Process{want}, c.Processes); diff != "" {
+			t.Fatalf("container %q: the process kept is not its oldest (-want +got):\n%s", c.ID, diff)
 		}
 		// The main process is the oldest, if its parent is outside the pod
 		// (the order itself is older's, tested in TestOlder).
-		if c.HasMain != (oldest.PPID == 0) || (c.HasMain && c.Main.PID != oldest.PID) {
-			t.Fatalf("container %q: HasMain %v, main %d; its oldest process is %+v", c.ID, c.HasMain, c.Main.PID, oldest)
+		if c.HasMain != (oldest.PPID == 0) || (c.HasMain && c.Main != want) {
+			t.Fatalf("container %q: HasMain %v, main %+v; its oldest process is %+v", c.ID, c.HasMain, c.Main, oldest)
 		}
-		hasSelf := slices.ContainsFunc(c.Processes, func(p Process) bool { return p.PID == self })
-		hasOne := slices.ContainsFunc(c.Processes, func(p Process) bool { return p.PID == 1 })
-		var want Kind
+		hasSelf := slices.ContainsFunc(ps, func(p Process) bool { return p.PID == self })
+		hasOne := slices.ContainsFunc(ps, func(p Process) bool { return p.PID == 1 })
+		var kind Kind
 		switch {
 		case hasSelf:
-			want = Self
+			kind = Self
 		case hasOne:
-			want = Pause
+			kind = Pause
 		case c.HasMain && !settledOracle(c.ID, pauseCgroup, c.Main.Exiting):
-			want = Starting
+			kind = Starting
 		case c.HasMain && c.Main.Matches(rules.Sidecar):
-			want = Sidecar
+			kind = Sidecar
 		case c.HasMain && c.Main.Matches(rules.Ignore):
-			want = Ignored
+			kind = Ignored
 		case c.HasMain && runtimeInit(c.Main):
-			want = Starting
+			kind = Starting
 		default:
-			want = App
+			kind = App
 		}
-		if c.Kind != want {
-			t.Fatalf("container %q is %s, want %s (main %+v)", c.ID, c.Kind, want, c.Main)
+		if c.Kind != kind {
+			t.Fatalf("container %q is %s, want %s (main %+v)", c.ID, c.Kind, kind, c.Main)
 		}
-		for _, p := range c.Stray {
-			if c.Kind == Sidecar || c.Kind == Self || !p.Matches(rules.Sidecar) {
-				t.Fatalf("stray %+v in %s container %q", p, c.Kind, c.ID)
+		var stray []Process
+		for _, p := range ps {
+			if kind != Sidecar && kind != Self && p.Matches(rules.Sidecar) {
+				stray = append(stray, p)
 			}
 		}
-		for _, p := range c.Processes {
-			if c.Kind != Sidecar && c.Kind != Self && p.Matches(rules.Sidecar) &&
-				!slices.ContainsFunc(c.Stray, func(q Process) bool { return q.PID == p.PID }) {
-				t.Fatalf("pid %d named like a sidecar in %s container %q is not listed as stray", p.PID, c.Kind, c.ID)
-			}
+		if diff := cmp.Diff(stray, c.Stray); diff != "" {
+			t.Fatalf("%s container %q: strays (-want +got):\n%s", c.Kind, c.ID, diff)
 		}
-		if i > 0 && firstPID(pod.Containers[i-1]) > firstPID(c) {
+		// Ordered by main process, else by lowest PID.
+		first := ps[0].PID
+		if c.HasMain {
+			first = c.Main.PID
+		}
+		if i > 0 && prevFirst > first {
 			t.Fatalf("containers out of order at %d", i)
 		}
+		prevFirst = first
 	}
 	// Every live process is placed, and every exiting main process; an
 	// exiting process that is no container's main is left out only when
-	// no live container shares its content or its unified line.
+	// no live container shares its content or its unified line, and no
+	// exiting main process its content.
 	for _, p := range procs {
 		if _, ok := where[p.PID]; ok {
 			continue
 		}
 		u, _ := unifiedLine(p.Cgroup)
-		if !p.Exiting || p.PPID == 0 || liveIDs[p.Cgroup] || unique[u] == 1 {
+		if !p.Exiting || p.PPID == 0 || liveIDs[p.Cgroup] || unique[u] == 1 || exitingMains[p.Cgroup] {
 			t.Fatalf("pid %d (%+v) is in no container", p.PID, p)
 		}
 	}

@@ -23,7 +23,7 @@ import (
 // container whose main process has exited has none, even with a
 // pilot-agent exec'd into it.
 func TestHostileFixture(t *testing.T) {
-	pod, self := scanFixture(t, "hostile")
+	pod, members, self := scanFixture(t, "hostile")
 	if self != 25 {
 		t.Fatalf("self = %d", self)
 	}
@@ -35,7 +35,7 @@ func TestHostileFixture(t *testing.T) {
 		// Main process gone: the orphan 41 is older than the exec'd 42.
 		{Kind: "app", Name: "9a8b7c6d5e4f", PIDs: []int{41, 42}, Stray: []int{42}},
 	}
-	if diff := cmp.Diff(want, summarize(pod)); diff != "" {
+	if diff := cmp.Diff(want, summarize(pod, members)); diff != "" {
 		t.Errorf("containers (-want +got):\n%s", diff)
 	}
 	app := pod.Containers[2].Main
@@ -45,7 +45,7 @@ func TestHostileFixture(t *testing.T) {
 	if app.Name() != "my\napp \xfe(x)" {
 		t.Errorf("app Name() = %q", app.Name())
 	}
-	for _, p := range pod.Containers[2].Processes {
+	for _, p := range members[pod.Containers[2].ID] {
 		switch p.PID {
 		case 21:
 			if p.Comm != ") S 0 1 1 (" || p.PPID != 13 || p.StartTime != 221 {
@@ -112,14 +112,8 @@ func TestExiting(t *testing.T) {
 				files = append(files, p.files())
 			}
 			s := newScanner(t, writeTree(t, "", self, files...))
-			procs, err := s.Processes()
-			if err != nil {
-				t.Fatal(err)
-			}
-			rules := Rules{Sidecar: []string{"pilot-agent"}}
-			pod := Classify(procs, self, rules)
-			checkPod(t, procs, self, rules, pod)
-			got := summarize(pod)[2:] // pause and sidecar are as ever
+			pod, _, members := scanKept(t, s, self, Rules{Sidecar: []string{"pilot-agent"}})
+			got := summarize(pod, members)[2:] // pause and sidecar are as ever
 			for i := range got {
 				got[i].Name = strings.TrimPrefix(got[i].Name, "kubepods/")
 			}
@@ -137,8 +131,10 @@ func TestExiting(t *testing.T) {
 		{PID: 15, Cgroup: "12:pids:/kubepods/self\n0::/", StartTime: 3},
 	}
 	pod := Classify(procs, 15, Rules{})
+	checkPod(t, procs, 15, Rules{}, pod)
+	_, members := classifyKept(procs, 15, Rules{})
 	if diff := cmp.Diff([]summary{{Kind: "app", Name: "app", Main: 12, PIDs: []int{12}}, {Kind: "self", Name: "self", Main: 15, PIDs: []int{15}}},
-		summarize(pod)); diff != "" {
+		summarize(pod, members)); diff != "" {
 		t.Errorf("containers (-want +got):\n%s", diff)
 	}
 }
@@ -218,6 +214,9 @@ func TestVanished(t *testing.T) {
 	procs, err := s.Processes()
 	if err != nil || len(procs) != 1 || procs[0].PID != 10 {
 		t.Fatalf("Processes() = %+v, %v; want pid 10 alone", procs, err)
+	}
+	if pod, err := s.Scan(10, Rules{}); err != nil || len(pod.Containers) != 1 || pod.Containers[0].Count != 1 || pod.Containers[0].Main.PID != 10 {
+		t.Fatalf("Scan() = %+v, %v; want pid 10 alone", pod, err)
 	}
 	for pid := 11; pid <= 14; pid++ {
 		if _, err := s.Process(pid); !errors.Is(err, ErrGone) {
@@ -317,6 +316,10 @@ func TestReadsNothingElse(t *testing.T) {
 			}
 		}
 		Classify(all, 25, Rules{Sidecar: []string{"pilot-agent"}})
+		if _, err := s.Scan(25, Rules{Sidecar: []string{"pilot-agent"}}); err != nil {
+			done <- err
+			return
+		}
 		done <- nil
 	}()
 	select {
@@ -370,19 +373,13 @@ func TestManyProcesses(t *testing.T) {
 		files = append(files, p.files())
 	}
 	s := newScanner(t, writeTree(t, "", self, files...))
-	procs, err := s.Processes()
-	if err != nil {
-		t.Fatal(err)
-	}
+	pod, procs, _ := scanKept(t, s, self, Rules{Sidecar: []string{"pilot-agent"}})
 	if len(procs) != total {
 		t.Fatalf("read %d processes, want %d", len(procs), total)
 	}
-	rules := Rules{Sidecar: []string{"pilot-agent"}}
-	pod := Classify(procs, self, rules)
-	checkPod(t, procs, self, rules, pod)
 	var got []string
 	for _, c := range pod.Containers {
-		got = append(got, fmt.Sprintf("%s %s main=%d n=%d stray=%d", c.Kind, strings.TrimPrefix(c.Name, ""), c.Main.PID, len(c.Processes), len(c.Stray)))
+		got = append(got, fmt.Sprintf("%s %s main=%d n=%d stray=%d", c.Kind, c.Name, c.Main.PID, c.Count, len(c.Stray)))
 	}
 	want := []string{"pause pause main=1 n=1 stray=0", "sidecar proxy main=2 n=2 stray=0",
 		fmt.Sprintf("app app main=4 n=%d stray=%d", total-4, decoys), "self self main=6 n=1 stray=0"}
@@ -436,6 +433,18 @@ func TestRealChurn(t *testing.T) {
 	// -race) since each lives about a millisecond.
 	least, most := time.Now().Add(3*time.Second), time.Now().Add(30*time.Second)
 	for time.Now().Before(most) && (time.Now().Before(least) || scans < 20 || kids == 0) {
+		// The supervisor's scan first: no error, one process kept per
+		// container, never a phantom (a container of exiting non-main
+		// processes only: then the one kept, its oldest, would be one).
+		scanned, err := s.Scan(self, rules)
+		if err != nil {
+			t.Fatalf("scan %d: %v", scans, err)
+		}
+		for _, c := range scanned.Containers {
+			if len(c.Processes) != 1 || c.Count < 1 || (c.Processes[0].Exiting && c.Processes[0].PPID != 0 && c.Count == 1) {
+				t.Fatalf("scan %d: container %+v", scans, c)
+			}
+		}
 		procs, err := s.Processes()
 		if err != nil {
 			t.Fatalf("scan %d: %v", scans, err)
@@ -447,6 +456,7 @@ func TestRealChurn(t *testing.T) {
 		}
 		pod := Classify(procs, self, rules)
 		checkPod(t, procs, self, rules, pod)
+		_, members := classifyKept(procs, self, rules)
 		// The churners' children are in this test's container while they
 		// live. Once exiting, their v1 lines read "/", which on this host
 		// is also the content of PID 1's cgroup: placed there is right,
@@ -454,7 +464,7 @@ func TestRealChurn(t *testing.T) {
 		// reads a process's files one after the other, and it may begin
 		// to exit in between).
 		for _, c := range pod.Containers {
-			for _, p := range c.Processes {
+			for _, p := range members[c.ID] {
 				if churnPIDs[p.PPID] {
 					kids++
 					if c.Kind != Self && !p.Exiting {

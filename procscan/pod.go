@@ -2,7 +2,6 @@ package procscan
 
 import (
 	"regexp"
-	"sort"
 	"strings"
 )
 
@@ -82,12 +81,18 @@ type Container struct {
 	// process left is then an orphan or an exec'd one (see Classify).
 	Main    Process
 	HasMain bool
-	// Processes holds every process of the container, Main included, by PID.
-	// An exiting process placed here by its unified line carries ID as its
-	// Cgroup (see Classify).
+	// Processes holds the one process of the container that a scan keeps:
+	// its oldest (Main, when HasMain), with ID as its Cgroup. The others
+	// are counted (Count), not kept, so that a scan's memory does not grow
+	// with the pod's processes; Stray holds those named like a sidecar.
 	Processes []Process
-	// Stray lists processes that carry a sidecar name but are not the main
-	// process of a sidecar container: never stopped, but worth a warning.
+	// Count is how many processes the container has, Main and Stray
+	// included.
+	Count int
+	// Stray lists, by PID, the processes that carry a sidecar name but are
+	// not the main process of a sidecar container: never stopped, but worth
+	// a warning. They are few, unless a pod names thousands of processes
+	// like its sidecar: then they cost it its memory.
 	Stray []Process
 }
 
@@ -117,112 +122,19 @@ type Pod struct {
 // placed in the container whose content it shares, or else the only one
 // whose unified ("0::") line it shares; failing both, an exiting main
 // process (PPID 0) keeps a container of its own, so that an app that exited
-// before the supervisor looked is still seen, and any other exiting
-// process is left out: it is no container's main process, nothing waits
-// for it or signals it, and alone it would make a phantom container.
+// before the supervisor looked is still seen, with the exiting processes
+// of the same content; any other exiting process is left out: it is no
+// container's main process, nothing waits for it or signals it, and alone
+// it would make a phantom container.
+//
+// The order of procs does not matter: Classify and Scanner.Scan share one
+// builder, which takes processes in the order /proc lists them.
 func Classify(procs []Process, selfPID int, rules Rules) Pod {
-	byID := map[string]*Container{}
-	var order []*Container
-	add := func(c *Container, p Process) {
-		if c == nil {
-			c = &Container{ID: p.Cgroup, Name: containerName(p.Cgroup)}
-			byID[p.Cgroup] = c
-			order = append(order, c)
-		}
-		p.Cgroup = c.ID
-		c.Processes = append(c.Processes, p)
-	}
-	var exiting []Process
+	b := newBuilder(selfPID, rules)
 	for _, p := range procs {
-		if p.Exiting {
-			exiting = append(exiting, p)
-			continue
-		}
-		add(byID[p.Cgroup], p)
+		b.add(p)
 	}
-	// Containers by unified line, from live processes only; "" when two
-	// share it (the line does not tell them apart).
-	unified := map[string]*Container{}
-	for _, c := range order {
-		u, ok := unifiedLine(c.ID)
-		if !ok {
-			continue
-		}
-		if _, dup := unified[u]; dup {
-			unified[u] = nil
-		} else {
-			unified[u] = c
-		}
-	}
-	// Exiting main processes first, so that an exiting child of an exiting
-	// main process that could not be placed joins it.
-	sort.SliceStable(exiting, func(i, j int) bool { return exiting[i].PPID == 0 && exiting[j].PPID != 0 })
-	for _, p := range exiting {
-		c := byID[p.Cgroup]
-		if c == nil {
-			if u, ok := unifiedLine(p.Cgroup); ok {
-				c = unified[u]
-			}
-		}
-		if c == nil && p.PPID != 0 {
-			continue
-		}
-		add(c, p)
-	}
-
-	// The pause container is the reference for where the pod's containers
-	// live in each cgroup hierarchy (see Settled).
-	var pauseCgroup string
-	for _, c := range order {
-		for _, p := range c.Processes {
-			if p.PID == 1 && p.PID != selfPID {
-				pauseCgroup = c.ID
-			}
-		}
-	}
-
-	pod := Pod{Containers: make([]Container, 0, len(order))}
-	for _, c := range order {
-		sort.Slice(c.Processes, func(i, j int) bool { return c.Processes[i].PID < c.Processes[j].PID })
-		oldest := c.Processes[0]
-		self, pause := false, false
-		for _, p := range c.Processes {
-			if older(p, oldest) {
-				oldest = p
-			}
-			self = self || p.PID == selfPID
-			pause = pause || p.PID == 1
-		}
-		if oldest.PPID == 0 {
-			c.Main, c.HasMain = oldest, true
-		}
-		switch {
-		case self:
-			c.Kind = Self
-		case pause:
-			c.Kind = Pause
-		case c.HasMain && !Settled(c.ID, pauseCgroup, c.Main.Exiting):
-			c.Kind = Starting
-		case c.HasMain && c.Main.Matches(rules.Sidecar):
-			c.Kind = Sidecar
-		case c.HasMain && c.Main.Matches(rules.Ignore):
-			c.Kind = Ignored
-		case c.HasMain && runtimeInit(c.Main):
-			c.Kind = Starting
-		default:
-			c.Kind = App
-		}
-		for _, p := range c.Processes {
-			if c.Kind != Sidecar && c.Kind != Self && p.Matches(rules.Sidecar) {
-				c.Stray = append(c.Stray, p)
-			}
-		}
-		pod.Containers = append(pod.Containers, *c)
-	}
-	sort.SliceStable(pod.Containers, func(i, j int) bool {
-		return firstPID(pod.Containers[i]) < firstPID(pod.Containers[j])
-	})
-	return pod
+	return b.pod()
 }
 
 // Settled reports whether a cgroup content is that of a container of the
@@ -334,13 +246,6 @@ func unifiedLine(cgroup string) (string, bool) {
 		}
 	}
 	return "", false
-}
-
-func firstPID(c Container) int {
-	if c.HasMain {
-		return c.Main.PID
-	}
-	return c.Processes[0].PID
 }
 
 // Of returns the containers of kind k.

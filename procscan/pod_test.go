@@ -11,7 +11,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-func scanFixture(t *testing.T, tree string) (Pod, int) {
+// scanFixture scans testdata/tree (see scanKept): the pod, where each
+// process went, and the supervisor's PID there.
+func scanFixture(t *testing.T, tree string) (Pod, map[string][]Process, int) {
 	t.Helper()
 	s, err := NewScanner("testdata/" + tree)
 	if err != nil {
@@ -21,15 +23,13 @@ func scanFixture(t *testing.T, tree string) (Pod, int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	procs, err := s.Processes()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return Classify(procs, self, Rules{Sidecar: []string{"pilot-agent"}}), self
+	pod, _, members := scanKept(t, s, self, Rules{Sidecar: []string{"pilot-agent"}})
+	return pod, members, self
 }
 
 // summary is a container as the tests compare it: kind, name, main PID and
-// the PIDs of all its processes.
+// the PIDs of all its processes (where the builder placed them: members,
+// from classifyKept; the pod keeps one, and the count).
 type summary struct {
 	Kind  string
 	Name  string
@@ -38,14 +38,14 @@ type summary struct {
 	Stray []int
 }
 
-func summarize(p Pod) []summary {
+func summarize(p Pod, members map[string][]Process) []summary {
 	var out []summary
 	for _, c := range p.Containers {
 		s := summary{Kind: c.Kind.String(), Name: c.Name}
 		if c.HasMain {
 			s.Main = c.Main.PID
 		}
-		for _, p := range c.Processes {
+		for _, p := range members[c.ID] {
 			s.PIDs = append(s.PIDs, p.PID)
 		}
 		for _, p := range c.Stray {
@@ -96,8 +96,8 @@ func TestClassifyFixtures(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.tree, func(t *testing.T) {
-			pod, _ := scanFixture(t, tt.tree)
-			if diff := cmp.Diff(tt.want, summarize(pod)); diff != "" {
+			pod, members, _ := scanFixture(t, tt.tree)
+			if diff := cmp.Diff(tt.want, summarize(pod, members)); diff != "" {
 				t.Errorf("containers (-want +got):\n%s", diff)
 			}
 			if got := pod.Outside(); got != tt.outside {

@@ -1,10 +1,8 @@
 package procscan
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -14,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/prometheus/procfs"
+	"golang.org/x/sys/unix"
 )
 
 // pfKthread is PF_KTHREAD from include/linux/sched.h: the flags word of
@@ -116,116 +115,125 @@ func (s *Scanner) Self() (int, error) {
 
 // Processes returns every user-space process (thread-group leader) visible
 // now, ordered by PID. Kernel threads and processes that vanish while being
-// read are left out.
+// read are left out. It holds them all: Scan, which keeps what Pod holds
+// alone, is what the supervisor uses.
 func (s *Scanner) Processes() ([]Process, error) {
-	all, err := s.fs.AllProcs()
+	var out []Process
+	err := s.Each(func(p Process) { out = append(out, p) })
 	if err != nil {
-		return nil, fmt.Errorf("list %s: %w", s.root, err)
-	}
-	out := make([]Process, 0, len(all))
-	for _, p := range all {
-		// p is usable as it is: fs.Proc would stat its directory again.
-		proc, err := s.read(p)
-		switch {
-		case err == nil:
-			out = append(out, proc)
-		case errors.Is(err, ErrGone), errors.Is(err, errKernelThread):
-			// Gone between readdir and read, or not a user process.
-		default:
-			return nil, err
-		}
+		return nil, err
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].PID < out[j].PID })
 	return out, nil
 }
 
+// Scan reads every process as Processes does and classifies them as
+// Classify does, process by process as they are read: it keeps of each
+// container what Container holds (see Count), so that its memory grows
+// with the pod's containers, not with its processes, and on Linux it
+// allocates nothing for a process it does not keep.
+func (s *Scanner) Scan(self int, rules Rules) (Pod, error) {
+	b := newBuilder(self, rules)
+	if err := s.each(b.add); err != nil {
+		return Pod{}, err
+	}
+	return b.pod(), nil
+}
+
+// Each calls fn with every user-space process (thread-group leader)
+// visible now, in the order /proc lists them (by PID there, in no
+// particular order in a fixture tree). Kernel threads and processes that
+// vanish while being read are left out. It lists /proc a chunk of entries
+// at a time and reads each process with buffers it reuses: what it holds
+// does not grow with the number of processes. Processes that share a
+// cgroup content share its string.
+func (s *Scanner) Each(fn func(Process)) error {
+	return s.each(func(p Process) { fn(p.owned()) })
+}
+
+// each is Each, but p's Comm and Argv0 are views of the reader's buffers,
+// which the next process overwrites: fn must keep p only as p.owned().
+// That is what spares a scan two allocations per process.
+func (s *Scanner) each(fn func(Process)) error {
+	root, err := unix.Open(s.root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("list %s: %w", s.root, err)
+	}
+	defer unix.Close(root)
+	r := newReader(s.root)
+	return list(root, s.root, r.dirents[:], func(name string) error {
+		// name is NUL-terminated.
+		pid := 0
+		for i := 0; i < len(name)-1; i++ {
+			c := name[i]
+			if c < '0' || c > '9' || pid > 1<<30 {
+				return nil // self, thread-self, sys...
+			}
+			pid = pid*10 + int(c-'0')
+		}
+		if pid == 0 {
+			return nil
+		}
+		p, err := r.readIn(root, name, pid)
+		switch {
+		case err == nil:
+			fn(p)
+		case errors.Is(err, ErrGone), errors.Is(err, errKernelThread):
+			// Gone between readdir and read, or not a user process.
+		default:
+			return err
+		}
+		return nil
+	})
+}
+
+// owned is p with strings of its own: see each.
+func (p Process) owned() Process {
+	p.Comm, p.Argv0 = strings.Clone(p.Comm), strings.Clone(p.Argv0)
+	return p
+}
+
+// readIn reads the process of directory name (NUL-terminated) under the
+// directory root.
+func (r *reader) readIn(root int, name string, pid int) (Process, error) {
+	dir, err := openName(root, name, unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		return Process{}, r.fail(pid, "", &fs.PathError{Op: "open", Path: r.root + "/" + strconv.Itoa(pid), Err: err})
+	}
+	defer unix.Close(dir)
+	return r.read(pid, dir)
+}
+
 // Process reads one process. It returns ErrGone if it no longer exists.
 func (s *Scanner) Process(pid int) (Process, error) {
-	fp, err := s.fs.Proc(pid)
+	r := newReader(s.root)
+	root, err := unix.Open(s.root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return Process{}, gone(pid, err)
+		return Process{}, fmt.Errorf("open %s: %w", s.root, err)
 	}
-	p, err := s.read(fp)
+	defer unix.Close(root)
+	p, err := r.readIn(root, strconv.Itoa(pid)+"\x00", pid)
 	if errors.Is(err, errKernelThread) {
 		return Process{}, fmt.Errorf("pid %d is a kernel thread: %w", pid, ErrGone)
 	}
-	return p, err
+	return p.owned(), err
 }
 
 // StartTime reads only the start time of pid, for the PID-reuse check
 // after a pidfd was opened.
 func (s *Scanner) StartTime(pid int) (uint64, error) {
-	p, err := s.fs.Proc(pid)
+	b, err := os.ReadFile(s.root + "/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return 0, gone(pid, err)
 	}
-	st, err := stat(p)
+	st, err := parseStat(b)
 	if err != nil {
-		return 0, gone(pid, err)
+		return 0, fmt.Errorf("read pid %d: %w", pid, err)
 	}
-	return st.Starttime, nil
-}
-
-// stat parses /proc/PID/stat. procfs (v0.23.0) slices the file at its
-// parentheses without checking them, and panics on a stat that ends at the
-// ')' or has it before the '(' (found by FuzzProcess). The kernel never
-// writes either, whatever the comm, but a supervisor must not crash on its
-// input: such a file is an error, procfs.ErrFileParse as for other bad ones.
-func stat(p procfs.Proc) (st procfs.ProcStat, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("%w: malformed stat: %v", procfs.ErrFileParse, r)
-		}
-	}()
-	return p.Stat()
+	return st.start, nil
 }
 
 var errKernelThread = errors.New("kernel thread")
-
-func (s *Scanner) read(p procfs.Proc) (Process, error) {
-	pid := p.PID
-	// The directory's owner is the process's uid.
-	dir := s.root + "/" + strconv.Itoa(pid)
-	fi, err := os.Stat(dir)
-	if err != nil {
-		return Process{}, gone(pid, err)
-	}
-	// The cgroup before the stat: a process can begin to exit between the
-	// two reads, and then shows "/" for its v1 lines. PF_EXITING, once set,
-	// stays: read in this order, a cgroup in that form always comes with
-	// Exiting (in the other order, a process read as alive could carry it,
-	// and make a phantom container: found by TestRealChurn).
-	cg, err := readCgroup(dir + "/cgroup")
-	if err != nil {
-		return Process{}, gone(pid, err)
-	}
-	argv0, err := readArgv0(dir + "/cmdline")
-	if err != nil {
-		return Process{}, gone(pid, err)
-	}
-	st, err := stat(p)
-	if err != nil {
-		return Process{}, gone(pid, err)
-	}
-	if st.Flags&pfKthread != 0 {
-		return Process{}, errKernelThread
-	}
-	proc := Process{
-		PID:       pid,
-		PPID:      st.PPID,
-		StartTime: st.Starttime,
-		Comm:      st.Comm,
-		Argv0:     argv0,
-		Cgroup:    cg,
-		State:     st.State,
-		Exiting:   st.Flags&pfExiting != 0,
-		UID:       -1,
-	}
-	if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
-		proc.UID = int(sys.Uid)
-	}
-	return proc, nil
-}
 
 // gone maps the errors of a process that disappeared mid-read to ErrGone:
 // ENOENT once its /proc directory is removed, ESRCH for files of a task
@@ -244,47 +252,9 @@ func gone(pid int, err error) error {
 // keeps a scan's memory from growing with other processes' command lines.
 const argv0Max = 4096
 
-// readArgv0 returns argv[0] from a cmdline file: up to the first NUL, or
-// all of a shorter content without one (a process that rewrote its argv as
-// one title); "" if argv[0] does not end within argv0Max bytes.
-func readArgv0(file string) (string, error) {
-	f, err := os.Open(file)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	buf := make([]byte, argv0Max)
-	n, err := io.ReadFull(f, buf)
-	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
-		return "", err
-	}
-	buf = buf[:n]
-	if i := bytes.IndexByte(buf, 0); i >= 0 {
-		return string(buf[:i]), nil
-	}
-	if n == argv0Max {
-		return "", nil
-	}
-	return string(buf), nil
-}
-
 // cgroupMax bounds the read of /proc/PID/cgroup: a line per hierarchy, each
-// path cut by the kernel at PATH_MAX.
+// path cut by the kernel at PATH_MAX. The content is the container's
+// identity, so it is kept byte for byte: a parse and rebuild (procfs's,
+// v0.23.0) dropped a '\r' ending a path, and so made two cgroups, "x" and
+// "x\r", one container (found by FuzzProcessFields).
 const cgroupMax = 1 << 20
-
-// readCgroup returns a cgroup file's content without its final newline.
-// It is the container's identity, so it is kept byte for byte: a parse and
-// rebuild (procfs's, v0.23.0) dropped a '\r' ending a path, and so made two
-// cgroups, "x" and "x\r", one container (found by FuzzProcessFields).
-func readCgroup(file string) (string, error) {
-	f, err := os.Open(file)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, cgroupMax))
-	if err != nil {
-		return "", err
-	}
-	return strings.TrimSuffix(string(b), "\n"), nil
-}

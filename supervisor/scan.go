@@ -52,13 +52,15 @@ func NewProcScanner(procs *procscan.Scanner, self int, rules procscan.Rules, app
 // Named reports whether the kubelet's names can be read here.
 func (p *ProcScanner) Named() bool { return p.Names.PodUID != "" }
 
-// Scan reads /proc and classifies its processes, by name where it can.
+// Scan reads /proc and classifies its processes, by name where it can. It
+// keeps a few values per container, whatever the pod's process count
+// (procscan.Scanner.Scan): under restartPolicy Never, a supervisor killed
+// for its memory would leave the sidecar running and the Job with it.
 func (p *ProcScanner) Scan() (procscan.Pod, error) {
-	procs, err := p.Procs.Processes()
+	pod, err := p.Procs.Scan(p.Self, p.Rules)
 	if err != nil {
 		return procscan.Pod{}, err
 	}
-	pod := procscan.Classify(procs, p.Self, p.Rules)
 	if p.Names.PodUID != "" {
 		mains := map[int]procscan.Process{}
 		for _, c := range pod.Containers {
@@ -106,14 +108,13 @@ func (p *ProcScanner) Children(pid int) ([]procscan.Process, error) {
 	if !errors.Is(err, procscan.ErrNoChildrenFile) {
 		return kids, err
 	}
-	procs, err := p.Procs.Processes()
-	if err != nil {
-		return nil, err
-	}
-	for _, q := range procs {
+	err = p.Procs.Each(func(q procscan.Process) {
 		if q.PPID == pid {
 			kids = append(kids, q)
 		}
+	})
+	if err != nil {
+		return nil, err
 	}
 	return kids, nil
 }

@@ -30,7 +30,7 @@ func WriteStatus(w io.Writer, pod procscan.Pod, named bool, message string) erro
 				state = "exiting"
 			}
 		} else {
-			state = "main process gone (" + fmt.Sprint(len(c.Processes)) + " left)"
+			state = "main process gone (" + fmt.Sprint(c.Count) + " left)"
 		}
 		kind := c.Kind.String()
 		switch c.Kind {

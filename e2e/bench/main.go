@@ -9,12 +9,15 @@
 //     while idle with an app running;
 //   - scale: discovery against processes and app containers (the product's
 //     testing.B benchmarks, and whole pods);
-//   - ptrace's overhead on an app that receives many signals.
+//   - ptrace's overhead on an app that receives many signals;
+//   - on demand only (-sections memory): the supervisor's peak memory in
+//     pods of 1,000, 10,000 and 100,000 processes.
 //
 // It needs root (namespaces, cgroups). e2e/bench.sh builds the image and
 // runs it:
 //
 //	sudo e2e/bench.sh > BENCHMARKS.md
+//	sudo e2e/bench.sh -sections memory   # about 10 minutes, 8 GiB of RAM
 //	go -C e2e run ./bench -h
 package main
 
@@ -29,6 +32,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -50,8 +54,12 @@ type options struct {
 	sections       map[string]bool
 	waitLoad       float64
 	waitMax        time.Duration
+	memoryRuns     int
+	memoryProcs    []int
 }
 
+// allSections are measured by default; memory only when asked for: its
+// 100,000 processes take minutes and GiBs.
 var allSections = []string{"latency", "footprint", "scale", "signals", "gobench"}
 
 func main() {
@@ -66,13 +74,26 @@ func main() {
 	flag.StringVar(&o.benchtime, "benchtime", "1s", "go test -benchtime for the product's benchmarks")
 	flag.StringVar(&o.supervisor, "supervisor", "", "the supervisor binary to measure (build-image.sh's SUPERVISOR_BINARY); default: built here as the Dockerfile does, without the version stamp")
 	flag.StringVar(&o.image, "image", "", "the image's OCI archive (build-image.sh's SUPERVISOR_IMAGE_ARCHIVE); none: no image row")
-	flag.StringVar(&sections, "sections", strings.Join(allSections, ","), "what to measure")
+	flag.StringVar(&sections, "sections", strings.Join(allSections, ","), "what to measure: any of "+strings.Join(allSections, ",")+",memory (memory: pods of up to 100,000 processes, about 8 GiB of RAM; not by default)")
+	flag.IntVar(&o.memoryRuns, "memory-runs", 3, "pods per size in the memory section")
+	memoryProcs := flag.String("memory-procs", "1000,10000,100000", "pod sizes (processes) of the memory section")
 	flag.Float64Var(&o.waitLoad, "wait-load", 0, "before measuring, wait until the 1-minute load average is below this (0: do not wait)")
 	flag.DurationVar(&o.waitMax, "wait-max", 30*time.Minute, "the longest wait for -wait-load; then measure anyway, and say so")
 	flag.Parse()
 	o.sections = map[string]bool{}
 	for _, s := range strings.Split(sections, ",") {
-		o.sections[strings.TrimSpace(s)] = true
+		s = strings.TrimSpace(s)
+		if s != "memory" && !slices.Contains(allSections, s) {
+			log.Fatalf("-sections: no section %q; the sections are %s,memory", s, strings.Join(allSections, ","))
+		}
+		o.sections[s] = true
+	}
+	for _, f := range strings.Split(*memoryProcs, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 100 {
+			log.Fatalf("-memory-procs: %q is not a process count of 100 or more", f)
+		}
+		o.memoryProcs = append(o.memoryProcs, n)
 	}
 	log.SetFlags(log.Ltime)
 	log.SetPrefix("bench: ")
@@ -117,6 +138,7 @@ type results struct {
 	scale      map[scalePoint]*stopLatency
 	gobench    map[string]goBench
 	gobenchRaw string
+	memory     map[int]*memPoint
 	errs       []string
 }
 
@@ -197,6 +219,9 @@ func run(ctx context.Context, o options, w io.Writer) error {
 	}
 	if section("scale") {
 		res.scale = podScale(ctx, e, o.scaleRuns)
+	}
+	if section("memory") {
+		res.memory = memoryScale(ctx, e, o.memoryProcs, o.memoryRuns)
 	}
 	if ctx.Err() != nil {
 		return ctx.Err()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -96,6 +97,12 @@ type podOpts struct {
 	// FIFO; the supervisor ignores the container by its main process's
 	// name, sh).
 	procs int
+	// idle, when set, is the idle program (writeIdle): the extra
+	// processes are its children, each far smaller than a fork of sh.
+	idle string
+	// supervisorEnv are settings of the supervisor that replace the
+	// benchmark's (by name) or add to them.
+	supervisorEnv []string
 	// ack makes the app answer each SIGUSR1 through a FIFO.
 	ack bool
 }
@@ -164,13 +171,13 @@ func startPod(ctx context.Context, e env, o podOpts) (*benchPod, error) {
 		d.Apps = append(d.Apps, scenarios.App{Name: appName(i), Args: args, UID: 1000})
 	}
 	if o.method.supervisor() {
-		d.SupervisorEnv = []string{
+		d.SupervisorEnv = withEnv([]string{
 			"SUPERVISOR_EXIT_STATUS=" + string(o.method),
 			"SUPERVISOR_APP_CONTAINERS=" + strconv.Itoa(o.nApps()),
 			"SUPERVISOR_APP_START_TIMEOUT=20s", "SUPERVISOR_STOP_TIMEOUT=5s",
 			// The filler's container, if any (its main process is sh).
 			"SUPERVISOR_IGNORE_PROCESSES=sh",
-		}
+		}, o.supervisorEnv)
 	} else {
 		d.NoSupervisor = true
 	}
@@ -211,9 +218,25 @@ func startPod(ctx context.Context, e env, o podOpts) (*benchPod, error) {
 		// once they all exist, and only then does the next container
 		// (the watcher) start.
 		script := fmt.Sprintf(`i=0; while [ $i -lt %d ]; do read x < %s & i=$((i+1)); done; echo > %s; read x < %s`, n, sleeper, bp.filled, sleeper)
+		if o.idle != "" {
+			// The idle program forks as many children as it has
+			// arguments, 100 at a time, and returns once they exist.
+			batch := strings.TrimSpace(strings.Repeat("x ", idleBatch))
+			script = fmt.Sprintf(`i=0; while [ $i -lt %d ]; do %s %s || exit 1; i=$((i+1)); done; `, n/idleBatch, o.idle, batch)
+			if r := n % idleBatch; r > 0 {
+				script += fmt.Sprintf(`%s %s || exit 1; `, o.idle, strings.TrimSpace(strings.Repeat("x ", r)))
+			}
+			script += fmt.Sprintf(`echo > %s; read x < %s`, bp.filled, sleeper)
+		}
 		filler := pod.Container{
 			Name: "filler", Argv: []string{"/bin/sh", "-c", script}, UID: 1000, GID: 1000,
 			PostStart: []string{"/bin/sh", "-c", "read x < " + bp.filled},
+		}
+		if o.idle != "" {
+			// Root, whom RLIMIT_NPROC does not hold: a uid's processes
+			// are limited to it (96,362 on the machine of BENCHMARKS.md),
+			// and raising its hard limit needs CAP_SYS_RESOURCE.
+			filler.UID, filler.GID = 0, 0
 		}
 		last := len(spec.Containers) - 1
 		spec.Containers = append(spec.Containers[:last], filler, spec.Containers[last])
@@ -307,11 +330,16 @@ func (bp *benchPod) trigger() (time.Time, error) {
 // end triggers the apps' end and waits for the pod's (its filler aside),
 // triggering again should an app have opened the FIFO late.
 func (bp *benchPod) end(ctx context.Context) (time.Time, pod.Status, error) {
+	return bp.endWithin(ctx, 30*time.Second)
+}
+
+// endWithin is end, waiting up to d for the pod's end.
+func (bp *benchPod) endWithin(ctx context.Context, d time.Duration) (time.Time, pod.Status, error) {
 	t, err := bp.trigger()
 	if err != nil {
 		return t, bp.Status(), err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	for {
 		wctx, wcancel := context.WithTimeout(ctx, 3*time.Second)
@@ -403,6 +431,25 @@ func (c *capture) proc(name string) pod.Process {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.procs[name]
+}
+
+// idleBatch is how many children one run of the idle program forks.
+const idleBatch = 100
+
+// withEnv is env with each NAME=value of set replacing env's NAME, or
+// added.
+func withEnv(env, set []string) []string {
+	out := slices.Clone(env)
+	for _, kv := range set {
+		name, _, _ := strings.Cut(kv, "=")
+		i := slices.IndexFunc(out, func(e string) bool { return strings.HasPrefix(e, name+"=") })
+		if i >= 0 {
+			out[i] = kv
+		} else {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 // shellJoin quotes argv for sh.

@@ -77,6 +77,9 @@ func report(w io.Writer, r *results) error {
 	if r.signals != nil {
 		signalRows(&t, r)
 	}
+	if r.memory != nil {
+		memoryRows(&t, r)
+	}
 	t.write(w)
 	fmt.Fprintln(w)
 	writeMethod(w, r)
@@ -245,6 +248,34 @@ func signalRows(t *table, r *results) {
 	t.add("the supervisor's cost per signal to the app", cost)
 }
 
+func memoryRows(t *table, r *results) {
+	t.section("5. Memory against the pod's process count")
+	var sizes, hwm, found []string
+	for _, n := range r.o.memoryProcs {
+		sizes = append(sizes, thousands(n))
+		m := r.memory[n]
+		switch {
+		case m == nil:
+			hwm, found = append(hwm, "?"), append(found, "?")
+		case m.skipped != "":
+			hwm, found = append(hwm, "not measured: "+strings.ReplaceAll(m.skipped, "|", "/")), append(found, "—")
+		case len(m.hwmKB) == 0:
+			hwm, found = append(hwm, "failed: "+oneLine(m.lastErr)), append(found, "—")
+		default:
+			cell := fmt.Sprintf("**%s** (max %s; n=%d)", sig3(m.hwmKB.quantile(0.5)/1024), sig3(m.hwmKB.max()/1024), len(m.hwmKB))
+			if m.failed > 0 {
+				cell += fmt.Sprintf(" — %d run(s) failed: %s", m.failed, oneLine(m.lastErr))
+			}
+			hwm, found = append(hwm, cell), append(found, ms(m.found.quantile(0.5)))
+		}
+	}
+	label := strings.Join(sizes, " / ")
+	t.add(fmt.Sprintf("pod of %s processes: the supervisor's peak memory (VmHWM) over its whole run, MiB: median (max; runs)", label),
+		map[method]string{pidfd: strings.Join(hwm, " / ")})
+	t.add("the same pods: log's \"starting\" → \"app found\" (about one scan of the pod), median ms",
+		map[method]string{pidfd: strings.Join(found, " / ")})
+}
+
 func oneLine(err error) string {
 	if err == nil {
 		return "?"
@@ -325,4 +356,36 @@ context switches over the window are divided by the signals sent.
 Nothing here asserts a time; the tests never do. The machine is shared: the load averages
 above are what else ran meanwhile.
 `, o.runs, o.slowRuns, settle, o.idle, o.benchtime, o.scaleRuns, o.signalWindow, o.signalRounds)
+	if r.memory != nil {
+		writeMemoryMethod(w, r)
+	}
+}
+
+// writeMemoryMethod says how section 5 was measured.
+func writeMemoryMethod(w io.Writer, r *results) {
+	perProc := "?"
+	most := 0
+	for _, n := range r.o.memoryProcs {
+		if m := r.memory[n]; m != nil && len(m.perProcKB) > 0 && n > most {
+			most, perProc = n, fmt.Sprintf("%s kB each at %s", sig3(m.perProcKB.quantile(0.5)), thousands(n))
+		}
+	}
+	fmt.Fprintf(w, `
+**5. Memory** (`+"`-sections memory`"+`, not part of the default run). %d pods per size, one at
+a time, each of the benchmark's pod (one app) plus a filler container holding the rest of
+the processes: children of a minimal static program (e2e/bench/idle.go: no libc, a page
+of code; it forks as many children as it has arguments, which sleep in pause(2) until
+killed), %s (MemAvailable's drop over the pod's start, divided by its processes: page
+tables, kernel stack, task structures), where forks of sh cost about 290 kB and sleep(1)
+about 210 kB. The filler runs as root, whom RLIMIT_NPROC does not hold. For the section
+the benchmark raises kernel.pid_max and kernel.threads-max if they are too low, and puts
+them back after. The supervisor (pidfd) runs with GOMEMLIMIT=%s as the manifests
+set it (their memory limit, 32 MiB) and SUPERVISOR_SCAN_INTERVAL=100ms, and is told to
+expect two apps: it scans the whole pod again and again for the second, which never
+comes, for 10 s plus 0.2 ms per process (SUPERVISOR_APP_START_TIMEOUT), then the app ends
+and it stops the sidecar and exits. Its VmHWM (/proc/PID/status, the peak resident
+set since it started) is read every 50 ms until it exits; the figure is the last
+reading. The second row is one scan's time, roughly: from its "starting" log line to
+"app found".
+`, r.o.memoryRuns, perProc, memGOMEMLIMIT)
 }
