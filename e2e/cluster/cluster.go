@@ -281,6 +281,18 @@ func (c *Cluster) ProductImages(ctx context.Context) (supervisor, proxy string, 
 	return supervisor, proxy, nil
 }
 
+// RestartDaemon restarts the node's kubelet or containerd as a service
+// manager would (e2e/scripts/cluster-restart.sh): stopped with SIGTERM,
+// started again as it was, and waited for until the node is Ready. The
+// pods' containers keep running. Only for a caller that has the cluster to
+// itself: other users' pods see the restart too.
+func (c *Cluster) RestartDaemon(ctx context.Context, name string) error {
+	if _, err := c.runScript(ctx, "cluster-restart.sh", name); err != nil {
+		return fmt.Errorf("cluster-restart.sh %s: %w", name, err)
+	}
+	return nil
+}
+
 // DaemonLog returns the last n lines of a daemon's log (kubelet, containerd,
 // kube-apiserver, ...), for failure reports.
 func (c *Cluster) DaemonLog(name string, n int) string {
