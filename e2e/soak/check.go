@@ -1,0 +1,556 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/cluster"
+)
+
+// instance is one run of an app container, as the app stamped it.
+type instance struct {
+	app   string
+	n     int
+	pod   string
+	start time.Time
+	end   time.Time // zero: no end stamp (killed)
+	code  int
+}
+
+func (i instance) String() string {
+	s := fmt.Sprintf("%s #%d in %s, started %s", i.app, i.n, i.pod, clock(i.start))
+	if i.end.IsZero() {
+		return s + ", no end (killed)"
+	}
+	return s + fmt.Sprintf(", ended %s exit %d", clock(i.end), i.code)
+}
+
+// clock renders a time of day with milliseconds.
+func clock(t time.Time) string { return t.UTC().Format("15:04:05.000") }
+
+// stampRE reads one stamp line: "start N POD <adjtimex>" or "end N POD
+// CODE <adjtimex>"; adjtimex prints its status before the time.
+var stampRE = regexp.MustCompile(`^(start|end) (\d+) (\S+)(?: (-?\d+))? .*status:\s*(\d+).*time\.tv_sec:\s*(\d+)\s+time\.tv_usec:\s*(\d+)`)
+
+// staNano is adjtimex's status bit saying time.tv_usec holds nanoseconds.
+const staNano = 0x2000
+
+// parseStamps reads an app's stamp file.
+func parseStamps(app, text string) ([]instance, error) {
+	byN := map[int]*instance{}
+	for _, line := range strings.Split(strings.TrimSpace(text), "\n") {
+		if line == "" {
+			continue
+		}
+		m := stampRE.FindStringSubmatch(line)
+		if m == nil {
+			return nil, fmt.Errorf("%s: unreadable stamp %q", app, line)
+		}
+		n, _ := strconv.Atoi(m[2])
+		status, _ := strconv.Atoi(m[5])
+		sec, _ := strconv.ParseInt(m[6], 10, 64)
+		frac, _ := strconv.ParseInt(m[7], 10, 64)
+		if status&staNano == 0 {
+			frac *= 1000
+		}
+		at := time.Unix(sec, frac)
+		in := byN[n]
+		if in == nil {
+			in = &instance{app: app, n: n, pod: m[3]}
+			byN[n] = in
+		}
+		switch {
+		case m[1] == "start" && !in.start.IsZero(), m[1] == "end" && !in.end.IsZero():
+			return nil, fmt.Errorf("%s: instance %d stamped its %s twice", app, n, m[1])
+		case m[1] == "start":
+			in.start = at
+		default:
+			in.end = at
+			in.code, _ = strconv.Atoi(m[4])
+		}
+		if in.pod != m[3] {
+			return nil, fmt.Errorf("%s: instance %d stamped in pods %s and %s", app, n, in.pod, m[3])
+		}
+	}
+	var out []instance
+	for _, in := range byN {
+		if in.start.IsZero() {
+			return nil, fmt.Errorf("%s: instance %d has an end but no start", app, in.n)
+		}
+		out = append(out, *in)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].n < out[j].n })
+	return out, nil
+}
+
+// supervisorLog is what the soak reads in the supervisor's log.
+type supervisorLog struct {
+	first time.Time // its first line
+	// stops are the lines saying the sidecar was sent its action.
+	stops []logLine
+	gone  bool // "sidecar already gone": it had exited before the action
+}
+
+type logLine struct {
+	Time    string `json:"time"`
+	Message string `json:"message"`
+	Signal  string `json:"signal"`
+	Method  string `json:"method"`
+	at      time.Time
+}
+
+// The supervisor's messages for a sidecar sent its action
+// (supervisor/stop.go).
+const (
+	msgSignalled = "sidecar signalled"
+	msgAsked     = "sidecar asked to stop"
+	msgGone      = "sidecar already gone"
+)
+
+func parseSupervisorLog(text string) (supervisorLog, error) {
+	var s supervisorLog
+	for _, raw := range strings.Split(text, "\n") {
+		if !strings.HasPrefix(raw, "{") {
+			continue
+		}
+		var l logLine
+		if err := json.Unmarshal([]byte(raw), &l); err != nil {
+			return s, fmt.Errorf("supervisor log line %q: %w", raw, err)
+		}
+		at, err := time.Parse(time.RFC3339Nano, l.Time)
+		if err != nil {
+			return s, fmt.Errorf("supervisor log line %q: time: %w", raw, err)
+		}
+		l.at = at
+		if s.first.IsZero() {
+			s.first = at
+		}
+		switch l.Message {
+		case msgSignalled, msgAsked:
+			s.stops = append(s.stops, l)
+		case msgGone:
+			s.gone = true
+		}
+	}
+	if s.first.IsZero() {
+		return s, fmt.Errorf("no JSON line in the supervisor's log")
+	}
+	return s, nil
+}
+
+// The invariants, the table's columns.
+type invariant int
+
+const (
+	// invCondition: the Job's condition, its pods and their apps as the
+	// timeline says.
+	invCondition invariant = iota
+	// invOrder: istio-proxy stopped only once no app of the pod runs or
+	// will run again.
+	invOrder
+	// invLeft: no container left running.
+	invLeft
+	// invMessage: the supervisor's termination message (and the action
+	// it took) as the apps' statuses say.
+	invMessage
+	nInvariants
+)
+
+var invariantNames = [nInvariants]string{"condition", "proxy after apps", "none left running", "termination message"}
+
+// verdict is the checks' result for one Job.
+type verdict struct {
+	problems [nInvariants][]string
+	// outcomes counts the pods by the supervisor's summary: success,
+	// failure, unknown, deleted.
+	outcomes map[string]int
+	// unchecked lists checks that could not be made (a log the kubelet
+	// had removed, ...).
+	unchecked []string
+	// anomalies are the cluster's own oddities seen on the way, which no
+	// invariant is about (a restart the kubelet counts for a container it
+	// failed to create while containerd restarted).
+	anomalies []string
+}
+
+func (v *verdict) add(i invariant, format string, args ...any) {
+	v.problems[i] = append(v.problems[i], fmt.Sprintf(format, args...))
+}
+
+func (v *verdict) ok() bool {
+	for _, p := range v.problems {
+		if len(p) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// observed is what the soak saw of one Job.
+type observed struct {
+	cond     *batchv1.JobCondition // nil: it did not finish in time
+	pods     []podObs
+	inst     map[string][]instance // by app
+	stampErr error
+}
+
+// podObs is what the soak saw of one pod: its last status, the
+// supervisor's log, and the containers the runtime still runs for it.
+type podObs struct {
+	pod       *corev1.Pod
+	log       string
+	logErr    error
+	running   []string
+	crictlErr error
+}
+
+// checkJob checks the invariants on what was observed of timeline t's Job.
+func checkJob(t timeline, o observed) verdict {
+	v := verdict{outcomes: map[string]int{}}
+	switch {
+	case o.cond == nil:
+		v.add(invCondition, "neither Complete nor Failed within the bound")
+	case o.cond.Type != t.want.cond || (t.want.reason != "" && o.cond.Reason != t.want.reason):
+		v.add(invCondition, "Job %s (%s: %s), want %s %s", o.cond.Type, o.cond.Reason, o.cond.Message, t.want.cond, t.want.reason)
+	}
+	if o.stampErr != nil {
+		v.add(invCondition, "stamps: %v", o.stampErr)
+	}
+	pods := orderPods(o.pods, o.inst)
+	if len(pods) != len(t.want.pods) {
+		v.add(invCondition, "%d pod(s), want %d", len(pods), len(t.want.pods))
+	}
+	for k, p := range pods {
+		var w *podWant
+		if k < len(t.want.pods) {
+			w = &t.want.pods[k]
+		}
+		checkPod(t, w, p, instancesIn(o.inst, p.pod.Name), &v)
+	}
+	return v
+}
+
+// orderPods sorts the pods by the instances run in them (the first pod
+// ran each app's first instance), then by creation.
+func orderPods(pods []podObs, inst map[string][]instance) []podObs {
+	first := map[string]int{}
+	for _, list := range inst {
+		for _, in := range list {
+			if f, ok := first[in.pod]; !ok || in.n < f {
+				first[in.pod] = in.n
+			}
+		}
+	}
+	out := slices.Clone(pods)
+	sort.SliceStable(out, func(i, j int) bool {
+		fi, oki := first[out[i].pod.Name]
+		fj, okj := first[out[j].pod.Name]
+		switch {
+		case oki && okj && fi != fj:
+			return fi < fj
+		case oki != okj:
+			return oki
+		}
+		return out[i].pod.CreationTimestamp.Before(&out[j].pod.CreationTimestamp)
+	})
+	return out
+}
+
+// instancesIn returns the instances run in pod, by app.
+func instancesIn(inst map[string][]instance, pod string) map[string][]instance {
+	out := map[string][]instance{}
+	for app, list := range inst {
+		for _, in := range list {
+			if in.pod == pod {
+				out[app] = append(out[app], in)
+			}
+		}
+	}
+	return out
+}
+
+func containerStatus(p *corev1.Pod, name string) *corev1.ContainerStatus {
+	for i := range p.Status.ContainerStatuses {
+		if p.Status.ContainerStatuses[i].Name == name {
+			return &p.Status.ContainerStatuses[i]
+		}
+	}
+	return nil
+}
+
+// checkPod checks one pod against what it must come to (w, nil for a pod
+// the timeline has no room for: only what holds of every pod is checked).
+func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, v *verdict) {
+	name := p.pod.Name
+	deleted := w != nil && w.deleted
+
+	// None left running: in the kubelet's status, and in the runtime.
+	for _, s := range append(slices.Clone(p.pod.Status.InitContainerStatuses), p.pod.Status.ContainerStatuses...) {
+		if s.State.Running != nil {
+			v.add(invLeft, "pod %s: container %s still running (%s)", name, s.Name, cluster.StateString(s.State))
+		}
+	}
+	switch {
+	case p.crictlErr != nil:
+		v.unchecked = append(v.unchecked, fmt.Sprintf("pod %s: the runtime's containers: %v", name, p.crictlErr))
+	case len(p.running) > 0:
+		v.add(invLeft, "pod %s: the runtime still runs container(s) %s", name, strings.Join(p.running, ", "))
+	}
+
+	// Condition: the pod's phase, each app's instances and final status.
+	if w != nil {
+		checkApps(t, *w, p.pod, inst, v)
+	}
+
+	// Proxy after apps, from the supervisor's log.
+	var sl supervisorLog
+	var logOK bool
+	switch {
+	case p.logErr != nil:
+		if !deleted {
+			v.add(invOrder, "pod %s: no supervisor log: %v", name, p.logErr)
+		} else {
+			v.unchecked = append(v.unchecked, fmt.Sprintf("pod %s (deleted): supervisor log: %v", name, p.logErr))
+		}
+	default:
+		var err error
+		if sl, err = parseSupervisorLog(p.log); err != nil {
+			v.add(invOrder, "pod %s: %v", name, err)
+		} else {
+			logOK = true
+		}
+	}
+	var lastEnd time.Time
+	for _, list := range inst {
+		for _, in := range list {
+			if in.end.After(lastEnd) {
+				lastEnd = in.end
+			}
+		}
+	}
+	if logOK {
+		for _, s := range sl.stops {
+			// The log has milliseconds (truncated): a stop logged at ms
+			// came at or after ms, and before ms+1.
+			before := s.at.Add(time.Millisecond)
+			for _, list := range inst {
+				for _, in := range list {
+					if !in.end.IsZero() && !in.end.Before(before) {
+						v.add(invOrder, "pod %s: istio-proxy %s (%s) at %s while %s", name, s.Message, s.Signal, clock(s.at), in)
+					} else if in.end.IsZero() && !in.start.Before(before) {
+						v.add(invOrder, "pod %s: istio-proxy %s (%s) at %s before %s", name, s.Message, s.Signal, clock(s.at), in)
+					}
+				}
+			}
+		}
+		if !deleted && len(sl.stops) == 0 {
+			v.add(invOrder, "pod %s: the supervisor's log has no %q nor %q", name, msgSignalled, msgAsked)
+		}
+		if sl.gone && !deleted {
+			v.add(invOrder, "pod %s: istio-proxy had exited before the supervisor's action (%q)", name, msgGone)
+		}
+	}
+	proxy := containerStatus(p.pod, proxyName)
+	switch {
+	case proxy == nil:
+		v.add(invOrder, "pod %s has no istio-proxy status", name)
+	case proxy.RestartCount != 0 && proxy.LastTerminationState.Terminated == nil:
+		v.anomalies = append(v.anomalies, fmt.Sprintf("pod %s: the kubelet counts %d restart(s) of istio-proxy, whose last instance never ran (%s)",
+			name, proxy.RestartCount, cluster.StateString(proxy.LastTerminationState)))
+	case proxy.RestartCount != 0:
+		v.add(invOrder, "pod %s: istio-proxy restarted %d time(s) (last: %s)", name, proxy.RestartCount, cluster.StateString(proxy.LastTerminationState))
+	case proxy.State.Terminated != nil && !deleted && !lastEnd.IsZero() &&
+		proxy.State.Terminated.FinishedAt.Time.Before(lastEnd.Truncate(time.Second)):
+		// The API's times have whole seconds.
+		v.add(invOrder, "pod %s: istio-proxy finished at %s, before the last app's end at %s",
+			name, proxy.State.Terminated.FinishedAt.UTC().Format(time.TimeOnly), clock(lastEnd))
+	}
+
+	// Termination message, and the action it names.
+	sup := containerStatus(p.pod, supervisorName)
+	if sup == nil {
+		v.add(invMessage, "pod %s has no %s status", name, supervisorName)
+		return
+	}
+	term := sup.State.Terminated
+	if term == nil {
+		v.add(invMessage, "pod %s: the supervisor has not terminated: %s", name, cluster.StateString(sup.State))
+		return
+	}
+	msg := strings.TrimSpace(term.Message)
+	switch {
+	case term.ExitCode != 0 || (sup.RestartCount != 0 && sup.LastTerminationState.Terminated != nil):
+		v.add(invMessage, "pod %s: the supervisor exited %d (%s), %d restart(s) (last: %s): %q",
+			name, term.ExitCode, term.Reason, sup.RestartCount, cluster.StateString(sup.LastTerminationState), msg)
+	case sup.RestartCount != 0:
+		v.anomalies = append(v.anomalies, fmt.Sprintf("pod %s: the kubelet counts %d restart(s) of the supervisor, whose last instance never ran (%s)",
+			name, sup.RestartCount, cluster.StateString(sup.LastTerminationState)))
+	}
+	if deleted {
+		v.outcomes["deleted"]++
+		if !strings.Contains(msg, "pod deleted") {
+			v.add(invMessage, "pod %s (deleted while its apps ran): message %q, want it to say \"pod deleted\"", name, msg)
+		}
+		return
+	}
+	if w == nil {
+		return
+	}
+	prefix, _, _ := strings.Cut(msg, ":")
+	v.outcomes[prefix]++
+	allowed, named := expectedOutcomes(t, *w, inst, sl.first, logOK)
+	if !slices.Contains(allowed, prefix) {
+		v.add(invMessage, "pod %s: message %q, want it to start with %s", name, msg, strings.Join(quoteAll(allowed, ":"), " or "))
+	}
+	if prefix == "failure" {
+		for _, n := range named {
+			if !strings.Contains(msg, n) {
+				v.add(invMessage, "pod %s: message %q does not name %q", name, msg, n)
+			}
+		}
+	}
+	// The action: SIGKILL on failure (Never), else SIGTERM, after which
+	// pilot-agent drains and exits 0.
+	if proxy != nil && proxy.State.Terminated != nil && slices.Contains(allowed, prefix) {
+		want := int32(0)
+		if prefix == "failure" && t.restart == corev1.RestartPolicyNever {
+			want = 137
+		}
+		if got := proxy.State.Terminated.ExitCode; got != want {
+			v.add(invMessage, "pod %s: %s, istio-proxy exited %d (%s), want %d", name, prefix, got, proxy.State.Terminated.Reason, want)
+		}
+	}
+}
+
+func quoteAll(s []string, suffix string) []string {
+	var out []string
+	for _, x := range s {
+		out = append(out, strconv.Quote(x+suffix))
+	}
+	return out
+}
+
+// checkApps checks the pod's phase and each app's instances against w.
+func checkApps(t timeline, w podWant, p *corev1.Pod, inst map[string][]instance, v *verdict) {
+	name := p.Name
+	if w.deleted {
+		if p.DeletionTimestamp == nil {
+			v.add(invCondition, "pod %s: not deleted, want it deleted while its apps ran", name)
+		}
+		if p.Status.Phase != corev1.PodFailed {
+			v.add(invCondition, "pod %s (deleted): phase %s, want Failed", name, p.Status.Phase)
+		}
+		for _, a := range t.apps {
+			if list := inst[a.name]; len(list) == 0 || list[0].n != w.first[a.name] {
+				v.add(invCondition, "pod %s (deleted): %s's first instance %v, want #%d", name, a.name, list, w.first[a.name])
+			}
+		}
+		return
+	}
+	if p.DeletionTimestamp != nil {
+		v.add(invCondition, "pod %s was deleted", name)
+	}
+	wantPhase := corev1.PodSucceeded
+	for _, a := range t.apps {
+		if a.at(w.last[a.name]).code != 0 {
+			wantPhase = corev1.PodFailed
+		}
+	}
+	if p.Status.Phase != wantPhase {
+		v.add(invCondition, "pod %s: phase %s, want %s", name, p.Status.Phase, wantPhase)
+	}
+	for _, a := range t.apps {
+		list := inst[a.name]
+		var got []int
+		for _, in := range list {
+			got = append(got, in.n)
+		}
+		var want []int
+		for n := w.first[a.name]; n <= w.last[a.name]; n++ {
+			want = append(want, n)
+		}
+		if !slices.Equal(got, want) {
+			v.add(invCondition, "pod %s: %s ran instances %v, want %v", name, a.name, got, want)
+		}
+		for _, in := range list {
+			switch {
+			case in.end.IsZero():
+				v.add(invCondition, "pod %s: %s never ended (killed)", name, in)
+			case in.code != a.at(in.n).code:
+				v.add(invCondition, "pod %s: %s, want exit %d", name, in, a.at(in.n).code)
+			}
+		}
+		s := containerStatus(p, a.name)
+		switch {
+		case s == nil:
+			v.add(invCondition, "pod %s has no status for %s", name, a.name)
+		case s.State.Terminated == nil:
+			v.add(invCondition, "pod %s: %s %s", name, a.name, cluster.StateString(s.State))
+		case s.State.Terminated.ExitCode != int32(a.at(w.last[a.name]).code):
+			v.add(invCondition, "pod %s: %s exited %d, want %d", name, a.name, s.State.Terminated.ExitCode, a.at(w.last[a.name]).code)
+		case int(s.RestartCount) != w.restarts[a.name] && slices.Equal(got, want):
+			// The stamps say what ran; the kubelet counts the containers
+			// it made, one it failed to start included.
+			v.anomalies = append(v.anomalies, fmt.Sprintf("pod %s: the kubelet counts %d restart(s) of %s, which ran instances %v (last: %s)",
+				name, s.RestartCount, a.name, got, cluster.StateString(s.LastTerminationState)))
+		case int(s.RestartCount) != w.restarts[a.name]:
+			v.add(invCondition, "pod %s: %s restarted %d time(s), want %d", name, a.name, s.RestartCount, w.restarts[a.name])
+		}
+	}
+}
+
+// seenMargin: an app instance that ended this long after the supervisor's
+// first log line, and (a restart) ran this long, was seen by it: its exit
+// status must be known. Quicker ones may be gone before the supervisor
+// looks (a missing or already exited container: status unknown, by
+// design).
+const seenMargin = time.Second
+
+// expectedOutcomes returns the summaries the supervisor may give the pod
+// (success, failure, unknown), and the "app exit N" its failure summary
+// must name.
+func expectedOutcomes(t timeline, w podWant, inst map[string][]instance, supStart time.Time, logOK bool) (allowed, named []string) {
+	if t.none {
+		return []string{"unknown"}, nil
+	}
+	var failSeen, failUnseen, okUnseen bool
+	for _, a := range t.apps {
+		n := w.last[a.name]
+		code := a.at(n).code
+		var in *instance
+		for i := range inst[a.name] {
+			if inst[a.name][i].n == n {
+				in = &inst[a.name][i]
+			}
+		}
+		seen := logOK && in != nil && !in.end.IsZero() && in.end.After(supStart.Add(seenMargin)) &&
+			(n == w.first[a.name] || in.end.Sub(in.start) >= seenMargin)
+		switch {
+		case code != 0 && seen:
+			failSeen = true
+			named = append(named, fmt.Sprintf("%s exit %d", a.name, code))
+		case code != 0:
+			failUnseen = true
+		case !seen:
+			okUnseen = true
+		}
+	}
+	switch {
+	case failSeen:
+		return []string{"failure"}, named
+	case failUnseen:
+		return []string{"failure", "unknown"}, named
+	case okUnseen:
+		return []string{"success", "unknown"}, nil
+	}
+	return []string{"success"}, nil
+}

@@ -1,0 +1,138 @@
+// Command soak runs hundreds of Jobs with random timelines on the one-node
+// Kubernetes of e2e/cluster, each injected by Istio's own injector with our
+// template (deploy/istio/supervisor.tmpl), and checks on every Job that
+//
+//   - it reaches the condition its timeline says (Complete, or Failed for
+//     the reason it says), with the pods, app instances and exit codes it
+//     says;
+//   - istio-proxy is never stopped while an app of its pod still runs or
+//     will run again: each app instance stamps its start and end (adjtimex,
+//     nanoseconds), the supervisor logs when it signals istio-proxy
+//     (milliseconds), and every stop must come after every end;
+//   - no container is left running once the pod is done, neither in the
+//     kubelet's status nor in the runtime (crictl);
+//   - the supervisor's termination message says success, failure or
+//     unknown as the apps' statuses say (or that the pod was deleted), and
+//     istio-proxy got the action that goes with it.
+//
+// The timelines are drawn from a seed, which the report prints: exit codes,
+// runs from milliseconds to tens of seconds, restartPolicy Never and
+// OnFailure with failures before success, one to three apps, pods deleted
+// mid-run, activeDeadlineSeconds, and the exit-status method forced to none
+// on some. Jobs run a window at a time (-parallel), and mid-soak the node's
+// kubelet, then its containerd, are restarted once (e2e/scripts/
+// cluster-restart.sh); the Jobs running across each restart get rows of
+// their own. It prints one markdown document (the run's conditions, one
+// table, each violation) and exits 1 if any invariant failed.
+//
+//	sudo e2e/soak.sh                     # 200 Jobs, a fresh seed
+//	sudo e2e/soak.sh -seed 7 -only 17    # Job 17 of seed 7 again, alone
+//	go -C e2e run ./soak -h              # every option
+//
+// As root: it starts (or joins) the cluster and reads the apps' stamps on
+// this node. Run it under flock /tmp/sidecar-supervisor-cluster.lock: it
+// restarts the node's daemons.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	istiolog "istio.io/istio/pkg/log"
+)
+
+type options struct {
+	seed       uint64
+	jobs       int
+	parallel   int
+	restarts   bool
+	only       []int
+	jobTimeout time.Duration
+	out        string
+}
+
+func main() {
+	var o options
+	var seed, only string
+	flag.StringVar(&seed, "seed", "", "the timelines' seed (default: a fresh one, printed)")
+	flag.IntVar(&o.jobs, "jobs", 200, "how many Jobs")
+	flag.IntVar(&o.parallel, "parallel", 12, "how many Jobs run at once (the node's 2 cores hold about this many pods with their istio-proxy)")
+	flag.BoolVar(&o.restarts, "restarts", true, "restart the kubelet after a third of the Jobs have started, and containerd after two thirds")
+	flag.StringVar(&only, "only", "", "comma-separated Job indices to run, alone (to replay Jobs of a seed)")
+	flag.DurationVar(&o.jobTimeout, "job-timeout", 6*time.Minute, "bound on one Job; past it the Job counts as not finished")
+	flag.StringVar(&o.out, "out", "", "directory for the failed Jobs' details (default: a new one under /tmp, kept only if a Job failed)")
+	flag.Parse()
+	if err := o.parse(seed, only); err != nil {
+		logf("%v", err)
+		os.Exit(2)
+	}
+	// Istio's packages (the injector) log to stdout, which carries the
+	// report: send them to stderr with the progress.
+	lo := istiolog.DefaultOptions()
+	lo.OutputPaths = []string{"stderr"}
+	if err := istiolog.Configure(lo); err != nil {
+		logf("configure istio's log: %v", err)
+		os.Exit(1)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ok, err := run(ctx, o, os.Stdout)
+	if err != nil {
+		logf("soak: %v", err)
+		stop()
+		os.Exit(1)
+	}
+	if !ok {
+		stop()
+		os.Exit(1)
+	}
+}
+
+func (o *options) parse(seed, only string) error {
+	if seed == "" {
+		var b [8]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return err
+		}
+		// Short enough to type again.
+		o.seed = binary.LittleEndian.Uint64(b[:]) % 1_000_000
+	} else {
+		s, err := strconv.ParseUint(seed, 10, 64)
+		if err != nil {
+			return fmt.Errorf("-seed %q: want a whole number ≥ 0", seed)
+		}
+		o.seed = s
+	}
+	if only != "" {
+		for _, f := range strings.Split(only, ",") {
+			i, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || i < 0 {
+				return fmt.Errorf("-only %q: want comma-separated Job indices (0, 1, ...)", only)
+			}
+			o.only = append(o.only, i)
+		}
+	}
+	switch {
+	case o.jobs < 1 && len(o.only) == 0:
+		return fmt.Errorf("-jobs %d: want at least 1", o.jobs)
+	case o.parallel < 1:
+		return fmt.Errorf("-parallel %d: want at least 1", o.parallel)
+	case o.jobTimeout < 2*time.Minute:
+		return fmt.Errorf("-job-timeout %s: want at least 2m (OnFailure back-offs, pilot-agent's drain)", o.jobTimeout)
+	}
+	return nil
+}
+
+// logf logs progress to stderr. Not the standard logger: Istio's packages
+// redirect that one into their own.
+var logf = log.New(os.Stderr, "", log.Ltime).Printf

@@ -1,0 +1,241 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	"golang.org/x/sys/unix"
+)
+
+// report is the run's document.
+type report struct {
+	o        options
+	results  []result
+	restarts []restart
+	started  time.Time
+	took     time.Duration
+	loads    [2]string
+	images   [2]string
+	out      string
+}
+
+// row is one line of the table: the Jobs a predicate selects.
+type row struct {
+	title string
+	match func(r result) bool
+}
+
+func restartsIn(t timeline) int {
+	n := 0
+	for _, p := range t.want.pods {
+		for _, k := range p.restarts {
+			n += k
+		}
+	}
+	return n
+}
+
+func quickRun(t timeline) bool {
+	for _, a := range t.apps {
+		for _, s := range a.steps {
+			if s.d < time.Second {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func rows() []row {
+	never := func(r result) bool { return r.t.restart == corev1.RestartPolicyNever }
+	plain := func(r result) bool { return r.t.deletePod == 0 && !r.t.deadlineHit }
+	return []row{
+		{"Never, first pod succeeds", func(r result) bool {
+			return never(r) && plain(r) && r.t.want.cond == batchv1.JobComplete && len(r.t.want.pods) == 1
+		}},
+		{"Never, failed pods then one succeeds", func(r result) bool {
+			return never(r) && plain(r) && r.t.want.cond == batchv1.JobComplete && len(r.t.want.pods) > 1
+		}},
+		{"Never, every pod fails (backoffLimit)", func(r result) bool {
+			return never(r) && plain(r) && r.t.want.reason == batchv1.JobReasonBackoffLimitExceeded
+		}},
+		{"OnFailure, succeeds first time", func(r result) bool {
+			return !never(r) && plain(r) && r.t.want.cond == batchv1.JobComplete && restartsIn(r.t) == 0
+		}},
+		{"OnFailure, restarted in place then succeeds", func(r result) bool {
+			return !never(r) && plain(r) && r.t.want.cond == batchv1.JobComplete && restartsIn(r.t) > 0
+		}},
+		{"OnFailure, fails until backoffLimit", func(r result) bool {
+			return !never(r) && plain(r) && r.t.want.reason == batchv1.JobReasonBackoffLimitExceeded
+		}},
+		{"pod deleted mid-run", func(r result) bool { return r.t.deletePod > 0 }},
+		{"activeDeadlineSeconds passed mid-run", func(r result) bool { return r.t.deadlineHit }},
+		{"activeDeadlineSeconds set, not reached", func(r result) bool { return r.t.deadline > 0 && !r.t.deadlineHit }},
+		{"exit-status none (statuses unknown)", func(r result) bool { return r.t.none }},
+		{"2 or 3 apps", func(r result) bool { return len(r.t.apps) > 1 }},
+		{"an app run under 1 s", func(r result) bool { return quickRun(r.t) }},
+		{"running across the kubelet restart", func(r result) bool { return slices.Contains(r.across, "kubelet") }},
+		{"running across the containerd restart", func(r result) bool { return slices.Contains(r.across, "containerd") }},
+		{"**all**", func(result) bool { return true }},
+	}
+}
+
+func (r *report) ok() bool {
+	for _, res := range r.results {
+		if !res.v.ok() {
+			return false
+		}
+	}
+	for _, x := range r.restarts {
+		if x.err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+func (r *report) write(w io.Writer) error {
+	var b strings.Builder
+	var uts unix.Utsname
+	_ = unix.Uname(&uts)
+	host, _ := os.Hostname()
+	fmt.Fprintf(&b, "## Soak: %d Jobs on the one-node cluster, seed %d\n\n", len(r.results), r.o.seed)
+	fmt.Fprintf(&b, "`sudo e2e/soak.sh -seed %d -jobs %d -parallel %d` on %s: %d cores, kernel %s, %s, load %s before and %s after. ",
+		r.o.seed, r.o.jobs, r.o.parallel, host, runtime.NumCPU(), unix.ByteSliceToString(uts.Release[:]),
+		r.started.UTC().Format("2006-01-02 15:04 MST"), r.loads[0], r.loads[1])
+	fmt.Fprintf(&b, "Took %s, %d Jobs at a time. Images: supervisor %s, istio-proxy %s.\n\n",
+		r.took.Round(time.Second), r.o.parallel, r.images[0], r.images[1])
+	for _, x := range r.restarts {
+		state := fmt.Sprintf("back in %s", x.took.Round(100*time.Millisecond))
+		if x.err != nil {
+			state = fmt.Sprintf("FAILED: %v", x.err)
+		}
+		fmt.Fprintf(&b, "- %s restarted at %s (%s) with %d Jobs running.\n", x.daemon, x.at.UTC().Format(time.TimeOnly), state, len(x.jobs))
+	}
+	pods, lat, outcomes := 0, []time.Duration{}, map[string]int{}
+	for _, res := range r.results {
+		pods += res.pods
+		lat = append(lat, res.startLat...)
+		for k, n := range res.v.outcomes {
+			outcomes[k] += n
+		}
+	}
+	var oc []string
+	for _, k := range []string{"success", "failure", "unknown", "deleted"} {
+		oc = append(oc, fmt.Sprintf("%s %d", k, outcomes[k]))
+		delete(outcomes, k)
+	}
+	for k, n := range outcomes {
+		oc = append(oc, fmt.Sprintf("%q %d", k, n))
+	}
+	fmt.Fprintf(&b, "- %d pods; the supervisor's summaries: %s (deleted: the pod was deleted while its apps ran).\n", pods, strings.Join(oc, ", "))
+	if len(lat) > 0 {
+		fmt.Fprintf(&b, "- A pod's first app started %s after the pod was created (median; 95th percentile %s, max %s): the node's load.\n",
+			pct(lat, 50), pct(lat, 95), pct(lat, 100))
+	}
+	b.WriteString("\nEach cell: Jobs for which the invariant held / Jobs in the row. A Job is in every row that fits it.\n\n")
+	b.WriteString("| Jobs | n |")
+	for _, n := range invariantNames {
+		b.WriteString(" " + n + " |")
+	}
+	b.WriteString(" all held | Job time, median | max |\n|---|---:|")
+	for range invariantNames {
+		b.WriteString("---:|")
+	}
+	b.WriteString("---:|---:|---:|\n")
+	for _, row := range rows() {
+		var sel []result
+		for _, res := range r.results {
+			if row.match(res) {
+				sel = append(sel, res)
+			}
+		}
+		if len(sel) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "| %s | %d |", row.title, len(sel))
+		all := 0
+		var took []time.Duration
+		for _, res := range sel {
+			if res.v.ok() {
+				all++
+			}
+			took = append(took, res.took)
+		}
+		for i := range invariantNames {
+			n := 0
+			for _, res := range sel {
+				if len(res.v.problems[i]) == 0 {
+					n++
+				}
+			}
+			fmt.Fprintf(&b, " %s |", mark(n, len(sel)))
+		}
+		fmt.Fprintf(&b, " %s | %s | %s |\n", mark(all, len(sel)), pct(took, 50), pct(took, 100))
+	}
+	var failed, unchecked, anomalies []string
+	for _, res := range r.results {
+		for _, u := range res.v.unchecked {
+			unchecked = append(unchecked, fmt.Sprintf("%s: %s", res.t.name(), u))
+		}
+		for _, a := range res.v.anomalies {
+			anomalies = append(anomalies, fmt.Sprintf("%s: %s", res.t.name(), a))
+		}
+		if res.v.ok() {
+			continue
+		}
+		var probs []string
+		for i, ps := range res.v.problems {
+			for _, p := range ps {
+				probs = append(probs, invariantNames[i]+": "+p)
+			}
+		}
+		failed = append(failed, fmt.Sprintf("- **%s** (Job %d; %s): %s. Details: %s", res.t.name(), res.t.index, res.t,
+			strings.Join(probs, "; "), res.detail))
+	}
+	if len(failed) == 0 {
+		b.WriteString("\nEvery invariant held for every Job.\n")
+	} else {
+		fmt.Fprintf(&b, "\n%d Job(s) broke an invariant (replay one with `-seed %d -only INDEX`):\n\n%s\n", len(failed), r.o.seed, strings.Join(failed, "\n"))
+	}
+	if len(anomalies) > 0 {
+		fmt.Fprintf(&b, "\nThe cluster's own oddities, which break no invariant (%d):\n\n- %s\n", len(anomalies), strings.Join(anomalies, "\n- "))
+	}
+	if len(unchecked) > 0 {
+		fmt.Fprintf(&b, "\nNot checked (%d):\n\n- %s\n", len(unchecked), strings.Join(unchecked, "\n- "))
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func mark(n, of int) string {
+	if n == of {
+		return fmt.Sprintf("%d", n)
+	}
+	return fmt.Sprintf("**%d**", n)
+}
+
+// pct is the p-th percentile (nearest rank), rounded for the table.
+func pct(d []time.Duration, p int) string {
+	if len(d) == 0 {
+		return "–"
+	}
+	s := slices.Clone(d)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	k := (p*len(s) + 99) / 100
+	k = max(1, min(k, len(s)))
+	v := s[k-1]
+	if v < 10*time.Second {
+		return v.Round(10 * time.Millisecond).String()
+	}
+	return v.Round(time.Second).String()
+}

@@ -1,0 +1,191 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// podSeen is what the soak keeps of one pod: its last status, when it was
+// first seen, and the supervisor's log, fetched as soon as the pod is done
+// (the kubelet may remove a deleted pod's containers, logs and all, within
+// a minute of its end).
+type podSeen struct {
+	pod      *corev1.Pod
+	seen     time.Time
+	done     bool // the pod is in a final phase
+	log      string
+	logErr   error
+	fetching bool
+	fetched  chan struct{}
+}
+
+// recorder follows the namespace's Jobs and pods through informers.
+type recorder struct {
+	client kubernetes.Interface
+	ns     string
+
+	mu      sync.Mutex
+	pods    map[types.UID]*podSeen
+	jobs    map[string]*batchv1.Job
+	jobDone map[string]time.Time // when a Job's Complete or Failed condition arrived
+	changed chan struct{}        // closed and replaced at each change
+}
+
+func newRecorder(client kubernetes.Interface, ns string) *recorder {
+	return &recorder{client: client, ns: ns, pods: map[types.UID]*podSeen{},
+		jobs: map[string]*batchv1.Job{}, jobDone: map[string]time.Time{}, changed: make(chan struct{})}
+}
+
+// start runs the informers until ctx ends and returns once they have
+// synced.
+func (r *recorder) start(ctx context.Context) error {
+	f := informers.NewSharedInformerFactoryWithOptions(r.client, 0, informers.WithNamespace(r.ns))
+	pods := f.Core().V1().Pods().Informer()
+	jobs := f.Batch().V1().Jobs().Informer()
+	if _, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { r.pod(ctx, o) },
+		UpdateFunc: func(_, o any) { r.pod(ctx, o) },
+	}); err != nil {
+		return err
+	}
+	if _, err := jobs.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    r.job,
+		UpdateFunc: func(_, o any) { r.job(o) },
+	}); err != nil {
+		return err
+	}
+	f.Start(ctx.Done())
+	for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("informer for %v did not sync", typ)
+		}
+	}
+	return nil
+}
+
+func (r *recorder) notify() {
+	close(r.changed)
+	r.changed = make(chan struct{})
+}
+
+func (r *recorder) pod(ctx context.Context, o any) {
+	p, ok := o.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.pods[p.UID]
+	if s == nil {
+		s = &podSeen{seen: time.Now(), fetched: make(chan struct{})}
+		r.pods[p.UID] = s
+	}
+	s.pod = p.DeepCopy()
+	s.done = podDone(p)
+	if s.done && !s.fetching {
+		s.fetching = true
+		go r.fetchLog(ctx, s, p.Name)
+	}
+	r.notify()
+}
+
+func (r *recorder) job(o any) {
+	j, ok := o.(*batchv1.Job)
+	if !ok {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.jobs[j.Name] = j.DeepCopy()
+	if finished(j) != nil && r.jobDone[j.Name].IsZero() {
+		r.jobDone[j.Name] = time.Now()
+	}
+	r.notify()
+}
+
+// podDone: the pod is in a final phase (every container terminated, as the
+// kubelet sees it).
+func podDone(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+}
+
+// logTries bounds the fetch of a supervisor's log: the API server asks the
+// kubelet, which may be restarting (the soak restarts it once).
+const (
+	logTries    = 40
+	logInterval = time.Second
+)
+
+func (r *recorder) fetchLog(ctx context.Context, s *podSeen, name string) {
+	var log string
+	var err error
+	for i := 0; i < logTries; i++ {
+		var b []byte
+		b, err = r.client.CoreV1().Pods(r.ns).GetLogs(name, &corev1.PodLogOptions{Container: supervisorName}).DoRaw(ctx)
+		if err == nil {
+			log = string(b)
+			break
+		}
+		select {
+		case <-ctx.Done():
+			i = logTries
+		case <-time.After(logInterval):
+		}
+	}
+	r.mu.Lock()
+	s.log, s.logErr = log, err
+	r.mu.Unlock()
+	close(s.fetched)
+}
+
+// wait blocks until cond (called with the lock held) holds, ctx ends or
+// limit passes; it reports whether cond held.
+func (r *recorder) wait(ctx context.Context, limit time.Duration, cond func() bool) bool {
+	deadline := time.NewTimer(limit)
+	defer deadline.Stop()
+	for {
+		r.mu.Lock()
+		ok, ch := cond(), r.changed
+		r.mu.Unlock()
+		if ok {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// jobPods returns what is seen of the Job's pods (lock held).
+func (r *recorder) jobPodsLocked(job string) []*podSeen {
+	var out []*podSeen
+	for _, s := range r.pods {
+		if s.pod.Labels[batchv1.JobNameLabel] == job {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// finished returns the Job's Complete or Failed condition, if it has one.
+func finished(j *batchv1.Job) *batchv1.JobCondition {
+	for i, c := range j.Status.Conditions {
+		if c.Status == corev1.ConditionTrue && (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) {
+			return &j.Status.Conditions[i]
+		}
+	}
+	return nil
+}
