@@ -31,17 +31,17 @@ const unseenBound = 60 * time.Second
 // over and nothing will restart it; the supervisor must stop istio-proxy,
 // after the last run's end and within unseenBound.
 func TestRestartUnseen(t *testing.T) {
-	for _, b := range builders(t) {
-		t.Run(b.name, func(t *testing.T) {
+	for _, b := range Builders(t) {
+		t.Run(b.Name, func(t *testing.T) {
 			d := Desc{Name: "unseen", Policy: pod.OnFailure,
 				Apps:          []App{{Name: "app", Args: []string{"--fail-first", "1"}, Cued: true}},
 				SupervisorEnv: append([]string{"SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_RESTART_MARGIN=2s"}, fast...)}
-			built, err := b.build(d)
+			built, err := b.Build(d)
 			if err != nil {
 				t.Fatal(err)
 			}
 			stampFiles := withStamps(&built, []string{"app"})
-			p := startBuilt(t, built)
+			p := Start(t, built)
 			waitLogFor(t, p, "app found", "app")
 			if err := p.Signal("supervisor", syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
