@@ -9,6 +9,8 @@
 //	// c.Client (client-go), c.Kubeconfig, c.ImportImage(ctx, archive)
 //	// Stop runs by itself in t.Cleanup.
 //
+// A program (e2e/k8sbench) calls Open instead, and Stop itself.
+//
 // A cold start builds the Kubernetes binaries (about ten minutes on two
 // cores): run such tests with `go test -timeout 40m`.
 //
@@ -84,11 +86,30 @@ func Start(ctx context.Context, t testing.TB) (*Cluster, error) {
 	if os.Geteuid() != 0 {
 		t.Skipf("a real cluster needs root (containerd, kubelet, network namespaces); running as uid %d", os.Geteuid())
 	}
+	c, err := Open(ctx, t.Logf)
+	if c != nil {
+		t.Cleanup(func() {
+			if err := c.Stop(); err != nil {
+				t.Errorf("stop cluster: %v", err)
+			}
+		})
+	}
+	return c, err
+}
+
+// Open is Start for a program (a benchmark) rather than a test: it logs with
+// logf, fails rather than skips when not root, and leaves calling Stop to
+// the caller. A non-nil Cluster comes back whenever Stop must be called, with
+// an error too if it is not usable.
+func Open(ctx context.Context, logf func(format string, args ...any)) (*Cluster, error) {
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("a real cluster needs root (containerd, kubelet, network namespaces); running as uid %d", os.Geteuid())
+	}
 	scripts, err := scriptsDir()
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{scripts: scripts, log: t.Logf}
+	c := &Cluster{scripts: scripts, log: logf}
 	dir := stateDir()
 
 	start, err := lockFile(ctx, dir+".start.lock", syscall.LOCK_EX, startLockWait)
@@ -107,7 +128,7 @@ func Start(ctx context.Context, t testing.TB) (*Cluster, error) {
 	if c.Kubeconfig == "" || c.NodeName == "" {
 		return nil, fmt.Errorf("cluster-up.sh printed no KUBECONFIG or NODE_NAME: %q", out)
 	}
-	t.Logf("cluster ready in %s (kubeconfig %s)", time.Since(t0).Round(time.Second), c.Kubeconfig)
+	logf("cluster ready in %s (kubeconfig %s)", time.Since(t0).Round(time.Second), c.Kubeconfig)
 
 	// Shared lock: held while this Cluster is in use, so that another user's
 	// Stop leaves the cluster up. Exclusive holders only try without waiting,
@@ -116,20 +137,15 @@ func Start(ctx context.Context, t testing.TB) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("take the cluster users lock: %w", err)
 	}
-	t.Cleanup(func() {
-		if err := c.Stop(); err != nil {
-			t.Errorf("stop cluster: %v", err)
-		}
-	})
 
 	c.Config, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
 	if err != nil {
-		return nil, fmt.Errorf("load kubeconfig %s: %w", c.Kubeconfig, err)
+		return c, fmt.Errorf("load kubeconfig %s: %w", c.Kubeconfig, err)
 	}
 	c.Config.QPS, c.Config.Burst = 50, 100
 	c.Client, err = kubernetes.NewForConfig(c.Config)
 	if err != nil {
-		return nil, fmt.Errorf("client for %s: %w", c.Kubeconfig, err)
+		return c, fmt.Errorf("client for %s: %w", c.Kubeconfig, err)
 	}
 	return c, nil
 }
@@ -238,6 +254,31 @@ func (c *Cluster) BuildIstioProxyImage(ctx context.Context) (Image, error) {
 	}
 	env := parseEnv(out)
 	return Image{Ref: env["ISTIO_PROXY_IMAGE"], Archive: env["ISTIO_PROXY_ARCHIVE"]}, nil
+}
+
+// ProductImages builds (or finds in the cache) the supervisor and istio-proxy
+// images, imports both into the node, and returns their names.
+func (c *Cluster) ProductImages(ctx context.Context) (supervisor, proxy string, err error) {
+	for _, b := range []struct {
+		build func(context.Context) (Image, error)
+		ref   *string
+	}{
+		{c.BuildSupervisorImage, &supervisor},
+		{c.BuildIstioProxyImage, &proxy},
+	} {
+		img, err := b.build(ctx)
+		if err != nil {
+			return "", "", err
+		}
+		if img.Ref == "" || img.Archive == "" {
+			return "", "", fmt.Errorf("image build printed no reference or archive: %+v", img)
+		}
+		if err := c.ImportImage(ctx, img.Archive); err != nil {
+			return "", "", err
+		}
+		*b.ref = img.Ref
+	}
+	return supervisor, proxy, nil
 }
 
 // DaemonLog returns the last n lines of a daemon's log (kubelet, containerd,
