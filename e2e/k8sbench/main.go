@@ -312,6 +312,10 @@ func (b *bench) runJob(ctx context.Context, a approach, idx, round int) (result,
 	if err := b.usage(ctx, pod, &res); err != nil {
 		return res, fmt.Errorf("pod %s: %w", pod.Name, err)
 	}
+	if fellBack(res.summary) {
+		// A fallback (POST failed, then SIGTERM): worth a look.
+		logf("%s: the supervisor fell back; its pod:\n%s", name, b.c.Describe(ctx, b.ns, pod.Name))
+	}
 	if a.shape == supervised {
 		logs, err := b.c.Client.CoreV1().Pods(b.ns).GetLogs(pod.Name, &corev1.PodLogOptions{Container: supervisorName}).DoRaw(ctx)
 		if err != nil {

@@ -53,6 +53,7 @@ type report struct {
 // figures are one approach's measured Jobs.
 type figures struct {
 	ok, failed             int
+	fellBack               int       // the supervisor's POST failed, then SIGTERM
 	toPod, toJob, lifetime []float64 // seconds
 	cpu, mem               []float64 // CPU-s, MiB: containers other than the app
 	supCPU, supMem         []float64
@@ -77,6 +78,9 @@ func (r *report) figures(i int) figures {
 			continue
 		}
 		f.ok++
+		if fellBack(res.summary) {
+			f.fellBack++
+		}
 		f.toPod = append(f.toPod, res.podDone.Sub(res.appExit).Seconds())
 		f.toJob = append(f.toJob, res.jobDone.Sub(res.appExit).Seconds())
 		f.lifetime = append(f.lifetime, res.jobDone.Sub(res.created).Seconds())
@@ -146,12 +150,22 @@ func (r *report) write(w io.Writer) error {
 		if len(f.lifetime) > 0 {
 			life = fmt.Sprintf("%.2f", median(f.lifetime))
 		}
-		fmt.Fprintf(w, "| %s | %d of %d | %s | %s | %s | %s | %s |\n",
-			r.all[i].rowTitle(f.onSuccess), f.ok, f.ok+f.failed, pair(f.toPod, 2), pair(f.toJob, 2), life, cpu, mem)
+		done := fmt.Sprintf("%d of %d", f.ok, f.ok+f.failed)
+		if f.fellBack > 0 {
+			done += fmt.Sprintf(" (in %d the POST failed: SIGTERM)", f.fellBack)
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n",
+			r.all[i].rowTitle(f.onSuccess), done, pair(f.toPod, 2), pair(f.toJob, 2), life, cpu, mem)
 	}
 	fmt.Fprintln(w)
 	r.method(w)
 	return nil
+}
+
+// fellBack tells from the supervisor's summary that its HTTP action failed
+// and it sent SIGTERM instead ("...; POST failed (...), sent SIGTERM; ...").
+func fellBack(summary string) bool {
+	return strings.Contains(summary, "POST failed")
 }
 
 // hexID is a container ID as the supervisor's summary shows it.
@@ -218,6 +232,15 @@ containerd has handled the exit. %d of the %d containers measured were read from
 container's own peak. Page cache is charged to the first cgroup that reads a page: the
 warm-up round reads the binaries first, so the figures are mostly anonymous memory.
 `, r.o.appSeconds, r.o.cgroup, sampled, measured)
+	var fallbacks []string
+	for _, res := range r.results {
+		if res.failure == "" && fellBack(res.summary) {
+			fallbacks = append(fallbacks, fmt.Sprintf("%s: `%s`", res.job, hexID.ReplaceAllString(res.summary, "{app}")))
+		}
+	}
+	if len(fallbacks) > 0 {
+		fmt.Fprintf(w, "\n**Fallbacks to SIGTERM**, the Job still completed (the pods' logs were printed to stderr): %s.\n", strings.Join(fallbacks, "; "))
+	}
 	if len(summaries) > 0 {
 		fmt.Fprintf(w, "\n**The supervisor's summary** (its termination message) in the first Job of each row, and when it started (its first log line, `starting`, millisecond timestamps) from the app's exit: %s.\n", strings.Join(summaries, "; "))
 	}
