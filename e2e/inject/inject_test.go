@@ -88,12 +88,17 @@ func podTemplate(restart corev1.RestartPolicy, annotations map[string]string, co
 	return tmpl
 }
 
+// quitURL is pilot-agent's quit endpoint on Istio's default status port:
+// the template's action on success unless a pod asks for another.
+const quitURL = "http://127.0.0.1:15020/quitquitquit"
+
 // supervisorEnv is the environment the template gives the supervisor when no
-// annotation asks for more.
+// annotation asks for more; extra (name, value pairs) adds or replaces.
 func supervisorEnv(restart string, apps string, extra ...string) map[string]string {
 	env := map[string]string{
 		"SUPERVISOR_RESTART_POLICY": restart,
 		"SUPERVISOR_APP_CONTAINERS": apps,
+		"SUPERVISOR_ON_SUCCESS":     quitURL,
 		"GOMEMLIMIT":                "resourceFieldRef:limits.memory",
 	}
 	for i := 0; i+1 < len(extra); i += 2 {
@@ -148,7 +153,7 @@ func injectCases(t *testing.T) []injectCase {
 	decodeStrict(t, readDeploy(t, "job.yaml"), &handWritten)
 	handWritten.Namespace = namespace
 
-	quit := "http://127.0.0.1:15020/quitquitquit"
+	quit := quitURL
 	withSupervisor := func(apps ...string) []string {
 		return append(apps, supervisorName, proxyName)
 	}
@@ -251,6 +256,31 @@ func injectCases(t *testing.T) []injectCase {
 			},
 		},
 		{
+			name: "on-success annotation replaces the quit endpoint",
+			in: job("drain", corev1.RestartPolicyNever,
+				map[string]string{annotationPrefix + "on-success": "SIGTERM"}, "app"),
+			want: podShape{
+				InitContainers:        []string{"istio-init"},
+				Containers:            withSupervisor("app"),
+				ShareProcessNamespace: true,
+				SupervisorEnv:         supervisorEnv("Never", "1", "SUPERVISOR_ON_SUCCESS", "SIGTERM"),
+				SupervisorUser:        "1337",
+			},
+		},
+		{
+			name: "the quit endpoint follows the pod's status port",
+			in: job("status-port", corev1.RestartPolicyNever,
+				map[string]string{"status.sidecar.istio.io/port": "15099"}, "app"),
+			want: podShape{
+				InitContainers:        []string{"istio-init"},
+				Containers:            withSupervisor("app"),
+				ShareProcessNamespace: true,
+				SupervisorEnv: supervisorEnv("Never", "1",
+					"SUPERVISOR_ON_SUCCESS", "http://127.0.0.1:15099/quitquitquit"),
+				SupervisorUser: "1337",
+			},
+		},
+		{
 			name: "every tuning annotation reaches its variable",
 			in:   job("all-settings", corev1.RestartPolicyNever, everyAnnotation(), "app"),
 			want: podShape{
@@ -330,7 +360,6 @@ func injectCases(t *testing.T) []injectCase {
 				Containers:            withSupervisor("app"),
 				ShareProcessNamespace: true,
 				SupervisorEnv: supervisorEnv("Never", "1",
-					"SUPERVISOR_ON_SUCCESS", "SIGTERM",
 					"SUPERVISOR_ON_FAILURE", "SIGKILL",
 					"SUPERVISOR_STOP_TIMEOUT", "30s",
 					"SUPERVISOR_EXIT_STATUS", "auto"),

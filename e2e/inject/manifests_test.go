@@ -56,7 +56,7 @@ func TestHandWrittenManifests(t *testing.T) {
 				SupervisorEnv: map[string]string{
 					"SUPERVISOR_RESTART_POLICY": "Never",
 					"SUPERVISOR_APP_CONTAINERS": "1",
-					"SUPERVISOR_ON_SUCCESS":     "SIGTERM",
+					"SUPERVISOR_ON_SUCCESS":     quitURL,
 					"SUPERVISOR_ON_FAILURE":     "SIGKILL",
 					"SUPERVISOR_STOP_TIMEOUT":   "30s",
 					"SUPERVISOR_EXIT_STATUS":    "auto",
@@ -73,7 +73,7 @@ func TestHandWrittenManifests(t *testing.T) {
 				SupervisorEnv: map[string]string{
 					"SUPERVISOR_RESTART_POLICY": "OnFailure",
 					"SUPERVISOR_APP_CONTAINERS": "1",
-					"SUPERVISOR_ON_SUCCESS":     "SIGTERM",
+					"SUPERVISOR_ON_SUCCESS":     quitURL,
 					"SUPERVISOR_STOP_TIMEOUT":   "30s",
 					"GOMEMLIMIT":                "resourceFieldRef:limits.memory",
 				},
@@ -89,7 +89,7 @@ func TestHandWrittenManifests(t *testing.T) {
 					"SUPERVISOR_EXIT_STATUS":    "ptrace",
 					"SUPERVISOR_RESTART_POLICY": "Never",
 					"SUPERVISOR_APP_CONTAINERS": "1",
-					"SUPERVISOR_ON_SUCCESS":     "SIGTERM",
+					"SUPERVISOR_ON_SUCCESS":     quitURL,
 					"SUPERVISOR_ON_FAILURE":     "SIGKILL",
 					"SUPERVISOR_STOP_TIMEOUT":   "30s",
 					"GOMEMLIMIT":                "resourceFieldRef:limits.memory",

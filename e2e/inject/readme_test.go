@@ -47,6 +47,7 @@ func TestReadmeInstall(t *testing.T) {
 			SupervisorEnv: map[string]string{
 				"SUPERVISOR_RESTART_POLICY": "Never",
 				"SUPERVISOR_APP_CONTAINERS": "1",
+				"SUPERVISOR_ON_SUCCESS":     quitURL,
 			},
 			SupervisorUser: "1337",
 		}
