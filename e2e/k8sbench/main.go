@@ -132,6 +132,7 @@ type result struct {
 func run(ctx context.Context, o options, out io.Writer) error {
 	started := time.Now()
 	load0 := loadAvg()
+	code := commit() // what is measured: the tree as the run starts
 	all := approaches(o.appSeconds)
 	var use []int
 	for i, a := range all {
@@ -218,6 +219,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		loads:    [2]string{load0, loadAvg()},
 		versions: c.Env,
 		images:   [2]string{supervisorImage, proxyImage},
+		commit:   code,
 	}
 	return rep.write(out)
 }

@@ -48,6 +48,7 @@ type report struct {
 	loads    [2]string
 	versions map[string]string
 	images   [2]string
+	commit   string
 }
 
 // figures are one approach's measured Jobs.
@@ -135,7 +136,7 @@ func (r *report) write(w io.Writer) error {
 	fmt.Fprintf(w, "- Load average (1, 5, 15 min) at the start and at the end: %s; %s\n", r.loads[0], r.loads[1])
 	fmt.Fprintf(w, "- Cluster (e2e/cluster): %s\n", clusterVersions())
 	fmt.Fprintf(w, "- Images: supervisor `%s`, istio-proxy `%s` (Istio's pilot-agent, stand-in envoy); app `%s`\n", r.images[0], r.images[1], r.versions["BUSYBOX_IMAGE"])
-	fmt.Fprintf(w, "- Code: commit %s\n\n", commit())
+	fmt.Fprintf(w, "- Code: commit %s\n\n", r.commit)
 
 	fmt.Fprintf(w, "| approach | Jobs completed | app exit → pod Succeeded, s: p50 / max | app exit → Job Complete, s: p50 / max | Job created → Complete, s: p50 | CPU-s of the containers other than the app, per Job: p50 / max (supervisor's p50) | their peak memory, MiB, per Job: p50 / max (supervisor's p50) |\n")
 	fmt.Fprintf(w, "|---|---|---|---|---|---|---|\n")
