@@ -220,18 +220,7 @@ images:
   newName: ` + mirror + `
   newTag: v0.1.1
 `,
-		"/app/job.yaml": `apiVersion: batch/v1
-kind: Job
-metadata:
-  name: job
-spec:
-  template:
-    spec:
-      restartPolicy: Never
-      containers:
-      - name: app
-        image: busybox:1.37
-`,
+		"/app/job.yaml": jobYAML("job"),
 		"/app/deployment.yaml": `apiVersion: apps/v1
 kind: Deployment
 metadata:
@@ -274,20 +263,6 @@ spec:
 // endpoint on success, and a patch in the overlay (applied after the
 // components) gives one workload another action.
 func TestKustomizeOnSuccessOverride(t *testing.T) {
-	job := func(name string) string {
-		return `apiVersion: batch/v1
-kind: Job
-metadata:
-  name: ` + name + `
-spec:
-  template:
-    spec:
-      restartPolicy: Never
-      containers:
-      - name: app
-        image: busybox:1.37
-`
-	}
 	out := buildOverlay(t, map[string]string{
 		"/app/kustomization.yaml": `resources: [quit.yaml, drain.yaml, nightly.yaml]
 components: [../supervisor]
@@ -303,8 +278,8 @@ patches:
           annotations:
             supervisor.sidecar-supervisor.io/on-success: SIGTERM
 `,
-		"/app/quit.yaml":  job("quit"),
-		"/app/drain.yaml": job("drain"),
+		"/app/quit.yaml":  jobYAML("quit"),
+		"/app/drain.yaml": jobYAML("drain"),
 		"/app/nightly.yaml": `apiVersion: batch/v1
 kind: CronJob
 metadata:
@@ -335,6 +310,23 @@ spec:
 			t.Errorf("%s: SUPERVISOR_ON_SUCCESS resolves to %q, want %q\n%s", tc.resource, got, tc.want, out[tc.resource])
 		}
 	}
+}
+
+// jobYAML is a Job named name with one busybox container, as a user writes
+// it, for an overlay's resources.
+func jobYAML(name string) string {
+	return `apiVersion: batch/v1
+kind: Job
+metadata:
+  name: ` + name + `
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: app
+        image: busybox:1.37
+`
 }
 
 // buildOverlay builds the kustomization /app made of files (path: text),
