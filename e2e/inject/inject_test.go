@@ -87,6 +87,10 @@ func podTemplate(restart corev1.RestartPolicy, annotations map[string]string, co
 	return tmpl
 }
 
+// quitURL is pilot-agent's quit endpoint on Istio's default status port:
+// the template's action on success unless a pod asks for another.
+const quitURL = "http://127.0.0.1:15020/quitquitquit"
+
 // supervisorEnv is the environment the template gives the supervisor when no
 // annotation asks for more. apps is the app containers' names, comma-
 // separated, which it counts too; a number is the app-containers
@@ -94,6 +98,7 @@ func podTemplate(restart corev1.RestartPolicy, annotations map[string]string, co
 func supervisorEnv(restart string, apps string, extra ...string) map[string]string {
 	env := map[string]string{
 		"SUPERVISOR_RESTART_POLICY": restart,
+		"SUPERVISOR_ON_SUCCESS":     quitURL,
 		"GOMEMLIMIT":                "resourceFieldRef:limits.memory",
 	}
 	switch _, err := strconv.Atoi(apps); {
@@ -160,7 +165,7 @@ func injectCases(t *testing.T) (cases []injectCase) {
 	decodeStrict(t, readDeploy(t, "job.yaml"), &handWritten)
 	handWritten.Namespace = namespace
 
-	quit := "http://127.0.0.1:15020/quitquitquit"
+	quit := quitURL
 	withSupervisor := func(apps ...string) []string {
 		return append(apps, supervisorName, proxyName)
 	}
@@ -287,6 +292,31 @@ func injectCases(t *testing.T) (cases []injectCase) {
 			},
 		},
 		{
+			name: "on-success annotation replaces the quit endpoint",
+			in: job("drain", corev1.RestartPolicyNever,
+				map[string]string{annotationPrefix + "on-success": "SIGTERM"}, "app"),
+			want: podShape{
+				InitContainers:        []string{"istio-init"},
+				Containers:            withSupervisor("app"),
+				ShareProcessNamespace: true,
+				SupervisorEnv:         supervisorEnv("Never", "app", "SUPERVISOR_ON_SUCCESS", "SIGTERM"),
+				SupervisorUser:        "1337",
+			},
+		},
+		{
+			name: "the quit endpoint follows the pod's status port",
+			in: job("status-port", corev1.RestartPolicyNever,
+				map[string]string{"status.sidecar.istio.io/port": "15099"}, "app"),
+			want: podShape{
+				InitContainers:        []string{"istio-init"},
+				Containers:            withSupervisor("app"),
+				ShareProcessNamespace: true,
+				SupervisorEnv: supervisorEnv("Never", "app",
+					"SUPERVISOR_ON_SUCCESS", "http://127.0.0.1:15099/quitquitquit"),
+				SupervisorUser: "1337",
+			},
+		},
+		{
 			name: "every tuning annotation reaches its variable",
 			in:   job("all-settings", corev1.RestartPolicyNever, everyAnnotation(), "app"),
 			want: podShape{
@@ -366,7 +396,6 @@ func injectCases(t *testing.T) (cases []injectCase) {
 				Containers:            withSupervisor("app"),
 				ShareProcessNamespace: true,
 				SupervisorEnv: supervisorEnv("Never", "app",
-					"SUPERVISOR_ON_SUCCESS", "SIGTERM",
 					"SUPERVISOR_ON_FAILURE", "SIGKILL",
 					"SUPERVISOR_STOP_TIMEOUT", "30s",
 					"SUPERVISOR_EXIT_STATUS", "auto"),

@@ -86,9 +86,12 @@ func TestKustomizeComponent(t *testing.T) {
 	}{
 		{
 			resource: "Job/migrate", obj: &batchv1.Job{},
-			want:         withSupervisor,
-			wantRestart:  "Never",
-			wantResolved: map[string]string{"SUPERVISOR_RESTART_POLICY": "Never"},
+			want:        withSupervisor,
+			wantRestart: "Never",
+			wantResolved: map[string]string{
+				"SUPERVISOR_RESTART_POLICY": "Never",
+				"SUPERVISOR_ON_SUCCESS":     quitURL,
+			},
 			wantInjected: injected(withSupervisor),
 		},
 		{
@@ -97,6 +100,7 @@ func TestKustomizeComponent(t *testing.T) {
 			wantRestart: "OnFailure",
 			wantResolved: map[string]string{
 				"SUPERVISOR_RESTART_POLICY": "OnFailure",
+				"SUPERVISOR_ON_SUCCESS":     quitURL,
 				"SUPERVISOR_STOP_TIMEOUT":   "60s",
 			},
 			wantInjected: injected(withSupervisor),
@@ -167,8 +171,9 @@ func TestKustomizePatchesAgree(t *testing.T) {
 	if diff := cmp.Diff(j.Spec.Template, c.Spec.JobTemplate.Spec.Template); diff != "" {
 		t.Errorf("job-pod.yaml and cronjob-pod.yaml differ (-job +cronjob):\n%s", diff)
 	}
-	if got := j.Spec.Template.Annotations; len(got) != 1 || got[restartPolicyAnnotation] != "" {
-		t.Errorf("job-pod.yaml annotations = %v, want only an empty %s", got, restartPolicyAnnotation)
+	wantAnnotations := map[string]string{restartPolicyAnnotation: "", annotationPrefix + "on-success": quitURL}
+	if diff := cmp.Diff(wantAnnotations, j.Spec.Template.Annotations); diff != "" {
+		t.Errorf("job-pod.yaml annotations (-want +got):\n%s", diff)
 	}
 
 	// The JSON patches, with each container value decoded strictly.
@@ -207,8 +212,7 @@ func TestKustomizePatchesAgree(t *testing.T) {
 // istio-proxy image (auto, Istio's) alone.
 func TestKustomizeImageOverride(t *testing.T) {
 	const mirror = "registry.example.com/mirror/sidecar-supervisor"
-	fs := componentInMemory(t)
-	for name, text := range map[string]string{
+	out := buildOverlay(t, map[string]string{
 		"/app/kustomization.yaml": `resources: [job.yaml, deployment.yaml]
 components: [../supervisor, ../hold]
 images:
@@ -216,18 +220,7 @@ images:
   newName: ` + mirror + `
   newTag: v0.1.1
 `,
-		"/app/job.yaml": `apiVersion: batch/v1
-kind: Job
-metadata:
-  name: job
-spec:
-  template:
-    spec:
-      restartPolicy: Never
-      containers:
-      - name: app
-        image: busybox:1.37
-`,
+		"/app/job.yaml": jobYAML("job"),
 		"/app/deployment.yaml": `apiVersion: apps/v1
 kind: Deployment
 metadata:
@@ -242,15 +235,7 @@ spec:
       - name: web
         image: busybox:1.37
 `,
-	} {
-		if err := fs.WriteFile(name, []byte(text)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	out, err := kustomizeBuild(fs, "/app")
-	if err != nil {
-		t.Fatalf("kustomize build: %v", err)
-	}
+	})
 	var j batchv1.Job
 	decodeStrict(t, out["Job/job"], &j)
 	want := []string{"busybox:1.37", mirror + ":v0.1.1"}
@@ -273,10 +258,81 @@ spec:
 	}
 }
 
-// componentInMemory copies the components deploy/kustomize/supervisor and
-// deploy/kustomize/hold into an in-memory file system at /supervisor and
-// /hold.
-func componentInMemory(t *testing.T) filesys.FileSystem {
+// TestKustomizeOnSuccessOverride checks the one setting the component gives
+// a default of its own: every Job and CronJob pod gets pilot-agent's quit
+// endpoint on success, and a patch in the overlay (applied after the
+// components) gives one workload another action.
+func TestKustomizeOnSuccessOverride(t *testing.T) {
+	out := buildOverlay(t, map[string]string{
+		"/app/kustomization.yaml": `resources: [quit.yaml, drain.yaml, nightly.yaml]
+components: [../supervisor]
+patches:
+- target: {kind: Job, name: drain}
+  patch: |-
+    apiVersion: batch/v1
+    kind: Job
+    metadata: {name: drain}
+    spec:
+      template:
+        metadata:
+          annotations:
+            supervisor.sidecar-supervisor.io/on-success: SIGTERM
+`,
+		"/app/quit.yaml":  jobYAML("quit"),
+		"/app/drain.yaml": jobYAML("drain"),
+		"/app/nightly.yaml": `apiVersion: batch/v1
+kind: CronJob
+metadata:
+  name: nightly
+spec:
+  schedule: "0 3 * * *"
+  jobTemplate:
+    spec:
+      template:
+        spec:
+          restartPolicy: OnFailure
+          containers:
+          - name: app
+            image: busybox:1.37
+`,
+	})
+	for _, tc := range []struct {
+		resource string
+		obj      runtime.Object
+		want     string
+	}{
+		{"Job/quit", &batchv1.Job{}, quitURL},
+		{"Job/drain", &batchv1.Job{}, "SIGTERM"},
+		{"CronJob/nightly", &batchv1.CronJob{}, quitURL},
+	} {
+		decodeStrict(t, out[tc.resource], tc.obj)
+		if got := resolveEnv(*podTemplateFor(tc.obj), supervisorName)["SUPERVISOR_ON_SUCCESS"]; got != tc.want {
+			t.Errorf("%s: SUPERVISOR_ON_SUCCESS resolves to %q, want %q\n%s", tc.resource, got, tc.want, out[tc.resource])
+		}
+	}
+}
+
+// jobYAML is a Job named name with one busybox container, as a user writes
+// it, for an overlay's resources.
+func jobYAML(name string) string {
+	return `apiVersion: batch/v1
+kind: Job
+metadata:
+  name: ` + name + `
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: app
+        image: busybox:1.37
+`
+}
+
+// buildOverlay builds the kustomization /app made of files (path: text),
+// next to copies of the components deploy/kustomize/supervisor and
+// deploy/kustomize/hold at /supervisor and /hold, all in memory.
+func buildOverlay(t *testing.T, files map[string]string) map[string][]byte {
 	t.Helper()
 	fs := filesys.MakeFsInMemory()
 	for _, dir := range []string{"supervisor", "hold"} {
@@ -290,12 +346,19 @@ func componentInMemory(t *testing.T) filesys.FileSystem {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := fs.WriteFile(filepath.Join("/"+dir, e.Name()), b); err != nil {
-				t.Fatal(err)
-			}
+			files[filepath.Join("/"+dir, e.Name())] = string(b)
 		}
 	}
-	return fs
+	for name, text := range files {
+		if err := fs.WriteFile(name, []byte(text)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := kustomizeBuild(fs, "/app")
+	if err != nil {
+		t.Fatalf("kustomize build: %v", err)
+	}
+	return out
 }
 
 // resolveEnv returns a container's SUPERVISOR_* variables with the values
@@ -363,7 +426,6 @@ var holdSettings = map[string]string{
 // its own (the install container goes first) and an istio-proxy
 // customisation of its own, a StatefulSet, a DaemonSet, a Job.
 func TestKustomizeHoldTargets(t *testing.T) {
-	fs := componentInMemory(t)
 	pod := `
     metadata:
       labels: {app: x, sidecar.istio.io/inject: "true"}
@@ -371,7 +433,7 @@ func TestKustomizeHoldTargets(t *testing.T) {
       containers:
       - {name: app, image: busybox:1.37}
 `
-	for name, text := range map[string]string{
+	out := buildOverlay(t, map[string]string{
 		"/app/kustomization.yaml": "resources: [workloads.yaml]\ncomponents: [../hold]\n",
 		"/app/workloads.yaml": `apiVersion: apps/v1
 kind: StatefulSet
@@ -412,15 +474,7 @@ spec:
         image: auto
         resources: {requests: {cpu: 200m}}
 `,
-	} {
-		if err := fs.WriteFile(name, []byte(text)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	out, err := kustomizeBuild(fs, "/app")
-	if err != nil {
-		t.Fatalf("kustomize build: %v", err)
-	}
+	})
 	// Before injection istio-proxy comes first (the strategic merge puts
 	// new items first); Istio's injector moves it last.
 	hold := podShape{

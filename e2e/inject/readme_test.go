@@ -48,6 +48,7 @@ func TestReadmeInstall(t *testing.T) {
 				"SUPERVISOR_RESTART_POLICY": "Never",
 				"SUPERVISOR_APP_CONTAINERS": "1",
 				"SUPERVISOR_APPS":           "app",
+				"SUPERVISOR_ON_SUCCESS":     quitURL,
 			},
 			SupervisorUser: "1337",
 		}

@@ -36,6 +36,9 @@ const (
 	// on SIGTERM it drains envoy that long before it exits 0. Container
 	// times have one-second resolution, hence the margin.
 	pilotDrain = 4 * time.Second
+	// quitURL is pilot-agent's quit endpoint on Istio's default status
+	// port, the template's and deploy/'s action on success.
+	quitURL = "http://127.0.0.1:15020/quitquitquit"
 )
 
 // TestJobs runs Jobs and CronJobs injected by Istio's own injector with our
@@ -53,6 +56,7 @@ func TestJobs(t *testing.T) {
 			run  func(context.Context, *testing.T)
 		}{
 			{"exit 0 completes", e.exitZero},
+			{"exit 0, on-success SIGTERM: pilot-agent drains", e.exitZeroDrain},
 			{"quick apps as istio-proxy starts", e.quickApps},
 			{"native sidecar of its own", e.nativeSidecarOfItsOwn},
 			{"ephemeral container left running", e.ephemeralLeftRunning},
@@ -123,11 +127,48 @@ const (
 	logNewApp   = "app restarted by the kubelet: watching the new container"
 )
 
+// stopWay is how the supervisor stops istio-proxy once every app succeeded.
+type stopWay int
+
+const (
+	// quit: the default, a POST to pilot-agent's /quitquitquit, on which it
+	// exits 0 at once without draining.
+	quit stopWay = iota
+	// drain: SIGTERM (annotation on-success), on which pilot-agent drains
+	// for terminationDrainDuration, then exits 0.
+	drain
+)
+
+// env is the way's SUPERVISOR_ON_SUCCESS.
+func (w stopWay) env() string {
+	if w == drain {
+		return "SIGTERM"
+	}
+	return quitURL
+}
+
+// action is how the supervisor's summary names the way.
+func (w stopWay) action() string {
+	if w == drain {
+		return "SIGTERM"
+	}
+	return "POST " + quitURL
+}
+
+// pilot-agent's own log lines (istio.io/istio pkg/envoy/agent.go,
+// pilot/cmd/pilot-agent/status/server.go) that tell the ways apart.
+const (
+	pilotQuit      = "handling /quitquitquit, notifying pilot-agent to exit"
+	pilotNoDrain   = "Agent already drained, exiting immediately"
+	pilotDrainLine = "Graceful termination period is"
+)
+
 // checkSucceeded checks a pod whose apps all exited 0: Succeeded, istio-proxy
-// stopped by SIGTERM (exit 0 after pilot-agent's drain) after the last app,
-// the supervisor's summary.
-func (e *env) checkSucceeded(ctx context.Context, t *testing.T, p corev1.Pod, apps []string, summary string) string {
+// stopped the given way after the last app and exited 0, and the
+// supervisor's summary: outcome, then the way's action.
+func (e *env) checkSucceeded(ctx context.Context, t *testing.T, p corev1.Pod, apps []string, outcome string, way stopWay) string {
 	t.Helper()
+	summary := outcome + "; action " + way.action() + "; sidecar stopped"
 	if p.Status.Phase != corev1.PodSucceeded {
 		t.Errorf("pod %s is %s, want Succeeded", p.Name, p.Status.Phase)
 	}
@@ -141,25 +182,54 @@ func (e *env) checkSucceeded(ctx context.Context, t *testing.T, p corev1.Pod, ap
 	if s := status(t, p, proxyName); s.RestartCount != 0 {
 		t.Errorf("pod %s: istio-proxy restarted %d times", p.Name, s.RestartCount)
 	}
-	// SIGTERM, not a kill or a quit: pilot-agent drains before it exits.
-	if d := proxy.FinishedAt.Sub(last); d < pilotDrain {
-		t.Errorf("pod %s: istio-proxy finished %s after the last app, want at least %s (pilot-agent's drain on SIGTERM)", p.Name, d, pilotDrain)
+	pilot := e.logs(ctx, t, p, proxyName, false)
+	switch way {
+	case quit:
+		// The POST reached pilot-agent (not the SIGTERM fallback), which
+		// skipped the drain and exited.
+		inOrderLines(t, p, proxyName, pilot, pilotQuit, pilotNoDrain)
+		if strings.Contains(pilot, pilotDrainLine) {
+			t.Errorf("pod %s: pilot-agent drained after the quit:\n%s", p.Name, pilot)
+		}
+	case drain:
+		// SIGTERM, not a kill or a quit: pilot-agent drains before it exits.
+		inOrderLines(t, p, proxyName, pilot, pilotDrainLine)
+		if d := proxy.FinishedAt.Sub(last); d < pilotDrain {
+			t.Errorf("pod %s: istio-proxy finished %s after the last app, want at least %s (pilot-agent's drain on SIGTERM)", p.Name, d, pilotDrain)
+		}
 	}
 	return e.checkSupervisor(ctx, t, p, summary, logPidfd, logFound, logExited, logDecision, logStopped, logDone)
 }
 
-// exitZero: the app exits 0; the Job completes, istio-proxy exits 0.
+// exitZero: the app exits 0; the Job completes, istio-proxy exits 0 on the
+// default quit.
 func (e *env) exitZero(ctx context.Context, t *testing.T) {
-	ns := e.namespace(ctx, t, "exit-zero")
-	e.createJob(ctx, t, ns, newJob("exit-zero", corev1.RestartPolicyNever, 0,
-		app("app", "echo working; sleep 10; echo done")))
-	if cond := e.waitJob(ctx, t, ns, "exit-zero", jobLimit); cond.Type != batchv1.JobComplete {
+	e.succeed(ctx, t, "exit-zero", quit)
+}
+
+// exitZeroDrain: the same with the annotation on-success: SIGTERM (the
+// binary's own default): pilot-agent drains, then exits 0.
+func (e *env) exitZeroDrain(ctx context.Context, t *testing.T) {
+	e.succeed(ctx, t, "exit-zero-drain", drain)
+}
+
+// succeed runs a Job whose app exits 0, its supervisor told to stop
+// istio-proxy the given way (quit: no annotation, the template's default).
+func (e *env) succeed(ctx context.Context, t *testing.T, name string, way stopWay) {
+	ns := e.namespace(ctx, t, name)
+	j := newJob(name, corev1.RestartPolicyNever, 0, app("app", "echo working; sleep 10; echo done"))
+	if way == drain {
+		j.Spec.Template.Annotations = map[string]string{"supervisor.sidecar-supervisor.io/on-success": "SIGTERM"}
+	}
+	e.createJob(ctx, t, ns, j)
+	if cond := e.waitJob(ctx, t, ns, name, jobLimit); cond.Type != batchv1.JobComplete {
 		t.Fatalf("job ended %s (%s: %s), want Complete", cond.Type, cond.Reason, cond.Message)
 	}
-	p := e.onePod(ctx, t, ns, "exit-zero")
+	p := e.onePod(ctx, t, ns, name)
 	e.checkInjected(t, p, shape{apps: []string{"app"}, supervisor: true,
-		supervisorEnv: map[string]string{"SUPERVISOR_RESTART_POLICY": "Never", "SUPERVISOR_APP_CONTAINERS": "1"}})
-	e.checkSucceeded(ctx, t, p, []string{"app"}, "success: {app} exit 0; action SIGTERM; sidecar stopped")
+		supervisorEnv: map[string]string{"SUPERVISOR_RESTART_POLICY": "Never", "SUPERVISOR_APP_CONTAINERS": "1",
+			"SUPERVISOR_APPS": "app", "SUPERVISOR_ON_SUCCESS": way.env()}})
+	e.checkSucceeded(ctx, t, p, []string{"app"}, "success: {app} exit 0", way)
 }
 
 // quickApps: issue 16. Pods whose app ends 1.0-1.9 s after it starts, six
@@ -167,32 +237,48 @@ func (e *env) exitZero(ctx context.Context, t *testing.T) {
 // supervisor, starts last, and pilot-agent may be only a moment old when
 // the app is done (an app quicker than this ends before the supervisor
 // starts on this node). A SIGTERM before its signal.Notify kills it (143) and
-// fails the Job (backoffLimit 0). Every pod must succeed, istio-proxy 0.
+// fails the Job (backoffLimit 0): the first Job asks for SIGTERM on
+// success. The second has the default quit, whose POST may come before
+// pilot-agent's status port listens (the supervisor then tries again).
+// Every pod must succeed, istio-proxy 0.
 func (e *env) quickApps(ctx context.Context, t *testing.T) {
-	const completions, parallel = 12, 6
+	const parallel = 6
 	ns := e.namespace(ctx, t, "quick-apps")
-	j := newJob("quick-apps", corev1.RestartPolicyNever, 0, app("app", "sleep 1.$((RANDOM % 10)); exit 0"))
-	j.Spec.Completions, j.Spec.Parallelism = ptr.To(int32(completions)), ptr.To(int32(parallel))
-	e.createJob(ctx, t, ns, j)
-	if cond := e.waitJob(ctx, t, ns, "quick-apps", jobLimit); cond.Type != batchv1.JobComplete {
-		t.Fatalf("job ended %s (%s: %s), want Complete", cond.Type, cond.Reason, cond.Message)
+	jobs := []struct {
+		name        string
+		way         stopWay
+		completions int
+	}{
+		{"quick-apps-term", drain, 12},
+		{"quick-apps-quit", quit, 6},
 	}
-	pods := e.jobPods(ctx, t, ns, "quick-apps")
-	waited := 0
-	for _, p := range pods {
-		if p.Status.Phase != corev1.PodSucceeded {
-			t.Errorf("pod %s is %s, want Succeeded", p.Name, p.Status.Phase)
+	// One after the other: more pods at once would slow every case's
+	// supervisor start beyond what two-apps' 2 s app allows.
+	for _, q := range jobs {
+		j := newJob(q.name, corev1.RestartPolicyNever, 0, app("app", "sleep 1.$((RANDOM % 10)); exit 0"))
+		j.Spec.Template.Annotations = map[string]string{"supervisor.sidecar-supervisor.io/on-success": q.way.env()}
+		j.Spec.Completions, j.Spec.Parallelism = ptr.To(int32(q.completions)), ptr.To(int32(parallel))
+		e.createJob(ctx, t, ns, j)
+		if cond := e.waitJob(ctx, t, ns, q.name, jobLimit); cond.Type != batchv1.JobComplete {
+			t.Fatalf("job %s ended %s (%s: %s), want Complete", q.name, cond.Type, cond.Reason, cond.Message)
 		}
-		wantExit(t, p, "app", 0)
-		wantExit(t, p, proxyName, 0)
-		if strings.Contains(e.logs(ctx, t, p, supervisorName, false), "sidecar would die of the signal now") {
-			waited++
+		pods := e.jobPods(ctx, t, ns, q.name)
+		waited := 0
+		for _, p := range pods {
+			if p.Status.Phase != corev1.PodSucceeded {
+				t.Errorf("pod %s is %s, want Succeeded", p.Name, p.Status.Phase)
+			}
+			wantExit(t, p, "app", 0)
+			wantExit(t, p, proxyName, 0)
+			if strings.Contains(e.logs(ctx, t, p, supervisorName, false), "sidecar would die of the signal now") {
+				waited++
+			}
 		}
+		if len(pods) != q.completions {
+			t.Errorf("job %s: %d pods, want %d (none failed)", q.name, len(pods), q.completions)
+		}
+		t.Logf("job %s: %d pods Succeeded; the supervisor waited for pilot-agent's handler in %d", q.name, len(pods), waited)
 	}
-	if len(pods) != completions {
-		t.Errorf("%d pods, want %d (none failed)", len(pods), completions)
-	}
-	t.Logf("%d pods Succeeded; the supervisor waited for pilot-agent's handler in %d", len(pods), waited)
 }
 
 // exitThree: the app exits 3 in each of the 2 pods backoffLimit 1 allows; the
@@ -263,7 +349,7 @@ touch /state/failed-once; echo "first run: failing"; sleep 10; exit 1`))
 	if proxy.State.Terminated.StartedAt.After(first.FinishedAt.Time) {
 		t.Errorf("istio-proxy started at %s, after the app's first run ended at %s", proxy.State.Terminated.StartedAt, first.FinishedAt)
 	}
-	log := e.checkSucceeded(ctx, t, p, []string{"app"}, "success: {app} exit 0; action SIGTERM; sidecar stopped")
+	log := e.checkSucceeded(ctx, t, p, []string{"app"}, "success: {app} exit 0", quit)
 	// The retry was seen as such, in this order, before the stop.
 	inOrder(t, p, log, logFound, logExited, logRetry, logNewApp, logExited, logDecision, logStopped)
 }
@@ -281,7 +367,7 @@ func (e *env) twoApps(ctx context.Context, t *testing.T) {
 	p := e.onePod(ctx, t, ns, "two-apps")
 	e.checkInjected(t, p, shape{apps: []string{"quick", "slow"}, supervisor: true,
 		supervisorEnv: map[string]string{"SUPERVISOR_APP_CONTAINERS": "2"}})
-	e.checkSucceeded(ctx, t, p, []string{"quick", "slow"}, "success: all 2 app containers exit 0; action SIGTERM; sidecar stopped")
+	e.checkSucceeded(ctx, t, p, []string{"quick", "slow"}, "success: all 2 app containers exit 0", quit)
 	quick, slow := terminated(t, p, "quick"), terminated(t, p, "slow")
 	if !quick.FinishedAt.Before(&slow.FinishedAt) {
 		t.Errorf("quick finished at %s, not before slow at %s", quick.FinishedAt, slow.FinishedAt)
@@ -375,7 +461,7 @@ func (e *env) deployJob(ctx context.Context, t *testing.T) {
 	p := e.onePod(ctx, t, ns, j.Name)
 	e.checkInjected(t, p, shape{apps: []string{"app"}, supervisor: true,
 		supervisorEnv: map[string]string{"SUPERVISOR_STOP_TIMEOUT": "30s", "SUPERVISOR_EXIT_STATUS": "auto"}})
-	e.checkSucceeded(ctx, t, p, []string{"app"}, "success: {app} exit 0; action SIGTERM; sidecar stopped")
+	e.checkSucceeded(ctx, t, p, []string{"app"}, "success: {app} exit 0", quit)
 }
 
 // deployJobPtrace applies deploy/job-ptrace.yaml: the supervisor as root with
@@ -397,7 +483,7 @@ func (e *env) deployJobPtrace(ctx context.Context, t *testing.T) {
 	}
 	wantExit(t, p, "app", 0)
 	wantExit(t, p, proxyName, 0)
-	e.checkSupervisor(ctx, t, p, "success: {app} exit 0; action SIGTERM; sidecar stopped",
+	e.checkSupervisor(ctx, t, p, "success: {app} exit 0; action "+quit.action()+"; sidecar stopped",
 		logPtrace, logFound, logExited, logDecision, logStopped, logDone)
 }
 
@@ -418,7 +504,7 @@ func (e *env) cronJob(ctx context.Context, t *testing.T) {
 	p := e.fireOnce(ctx, t, ns, cj)
 	e.checkInjected(t, p, shape{apps: []string{"app"}, supervisor: true,
 		supervisorEnv: map[string]string{"SUPERVISOR_RESTART_POLICY": "OnFailure", "SUPERVISOR_APP_CONTAINERS": "1"}})
-	e.checkSucceeded(ctx, t, p, []string{"app"}, "success: {app} exit 0; action SIGTERM; sidecar stopped")
+	e.checkSucceeded(ctx, t, p, []string{"app"}, "success: {app} exit 0", quit)
 }
 
 // deployCronJob: deploy/cronjob.yaml with its schedule changed to every
@@ -431,7 +517,7 @@ func (e *env) deployCronJob(ctx context.Context, t *testing.T) {
 	p := e.fireOnce(ctx, t, ns, &cj)
 	e.checkInjected(t, p, shape{apps: []string{"app"}, supervisor: true,
 		supervisorEnv: map[string]string{"SUPERVISOR_RESTART_POLICY": "OnFailure"}})
-	e.checkSucceeded(ctx, t, p, []string{"app"}, "success: {app} exit 0; action SIGTERM; sidecar stopped")
+	e.checkSucceeded(ctx, t, p, []string{"app"}, "success: {app} exit 0", quit)
 }
 
 // fireOnce creates the CronJob, waits for its first Job (at most a minute to

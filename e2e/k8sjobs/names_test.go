@@ -57,7 +57,7 @@ func (e *env) nativeSidecarOfItsOwn(ctx context.Context, t *testing.T) {
 		t.Fatalf("job ended %s (%s: %s), want Complete", cond.Type, cond.Reason, cond.Message)
 	}
 	p := e.onePod(ctx, t, ns, "native-own")
-	log := e.checkSupervisor(ctx, t, p, "success: app exit 0; action SIGTERM; sidecar stopped", logFound, logExited, logDecision, logStopped)
+	log := e.checkSupervisor(ctx, t, p, "success: app exit 0; action "+quit.action()+"; sidecar stopped", logFound, logExited, logDecision, logStopped)
 	wantExit(t, p, proxyName, 0)
 	for _, name := range []string{`"container":"app"`, `"container":"istio-proxy"`, `"container":"logship"`} {
 		if !strings.Contains(log, name) {
@@ -77,7 +77,7 @@ func (e *env) ephemeralLeftRunning(ctx context.Context, t *testing.T) {
 		t.Fatalf("job ended %s (%s: %s), want Complete", cond.Type, cond.Reason, cond.Message)
 	}
 	p := e.onePod(ctx, t, ns, "ephemeral")
-	e.checkSupervisor(ctx, t, p, "success: app exit 0; action SIGTERM; sidecar stopped", logFound, logExited, logDecision, logStopped)
+	e.checkSupervisor(ctx, t, p, "success: app exit 0; action "+quit.action()+"; sidecar stopped", logFound, logExited, logDecision, logStopped)
 	wantExit(t, p, proxyName, 0)
 }
 
@@ -122,7 +122,7 @@ if [ "$n" -lt 2 ]; then echo "run $((n+1)): failing"; sleep 10; exit 1; fi; echo
 		t.Errorf("istio-proxy restarted %d times, want 0", s.RestartCount)
 	}
 	wantExit(t, p, proxyName, 0)
-	log := e.checkSupervisor(ctx, t, p, "success: all 2 app containers exit 0; action SIGTERM; sidecar stopped",
+	log := e.checkSupervisor(ctx, t, p, "success: all 2 app containers exit 0; action "+quit.action()+"; sidecar stopped",
 		logFound, logRetry, logNewApp, logRetry, logNewApp, logDecision, logStopped)
 	if n := strings.Count(log, `"container":"flaky","replaces":"flaky"`); n != 2 {
 		t.Errorf("pod %s: %d restarts of flaky taken for flaky's, want 2:\n%s", p.Name, n, log)

@@ -236,11 +236,22 @@ func (e *env) checkSupervisor(ctx context.Context, t *testing.T, p corev1.Pod, s
 // (zerolog JSON lines: matched on "message":"...").
 func inOrder(t *testing.T, p corev1.Pod, log string, messages ...string) {
 	t.Helper()
+	inSequence(t, p, supervisorName, log, `"message":"`, messages)
+}
+
+// inOrderLines checks that a container's log has each text, in this order.
+func inOrderLines(t *testing.T, p corev1.Pod, container, log string, texts ...string) {
+	t.Helper()
+	inSequence(t, p, container, log, "", texts)
+}
+
+func inSequence(t *testing.T, p corev1.Pod, container, log, prefix string, texts []string) {
+	t.Helper()
 	rest := log
-	for _, m := range messages {
-		i := strings.Index(rest, `"message":"`+m)
+	for _, m := range texts {
+		i := strings.Index(rest, prefix+m)
 		if i < 0 {
-			t.Errorf("pod %s: supervisor log lacks %q after %q:\n%s", p.Name, m, messages, log)
+			t.Errorf("pod %s: %s log lacks %q after %q:\n%s", p.Name, container, m, texts, log)
 			return
 		}
 		rest = rest[i+1:]

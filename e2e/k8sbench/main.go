@@ -1,0 +1,475 @@
+// Command k8sbench measures, on the one-node Kubernetes of e2e/cluster, how
+// soon the same busybox Job completes after its app exits, and what the pod's
+// containers other than the app cost, for each way of ending Istio's
+// sidecar (issue 20): istio-proxy as a native sidecar, the seeds' wrappers in
+// the app's command, and the supervisor added by Istio's own injector with
+// our template (deploy/istio/supervisor.tmpl). The approaches run
+// round-robin, one Job at a time, so that a drift in the machine's load hits
+// them alike. It prints one markdown document: the run's conditions, one
+// table, and how each figure is measured. Progress goes to stderr.
+//
+//	sudo e2e/k8sbench.sh > BENCHMARKS-k8s.md
+//	go -C e2e run ./k8sbench -h        # the options
+//
+// As root: it starts (or joins) the cluster and reads the containers'
+// cgroups on this node. The cluster is torn down at the end unless another
+// user holds it (e2e/cluster).
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"os/signal"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	istiolog "istio.io/istio/pkg/log"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/cluster"
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/inject/injector"
+)
+
+type options struct {
+	jobs       int
+	warmup     int
+	appSeconds int
+	jobTimeout time.Duration
+	cgroup     string
+	only       string
+}
+
+func main() {
+	var o options
+	flag.IntVar(&o.jobs, "jobs", 10, "measured Jobs per approach")
+	flag.IntVar(&o.warmup, "warmup", 1, "rounds run first and not counted (images and binaries into the page cache)")
+	flag.IntVar(&o.appSeconds, "app-seconds", 3, "how long the app works before it exits")
+	flag.DurationVar(&o.jobTimeout, "job-timeout", 3*time.Minute, "bound on one Job; past it the run counts as failed")
+	flag.StringVar(&o.cgroup, "cgroup-parent", "k8s.io", "directory of every cgroup hierarchy where containerd puts the containers' cgroups")
+	flag.StringVar(&o.only, "only", "", "comma-separated approach keys to run (default: all)")
+	flag.Parse()
+	if err := validate(o); err != nil {
+		logf("%v", err)
+		os.Exit(2)
+	}
+	// Istio's packages (the injector) log to stdout, which carries the
+	// report: send them to stderr with the progress.
+	lo := istiolog.DefaultOptions()
+	lo.OutputPaths = []string{"stderr"}
+	if err := istiolog.Configure(lo); err != nil {
+		logf("configure istio's log: %v", err)
+		os.Exit(1)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o, os.Stdout); err != nil {
+		logf("k8sbench: %v", err)
+		stop()
+		os.Exit(1)
+	}
+}
+
+func validate(o options) error {
+	switch {
+	case o.jobs < 1:
+		return fmt.Errorf("-jobs %d: want at least 1", o.jobs)
+	case o.warmup < 0:
+		return fmt.Errorf("-warmup %d: want 0 or more", o.warmup)
+	case o.appSeconds < 1:
+		return fmt.Errorf("-app-seconds %d: want at least 1 (the wrappers' POST needs pilot-agent up)", o.appSeconds)
+	case o.jobTimeout < 30*time.Second:
+		return fmt.Errorf("-job-timeout %s: want at least 30s", o.jobTimeout)
+	}
+	return nil
+}
+
+// logf logs progress to stderr. Not the standard logger: Istio's packages
+// redirect that one into their own.
+var logf = log.New(os.Stderr, "", log.Ltime).Printf
+
+// bench is one run's shared state.
+type bench struct {
+	o    options
+	c    *cluster.Cluster
+	ns   string
+	rec  *recorder
+	acct *acct
+}
+
+// result is one Job's measurement.
+type result struct {
+	approach  int
+	job, pod  string
+	failure   string    // why the run failed; "" for a Job that completed
+	onSuccess string    // the supervisor's SUPERVISOR_ON_SUCCESS
+	summary   string    // the supervisor's termination message
+	proxy     string    // how istio-proxy ended: exit code, signal, reason
+	supStart  time.Time // the supervisor's first log line ("starting")
+	created   time.Time
+	appExit   time.Time
+	podDone   time.Time
+	jobDone   time.Time
+	other     usage // the containers other than the app, summed
+	super     usage // the supervisor alone
+	sampled   int   // containers read from the periodic sample, not at exit
+}
+
+func run(ctx context.Context, o options, out io.Writer) error {
+	started := time.Now()
+	load0 := loadAvg()
+	code := commit() // what is measured: the tree as the run starts
+	all := approaches(o.appSeconds)
+	var use []int
+	for i, a := range all {
+		if o.only == "" || strings.Contains(","+o.only+",", ","+a.key+",") {
+			use = append(use, i)
+		}
+	}
+	if len(use) == 0 {
+		return fmt.Errorf("-only %q names no approach", o.only)
+	}
+
+	c, err := cluster.Open(ctx, logf)
+	if c != nil {
+		defer func() {
+			if err := c.Stop(); err != nil {
+				logf("stop the cluster: %v", err)
+			}
+		}()
+	}
+	if err != nil {
+		return err
+	}
+	supervisorImage, proxyImage, err := c.ProductImages(ctx)
+	if err != nil {
+		return err
+	}
+	logf("images: supervisor %s, istio-proxy %s", supervisorImage, proxyImage)
+	in, err := injector.ClusterInstall(proxyImage)
+	if err != nil {
+		return err
+	}
+	hook, err := injector.Serve(ctx, c.Client, in, "k8sbench", log.New(os.Stderr, "injector: ", log.Ltime))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := hook.Close(); err != nil {
+			logf("%v", err)
+		}
+	}()
+
+	b := &bench{o: o, c: c, rec: newRecorder()}
+	if b.ns, err = namespace(ctx, c, hook); err != nil {
+		return err
+	}
+	defer deleteNamespace(c, b.ns)
+	if b.acct, err = newAcct(o.cgroup, 100*time.Millisecond); err != nil {
+		return err
+	}
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go b.acct.run(actx)
+	if err := b.rec.start(actx, c.Client, b.ns); err != nil {
+		return err
+	}
+
+	var results []result
+	rounds := o.warmup + o.jobs
+	for r := 0; r < rounds; r++ {
+		// The order rotates from round to round.
+		for k := range use {
+			i := use[(k+r)%len(use)]
+			res, err := b.runJob(ctx, all[i], i, r)
+			if err != nil {
+				return err
+			}
+			tag := "measured"
+			if r < o.warmup {
+				tag = "warm-up"
+			}
+			logf("round %d/%d (%s) %s", r+1, rounds, tag, res.line())
+			if r >= o.warmup {
+				results = append(results, res)
+			}
+		}
+	}
+	rep := report{
+		o:        o,
+		all:      all,
+		use:      use,
+		results:  results,
+		started:  started,
+		took:     time.Since(started),
+		loads:    [2]string{load0, loadAvg()},
+		versions: c.Env,
+		images:   [2]string{supervisorImage, proxyImage},
+		commit:   code,
+	}
+	return rep.write(out)
+}
+
+// namespace creates the run's namespace under the injector.
+func namespace(ctx context.Context, c *cluster.Cluster, hook *injector.Served) (string, error) {
+	ns, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "k8sbench-"},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("create namespace: %w", err)
+	}
+	// Pods are refused until the default ServiceAccount exists.
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := c.Client.CoreV1().ServiceAccounts(ns.Name).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		deleteNamespace(c, ns.Name)
+		return "", fmt.Errorf("namespace %s got no default ServiceAccount within 1m: %w", ns.Name, err)
+	}
+	if err := hook.PrepareNamespace(ctx, ns.Name); err != nil {
+		deleteNamespace(c, ns.Name)
+		return "", err
+	}
+	return ns.Name, nil
+}
+
+func deleteNamespace(c *cluster.Cluster, ns string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := c.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		logf("delete namespace %s: %v", ns, err)
+	}
+}
+
+// runJob runs one Job of approach a to its end and measures it. A failed
+// run is a result; the error is for what makes the whole benchmark wrong
+// (a pod the injector shaped otherwise, the cluster gone).
+func (b *bench) runJob(ctx context.Context, a approach, idx, round int) (result, error) {
+	name := fmt.Sprintf("%s-%d", a.key, round)
+	res := result{approach: idx, job: name}
+	jobs := b.c.Client.BatchV1().Jobs(b.ns)
+	st := b.rec.expect(name)
+	res.created = time.Now()
+	if _, err := jobs.Create(ctx, a.job(name), metav1.CreateOptions{}); err != nil {
+		return res, fmt.Errorf("create job %s: %w", name, err)
+	}
+	defer b.deleteJob(name)
+
+	select {
+	case <-st.done:
+	case <-time.After(b.o.jobTimeout):
+		res.failure = fmt.Sprintf("neither Complete nor Failed within %s", b.o.jobTimeout)
+	case <-ctx.Done():
+		return res, ctx.Err()
+	}
+	pod, err := b.jobPod(ctx, name)
+	if err != nil {
+		return res, err
+	}
+	res.pod = pod.Name
+	problem, onSuccess := a.check(pod)
+	if problem != "" {
+		return res, fmt.Errorf("pod %s of approach %s: %s: the benchmark would measure something else", pod.Name, a.key, problem)
+	}
+	res.onSuccess = onSuccess
+	if res.failure != "" {
+		logf("%s failed; its pod:\n%s", name, b.c.Describe(ctx, b.ns, pod.Name))
+		return res, nil
+	}
+	s := b.rec.get(name)
+	res.podDone, res.jobDone = s.podDone, s.jobDone
+	switch {
+	case s.cond != batchv1.JobComplete:
+		res.failure = fmt.Sprintf("Job %s", s.cond)
+	case s.phase != corev1.PodSucceeded:
+		res.failure = fmt.Sprintf("pod %q", s.phase)
+	}
+	if res.failure != "" {
+		logf("%s failed; its pod:\n%s", name, b.c.Describe(ctx, b.ns, pod.Name))
+		return res, nil
+	}
+	logs, err := b.c.Client.CoreV1().Pods(b.ns).GetLogs(pod.Name, &corev1.PodLogOptions{Container: appName}).DoRaw(ctx)
+	if err != nil {
+		return res, fmt.Errorf("logs of %s: %w", pod.Name, err)
+	}
+	if res.appExit, err = parseStamp(string(logs)); err != nil {
+		res.failure = fmt.Sprintf("app's exit time: %v", err)
+		return res, nil
+	}
+	if err := b.usage(ctx, pod, &res); err != nil {
+		return res, fmt.Errorf("pod %s: %w", pod.Name, err)
+	}
+	if fellBack(res.summary) {
+		// A fallback (POST failed, then SIGTERM): worth a look.
+		logf("%s: the supervisor fell back; its pod:\n%s", name, b.c.Describe(ctx, b.ns, pod.Name))
+	}
+	if a.shape == supervised {
+		logs, err := b.c.Client.CoreV1().Pods(b.ns).GetLogs(pod.Name, &corev1.PodLogOptions{Container: supervisorName}).DoRaw(ctx)
+		if err != nil {
+			return res, fmt.Errorf("supervisor logs of %s: %w", pod.Name, err)
+		}
+		if res.supStart, err = firstLogTime(logs); err != nil {
+			return res, fmt.Errorf("supervisor log of %s: %w", pod.Name, err)
+		}
+	}
+	return res, nil
+}
+
+// firstLogTime is the time of the supervisor's first JSON log line.
+func firstLogTime(logs []byte) (time.Time, error) {
+	line, _, _ := bytes.Cut(logs, []byte("\n"))
+	var l struct {
+		Time    string `json:"time"`
+		Message string `json:"message"`
+	}
+	if err := json.Unmarshal(line, &l); err != nil {
+		return time.Time{}, fmt.Errorf("first line %q: %w", line, err)
+	}
+	return time.Parse(time.RFC3339Nano, l.Time)
+}
+
+// jobPod returns the Job's pod (backoffLimit 0: one).
+func (b *bench) jobPod(ctx context.Context, job string) (*corev1.Pod, error) {
+	var pods []corev1.Pod
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		l, err := b.c.Client.CoreV1().Pods(b.ns).List(ctx, metav1.ListOptions{LabelSelector: batchv1.JobNameLabel + "=" + job})
+		if err != nil {
+			return false, nil
+		}
+		pods = l.Items
+		return len(pods) > 0, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("job %s has no pod: %w", job, err)
+	}
+	if len(pods) != 1 {
+		return nil, fmt.Errorf("job %s has %d pods, want 1 (backoffLimit 0)", job, len(pods))
+	}
+	return &pods[0], nil
+}
+
+// usage reads the final cgroup figures of every container of the pod but
+// the app.
+func (b *bench) usage(ctx context.Context, p *corev1.Pod, res *result) error {
+	ids := map[string]string{}
+	for _, s := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
+		if s.Name == appName {
+			continue
+		}
+		_, id, ok := strings.Cut(s.ContainerID, "://")
+		if !ok {
+			return fmt.Errorf("container %s has no ID (%s)", s.Name, cluster.StateString(s.State))
+		}
+		ids[s.Name] = id
+	}
+	var list []string
+	for _, id := range ids {
+		list = append(list, id)
+	}
+	got, err := b.acct.final(ctx, list, 30*time.Second)
+	if err != nil {
+		return err
+	}
+	for name, id := range ids {
+		u := got[id]
+		res.other.cpu += u.cpu
+		res.other.peak += u.peak
+		if !u.atExit {
+			res.sampled++
+		}
+		if name == supervisorName {
+			res.super = u
+		}
+	}
+	for _, s := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
+		t := s.State.Terminated
+		switch {
+		case t == nil:
+		case s.Name == supervisorName:
+			res.summary = strings.TrimSpace(t.Message)
+		case s.Name == proxyName:
+			res.proxy = fmt.Sprintf("exit %d (%s)", t.ExitCode, t.Reason)
+		}
+	}
+	return nil
+}
+
+// deleteJob deletes a Job with its pod and waits (bounded) until the pod is
+// gone, so that the next Job starts on a quiet node.
+func (b *bench) deleteJob(name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	bg := metav1.DeletePropagationBackground
+	if err := b.c.Client.BatchV1().Jobs(b.ns).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
+		logf("delete job %s: %v", name, err)
+		return
+	}
+	err := wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		l, err := b.c.Client.CoreV1().Pods(b.ns).List(ctx, metav1.ListOptions{LabelSelector: batchv1.JobNameLabel + "=" + name})
+		return err == nil && len(l.Items) == 0, nil
+	})
+	if err != nil {
+		logf("the pod of job %s still exists 2m after its deletion", name)
+	}
+}
+
+// adjtimex's output, as busybox prints it.
+var (
+	stampStatus = regexp.MustCompile(`(?m)^\s*status:\s+(\d+)`)
+	stampSec    = regexp.MustCompile(`(?m)^\s*time\.tv_sec:\s+(\d+)`)
+	stampFrac   = regexp.MustCompile(`(?m)^\s*time\.tv_usec:\s+(\d+)`)
+)
+
+// staNano is adjtimex's STA_NANO status bit: tv_usec holds nanoseconds.
+const staNano = 0x2000
+
+// parseStamp reads the time the app printed last with busybox's adjtimex.
+func parseStamp(log string) (time.Time, error) {
+	var v [3]int64
+	for i, re := range []*regexp.Regexp{stampStatus, stampSec, stampFrac} {
+		all := re.FindAllStringSubmatch(log, -1)
+		if len(all) == 0 {
+			return time.Time{}, fmt.Errorf("no %q in the app's log %q", re.String(), log)
+		}
+		n, err := strconv.ParseInt(all[len(all)-1][1], 10, 64)
+		if err != nil {
+			return time.Time{}, err
+		}
+		v[i] = n
+	}
+	ns := v[2]
+	if v[0]&staNano == 0 {
+		ns *= 1000
+	}
+	if ns < 0 || ns >= int64(time.Second) {
+		return time.Time{}, errors.New("adjtimex's fraction is out of range")
+	}
+	return time.Unix(v[1], ns), nil
+}
+
+// loadAvg is /proc/loadavg's three averages.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	if f := strings.Fields(string(b)); len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "?"
+}
