@@ -124,14 +124,19 @@ func initScript(p initParams) []byte {
 	}
 	w("cd %s || fail %s", shellQuote(p.dir), shellQuote("cd "+p.dir))
 	w("echo %s", shellQuote(markStart))
-	// In the background so that the watchdog can kill it; a background job
-	// reads /dev/null, so a command reading stdin ends rather than hangs.
-	w("%s &", strings.Join(quoted, " "))
-	w("pid=$!")
+	// The watchdog runs in the background and the command in the
+	// foreground, not the other way round: a non-interactive shell starts
+	// a background job with SIGINT and SIGQUIT ignored, and a program
+	// inherits that across exec (a Go program then cannot die of SIGINT,
+	// and neither can its children), while a container's process starts
+	// with every signal at its default action. On a timeout the watchdog
+	// kills every process but itself and /init (kill -1), the command and
+	// whatever it started. stdin is /dev/null, so a command reading it ends
+	// rather than hangs.
 	secs := int((p.timeout + time.Second - 1) / time.Second)
-	w("( sleep %d; echo; echo '%s timed out after %ds'; : > /run/.qemu-timeout; kill -KILL $pid ) &", secs, marker, secs)
+	w("( sleep %d; echo; echo '%s timed out after %ds'; : > /run/.qemu-timeout; kill -KILL -1 ) &", secs, marker, secs)
 	w("wd=$!")
-	w("wait $pid")
+	w("%s </dev/null", strings.Join(quoted, " "))
 	w("st=$?")
 	w("kill $wd 2>/dev/null")
 	w("cd /")

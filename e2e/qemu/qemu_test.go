@@ -251,6 +251,32 @@ func testRunExitStatus(t *testing.T, k Kernel) {
 	}
 }
 
+// TestRunNoStatus: a guest that powers off without /init's report (PSCI
+// on arm64, ACPI on amd64: qemu exits 0, as after a kernel panic) is an
+// error, never a status, on both architectures.
+func TestRunNoStatus(t *testing.T) {
+	for _, name := range []string{BookwormAMD64, SidARM64} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), testBudget)
+			defer cancel()
+			res, err := Run(ctx, Config{Kernel: kernelNamed(t, name), Script: "echo bye; poweroff -f; sleep 60", Timeout: 2 * time.Minute})
+			if err == nil || !strings.Contains(err.Error(), "without reporting a status") {
+				t.Errorf("Run: %v (status %d), want a 'without reporting a status' error; console:\n%s", err, res.ExitStatus, res.Console)
+			}
+		})
+	}
+}
+
+// TestRunDefaultSignals: the command starts with no signal ignored, as a
+// container's process does (a shell's background job would have SIGINT and
+// SIGQUIT ignored, and a Go program could not die of them).
+func TestRunDefaultSignals(t *testing.T) {
+	res := run(t, Config{Kernel: kernel(t), Script: "grep SigIgn /proc/self/status", Timeout: time.Minute})
+	if want := "SigIgn:\t0000000000000000\n"; res.ExitStatus != 0 || res.Output != want {
+		t.Errorf("status %d, output %q; want 0, %q", res.ExitStatus, res.Output, want)
+	}
+}
+
 // TestRunCommandTimeout checks that the guest kills a command that runs
 // past CommandTimeout and says so, with the output so far.
 func TestRunCommandTimeout(t *testing.T) {
