@@ -168,33 +168,35 @@ func (l layout) blob(digest string) ([]byte, error) {
 	return b, nil
 }
 
-// top returns the one descriptor of the layout's index.json.
-func (l layout) top() (descriptor, error) {
+// openLayout reads an OCI archive and the one descriptor of its
+// index.json, which must be of media type want.
+func openLayout(archive, want string) (layout, descriptor, error) {
+	l, err := readLayout(archive)
+	if err != nil {
+		return l, descriptor{}, err
+	}
 	var index struct {
 		Manifests []descriptor `json:"manifests"`
 	}
 	if err := json.Unmarshal(l.files["index.json"], &index); err != nil {
-		return descriptor{}, fmt.Errorf("%s: index.json: %w", l.archive, err)
+		return l, descriptor{}, fmt.Errorf("%s: index.json: %w", archive, err)
 	}
 	if len(index.Manifests) != 1 {
-		return descriptor{}, fmt.Errorf("%s: %d entries in index.json, want 1", l.archive, len(index.Manifests))
+		return l, descriptor{}, fmt.Errorf("%s: %d entries in index.json, want 1", archive, len(index.Manifests))
 	}
-	return index.Manifests[0], nil
+	d := index.Manifests[0]
+	if d.MediaType != want {
+		return l, descriptor{}, fmt.Errorf("%s: holds a %s, want a %s", archive, d.MediaType, want)
+	}
+	return l, d, nil
 }
 
 // ReadImage reads an OCI archive holding one image: its manifest, the image
 // configuration and the layers.
 func ReadImage(ref, archive string) (*Image, error) {
-	l, err := readLayout(archive)
+	l, d, err := openLayout(archive, mediaTypeManifest)
 	if err != nil {
 		return nil, err
-	}
-	d, err := l.top()
-	if err != nil {
-		return nil, err
-	}
-	if d.MediaType != mediaTypeManifest {
-		return nil, fmt.Errorf("%s: holds a %s, want one image (%s)", archive, d.MediaType, mediaTypeManifest)
 	}
 	return l.image(ref, d)
 }
@@ -202,16 +204,9 @@ func ReadImage(ref, archive string) (*Image, error) {
 // ReadImageIndex reads an OCI archive holding an image index (a
 // multi-platform image) and returns its images by "os/arch".
 func ReadImageIndex(ref, archive string) (map[string]*Image, error) {
-	l, err := readLayout(archive)
+	l, d, err := openLayout(archive, mediaTypeIndex)
 	if err != nil {
 		return nil, err
-	}
-	d, err := l.top()
-	if err != nil {
-		return nil, err
-	}
-	if d.MediaType != mediaTypeIndex {
-		return nil, fmt.Errorf("%s: holds a %s, want an image index (%s)", archive, d.MediaType, mediaTypeIndex)
 	}
 	ib, err := l.blob(d.Digest)
 	if err != nil {
