@@ -47,10 +47,16 @@ names() {
 	compgen -v QEMU_KERNEL_ | sed 's/^QEMU_KERNEL_//; s/_/-/g'
 }
 
+# check_name NAME: die unless versions.env defines NAME. (Not in spec: a
+# die in a command substitution would end only the subshell.)
+check_name() {
+	local var="QEMU_KERNEL_${1//-/_}"
+	[ -n "${!var:-}" ] || die "unknown kernel name '$1': e2e/versions.env defines $(names | tr '\n' ' ')"
+}
+
 # spec NAME: "SUITE ARCH VERSION PACKAGE..." from versions.env.
 spec() {
 	local var="QEMU_KERNEL_${1//-/_}"
-	[ -n "${!var:-}" ] || die "unknown kernel name '$1': e2e/versions.env defines $(names | tr '\n' ' ')"
 	printf '%s\n' "${!var}"
 }
 
@@ -58,16 +64,20 @@ spec() {
 
 APT_DIR="$CACHE/debian-apt"
 
-# apt_own ARGS...: apt-get with the tests' own sources list, package lists,
-# download cache and architectures (amd64 and arm64), apart from the
-# machine's apt state. The machine's apt.conf.d still applies (proxies,
-# the archive's validity settings).
+# apt_own [apt-cache] ARGS...: apt-get (or apt-cache) with the tests' own
+# sources list, package lists, download cache and architectures (amd64 and
+# arm64), apart from the machine's apt state. The machine's apt.conf.d still
+# applies (proxies, the archive's validity settings).
 apt_own() {
-	local sandbox=()
+	local tool=apt-get sandbox=()
+	if [ "$1" = apt-cache ]; then
+		tool=apt-cache
+		shift
+	fi
 	# As root, apt fetches as user _apt, which cannot write into root's
 	# private cache and says so in a warning; fetch as root instead.
 	[ "$(id -u)" -ne 0 ] || sandbox=(-o APT::Sandbox::User=root)
-	apt-get -q \
+	"$tool" -q \
 		-o Dir::Etc::SourceList="$APT_DIR/sources.list" -o Dir::Etc::SourceParts=/nonexistent \
 		-o Dir::State="$APT_DIR/state" -o Dir::State::status=/dev/null -o Dir::Cache="$APT_DIR/cache" \
 		-o APT::Architecture=amd64 -o APT::Architectures::=amd64 -o APT::Architectures::=arm64 \
@@ -250,18 +260,24 @@ main() {
 		;;
 	--list)
 		[ -n "${2:-}" ] || die "usage: $0 --list NAME"
-		local suite arch
+		check_name "$2"
+		local suite arch p=()
 		read -r suite arch _ <<<"$(spec "$2")"
 		mkdir -p "$CACHE"
 		exec 8>"$CACHE/debian-apt.lock"
 		flock -w 600 8 || die "timed out waiting for $CACHE/debian-apt.lock"
 		apt_own_update
-		apt_own list 2>/dev/null | grep -E "^linux-(image|binary|base)-[0-9][^/]*-$arch(-unsigned)?/$suite(-security|-updates)?[ ,]" || true
+		# "PACKAGE | VERSION | ARCHIVE SUITE/main ARCH" for each kernel
+		# image package of the architecture, in NAME's suite.
+		# (One apt-cache call for all: each call parses every list.)
+		mapfile -t p < <(apt_own apt-cache search --names-only "^linux-(image|binary|base)-[0-9][^ ]*[0-9]-$arch(-unsigned)?\$" | cut -d' ' -f1 | sed "s/\$/:$arch/")
+		[ ${#p[@]} -eq 0 ] || apt_own apt-cache madison "${p[@]}" | grep -E " $suite(-security|-updates)?/" | sort -V || true
 		return
 		;;
 	esac
 
 	name="${1:-bookworm-amd64}"
+	check_name "$name"
 	local suite arch version pkgs
 	read -r suite arch version pkgs <<<"$(spec "$name")"
 	local qemu_pkg qemu_bin
