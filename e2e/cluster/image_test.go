@@ -40,7 +40,7 @@ func TestDockerfileTranslation(t *testing.T) {
 		if !strings.Contains(out, strings.TrimRight(want, "\n")) {
 			t.Errorf("derived Containerfile differs from the Dockerfile's runtime stage.\nwant (contained):\n%s\ngot:\n%s", want, out)
 		}
-		run := regexp.MustCompile(`(?m)^RUN (CGO_ENABLED=0 go build .*)$`).FindStringSubmatch(string(src))
+		run := regexp.MustCompile(`(?m)^RUN (CGO_ENABLED=0 GOOS=\$TARGETOS GOARCH=\$TARGETARCH go build .*)$`).FindStringSubmatch(string(src))
 		if run == nil || !strings.Contains(out, "# "+run[1]+"\n") {
 			t.Errorf("compile step not taken from the Dockerfile's go build line %q:\n%s", run, out)
 		}
@@ -49,15 +49,20 @@ func TestDockerfileTranslation(t *testing.T) {
 		}
 	})
 
-	const build = "FROM golang:1.26 AS build\nRUN CGO_ENABLED=0 go build -o /out/x ./cmd/x\n"
+	const (
+		from  = "FROM --platform=$BUILDPLATFORM golang:1.26 AS build\n"
+		build = from + "RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -o /out/x ./cmd/x\n"
+	)
 	for _, tc := range []struct{ name, dockerfile, wantErr string }{
 		{"copy from an image", build + "FROM scratch AS runtime\nCOPY --from=busybox:1.37 /bin/sh /sh\n", "COPY/ADD other than"},
 		{"ADD in runtime", build + "FROM scratch\nADD https://example.invalid/x /x\n", "COPY/ADD other than"},
 		{"runtime not scratch", build + "FROM debian:12\nCOPY --from=build /out/x /x\n", "not FROM scratch"},
 		{"RUN in runtime", build + "FROM scratch\nCOPY --from=build /out/x /x\nRUN [\"/x\"]\n", "RUN step"},
-		{"compile split over lines", "FROM golang:1.26 AS build\nRUN CGO_ENABLED=0 go build \\\n  -o /out/x ./cmd/x\nFROM scratch\n", "on one line"},
-		{"compile elsewhere than /out", "FROM golang:1.26 AS build\nRUN CGO_ENABLED=0 go build -o /x ./cmd/x\nFROM scratch\n", "must read"},
-		{"no build stage", "FROM golang:1.26 AS compile\nRUN CGO_ENABLED=0 go build -o /out/x .\nFROM scratch\n", "no stage named 'build'"},
+		{"compile split over lines", from + "RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build \\\n  -o /out/x ./cmd/x\nFROM scratch\n", "on one line"},
+		{"compile elsewhere than /out", from + "RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -o /x ./cmd/x\nFROM scratch\n", "must read"},
+		{"compile for the build machine only", from + "RUN CGO_ENABLED=0 go build -o /out/x ./cmd/x\nFROM scratch\n", "must read"},
+		{"build stage emulated per target", "FROM golang:1.26 AS build\nRUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -o /out/x ./cmd/x\nFROM scratch\n", "--platform=$BUILDPLATFORM"},
+		{"no build stage", "FROM --platform=$BUILDPLATFORM golang:1.26 AS compile\nRUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -o /out/x .\nFROM scratch\n", "no stage named 'build'"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := filepath.Join(t.TempDir(), "Dockerfile")

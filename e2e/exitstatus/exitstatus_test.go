@@ -1,9 +1,11 @@
 // Package exitstatus checks that the supervisor reads app exit statuses
 // right on whatever kernel it runs on, picking its method as documented:
 // pidfd exit info on Linux 6.15+, else ptrace when it has CAP_SYS_PTRACE,
-// else none (statuses unknown, SUPERVISOR_ON_UNKNOWN). TestExitStatusMethods
-// runs on this machine's kernel; TestLinux61 runs it again inside Debian's
-// 6.1 kernel under qemu, where auto must pick ptrace.
+// else none (statuses unknown, SUPERVISOR_ON_UNKNOWN).
+// TestExitStatusMethods runs on this machine's kernel; TestKernels runs it
+// again inside Debian's kernels under qemu (e2e/guestpod): 6.1 and 6.12,
+// where auto must pick ptrace, and 7.2, where it must pick pidfd, on amd64
+// and arm64.
 package exitstatus
 
 import (
@@ -11,17 +13,16 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/guestpod"
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/pod"
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/qemu"
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/scenarios"
 )
-
-// inGuest is set in the qemu guest's environment.
-const inGuest = "SUPERVISOR_E2E_IN_GUEST"
 
 // privilege is how the supervisor container runs.
 type privilege struct {
@@ -40,63 +41,159 @@ var (
 	ptraceForced = privilege{"ptrace-forced", 0, []int{5, 19}, []string{"SUPERVISOR_EXIT_STATUS=ptrace"}}
 )
 
+// ending is one way an app ends.
+type ending struct {
+	name string
+	args []string
+	code int  // the container's exit code
+	core bool // it dumps core (the app gets --core DIR)
+}
+
+var endings = []ending{
+	{name: "exit 0", code: 0},
+	{name: "exit 3", args: []string{"--exit", "3"}, code: 3},
+	{name: "killed by SIGKILL", args: []string{"--kill", "9"}, code: 137},
+	{name: "killed by SIGINT", args: []string{"--kill", "2"}, code: 130},
+	// abort(): SIGABRT's default action, a core dump; the wait status
+	// carries the core flag (0x80) next to the signal.
+	{name: "core dump (SIGABRT)", args: []string{"--kill", "6"}, code: 134, core: true},
+}
+
 // TestExitStatusMethods: each way an app can end, read by a supervisor with
-// and without CAP_SYS_PTRACE, on this kernel.
+// and without CAP_SYS_PTRACE, on this kernel. Each case logs a line
+// "READ <privilege>/<ending>: method M, ..." with what the supervisor read,
+// which TestKernels quotes from the guests.
 func TestExitStatusMethods(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the pod simulation creates namespaces and cgroups")
 	}
-	tl := pod.MustTools(t)
-	endings := []struct {
-		name string
-		args []string
-		code int // the container's exit code
-	}{
-		{"exit 0", nil, 0},
-		{"exit 3", []string{"--exit", "3"}, 3},
-		{"killed by SIGKILL", []string{"--kill", "9"}, 137},
-		{"killed by SIGINT", []string{"--kill", "2"}, 130},
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	tl, err := pod.BuildTools(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
 	for _, priv := range []privilege{ptraceCapable, ptraceForced, unprivileged} {
 		for _, e := range endings {
 			t.Run(priv.name+"/"+e.name, func(t *testing.T) {
-				method, exited, describe := runJob(t, tl, priv, e.args)
+				args := e.args
+				var coreDir string
+				if e.core {
+					coreDir = newCoreDir(t)
+					args = append(append([]string{}, args...), "--core", coreDir)
+				}
+				run := runJob(t, tl, priv, args)
 				defer func() {
 					if t.Failed() {
-						t.Log(describe)
+						t.Log(run.describe)
 					}
 				}()
-				t.Logf("METHOD %s %s", priv.name, method)
+				t.Logf("METHOD %s %s", priv.name, run.method)
+				t.Logf("READ %s/%s: method %s uid %d caps %v: %s", priv.name, e.name, run.method, priv.uid, priv.caps, fields(run.exited, "status", "signal", "exit_code", "reason"))
 				switch {
-				case priv.name == unprivileged.name && method == "ptrace":
+				case priv.name == unprivileged.name && run.method == "ptrace":
 					t.Fatalf("picked ptrace without CAP_SYS_PTRACE")
-				case priv.name == ptraceCapable.name && method == "none":
+				case priv.name == ptraceCapable.name && run.method == "none":
 					t.Fatalf("picked none although ptrace is permitted")
-				case priv.name == ptraceForced.name && method != "ptrace":
-					t.Fatalf("SUPERVISOR_EXIT_STATUS=ptrace, but the method is %s", method)
-				case method == "none":
-					if exited.Str("status") != "unknown" || exited.Str("exit_code") != "" {
-						t.Errorf("method none reported a status: %v", exited)
+				case priv.name == ptraceForced.name && run.method != "ptrace":
+					t.Fatalf("SUPERVISOR_EXIT_STATUS=ptrace, but the method is %s", run.method)
+				case run.method == "none":
+					if run.exited.Str("status") != "unknown" || run.exited.Str("exit_code") != "" {
+						t.Errorf("method none reported a status: %v", run.exited)
+					}
+					// auto says why, and what would fix it.
+					t.Logf("REASON %s %s", priv.name, run.reason)
+					if !strings.Contains(run.reason, "SYS_PTRACE") || !strings.Contains(run.reason, "6.15") {
+						t.Errorf("method none, reason %q: want the fix named (SYS_PTRACE, Linux 6.15+)", run.reason)
 					}
 				default:
-					if got := exited.Str("exit_code"); got != fmt.Sprint(e.code) {
-						t.Errorf("%s: exit_code %q, want %d (%v)", method, got, e.code, exited)
+					if got := run.exited.Str("exit_code"); got != fmt.Sprint(e.code) {
+						t.Errorf("%s: exit_code %q, want %d (%v)", run.method, got, e.code, run.exited)
 					}
+					if sig := e.code - 128; sig > 0 && run.exited.Str("signal") == "" {
+						t.Errorf("%s: no signal in %v, want signal %d", run.method, run.exited, sig)
+					}
+				}
+				if e.core {
+					checkCore(t, coreDir)
 				}
 			})
 		}
 	}
 }
 
+// newCoreDir is a directory the app (uid 1000) can write its core into.
+func newCoreDir(t *testing.T) string {
+	t.Helper()
+	// Not t.TempDir: its parent is private to root.
+	dir, err := os.MkdirTemp("", "exitstatus-core-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// checkCore checks that the app really dumped core: a file "core" (or
+// "core.PID") in dir, as the kernel's default core_pattern writes it.
+func checkCore(t *testing.T, dir string) {
+	t.Helper()
+	pattern, err := os.ReadFile("/proc/sys/kernel/core_pattern")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := strings.TrimSpace(string(pattern)); p != "core" && !strings.HasPrefix(p, "core.") {
+		// A pipe to a crash collector (systemd-coredump, apport) or a
+		// path elsewhere: the dump is not ours to find. The guests and CI
+		// use the kernel's default.
+		t.Logf("core_pattern is %q: not looking for the core file", p)
+		return
+	}
+	cores, _ := filepath.Glob(filepath.Join(dir, "core*"))
+	if len(cores) == 0 {
+		t.Errorf("the app died of SIGABRT but left no core in %s", dir)
+		return
+	}
+	st, err := os.Stat(cores[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("CORE %s (%d bytes)", filepath.Base(cores[0]), st.Size())
+}
+
+// fields formats the keys l has, as key=value.
+func fields(l scenarios.LogLine, keys ...string) string {
+	var b strings.Builder
+	for _, k := range keys {
+		if v := l.Str(k); v != "" {
+			fmt.Fprintf(&b, " %s=%s", k, v)
+		}
+	}
+	return strings.TrimSpace(b.String())
+}
+
+// jobRun is what runJob saw.
+type jobRun struct {
+	method, reason string
+	exited         scenarios.LogLine
+	describe       string
+}
+
 // runJob runs a Job pod whose app ends as args say, and returns the
 // supervisor's method and its "app exited" log line, after checking the
 // action it took matches what it read.
-func runJob(t *testing.T, tl pod.Tools, priv privilege, args []string) (string, scenarios.LogLine, string) {
+func runJob(t *testing.T, tl pod.Tools, priv privilege, args []string) jobRun {
 	t.Helper()
 	// The app must still run when the supervisor first looks: the guest
-	// runs under software emulation, several times slower.
+	// runs under software emulation, several times slower (arm64 more so).
 	work := "300ms"
-	if os.Getenv(inGuest) != "" {
+	switch {
+	case guestpod.InGuest() && runtime.GOARCH == "arm64":
+		work = "6s"
+	case guestpod.InGuest():
 		work = "3s"
 	}
 	built, err := scenarios.BuildNamespaces(scenarios.Desc{
@@ -131,12 +228,12 @@ func runJob(t *testing.T, tl pod.Tools, priv privilege, args []string) (string, 
 		t.Fatal(err)
 	}
 	lines := scenarios.ParseLog(p.Logs("supervisor"))
-	method, decision := "", scenarios.LogLine(nil)
+	method, reason, decision := "", "", scenarios.LogLine(nil)
 	var exited scenarios.LogLine
 	for _, l := range lines {
 		switch {
 		case strings.HasPrefix(l.Msg(), "exit statuses") || strings.HasPrefix(l.Msg(), "app exit statuses"):
-			method = l.Str("method")
+			method, reason = l.Str("method"), l.Str("reason")
 		case l.Msg() == "app exited":
 			exited = l
 		case l.Msg() == "decision":
@@ -158,58 +255,75 @@ func runJob(t *testing.T, tl pod.Tools, priv privilege, args []string) (string, 
 	if c := st.Container("supervisor"); c.ExitCode != 0 {
 		t.Errorf("supervisor exit %d", c.ExitCode)
 	}
-	return method, exited, p.Describe()
+	return jobRun{method: method, reason: reason, exited: exited, describe: p.Describe()}
 }
 
-// TestLinux61 runs TestExitStatusMethods inside Debian's 6.1 kernel under
-// qemu: no PIDFD_INFO_EXIT there, so a supervisor with CAP_SYS_PTRACE must
-// read every status as a tracer, and one without must report them unknown.
-func TestLinux61(t *testing.T) {
-	if os.Getenv(inGuest) != "" {
+// guests are the kernels TestKernels boots, and the method each supervisor
+// must get there: ptrace-capable, ptrace-forced, unprivileged.
+var guests = []struct {
+	kernel  string
+	release string // the prefix of its uname -r
+	methods [3]string
+}{
+	// Before 6.15: no PIDFD_INFO_EXIT. ptrace with CAP_SYS_PTRACE, else
+	// nothing (statuses unknown).
+	{qemu.BookwormAMD64, "6.1.", [3]string{"ptrace", "ptrace", "none"}},
+	{qemu.TrixieAMD64, "6.12.", [3]string{"ptrace", "ptrace", "none"}},
+	{qemu.BookwormARM64, "6.1.", [3]string{"ptrace", "ptrace", "none"}},
+	// 6.15 and later: pidfd, with or without privileges.
+	{qemu.SidAMD64, "7.2.", [3]string{"pidfd", "ptrace", "pidfd"}},
+	{qemu.SidARM64, "7.2.", [3]string{"pidfd", "ptrace", "pidfd"}},
+}
+
+// TestKernels runs TestExitStatusMethods inside Debian's kernels under qemu,
+// one subtest per kernel (-run 'TestKernels/sid-arm64' picks one): each way
+// an app ends must be read with the method the kernel and the privileges
+// allow, and exactly, or be reported unknown with the reason.
+func TestKernels(t *testing.T) {
+	if guestpod.InGuest() {
 		t.Skip("already in the guest")
 	}
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: qemu and the guest's pod simulation")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
-	tl, err := pod.BuildTools(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	guestTools := "/tools"
-	files := []qemu.File{
-		{Host: tl.Podsim, Guest: filepath.Join(guestTools, "podsim"), Mode: 0o755},
-		{Host: tl.PilotAgent, Guest: filepath.Join(guestTools, "sidecar", "pilot-agent"), Mode: 0o755},
-		{Host: tl.Supervisor, Guest: filepath.Join(guestTools, "sidecar-supervisor"), Mode: 0o755},
-	}
-	start := time.Now()
-	res, err := qemu.RunGoTest(ctx, qemu.GoTest{
-		Dir:     filepath.Join(pod.RepoDir(), "e2e"),
-		Package: "./exitstatus",
-		Run:     "^TestExitStatusMethods$",
-		Config: qemu.Config{
-			Files:     files,
-			Env:       []string{pod.ToolsDirEnv + "=" + guestTools, inGuest + "=1"},
-			MemoryMiB: 1024,
-			Timeout:   15 * time.Minute,
-		},
-	})
-	if err != nil {
-		t.Fatalf("qemu: %v\n%s", err, res.Console)
-	}
-	t.Logf("guest kernel %s; build %.1fs, boot %.1fs, whole run %.1fs", res.KernelRelease, res.Build.Seconds(),
-		res.Boot.Seconds(), time.Since(start).Seconds())
-	if !strings.HasPrefix(res.KernelRelease, "6.1.") {
-		t.Errorf("guest kernel %q, want 6.1.x", res.KernelRelease)
-	}
-	if !res.Passed {
-		t.Fatalf("TestExitStatusMethods failed on %s:\n%s", res.KernelRelease, res.Output)
-	}
-	for _, want := range []string{"METHOD ptrace-capable ptrace", "METHOD ptrace-forced ptrace", "METHOD unprivileged none"} {
-		if !strings.Contains(res.Output, want) {
-			t.Errorf("guest output lacks %q:\n%s", want, res.Output)
-		}
+	for _, g := range guests {
+		t.Run(g.kernel, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 25*time.Minute)
+			defer cancel()
+			start := time.Now()
+			res, err := guestpod.Run(ctx, guestpod.Spec{
+				Kernel:  g.kernel,
+				Package: "./exitstatus",
+				Run:     guestRun(),
+				Timeout: 20 * time.Minute,
+			})
+			if err != nil {
+				t.Fatalf("%v\n%s", err, res.Console)
+			}
+			t.Logf("guest %s %s: tools %.1fs, go test -c %.1fs, initramfs %.0f MB, boot %.1fs, whole run %.1fs",
+				res.Kernel.Arch, res.KernelRelease, res.Tools.Seconds(), res.Build.Seconds(),
+				float64(res.InitramfsBytes)/1e6, res.Boot.Seconds(), time.Since(start).Seconds())
+			if !strings.HasPrefix(res.KernelRelease, g.release) {
+				t.Errorf("guest kernel %q, want %s*", res.KernelRelease, g.release)
+			}
+			if !res.Passed {
+				t.Fatalf("TestExitStatusMethods failed on %s:\n%s", res.KernelRelease, res.Output)
+			}
+			for i, priv := range []privilege{ptraceCapable, ptraceForced, unprivileged} {
+				if want := "METHOD " + priv.name + " " + g.methods[i]; !strings.Contains(res.Output, want) {
+					t.Errorf("guest output lacks %q:\n%s", want, res.Output)
+				}
+			}
+			// What was read, case by case, from the guest.
+			for _, line := range strings.Split(res.Output, "\n") {
+				line = strings.TrimSpace(line)
+				for _, p := range []string{"READ ", "REASON ", "CORE "} {
+					if i := strings.Index(line, p); i >= 0 {
+						t.Log(line[i:])
+					}
+				}
+			}
+		})
 	}
 }
 

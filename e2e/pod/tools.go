@@ -56,7 +56,7 @@ func BuildTools(ctx context.Context) (Tools, error) {
 			}
 			return
 		}
-		tools, toolsErr = buildTools(ctx)
+		tools, toolsErr = buildTools(ctx, runtime.GOARCH)
 	})
 	return tools, toolsErr
 }
@@ -72,6 +72,13 @@ func MustTools(t testing.TB) Tools {
 		t.Fatal(err)
 	}
 	return tl
+}
+
+// BuildToolsFor builds the tools for GOARCH goarch ("amd64", "arm64") into
+// a new directory, for a qemu guest of that architecture. Each call builds
+// anew (the Go build cache makes that quick); the caller removes Dir.
+func BuildToolsFor(ctx context.Context, goarch string) (Tools, error) {
+	return buildTools(ctx, goarch)
 }
 
 // RemoveTools deletes what BuildTools built in this process (not a
@@ -91,11 +98,16 @@ func toolsIn(dir string) Tools {
 	}
 }
 
-func buildTools(ctx context.Context) (Tools, error) {
+func buildTools(ctx context.Context, goarch string) (_ Tools, err error) {
 	dir, err := os.MkdirTemp("", "podsim-tools-")
 	if err != nil {
 		return Tools{}, err
 	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(dir)
+		}
+	}()
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return Tools{}, err
 	}
@@ -109,9 +121,9 @@ func buildTools(ctx context.Context) (Tools, error) {
 	for _, b := range builds {
 		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", b.out, b.pkg)
 		cmd.Dir = b.moduleDir
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+goarch)
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return Tools{}, fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
+			return Tools{}, fmt.Errorf("go build %s for %s: %v\n%s", b.pkg, goarch, err, out)
 		}
 	}
 	if err := os.MkdirAll(filepath.Dir(t.PilotAgent), 0o755); err != nil {

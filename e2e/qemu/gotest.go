@@ -15,20 +15,24 @@ import (
 )
 
 // staticEnv makes `go build` produce a binary the guest can run: no cgo
-// means no libc, so the result is statically linked.
-var staticEnv = []string{"CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64"}
+// means no libc, so the result is statically linked, for the guest's
+// architecture (Kernel.Arch).
+func staticEnv(goarch string) []string {
+	return []string{"CGO_ENABLED=0", "GOOS=linux", "GOARCH=" + goarch}
+}
 
-// BuildStatic runs `go build -o out pkg` in dir with CGO_ENABLED=0, for the
-// guest's amd64 kernel. pkg is anything go build accepts, including a
-// directory under testdata given as a relative path ("./testdata/x").
-func BuildStatic(ctx context.Context, dir, pkg, out string) error {
-	return goCmd(ctx, dir, "build", "-o", out, pkg)
+// BuildStatic runs `go build -o out pkg` in dir with CGO_ENABLED=0 for
+// GOARCH goarch (a Kernel's Arch). pkg is anything go build accepts,
+// including a directory under testdata given as a relative path
+// ("./testdata/x").
+func BuildStatic(ctx context.Context, goarch, dir, pkg, out string) error {
+	return goCmd(ctx, goarch, dir, "build", "-o", out, pkg)
 }
 
 // BuildTest compiles pkg's tests into the static binary out, as
-// `go test -c -o out pkg` with CGO_ENABLED=0.
-func BuildTest(ctx context.Context, dir, pkg, out string) error {
-	if err := goCmd(ctx, dir, "test", "-c", "-o", out, pkg); err != nil {
+// `go test -c -o out pkg` with CGO_ENABLED=0, for GOARCH goarch.
+func BuildTest(ctx context.Context, goarch, dir, pkg, out string) error {
+	if err := goCmd(ctx, goarch, dir, "test", "-c", "-o", out, pkg); err != nil {
 		return err
 	}
 	// go test -c writes nothing, successfully, for a package without tests.
@@ -38,10 +42,13 @@ func BuildTest(ctx context.Context, dir, pkg, out string) error {
 	return nil
 }
 
-func goCmd(ctx context.Context, dir string, args ...string) error {
+func goCmd(ctx context.Context, goarch, dir string, args ...string) error {
+	if _, ok := archs[goarch]; !ok {
+		return fmt.Errorf("qemu: GOARCH %q: the guests are amd64 or arm64", goarch)
+	}
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), staticEnv...)
+	cmd.Env = append(os.Environ(), staticEnv(goarch)...)
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	cmd.Stderr = &out
@@ -136,13 +143,21 @@ func RunGoTest(ctx context.Context, t GoTest) (GoTestResult, error) {
 	}
 	name := base + ".test"
 	bin := filepath.Join(tmp, name)
+	cfg := t.Config
+	// The kernel decides the architecture to build for.
+	if cfg.Kernel == (Kernel{}) {
+		k, err := DefaultKernel(ctx)
+		if err != nil {
+			return res, err
+		}
+		cfg.Kernel = k
+	}
 	start := time.Now()
-	if err := BuildTest(ctx, dir, t.Package, bin); err != nil {
+	if err := BuildTest(ctx, cfg.Kernel.Arch, dir, t.Package, bin); err != nil {
 		return res, err
 	}
 	res.Build = time.Since(start)
 
-	cfg := t.Config
 	if t.Testdata {
 		pkgDir, err := goList(ctx, dir, t.Package)
 		if err != nil {

@@ -41,9 +41,21 @@ const (
 	guestCommand = "/.qemu/command.sh"
 )
 
+// reserved reports whether the initramfs keeps guest path p for itself.
+func reserved(p string) bool {
+	switch p {
+	case guestInit, guestBusybox, guestCommand, guestExit, "/dev/console":
+		return true
+	}
+	return false
+}
+
 // initramfs is everything that goes into one guest's root file system.
 type initramfs struct {
-	busybox string // host path
+	machine elf.Machine // the guest's: every executable must be built for it
+	goarch  string      // its Go name, for error messages
+	helpers []File      // the package's own files (the exit helper)
+	busybox string      // host path
 	init    []byte
 	script  []byte // Config.Script, if any
 	files   []File
@@ -108,21 +120,26 @@ func (s initramfs) write(name string) (size int64, err error) {
 			return 0, err
 		}
 	}
-	if err := copyHost(c, s.busybox, guestBusybox, 0o755); err != nil {
+	if err := s.copyHost(c, s.busybox, guestBusybox, 0o755); err != nil {
 		return 0, err
 	}
 	for _, m := range s.modules {
-		if err := copyHost(c, m.host, m.guest, 0o644); err != nil {
+		if err := s.copyHost(c, m.host, m.guest, 0o644); err != nil {
+			return 0, err
+		}
+	}
+	for _, f := range s.helpers {
+		if err := s.copyHost(c, f.Host, f.Guest, f.Mode); err != nil {
 			return 0, err
 		}
 	}
 	for _, f := range s.files {
-		if err := addFile(c, f); err != nil {
+		if err := s.addFile(c, f); err != nil {
 			return 0, err
 		}
 	}
 	for _, t := range s.trees {
-		if err := addTree(c, t); err != nil {
+		if err := s.addTree(c, t); err != nil {
 			return 0, err
 		}
 	}
@@ -132,12 +149,11 @@ func (s initramfs) write(name string) (size int64, err error) {
 	return c.n, nil
 }
 
-func addFile(c *cpioWriter, f File) error {
+func (s initramfs) addFile(c *cpioWriter, f File) error {
 	if !path.IsAbs(f.Guest) || path.Clean(f.Guest) != f.Guest || f.Guest == "/" {
 		return fmt.Errorf("initramfs: guest path %q must be absolute and clean", f.Guest)
 	}
-	switch f.Guest {
-	case guestInit, guestBusybox, guestCommand, "/dev/console":
+	if reserved(f.Guest) {
 		return fmt.Errorf("initramfs: %s is reserved by the qemu package", f.Guest)
 	}
 	if f.Host == "" {
@@ -147,12 +163,12 @@ func addFile(c *cpioWriter, f File) error {
 		}
 		return c.file(f.Guest, mode, int64(len(f.Data)), bytes.NewReader(f.Data))
 	}
-	return copyHost(c, f.Host, f.Guest, f.Mode)
+	return s.copyHost(c, f.Host, f.Guest, f.Mode)
 }
 
 // addTree copies a host directory tree. Symlinks are copied as links (a
 // fixture tree of /proc has plenty), not followed.
-func addTree(c *cpioWriter, t Tree) error {
+func (s initramfs) addTree(c *cpioWriter, t Tree) error {
 	if !path.IsAbs(t.Guest) || path.Clean(t.Guest) != t.Guest {
 		return fmt.Errorf("initramfs: guest path %q must be absolute and clean", t.Guest)
 	}
@@ -179,14 +195,14 @@ func addTree(c *cpioWriter, t Tree) error {
 			}
 			return c.symlink(guest, target)
 		case d.Type().IsRegular():
-			return addFile(c, File{Host: p, Guest: guest})
+			return s.addFile(c, File{Host: p, Guest: guest})
 		}
 		return nil // sockets, fifos, devices: not test data
 	})
 }
 
 // copyHost copies one host file; perm 0 keeps the host file's mode.
-func copyHost(c *cpioWriter, host, guest string, perm fs.FileMode) error {
+func (s initramfs) copyHost(c *cpioWriter, host, guest string, perm fs.FileMode) error {
 	fh, err := os.Open(host)
 	if err != nil {
 		return fmt.Errorf("initramfs: %w", err)
@@ -199,7 +215,7 @@ func copyHost(c *cpioWriter, host, guest string, perm fs.FileMode) error {
 	if !st.Mode().IsRegular() {
 		return fmt.Errorf("initramfs: %s is not a regular file", host)
 	}
-	if err := checkStatic(fh, host); err != nil {
+	if err := checkExecutable(fh, host, s.machine, s.goarch); err != nil {
 		return err
 	}
 	if perm == 0 {
@@ -208,13 +224,18 @@ func copyHost(c *cpioWriter, host, guest string, perm fs.FileMode) error {
 	return c.file(guest, perm, st.Size(), fh)
 }
 
-// checkStatic refuses dynamically linked executables: the guest has no libc
-// or loader, and the kernel's "No such file or directory" for a missing
-// loader is a puzzling failure to meet halfway through a test run.
-func checkStatic(fh *os.File, host string) error {
+// checkExecutable refuses dynamically linked executables and ELF files of
+// another architecture than the guest's: the guest has no libc or loader,
+// and the kernel's "No such file or directory" for a missing loader, or
+// "Exec format error" for an amd64 binary in an arm64 guest, is a puzzling
+// failure to meet halfway through a test run.
+func checkExecutable(fh *os.File, host string, machine elf.Machine, goarch string) error {
 	ef, err := elf.NewFile(fh)
 	if err != nil {
-		return nil // not ELF: data, a script, a module checked elsewhere
+		return nil // not ELF: data, a script
+	}
+	if machine != elf.EM_NONE && ef.Machine != machine {
+		return fmt.Errorf("initramfs: %s is built for %s, the guest is %s (build it with GOARCH=%s)", host, ef.Machine, machine, goarch)
 	}
 	for _, p := range ef.Progs {
 		if p.Type == elf.PT_INTERP {

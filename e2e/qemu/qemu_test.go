@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,22 +32,38 @@ func needRoot(t *testing.T) {
 	}
 }
 
-// defaultKernel runs the script once per test binary.
-var defaultKernel = sync.OnceValues(func() (Kernel, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	return DefaultKernel(ctx)
-})
+// kernels runs the script once per kernel name and test binary.
+var kernels = struct {
+	sync.Mutex
+	m map[string]func() (Kernel, error)
+}{m: map[string]func() (Kernel, error){}}
 
+// kernel is the default kernel, Debian's 6.1 for amd64.
 func kernel(t *testing.T) Kernel {
 	t.Helper()
+	return kernelNamed(t, BookwormAMD64)
+}
+
+func kernelNamed(t *testing.T, name string) Kernel {
+	t.Helper()
 	needRoot(t)
-	start := time.Now()
-	k, err := defaultKernel()
-	if err != nil {
-		t.Fatalf("cannot prepare qemu and Debian's 6.1 kernel: %v", err)
+	kernels.Lock()
+	get, ok := kernels.m[name]
+	if !ok {
+		get = sync.OnceValues(func() (Kernel, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+			defer cancel()
+			return KernelNamed(ctx, name)
+		})
+		kernels.m[name] = get
 	}
-	t.Logf("kernel %s (%s), ready in %s", k.Release, k.Image, time.Since(start).Round(time.Millisecond))
+	kernels.Unlock()
+	start := time.Now()
+	k, err := get()
+	if err != nil {
+		t.Fatalf("cannot prepare qemu and Debian's kernel %s: %v", name, err)
+	}
+	t.Logf("kernel %s %s (%s), ready in %s", k.Arch, k.Release, k.Image, time.Since(start).Round(time.Millisecond))
 	return k
 }
 
@@ -77,7 +94,7 @@ func TestKernelProbe(t *testing.T) {
 	k := kernel(t)
 	probe := filepath.Join(t.TempDir(), "kernelprobe")
 	start := time.Now()
-	if err := BuildStatic(t.Context(), ".", "./testdata/kernelprobe", probe); err != nil {
+	if err := BuildStatic(t.Context(), k.Arch, ".", "./testdata/kernelprobe", probe); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("probe built in %s", time.Since(start).Round(time.Millisecond))
@@ -157,7 +174,7 @@ func TestKernelProbe(t *testing.T) {
 func TestRunGoTest(t *testing.T) {
 	k := kernel(t)
 	probe := filepath.Join(t.TempDir(), "kernelprobe")
-	if err := BuildStatic(t.Context(), ".", "./testdata/kernelprobe", probe); err != nil {
+	if err := BuildStatic(t.Context(), k.Arch, ".", "./testdata/kernelprobe", probe); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), testBudget)
@@ -209,11 +226,16 @@ func TestRunGoTest(t *testing.T) {
 }
 
 // TestRunExitStatus checks both ways a status comes back: directly through
-// isa-debug-exit (below 126) and from the console line when the debug-exit
-// value saturates.
+// the exit device (below 126: isa-debug-exit on amd64, a semihosting exit on
+// arm64) and from the console line when the device's value saturates.
 func TestRunExitStatus(t *testing.T) {
-	k := kernel(t)
-	for _, status := range []int{3, 200} {
+	for _, name := range []string{BookwormAMD64, SidARM64} {
+		t.Run(name, func(t *testing.T) { testRunExitStatus(t, kernelNamed(t, name)) })
+	}
+}
+
+func testRunExitStatus(t *testing.T, k Kernel) {
+	for _, status := range []int{0, 3, 200} {
 		res := run(t, Config{
 			Kernel: k,
 			// No final newline: the output must still end where it should.
@@ -226,6 +248,32 @@ func TestRunExitStatus(t *testing.T) {
 		if want := "out\nerr\nno newline"; res.Output != want {
 			t.Errorf("exit %d: output %q, want %q", status, res.Output, want)
 		}
+	}
+}
+
+// TestRunNoStatus: a guest that powers off without /init's report (PSCI
+// on arm64, ACPI on amd64: qemu exits 0, as after a kernel panic) is an
+// error, never a status, on both architectures.
+func TestRunNoStatus(t *testing.T) {
+	for _, name := range []string{BookwormAMD64, SidARM64} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), testBudget)
+			defer cancel()
+			res, err := Run(ctx, Config{Kernel: kernelNamed(t, name), Script: "echo bye; poweroff -f; sleep 60", Timeout: 2 * time.Minute})
+			if err == nil || !strings.Contains(err.Error(), "without reporting a status") {
+				t.Errorf("Run: %v (status %d), want a 'without reporting a status' error; console:\n%s", err, res.ExitStatus, res.Console)
+			}
+		})
+	}
+}
+
+// TestRunDefaultSignals: the command starts with no signal ignored, as a
+// container's process does (a shell's background job would have SIGINT and
+// SIGQUIT ignored, and a Go program could not die of them).
+func TestRunDefaultSignals(t *testing.T) {
+	res := run(t, Config{Kernel: kernel(t), Script: "grep SigIgn /proc/self/status", Timeout: time.Minute})
+	if want := "SigIgn:\t0000000000000000\n"; res.ExitStatus != 0 || res.Output != want {
+		t.Errorf("status %d, output %q; want 0, %q", res.ExitStatus, res.Output, want)
 	}
 }
 
@@ -356,6 +404,14 @@ func TestInitramfsFormat(t *testing.T) {
 	if _, err := (initramfs{busybox: bb, files: []File{{Host: "/bin/ls", Guest: "/bin/ls"}}}).write(archive); err == nil || !strings.Contains(err.Error(), "dynamically linked") {
 		t.Errorf("dynamic /bin/ls: %v, want a 'dynamically linked' error", err)
 	}
+	// Nor can a program of another architecture (this machine's busybox in
+	// an arm64 guest, when this machine is not arm64).
+	if runtime.GOARCH != "arm64" {
+		_, err := (initramfs{machine: archs["arm64"].machine, goarch: "arm64", busybox: bb}).write(archive)
+		if err == nil || !strings.Contains(err.Error(), "build it with GOARCH=arm64") {
+			t.Errorf("%s busybox in an arm64 guest: %v, want an error naming GOARCH=arm64", runtime.GOARCH, err)
+		}
+	}
 }
 
 func TestCleanConsole(t *testing.T) {
@@ -415,13 +471,20 @@ func TestResolveModules(t *testing.T) {
 }
 
 func TestParseKernel(t *testing.T) {
-	k, err := parseKernel([]byte("KERNEL=/k\nMODULES=/m\nRELEASE=6.1.0-1-amd64\nQEMU=/q\nBUSYBOX=/b\n"))
-	want := Kernel{Image: "/k", Modules: "/m", Release: "6.1.0-1-amd64", QEMU: "/q", Busybox: "/b"}
+	k, err := parseKernel([]byte("NAME=n\nARCH=amd64\nKERNEL=/k\nMODULES=/m\nRELEASE=6.1.0-1-amd64\nQEMU=/q\nBUSYBOX=/b\n"))
+	want := Kernel{Name: "n", Arch: "amd64", Image: "/k", Modules: "/m", Release: "6.1.0-1-amd64", QEMU: "/q", Busybox: "/b"}
 	if err != nil || k != want {
 		t.Errorf("parseKernel = %+v, %v; want %+v", k, err, want)
 	}
-	if _, err := parseKernel([]byte("KERNEL=/k\n")); err == nil {
-		t.Error("incomplete output: no error")
+	// A kernel packaged without modules (sid's) has an empty MODULES=.
+	k, err = parseKernel([]byte("NAME=n\nARCH=arm64\nKERNEL=/k\nMODULES=\nRELEASE=7.2.0-arm64\nQEMU=/q\nBUSYBOX=/b\n"))
+	if err != nil || k.Modules != "" || k.Arch != "arm64" {
+		t.Errorf("parseKernel without modules = %+v, %v", k, err)
+	}
+	for _, bad := range []string{"KERNEL=/k\n", "NAME=n\nARCH=riscv64\nKERNEL=/k\nMODULES=\nRELEASE=r\nQEMU=/q\nBUSYBOX=/b\n"} {
+		if _, err := parseKernel([]byte(bad)); err == nil {
+			t.Errorf("parseKernel(%q): no error", bad)
+		}
 	}
 }
 

@@ -8,9 +8,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,11 +26,16 @@ import (
 // the e2e module.
 const ImageScript = "scripts/build-image.sh"
 
-// Image is the supervisor image as e2e/scripts/build-image.sh builds it: an
-// OCI archive (an OCI image layout in a tar file).
+// Image is one platform's supervisor image as e2e/scripts/build-image.sh
+// builds it: a manifest in an OCI archive (an OCI image layout in a tar file).
 type Image struct {
 	Ref     string
 	Archive string
+	// Platform is "os/architecture" from the index, or from the image
+	// configuration for a single-image archive.
+	Platform string
+	// Digest is the image manifest's digest.
+	Digest string
 	// Config is the image's runtime configuration (USER, ENTRYPOINT, ...).
 	Config ImageConfig
 
@@ -56,28 +64,65 @@ var supervisorImage = sync.OnceValues(func() (*Image, error) {
 })
 
 // BuildImage runs e2e/scripts/build-image.sh (cached, quick when nothing
-// changed) and reads the archive it prints.
+// changed), reads the multi-platform index it prints and returns this
+// machine's platform's image from it: the tests run exactly what the index
+// would publish.
 func BuildImage(ctx context.Context) (*Image, error) {
-	var ref, archive string
+	images, err := BuildImageIndex(ctx)
+	if err != nil {
+		return nil, err
+	}
+	host := "linux/" + runtime.GOARCH
+	im, ok := images[host]
+	if !ok {
+		return nil, fmt.Errorf("the image index has no %s image (it has %s)", host, strings.Join(slices.Sorted(maps.Keys(images)), ", "))
+	}
+	return im, nil
+}
+
+// BuildImageIndex runs e2e/scripts/build-image.sh and reads every platform's
+// image of the index it prints (SUPERVISOR_IMAGE_INDEX), by "os/arch".
+func BuildImageIndex(ctx context.Context) (map[string]*Image, error) {
+	var ref, index string
 	err := scripts.Run(ctx, filepath.Base(ImageScript), map[string]*string{
-		"SUPERVISOR_IMAGE":         &ref,
-		"SUPERVISOR_IMAGE_ARCHIVE": &archive,
+		"SUPERVISOR_IMAGE":       &ref,
+		"SUPERVISOR_IMAGE_INDEX": &index,
 	})
 	if err != nil {
 		return nil, err
 	}
-	return ReadImage(ref, archive)
+	return ReadImageIndex(ref, index)
 }
 
-// ReadImage reads an OCI archive: its one manifest, the image
-// configuration and the layers.
-func ReadImage(ref, archive string) (*Image, error) {
+// OCI media types this reader follows.
+const (
+	mediaTypeIndex    = "application/vnd.oci.image.index.v1+json"
+	mediaTypeManifest = "application/vnd.oci.image.manifest.v1+json"
+)
+
+// descriptor is an OCI content descriptor.
+type descriptor struct {
+	MediaType string `json:"mediaType"`
+	Digest    string `json:"digest"`
+	Platform  *struct {
+		OS           string `json:"os"`
+		Architecture string `json:"architecture"`
+	} `json:"platform,omitempty"`
+}
+
+// layout is an OCI archive's files, by path.
+type layout struct {
+	archive string
+	files   map[string][]byte
+}
+
+func readLayout(archive string) (layout, error) {
+	l := layout{archive: archive, files: map[string][]byte{}}
 	f, err := os.Open(archive)
 	if err != nil {
-		return nil, err
+		return l, err
 	}
 	defer f.Close()
-	files := map[string][]byte{}
 	tr := tar.NewReader(f)
 	for {
 		h, err := tr.Next()
@@ -85,42 +130,106 @@ func ReadImage(ref, archive string) (*Image, error) {
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", archive, err)
+			return l, fmt.Errorf("read %s: %w", archive, err)
 		}
 		if h.Typeflag != tar.TypeReg {
 			continue
 		}
 		b, err := io.ReadAll(tr)
 		if err != nil {
-			return nil, fmt.Errorf("read %s: %s: %w", archive, h.Name, err)
+			return l, fmt.Errorf("read %s: %s: %w", archive, h.Name, err)
 		}
-		files[path.Clean(h.Name)] = b
+		l.files[path.Clean(h.Name)] = b
 	}
-	blob := func(digest string) ([]byte, error) {
-		algo, hex, ok := strings.Cut(digest, ":")
-		if !ok {
-			return nil, fmt.Errorf("bad digest %q", digest)
-		}
-		b, ok := files[path.Join("blobs", algo, hex)]
-		if !ok {
-			return nil, fmt.Errorf("%s: no blob %s", archive, digest)
-		}
-		return b, nil
+	return l, nil
+}
+
+func (l layout) blob(digest string) ([]byte, error) {
+	algo, hex, ok := strings.Cut(digest, ":")
+	if !ok {
+		return nil, fmt.Errorf("bad digest %q", digest)
 	}
-	type descriptor struct {
-		MediaType string `json:"mediaType"`
-		Digest    string `json:"digest"`
+	b, ok := l.files[path.Join("blobs", algo, hex)]
+	if !ok {
+		return nil, fmt.Errorf("%s: no blob %s", l.archive, digest)
+	}
+	return b, nil
+}
+
+// openLayout reads an OCI archive and the one descriptor of its
+// index.json, which must be of media type want.
+func openLayout(archive, want string) (layout, descriptor, error) {
+	l, err := readLayout(archive)
+	if err != nil {
+		return l, descriptor{}, err
 	}
 	var index struct {
 		Manifests []descriptor `json:"manifests"`
 	}
-	if err := json.Unmarshal(files["index.json"], &index); err != nil {
-		return nil, fmt.Errorf("%s: index.json: %w", archive, err)
+	if err := json.Unmarshal(l.files["index.json"], &index); err != nil {
+		return l, descriptor{}, fmt.Errorf("%s: index.json: %w", archive, err)
 	}
 	if len(index.Manifests) != 1 {
-		return nil, fmt.Errorf("%s: %d manifests, want 1", archive, len(index.Manifests))
+		return l, descriptor{}, fmt.Errorf("%s: %d entries in index.json, want 1", archive, len(index.Manifests))
 	}
-	mb, err := blob(index.Manifests[0].Digest)
+	d := index.Manifests[0]
+	if d.MediaType != want {
+		return l, descriptor{}, fmt.Errorf("%s: holds a %s, want a %s", archive, d.MediaType, want)
+	}
+	return l, d, nil
+}
+
+// ReadImage reads an OCI archive holding one image: its manifest, the image
+// configuration and the layers.
+func ReadImage(ref, archive string) (*Image, error) {
+	l, d, err := openLayout(archive, mediaTypeManifest)
+	if err != nil {
+		return nil, err
+	}
+	return l.image(ref, d)
+}
+
+// ReadImageIndex reads an OCI archive holding an image index (a
+// multi-platform image) and returns its images by "os/arch".
+func ReadImageIndex(ref, archive string) (map[string]*Image, error) {
+	l, d, err := openLayout(archive, mediaTypeIndex)
+	if err != nil {
+		return nil, err
+	}
+	ib, err := l.blob(d.Digest)
+	if err != nil {
+		return nil, err
+	}
+	var index struct {
+		Manifests []descriptor `json:"manifests"`
+	}
+	if err := json.Unmarshal(ib, &index); err != nil {
+		return nil, fmt.Errorf("%s: image index: %w", archive, err)
+	}
+	images := map[string]*Image{}
+	for _, m := range index.Manifests {
+		if m.Platform == nil {
+			return nil, fmt.Errorf("%s: index entry %s names no platform", archive, m.Digest)
+		}
+		platform := m.Platform.OS + "/" + m.Platform.Architecture
+		if images[platform] != nil {
+			return nil, fmt.Errorf("%s: two images for %s", archive, platform)
+		}
+		im, err := l.image(ref, m)
+		if err != nil {
+			return nil, err
+		}
+		if im.Platform != platform {
+			return nil, fmt.Errorf("%s: the index lists %s as %s, its configuration says %s", archive, m.Digest, platform, im.Platform)
+		}
+		images[platform] = im
+	}
+	return images, nil
+}
+
+// image reads the image manifest d points at.
+func (l layout) image(ref string, d descriptor) (*Image, error) {
+	mb, err := l.blob(d.Digest)
 	if err != nil {
 		return nil, err
 	}
@@ -129,25 +238,27 @@ func ReadImage(ref, archive string) (*Image, error) {
 		Layers []descriptor `json:"layers"`
 	}
 	if err := json.Unmarshal(mb, &manifest); err != nil {
-		return nil, fmt.Errorf("%s: manifest: %w", archive, err)
+		return nil, fmt.Errorf("%s: manifest: %w", l.archive, err)
 	}
-	cb, err := blob(manifest.Config.Digest)
+	cb, err := l.blob(manifest.Config.Digest)
 	if err != nil {
 		return nil, err
 	}
 	var config struct {
-		Config ImageConfig `json:"config"`
+		OS           string      `json:"os"`
+		Architecture string      `json:"architecture"`
+		Config       ImageConfig `json:"config"`
 	}
 	if err := json.Unmarshal(cb, &config); err != nil {
-		return nil, fmt.Errorf("%s: image config: %w", archive, err)
+		return nil, fmt.Errorf("%s: image config: %w", l.archive, err)
 	}
-	im := &Image{Ref: ref, Archive: archive, Config: config.Config}
-	for _, l := range manifest.Layers {
-		b, err := blob(l.Digest)
+	im := &Image{Ref: ref, Archive: l.archive, Platform: config.OS + "/" + config.Architecture, Digest: d.Digest, Config: config.Config}
+	for _, ld := range manifest.Layers {
+		b, err := l.blob(ld.Digest)
 		if err != nil {
 			return nil, err
 		}
-		im.layers = append(im.layers, layer{mediaType: l.MediaType, blob: b})
+		im.layers = append(im.layers, layer{mediaType: ld.MediaType, blob: b})
 	}
 	return im, nil
 }

@@ -3,12 +3,18 @@ package scenarios
 import (
 	"archive/tar"
 	"bytes"
+	"debug/elf"
 	"fmt"
+	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/pod"
 )
 
 // TestUnpackWhiteouts: later layers delete with ".wh.NAME" and empty a
@@ -107,4 +113,81 @@ func TestSupervisorImage(t *testing.T) {
 	if !slices.Equal(im.Argv(), []string{"/sidecar-supervisor"}) {
 		t.Errorf("image ENTRYPOINT+CMD %q, want [/sidecar-supervisor] as the Dockerfile says", im.Argv())
 	}
+}
+
+// TestImageIndex: build-image.sh's image index, what `docker buildx build
+// --platform linux/amd64,linux/arm64` makes of the Dockerfile, lists both
+// platforms; each platform's /sidecar-supervisor is a static executable of
+// that architecture; and the image the tests on this machine run is the
+// index's own manifest for this platform, digest for digest (so is the
+// single-platform archive the cluster tests import).
+func TestImageIndex(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: buildah builds the image (e2e/scripts/build-image.sh), and unpacking sets file owners")
+	}
+	images, err := BuildImageIndex(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	machines := map[string]elf.Machine{"linux/amd64": elf.EM_X86_64, "linux/arm64": elf.EM_AARCH64}
+	if got := slices.Sorted(maps.Keys(images)); !slices.Equal(got, []string{"linux/amd64", "linux/arm64"}) {
+		t.Fatalf("index platforms %q, want linux/amd64 and linux/arm64", got)
+	}
+	for _, platform := range []string{"linux/amd64", "linux/arm64"} {
+		im := images[platform]
+		dir := t.TempDir()
+		if err := im.Unpack(dir); err != nil {
+			t.Fatalf("%s: %v", platform, err)
+		}
+		ef, err := elf.Open(filepath.Join(dir, "sidecar-supervisor"))
+		if err != nil {
+			t.Fatalf("%s: /sidecar-supervisor: %v", platform, err)
+		}
+		static := !slices.ContainsFunc(ef.Progs, func(p *elf.Prog) bool { return p.Type == elf.PT_INTERP })
+		ef.Close()
+		t.Logf("%s: manifest %s, /sidecar-supervisor ELF %s, static %v, entrypoint %q, user %s",
+			platform, im.Digest, ef.Machine, static, im.Argv(), im.Config.User)
+		if ef.Machine != machines[platform] {
+			t.Errorf("%s: /sidecar-supervisor is for %s, want %s", platform, ef.Machine, machines[platform])
+		}
+		if !static {
+			t.Errorf("%s: /sidecar-supervisor is dynamically linked", platform)
+		}
+		if !slices.Equal(im.Argv(), []string{"/sidecar-supervisor"}) || im.Config.User != "1337:1337" {
+			t.Errorf("%s: entrypoint %q user %q, want [/sidecar-supervisor] and 1337:1337 as the Dockerfile says", platform, im.Argv(), im.Config.User)
+		}
+	}
+	host := "linux/" + runtime.GOARCH
+	run, err := supervisorImage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.Digest != images[host].Digest {
+		t.Errorf("the tests run manifest %s, the index's %s image is %s", run.Digest, host, images[host].Digest)
+	}
+	single, err := hostArchive(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if single.Digest != images[host].Digest || single.Platform != host {
+		t.Errorf("SUPERVISOR_IMAGE_ARCHIVE holds %s manifest %s, the index's %s image is %s", single.Platform, single.Digest, host, images[host].Digest)
+	}
+}
+
+// hostArchive reads build-image.sh's single-platform archive.
+func hostArchive(t *testing.T) (*Image, error) {
+	out, err := exec.CommandContext(t.Context(), "bash", filepath.Join(pod.RepoDir(), "e2e", ImageScript)).Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", ImageScript, err)
+	}
+	var ref, archive string
+	for _, line := range strings.Split(string(out), "\n") {
+		if v, ok := strings.CutPrefix(line, "SUPERVISOR_IMAGE="); ok {
+			ref = v
+		}
+		if v, ok := strings.CutPrefix(line, "SUPERVISOR_IMAGE_ARCHIVE="); ok {
+			archive = v
+		}
+	}
+	return ReadImage(ref, archive)
 }

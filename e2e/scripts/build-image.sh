@@ -1,24 +1,38 @@
 #!/usr/bin/env bash
 # Build the product image, ghcr.io/sidecar-supervisor/sidecar-supervisor:v0.1.0
-# (SUPERVISOR_IMAGE in e2e/versions.env), from the repo's Dockerfile without a
-# Docker engine or a registry: `FROM golang:1.26` cannot be pulled here.
+# (SUPERVISOR_IMAGE in e2e/versions.env), for linux/amd64 and linux/arm64, from
+# the repo's Dockerfile without a Docker engine or a registry: `FROM
+# golang:1.26` cannot be pulled here.
 #
-#   build stage    its `RUN CGO_ENABLED=0 go build ... -o /out/...` line, read
-#                  from the Dockerfile, runs with the local Go toolchain into a
-#                  staging directory that mirrors the build stage's paths
-#                  (out/sidecar-supervisor, etc/ssl/certs/ca-certificates.crt);
+#   build stage    its `RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go
+#                  build ... -o /out/...` line, read from the Dockerfile, runs
+#                  with the local Go toolchain (the build stage's
+#                  --platform=$BUILDPLATFORM: this machine cross-compiles) once
+#                  per target platform, with TARGETOS and TARGETARCH set as
+#                  BuildKit sets them, into a staging directory per platform
+#                  that mirrors the build stage's paths (out/sidecar-supervisor,
+#                  etc/ssl/certs/ca-certificates.crt);
 #   runtime stage  the Dockerfile's last stage, derived mechanically: each
 #                  `COPY --from=build /PATH DEST` becomes `COPY PATH DEST` with
-#                  the staging directory as the build context, then buildah.
+#                  the staging directory as the build context, then `buildah
+#                  bud --platform` per platform (FROM scratch with only COPY
+#                  steps runs nothing, so no emulation is needed);
+#   index          the per-platform images, digest for digest, in one OCI image
+#                  index (`buildah manifest`), as `docker buildx build
+#                  --platform linux/amd64,linux/arm64` makes it.
 #
 # The Dockerfile stays the one source of truth: whatever the two stages say is
 # what runs here, and a shape this script cannot translate faithfully (another
-# stage to copy from, a multi-line compile step, a non-scratch runtime base)
-# stops it with an error instead of building something different.
+# stage to copy from, a multi-line compile step, a non-scratch runtime base, a
+# build stage that does not cross-compile) stops it with an error instead of
+# building something different.
 #
 #   build-image.sh            build (or reuse) the image; prints
-#                             SUPERVISOR_IMAGE=<ref>, SUPERVISOR_IMAGE_ARCHIVE=<oci tar>,
-#                             SUPERVISOR_BINARY=<path>
+#                             SUPERVISOR_IMAGE=<ref>
+#                             SUPERVISOR_IMAGE_INDEX=<oci tar: the index, every platform>
+#                             SUPERVISOR_IMAGE_ARCHIVE=<oci tar: this machine's platform only>
+#                             SUPERVISOR_BINARY=<this machine's binary>
+#                             SUPERVISOR_BINARY_<ARCH>=<each platform's binary>
 #   build-image.sh --check    only derive and print the runtime Containerfile
 #
 # Cached under $CACHE/image/<hash of the Dockerfile, the root module's sources,
@@ -28,6 +42,9 @@
 # SUPERVISOR_DOCKERFILE: another Dockerfile, for the tests of the translation.
 DOCKERFILE="${SUPERVISOR_DOCKERFILE:-$REPO_DIR/Dockerfile}"
 
+# The platforms of the index, as `docker buildx build --platform` names them.
+PLATFORMS="linux/amd64 linux/arm64"
+
 build_image_main() {
 	local check=false
 	[ "${1:-}" = --check ] && check=true
@@ -36,37 +53,74 @@ build_image_main() {
 	runtime="$(runtime_stage)"
 	gobuild="$(build_command)"
 	if $check; then
-		printf '# compile step (run on the host, -o under the staging dir):\n# %s\n%s\n' "$gobuild" "$runtime"
+		printf '# compile step (run on the host per platform, -o under the staging dir):\n# %s\n%s\n' "$gobuild" "$runtime"
 		return 0
 	fi
 
-	local hash dir tag start=$SECONDS
+	local hash dir tag hostarch start=$SECONDS
+	hostarch="$(go env GOARCH)"
+	case " $PLATFORMS " in
+	*" linux/$hostarch "*) ;;
+	*) die "this machine is $hostarch; the image is built for $PLATFORMS only" ;;
+	esac
 	hash="$(image_inputs_hash)"
 	dir="$(cached image "$hash")"
 	tag="${SUPERVISOR_IMAGE##*:}"
-	if [ ! -s "$dir/sidecar-supervisor.oci.tar" ]; then
+	local index="$dir/sidecar-supervisor.index.oci.tar"
+	if [ ! -s "$index" ]; then
 		cache_lock "image-$hash"
 	fi
-	if [ ! -s "$dir/sidecar-supervisor.oci.tar" ]; then
-		rm -rf "$dir/ctx"
-		mkdir -p "$dir/ctx/out" "$dir/ctx/etc/ssl/certs"
-		log "compiling: $gobuild"
-		# The build stage's own command, with /out/ redirected to the staging
-		# dir and the build stage's ARG VERSION set as docker build would. No
-		# VCS stamp: the Docker build context has no .git (.dockerignore), and
-		# with the same Go release the two binaries are then byte-identical.
-		# shellcheck disable=SC2034 # VERSION is read by the eval'd line
-		(cd "$REPO_DIR" && export GOFLAGS=-buildvcs=false && VERSION="$tag" && eval "${gobuild//-o \/out\//-o $dir/ctx/out/}")
-		[ -f /etc/ssl/certs/ca-certificates.crt ] || apt_install ca-certificates
-		install -m 0644 /etc/ssl/certs/ca-certificates.crt "$dir/ctx/etc/ssl/certs/"
+	if [ ! -s "$index" ]; then
+		rm -rf "$dir"/ctx-* "$dir"/*.oci.tar
 		printf '%s\n' "$runtime" >"$dir/Containerfile"
-		oci_build "$SUPERVISOR_IMAGE" "$dir/Containerfile" "$dir/ctx" "$dir/sidecar-supervisor.oci.tar" \
-			--build-arg "VERSION=$tag" --build-arg "REVISION=$(git -C "$REPO_DIR" rev-parse HEAD 2>/dev/null || echo unknown)"
-		log "built $SUPERVISOR_IMAGE in $((SECONDS - start))s: binary $(du -h "$dir/ctx/out/sidecar-supervisor" | cut -f1), $(image_size "$dir/sidecar-supervisor.oci.tar")"
+		[ -f /etc/ssl/certs/ca-certificates.crt ] || apt_install ca-certificates
+		local platform os arch ctx archives=()
+		for platform in $PLATFORMS; do
+			os="${platform%%/*}" arch="${platform#*/}" ctx="$dir/ctx-$arch"
+			mkdir -p "$ctx/out" "$ctx/etc/ssl/certs"
+			log "compiling for $platform: $gobuild"
+			# The build stage's own command, with /out/ redirected to the
+			# staging dir and the build stage's ARGs set as docker build
+			# would: VERSION, and TARGETOS/TARGETARCH per platform. No VCS
+			# stamp: the Docker build context has no .git (.dockerignore),
+			# and with the same Go release the binaries are then
+			# byte-identical to a docker build's.
+			# shellcheck disable=SC2034 # read by the eval'd line
+			(cd "$REPO_DIR" && export GOFLAGS=-buildvcs=false && VERSION="$tag" TARGETOS="$os" TARGETARCH="$arch" &&
+				eval "${gobuild//-o \/out\//-o $ctx/out/}")
+			check_elf "$ctx/out/sidecar-supervisor" "$arch"
+			install -m 0644 /etc/ssl/certs/ca-certificates.crt "$ctx/etc/ssl/certs/"
+			oci_build "$SUPERVISOR_IMAGE" "$dir/Containerfile" "$ctx" "$dir/sidecar-supervisor-$arch.oci.tar" \
+				--platform "$platform" \
+				--build-arg "VERSION=$tag" --build-arg "REVISION=$(git -C "$REPO_DIR" rev-parse HEAD 2>/dev/null || echo unknown)"
+			archives+=("$dir/sidecar-supervisor-$arch.oci.tar")
+		done
+		oci_index "$SUPERVISOR_IMAGE" "$index" "${archives[@]}"
+		log "built $SUPERVISOR_IMAGE for $PLATFORMS in $((SECONDS - start))s: index $(du -h "$index" | cut -f1)"
 	fi
 	printf 'SUPERVISOR_IMAGE=%s\n' "$SUPERVISOR_IMAGE"
-	printf 'SUPERVISOR_IMAGE_ARCHIVE=%s\n' "$dir/sidecar-supervisor.oci.tar"
-	printf 'SUPERVISOR_BINARY=%s\n' "$dir/ctx/out/sidecar-supervisor"
+	printf 'SUPERVISOR_IMAGE_INDEX=%s\n' "$index"
+	printf 'SUPERVISOR_IMAGE_ARCHIVE=%s\n' "$dir/sidecar-supervisor-$hostarch.oci.tar"
+	printf 'SUPERVISOR_BINARY=%s\n' "$dir/ctx-$hostarch/out/sidecar-supervisor"
+	for platform in $PLATFORMS; do
+		printf 'SUPERVISOR_BINARY_%s=%s\n' "$(printf '%s' "${platform#*/}" | tr a-z A-Z)" "$dir/ctx-${platform#*/}/out/sidecar-supervisor"
+	done
+}
+
+# check_elf FILE ARCH: FILE is an ELF executable for ARCH (amd64 or arm64), by
+# its e_machine field: a compile step that ignores TARGETARCH would otherwise
+# put this machine's binary into every platform's image.
+check_elf() {
+	local want got
+	case "$2" in
+	amd64) want=62 ;;  # EM_X86_64
+	arm64) want=183 ;; # EM_AARCH64
+	*) die "check_elf: unknown architecture $2" ;;
+	esac
+	[ "$(head -c 4 "$1")" = $'\x7fELF' ] || die "$1 is not an ELF file"
+	got="$(od -An -tu2 -j18 -N2 "$1" | tr -d ' ')"
+	[ "$got" = "$want" ] ||
+		die "$1 is for ELF machine $got, not $2 ($want): the Dockerfile's go build must set GOARCH=\$TARGETARCH"
 }
 
 # stages: print the Dockerfile with one "@@STAGE <name>" marker line before each FROM.
@@ -101,9 +155,13 @@ build_command() {
 	cmd="${cmd#RUN }"
 	case "$cmd" in
 	*\\) die "Dockerfile: the go build step continues on the next line; keep it on one line" ;;
-	"CGO_ENABLED=0 go build "*"-o /out/"*) ;;
-	*) die "Dockerfile: the go build step must read 'CGO_ENABLED=0 go build ... -o /out/NAME ...', got: $cmd" ;;
+	'CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build '*"-o /out/"*) ;;
+	*) die "Dockerfile: the go build step must read 'CGO_ENABLED=0 GOOS=\$TARGETOS GOARCH=\$TARGETARCH go build ... -o /out/NAME ...' (it cross-compiles for each target platform), got: $cmd" ;;
 	esac
+	# The compile runs on the build machine for every target platform only
+	# if the stage itself is not emulated per target.
+	printf '%s\n' "$text" | grep -qiE '^FROM[[:space:]]+--platform=\$(BUILDPLATFORM|\{BUILDPLATFORM\})[[:space:]]' ||
+		die "Dockerfile: the build stage must start 'FROM --platform=\$BUILDPLATFORM ...' (it cross-compiles; without it docker buildx emulates the target)"
 	printf '%s\n' "$cmd"
 }
 
@@ -116,11 +174,6 @@ image_inputs_hash() {
 		sha256sum "$E2E_DIR/scripts/build-image.sh" | cut -d' ' -f1
 		inputs_hash "${files[@]}"
 	}) | sha256sum | cut -c1-16
-}
-
-# image_size TAR: the archive's size and the sum of the image's layers.
-image_size() {
-	printf 'archive %s' "$(du -h "$1" | cut -f1)"
 }
 
 build_image_main "$@"

@@ -75,6 +75,30 @@ oci_build() {
 	log "image $ref -> $out ($(du -h "$out" | cut -f1), id ${iid:0:12})"
 }
 
+# oci_index REF OUT ARCHIVE...: write the multi-platform image index REF, made
+# of the single-platform OCI archives given (each built with --platform, so
+# its configuration names its os and architecture), as an OCI archive to OUT
+# (atomically): an OCI image index whose manifests are those images,
+# digest for digest, and their blobs. This is what `docker buildx build
+# --platform ... --push` would put in a registry, without one.
+oci_index() {
+	local ref="$1" out="$2"
+	shift 2
+	apt_install buildah skopeo
+	local store=(--root "$BUILDAH_ROOT" --runroot "$BUILDAH_RUNROOT" --storage-driver vfs)
+	local list="localhost/e2e-build/index-$$-$RANDOM:latest" a
+	buildah "${store[@]}" manifest create "$list" >/dev/null || die "buildah manifest create failed"
+	for a in "$@"; do
+		buildah "${store[@]}" manifest add "$list" "oci-archive:$a" >/dev/null ||
+			{ buildah "${store[@]}" manifest rm "$list" >/dev/null 2>&1; die "buildah manifest add $a failed"; }
+	done
+	buildah "${store[@]}" manifest push --all --format oci --quiet "$list" "oci-archive:$out.tmp.$$:$ref" >&2 ||
+		{ buildah "${store[@]}" manifest rm "$list" >/dev/null 2>&1; die "buildah manifest push of $ref failed"; }
+	buildah "${store[@]}" manifest rm "$list" >/dev/null 2>&1 || true
+	mv -f "$out.tmp.$$" "$out"
+	log "index $ref ($#) -> $out ($(du -h "$out" | cut -f1))"
+}
+
 # inputs_hash FILE...: a short hash of the named files' contents and paths plus
 # the Go toolchain version, for cache keys of things built from repo sources.
 inputs_hash() {
