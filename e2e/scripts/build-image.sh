@@ -133,12 +133,17 @@ stages() {
 runtime_stage() {
 	local text
 	text="$(stages | awk '/^@@STAGE / { buf = ""; next } { buf = buf $0 "\n" } END { printf "%s", buf }')"
-	printf '%s\n' "$text" | grep -qiE '^FROM[[:space:]]+scratch([[:space:]]|$)' ||
+	# Here-strings, not pipes, into grep -q: under pipefail, a grep -q that
+	# exits at its first match can leave the writer with SIGPIPE, and the
+	# check then fails at random.
+	grep -qiE '^FROM[[:space:]]+scratch([[:space:]]|$)' <<<"$text" ||
 		die "Dockerfile: the last stage is not FROM scratch; build-image.sh translates only that"
-	if printf '%s\n' "$text" | grep -iE '^[[:space:]]*(COPY|ADD)[[:space:]]' | grep -vqE '^COPY --from=build /[^ ]+ /'; then
+	local copies
+	copies="$(grep -iE '^[[:space:]]*(COPY|ADD)[[:space:]]' <<<"$text" || true)"
+	if [ -n "$copies" ] && grep -vqE '^COPY --from=build /[^ ]+ /' <<<"$copies"; then
 		die "Dockerfile: the runtime stage has a COPY/ADD other than 'COPY --from=build /SRC /DEST'; teach build-image.sh about it"
 	fi
-	printf '%s\n' "$text" | grep -qiE '^[[:space:]]*RUN[[:space:]]' &&
+	grep -qiE '^[[:space:]]*RUN[[:space:]]' <<<"$text" &&
 		die "Dockerfile: the runtime stage has a RUN step; scratch has no shell to run it"
 	printf '# Derived by e2e/scripts/build-image.sh from the runtime stage of the Dockerfile; do not edit.\n'
 	printf '%s\n' "$text" | sed -E 's#^COPY --from=build /#COPY #'
@@ -160,7 +165,7 @@ build_command() {
 	esac
 	# The compile runs on the build machine for every target platform only
 	# if the stage itself is not emulated per target.
-	printf '%s\n' "$text" | grep -qiE '^FROM[[:space:]]+--platform=\$(BUILDPLATFORM|\{BUILDPLATFORM\})[[:space:]]' ||
+	grep -qiE '^FROM[[:space:]]+--platform=\$(BUILDPLATFORM|\{BUILDPLATFORM\})[[:space:]]' <<<"$text" ||
 		die "Dockerfile: the build stage must start 'FROM --platform=\$BUILDPLATFORM ...' (it cross-compiles; without it docker buildx emulates the target)"
 	printf '%s\n' "$cmd"
 }

@@ -53,7 +53,9 @@ pid_alive() {
 	pid="$(cat "$f")"
 	kill -0 "$pid" 2>/dev/null || return 1
 	# Guard against pid reuse: the process must still be the binary we started.
-	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$1" || return 1
+	local cmdline
+	cmdline="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)" || return 1
+	grep -q -- "$1" <<<"$cmdline" || return 1
 }
 
 ctr_cmd() { ctr --address "$CONTAINERD_SOCK" -n k8s.io "$@"; }

@@ -76,8 +76,11 @@ node_ready() {
 }
 
 cri_ready() {
-	"$CRICTL" --runtime-endpoint "unix://$CONTAINERD_SOCK" info 2>/dev/null |
-		tr -d '[:space:]' | grep -q '"type":"RuntimeReady","status":true'
+	# Into a variable first: a grep -q on a pipe exits at its first match,
+	# and under pipefail the writer's SIGPIPE would fail the check.
+	local info
+	info="$("$CRICTL" --runtime-endpoint "unix://$CONTAINERD_SOCK" info 2>/dev/null)" || return 1
+	grep -q '"type":"RuntimeReady","status":true' <<<"${info//[[:space:]]/}"
 }
 
 # wait_until WHAT SECONDS CMD...: run CMD every half second until it

@@ -192,16 +192,16 @@ fetch_kernel() {
 		rm -f "$deb"
 	done
 	local vmlinuz config release moddir
-	vmlinuz="$(find "$tmp/root" \( -path '*/boot/vmlinuz-*' -o -path '*/modules/*/vmlinuz' \) -type f | head -n1)"
+	vmlinuz="$(find "$tmp/root" \( -path '*/boot/vmlinuz-*' -o -path '*/modules/*/vmlinuz' \) -type f -print -quit)"
 	[ -n "$vmlinuz" ] || die "$* hold no vmlinuz"
 	case "$vmlinuz" in
 	*/boot/vmlinuz-*) release="${vmlinuz##*/vmlinuz-}" ;;
 	*) release="$(basename "$(dirname "$vmlinuz")")" ;;
 	esac
-	config="$(find "$tmp/root" \( -path "*/boot/config-$release" -o -path "*/modules/$release/config" \) -type f | head -n1)"
+	config="$(find "$tmp/root" \( -path "*/boot/config-$release" -o -path "*/modules/$release/config" \) -type f -print -quit)"
 	[ -n "$config" ] || die "$* hold no config for $release (a sid kernel needs its linux-base-* package too)"
 	mkdir -p "$dir/modules"
-	moddir="$(find "$tmp/root" -path "*/modules/$release/kernel" -type d | head -n1)"
+	moddir="$(find "$tmp/root" -path "*/modules/$release/kernel" -type d -print -quit)"
 	if [ -n "$moddir" ]; then
 		mv "$(dirname "$moddir")" "$dir/modules/$release"
 		# The package leaves modules.dep to depmod at install time;
