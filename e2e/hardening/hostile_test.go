@@ -243,7 +243,7 @@ func TestHostilePod(t *testing.T) {
 
 // checkOpens asserts every file the supervisor opened is one it needs: of
 // another process, only /proc/PID/{stat,cmdline,cgroup,mountinfo} (and the
-// /proc listing), and of the sidecar's main process, which it stops, status
+// /proc listing, and /proc/PID itself, which the scan opens to read them), and of the sidecar's main process, which it stops, status
 // (SigCgt, SigIgn) and task/*/children (has pilot-agent started envoy?),
 // never environ (other containers' secrets), mem, maps, fd or
 // anything else; of its own, the termination message and what the Go
@@ -271,16 +271,21 @@ func checkOpens(t *testing.T, calls []straceCall, termLog string, appPID, sideca
 	// of the supervisor's own), from the kubelet's termination-message mount.
 	perPID := map[string]bool{"stat": true, "cmdline": true, "cgroup": true, "mountinfo": true}
 	sawApp := false
+	paths := openPaths{}
 	for _, c := range calls {
 		if c.name != "open" && c.name != "openat" && c.name != "openat2" && c.name != "creat" {
 			continue
 		}
-		path := openedPath(c)
+		path := paths.path(c)
 		if strings.HasSuffix(path, "/environ") {
 			t.Errorf("%s(%s) = %s: another process's environment", c.name, c.args, c.ret)
 			continue
 		}
 		if rest, ok := strings.CutPrefix(path, "/proc/"); ok {
+			if _, err := strconv.Atoi(rest); err == nil {
+				// The process's directory: the scan's handle on its files.
+				continue
+			}
 			if pid, file, ok := strings.Cut(rest, "/"); ok {
 				if n, err := strconv.Atoi(pid); err == nil {
 					if n == sidecarPID && sidecarFile(file) {

@@ -16,12 +16,14 @@ import (
 // functional, not speed assertions: the memory bound is deploy/job.yaml's
 // limit (32Mi), under which the kubelet would OOM-kill it; the descriptor
 // bound is what the supervisor needs (stdio, its epoll and eventfd, a
-// pidfd per app and sidecar, the Go runtime's two cgroup files, one /proc
-// file at a time while scanning) with room to spare, and far below the
-// thousands of processes each test makes come and go.
+// pidfd per app and sidecar, the Go runtime's two cgroup files, and while
+// scanning three /proc descriptors at a time: /proc, one process's
+// directory and one of its files, procscan's streaming scan) with room to
+// spare, and far below the thousands of processes each test makes come and
+// go.
 const (
 	maxHWMkB = 32 * 1024
-	maxFDs   = 16
+	maxFDs   = 20
 )
 
 // TestChurnBounds makes thousands of short-lived processes come and go in

@@ -87,7 +87,7 @@ func parseStrace(t *testing.T, path string) []straceCall {
 	return out
 }
 
-// openedPath is the path an open call named, unquoted: strace prints
+// openedPath is the name an open call passed, unquoted: strace prints
 // non-printable bytes as \xNN (and -s 256 keeps /proc paths whole).
 func openedPath(c straceCall) string {
 	i, j := strings.IndexByte(c.args, '"'), -1
@@ -98,6 +98,36 @@ func openedPath(c straceCall) string {
 		return ""
 	}
 	return c.args[i+1 : i+1+j]
+}
+
+// openPaths resolves the paths of open calls in trace order. The scan opens
+// /proc once and each process's directory and files relative to it
+// (openat(9, "123") = 11, then openat(11, "stat")), so a call's path is its
+// directory descriptor's path, which an earlier open in the trace returned,
+// joined with the name it passes. Descriptors are kept for the whole trace
+// (the supervisor's threads share one table; a number reused by another
+// open is overwritten by that open).
+type openPaths map[string]string
+
+// path is the absolute path c opened, and records it under c's descriptor;
+// "" when c names no path.
+func (o openPaths) path(c straceCall) string {
+	name := openedPath(c)
+	if name == "" {
+		return ""
+	}
+	if !strings.HasPrefix(name, "/") {
+		dirfd, _, _ := strings.Cut(c.args, ",")
+		if dir, ok := o[strings.TrimSpace(dirfd)]; ok {
+			name = dir + "/" + name
+		} else if dirfd != "AT_FDCWD" {
+			name = "<fd " + dirfd + ">/" + name
+		}
+	}
+	if fd, _, _ := strings.Cut(c.ret, " "); fd != "" && fd[0] != '-' {
+		o[fd] = name
+	}
+	return name
 }
 
 // pidfdTarget is the PID behind the first argument of a pidfd call,
