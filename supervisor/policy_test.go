@@ -375,16 +375,39 @@ func TestOnFailureUnknownLateRestart(t *testing.T) {
 
 // TestOnFailureRestartUnseen: issue 23's soak (seed 1, Job 8). A failed
 // app's restarts can run and end between two scans, and leave nothing to
-// see: a failed instance awaits its restart only for the kubelet's
-// back-off plus the margin, then counts as finished, its status unknown
-// (the restart ran unseen, or is late), and the sidecar gets ON_UNKNOWN.
+// see: a failed instance awaits its restart for SUPERVISOR_RESTART_TIMEOUT,
+// the outer bound, then counts as finished, its status unknown (the
+// restart ran unseen, or is late), and the sidecar gets ON_UNKNOWN: the Job
+// ends late, but ends.
 func TestOnFailureRestartUnseen(t *testing.T) {
-	h := start(t, testConfig(t, "SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_RESTART_MARGIN=200ms"),
+	h := start(t, testConfig(t, "SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_RESTART_MARGIN=50ms", "SUPERVISOR_RESTART_TIMEOUT=400ms"),
 		container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
 	h.proc(10).exit(exited(1))
-	noSignalFor(t, h, 100*time.Millisecond)
+	noSignalFor(t, h, 200*time.Millisecond) // past the back-off and the margin
 	res := h.finish(Unknown, "SIGTERM 100")
-	if !strings.Contains(res.Summary, "exit 1, and no restart was seen within 200ms: it ran between two scans, or is late") {
+	if !strings.Contains(res.Summary, "exit 1, and no restart was seen within 400ms: it ran between two scans, or is late") {
 		t.Errorf("summary %q does not say why", res.Summary)
+	}
+}
+
+// TestOnFailureUnseenRestartFailed: the soak (seed 20261203, Job 131). The
+// app failed (seen); its restart ran 17 ms between two scans and failed
+// too; the kubelet's next restart came after the next, longer back-off,
+// counted from an end nobody saw: past the first restart's back-off plus
+// the margin. The sidecar must not be stopped before that run ends.
+func TestOnFailureUnseenRestartFailed(t *testing.T) {
+	h := start(t, testConfig(t, "SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_RESTART_MARGIN=50ms", "SUPERVISOR_RESTART_TIMEOUT=1m"),
+		container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+	h.proc(10).exit(exited(42))
+	noSignalFor(t, h, 300*time.Millisecond) // the unseen run, then the back-off
+	h.pod.add(container(procscan.App, "app-r2", 11))
+	noSignalFor(t, h, 100*time.Millisecond)
+	h.proc(11).exit(exited(0))
+	res, _ := h.wait()
+	if res.Outcome != Success {
+		t.Errorf("outcome %v, want success; log:\n%s", res.Outcome, h.log)
+	}
+	if diff := cmp.Diff([]string{"SIGTERM 100"}, h.kernel.sent()); diff != "" {
+		t.Errorf("signals (-want +got):\n%s", diff)
 	}
 }

@@ -69,7 +69,7 @@ func main() {
 	flag.IntVar(&o.parallel, "parallel", 12, "how many Jobs run at once (the node's 2 cores hold about this many pods with their istio-proxy)")
 	flag.BoolVar(&o.restarts, "restarts", true, "restart the kubelet after a third of the Jobs have started, and containerd after two thirds")
 	flag.StringVar(&only, "only", "", "comma-separated Job indices to run, alone (to replay Jobs of a seed)")
-	flag.DurationVar(&o.jobTimeout, "job-timeout", 6*time.Minute, "bound on one Job; past it the Job counts as not finished")
+	flag.DurationVar(&o.jobTimeout, "job-timeout", 10*time.Minute, "bound on one Job; past it the Job counts as not finished (a failed run whose restart ran unseen is awaited SUPERVISOR_RESTART_TIMEOUT, 5m30s)")
 	flag.StringVar(&o.out, "out", "", "directory for the failed Jobs' details (default: a new one under /tmp, kept only if a Job failed)")
 	flag.Parse()
 	if err := o.parse(seed, only); err != nil {
