@@ -216,3 +216,22 @@ func hasCondition(conds []batchv1.JobCondition, typ batchv1.JobConditionType) bo
 	}
 	return false
 }
+
+// TestRestartDaemons: the soak restarts the node's kubelet and containerd
+// mid-run (Cluster.RestartDaemon, scripts/cluster-restart.sh); each must
+// come back: the kubelet healthy, containerd's CRI runtime ready (its
+// RuntimeReady condition, whatever the order crictl prints its keys in),
+// the node Ready.
+func TestRestartDaemons(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 35*time.Minute)
+	defer cancel()
+	c, err := Start(ctx, t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"kubelet", "containerd"} {
+		if err := c.RestartDaemon(ctx, d); err != nil {
+			t.Errorf("restart %s: %v\n%s", d, err, c.DaemonLog(d, 30))
+		}
+	}
+}

@@ -80,7 +80,11 @@ cri_ready() {
 	# and under pipefail the writer's SIGPIPE would fail the check.
 	local info
 	info="$("$CRICTL" --runtime-endpoint "unix://$CONTAINERD_SOCK" info 2>/dev/null)" || return 1
-	grep -q '"type":"RuntimeReady","status":true' <<<"${info//[[:space:]]/}"
+	# The RuntimeReady condition, whatever the order of its keys (crictl
+	# sorts them: "status" comes before "type"), must say true.
+	local cond
+	cond="$(grep -oE '\{[^{}]*"type":"RuntimeReady"[^{}]*\}' <<<"${info//[[:space:]]/}")" || return 1
+	grep -q '"status":true' <<<"$cond"
 }
 
 # wait_until WHAT SECONDS CMD...: run CMD every half second until it
