@@ -256,6 +256,28 @@ func (c *Cluster) BuildIstioProxyImage(ctx context.Context) (Image, error) {
 	return Image{Ref: env["ISTIO_PROXY_IMAGE"], Archive: env["ISTIO_PROXY_ARCHIVE"]}, nil
 }
 
+// CloudSQLProxyImage builds (or finds in the cache) the cloud-sql-proxy
+// image: the real cloud-sql-proxy v2 of build-sidecars.sh in the layout of
+// Google's image. It imports it into the node under its local name and under
+// Google's (gcr.io/cloud-sql-connectors/cloud-sql-proxy:<version>, the name
+// deploy/job-cloud-sql-proxy.yaml uses, found without a pull), and returns
+// both.
+func (c *Cluster) CloudSQLProxyImage(ctx context.Context) (ref, alias string, err error) {
+	out, err := c.runScript(ctx, "cluster-images.sh", "cloud-sql-proxy")
+	if err != nil {
+		return "", "", fmt.Errorf("cluster-images.sh: %w", err)
+	}
+	env := parseEnv(out)
+	ref, archive, alias := env["CLOUD_SQL_PROXY_IMAGE"], env["CLOUD_SQL_PROXY_ARCHIVE"], env["CLOUD_SQL_PROXY_ALIASES"]
+	if ref == "" || archive == "" || alias == "" {
+		return "", "", fmt.Errorf("cluster-images.sh cloud-sql-proxy printed no reference, archive or alias: %q", out)
+	}
+	if err := c.ImportImage(ctx, archive, alias); err != nil {
+		return "", "", err
+	}
+	return ref, alias, nil
+}
+
 // ProductImages builds (or finds in the cache) the supervisor and istio-proxy
 // images, imports both into the node, and returns their names.
 func (c *Cluster) ProductImages(ctx context.Context) (supervisor, proxy string, err error) {

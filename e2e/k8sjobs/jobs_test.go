@@ -72,6 +72,12 @@ func TestJobs(t *testing.T) {
 			{"deploy/job.yaml", e.deployJob},
 			{"deploy/job-ptrace.yaml", e.deployJobPtrace},
 			{"deploy/cronjob.yaml fires", e.deployCronJob},
+			{"cloud-sql-proxy example, exit 0 completes", e.cloudSQLExample},
+			{"cloud-sql-proxy example, exit 3 fails", e.cloudSQLExampleFails},
+			{"cloud-sql-proxy via the template, its quitquitquit", e.cloudSQLTemplateQuit},
+			{"cloud-sql-proxy via the template, SIGTERM with exit-zero-on-sigterm", e.cloudSQLTemplateTerm},
+			{"cloud-sql-proxy via the template, SIGTERM without it exits 143", e.cloudSQLTemplate143},
+			{"cloud-sql-proxy via the template, exit 3 fails", e.cloudSQLTemplateFails},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()

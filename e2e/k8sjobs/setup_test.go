@@ -4,6 +4,7 @@ import (
 	"context"
 	"log"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,6 +26,9 @@ type env struct {
 	supervisorImage string
 	proxyImage      string
 	hook            *injector.Served
+	// cloudSQLImage builds and imports the cloud-sql-proxy image once, for
+	// the cases that need it, and returns the name it runs under.
+	cloudSQLImage func() (string, error)
 }
 
 // setUp starts (or joins) the cluster, builds and imports the supervisor and
@@ -41,6 +45,10 @@ func setUp(ctx context.Context, t *testing.T) *env {
 	if e.supervisorImage, e.proxyImage, err = c.ProductImages(ctx); err != nil {
 		t.Fatal(err)
 	}
+	e.cloudSQLImage = sync.OnceValues(func() (string, error) {
+		_, alias, err := c.CloudSQLProxyImage(ctx)
+		return alias, err
+	})
 	t.Logf("cluster and images ready in %s: supervisor %s, istio-proxy %s",
 		time.Since(t0).Round(time.Second), e.supervisorImage, e.proxyImage)
 

@@ -6,12 +6,19 @@
 #   busybox      Debian's busybox-static, the app image of the tests; also tagged
 #                with the name deploy/ uses, so those manifests run unchanged
 #   istio-proxy  the real pilot-agent and the stand-in envoy from build-tools.sh
+#   cloud-sql-proxy
+#                the real cloud-sql-proxy v2 from build-sidecars.sh, laid out
+#                like Google's image; also tagged with the name
+#                deploy/job-cloud-sql-proxy.yaml uses (its version from
+#                versions.env), so that manifest runs unchanged
 #
 # Each is cached under $CACHE/images/<name>-<hash of its Containerfile and
 # context files>. Prints <NAME>_IMAGE=<ref> and <NAME>_ARCHIVE=<path> lines
-# (NAME: PAUSE, BUSYBOX, ISTIO_PROXY) and BUSYBOX_ALIASES=<refs>; logs go to stderr.
+# (NAME: PAUSE, BUSYBOX, ISTIO_PROXY, CLOUD_SQL_PROXY) and <NAME>_ALIASES=<refs>
+# for busybox and cloud-sql-proxy; logs go to stderr.
 #
-#   cluster-images.sh [pause|busybox|istio-proxy]...   (default: all three)
+#   cluster-images.sh [pause|busybox|istio-proxy|cloud-sql-proxy]...
+#                     (default: pause, busybox and istio-proxy)
 . "$(dirname "$0")/lib.sh"
 
 PAUSE_IMAGE=localhost/sidecar-supervisor-e2e/pause:catatonit
@@ -20,6 +27,9 @@ BUSYBOX_IMAGE=localhost/sidecar-supervisor-e2e/busybox:debian
 BUSYBOX_ALIASES=docker.io/library/busybox:1.37
 # Hub localhost/sidecar-supervisor-e2e, image proxyv2, tag e2e in Istio's terms.
 ISTIO_PROXY_IMAGE=localhost/sidecar-supervisor-e2e/proxyv2:e2e
+CLOUD_SQL_PROXY_IMAGE=localhost/sidecar-supervisor-e2e/cloud-sql-proxy:$CLOUD_SQL_PROXY_VERSION
+# Google's image is tagged without the module version's "v".
+CLOUD_SQL_PROXY_ALIASES=gcr.io/cloud-sql-connectors/cloud-sql-proxy:${CLOUD_SQL_PROXY_VERSION#v}
 
 cluster_images_main() {
 	local want=("$@") n
@@ -29,7 +39,8 @@ cluster_images_main() {
 		pause) image_pause ;;
 		busybox) image_busybox ;;
 		istio-proxy) image_istio_proxy ;;
-		*) die "unknown image $n (want pause, busybox or istio-proxy)" ;;
+		cloud-sql-proxy) image_cloud_sql_proxy ;;
+		*) die "unknown image $n (want pause, busybox, istio-proxy or cloud-sql-proxy)" ;;
 		esac
 	done
 }
@@ -94,6 +105,22 @@ image_istio_proxy() {
 	out="$(build_cached istio-proxy "$ISTIO_PROXY_IMAGE" "$ctx")"
 	rm -rf "$ctx"
 	printf 'ISTIO_PROXY_IMAGE=%s\nISTIO_PROXY_ARCHIVE=%s\n' "$ISTIO_PROXY_IMAGE" "$out"
+}
+
+image_cloud_sql_proxy() {
+	local sidecars="$E2E_DIR/scripts/build-sidecars.sh" ctx out CLOUD_SQL_PROXY=''
+	[ -f "$sidecars" ] || die "$sidecars is missing: it builds cloud-sql-proxy"
+	eval "$(bash "$sidecars")"
+	[ -x "$CLOUD_SQL_PROXY" ] || die "build-sidecars.sh did not print a CLOUD_SQL_PROXY path"
+	ctx="$(stage_dir cloud-sql-proxy)"
+	install -m 0755 "$CLOUD_SQL_PROXY" "$ctx/cloud-sql-proxy"
+	# distroless's nonroot user, which the original image runs as.
+	printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' >"$ctx/passwd"
+	printf 'root:x:0:\nnonroot:x:65532:\n' >"$ctx/group"
+	out="$(build_cached cloud-sql-proxy "$CLOUD_SQL_PROXY_IMAGE" "$ctx")"
+	rm -rf "$ctx"
+	printf 'CLOUD_SQL_PROXY_IMAGE=%s\nCLOUD_SQL_PROXY_ARCHIVE=%s\nCLOUD_SQL_PROXY_ALIASES=%s\n' \
+		"$CLOUD_SQL_PROXY_IMAGE" "$out" "$CLOUD_SQL_PROXY_ALIASES"
 }
 
 cluster_images_main "$@"
