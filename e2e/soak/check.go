@@ -94,7 +94,11 @@ func parseStamps(app, text string) ([]instance, error) {
 
 // supervisorLog is what the soak reads in the supervisor's log.
 type supervisorLog struct {
-	first time.Time // its first line
+	// first is when its first scan ended: its first "app found" or
+	// "sidecar found" line, else its first line. Under load the start
+	// (the exit-status probe, reading names) can take seconds, and an app
+	// that ended meanwhile was never there to see.
+	first time.Time
 	// stops are the lines saying the sidecar was sent its action.
 	stops []logLine
 	gone  bool // "sidecar already gone": it had exited before the action
@@ -118,6 +122,7 @@ const (
 
 func parseSupervisorLog(text string) (supervisorLog, error) {
 	var s supervisorLog
+	foundSeen := false
 	for _, raw := range strings.Split(text, "\n") {
 		if !strings.HasPrefix(raw, "{") {
 			continue
@@ -133,6 +138,9 @@ func parseSupervisorLog(text string) (supervisorLog, error) {
 		l.at = at
 		if s.first.IsZero() {
 			s.first = at
+		}
+		if !foundSeen && (l.Message == "app found" || l.Message == "sidecar found") {
+			s.first, foundSeen = at, true
 		}
 		switch l.Message {
 		case msgSignalled, msgAsked:
@@ -509,7 +517,7 @@ func checkApps(t timeline, w podWant, p *corev1.Pod, inst map[string][]instance,
 }
 
 // seenMargin: an app instance that ended this long after the supervisor's
-// first log line, and (a restart) ran this long, was seen by it: its exit
+// first scan (supervisorLog.first), and (a restart) ran this long, was seen by it: its exit
 // status must be known. Quicker ones may be gone before the supervisor
 // looks (a missing or already exited container: status unknown, by
 // design).
