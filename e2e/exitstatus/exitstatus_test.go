@@ -187,18 +187,9 @@ type jobRun struct {
 // action it took matches what it read.
 func runJob(t *testing.T, tl pod.Tools, priv privilege, args []string) jobRun {
 	t.Helper()
-	// The app must still run when the supervisor first looks: the guest
-	// runs under software emulation, several times slower (arm64 more so).
-	work := "300ms"
-	switch {
-	case guestpod.InGuest() && runtime.GOARCH == "arm64":
-		work = "6s"
-	case guestpod.InGuest():
-		work = "3s"
-	}
 	built, err := scenarios.BuildNamespaces(scenarios.Desc{
 		Name: "exitstatus",
-		Apps: []scenarios.App{{Name: "app", UID: 1000, Args: append([]string{"--sleep", work}, args...)}},
+		Apps: []scenarios.App{{Name: "app", UID: 1000, Args: append([]string{"--sleep", appWork("300ms")}, args...)}},
 		SupervisorEnv: []string{"SUPERVISOR_DELETION_GRACE=0s", "SUPERVISOR_STOP_TIMEOUT=5s",
 			"SUPERVISOR_APP_START_TIMEOUT=30s", "SUPERVISOR_LOG_LEVEL=debug"},
 	}, tl)
@@ -256,6 +247,19 @@ func runJob(t *testing.T, tl pod.Tools, priv privilege, args []string) jobRun {
 		t.Errorf("supervisor exit %d", c.ExitCode)
 	}
 	return jobRun{method: method, reason: reason, exited: exited, describe: p.Describe()}
+}
+
+// appWork is how long an app works here, given how long it works on the
+// host: it must still run when the supervisor first looks, and the guest
+// runs under software emulation, several times slower (arm64 more so).
+func appWork(host string) string {
+	switch {
+	case guestpod.InGuest() && runtime.GOARCH == "arm64":
+		return "6s"
+	case guestpod.InGuest():
+		return "3s"
+	}
+	return host
 }
 
 // guests are the kernels TestKernels boots, and the method each supervisor
