@@ -5,7 +5,9 @@
 // TestExitStatusMethods runs on this machine's kernel; TestKernels runs it
 // again inside Debian's kernels under qemu (e2e/guestpod): 6.1 and 6.12,
 // where auto must pick ptrace, and 7.2, where it must pick pidfd, on amd64
-// and arm64.
+// and arm64. Where the unprivileged supervisor gets none (6.1, 6.12), it
+// runs TestOnFailureUnknown there too: restartPolicy OnFailure with every
+// status unknown.
 package exitstatus
 
 import (
@@ -13,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -282,7 +285,9 @@ var guests = []struct {
 // TestKernels runs TestExitStatusMethods inside Debian's kernels under qemu,
 // one subtest per kernel (-run 'TestKernels/sid-arm64' picks one): each way
 // an app ends must be read with the method the kernel and the privileges
-// allow, and exactly, or be reported unknown with the reason.
+// allow, and exactly, or be reported unknown with the reason. Where the
+// unprivileged method is none, TestOnFailureUnknown's timelines must pass
+// there too.
 func TestKernels(t *testing.T) {
 	if guestpod.InGuest() {
 		t.Skip("already in the guest")
@@ -295,10 +300,13 @@ func TestKernels(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 25*time.Minute)
 			defer cancel()
 			start := time.Now()
+			// Statuses unknown to the unprivileged supervisor: the OnFailure
+			// timelines too.
+			onFailure := g.methods[2] == "none" && os.Getenv("EXITSTATUS_GUEST_RUN") == ""
 			res, err := guestpod.Run(ctx, guestpod.Spec{
 				Kernel:  g.kernel,
 				Package: "./exitstatus",
-				Run:     guestRun(),
+				Run:     guestRun(onFailure),
 				Timeout: 20 * time.Minute,
 			})
 			if err != nil {
@@ -318,10 +326,21 @@ func TestKernels(t *testing.T) {
 					t.Errorf("guest output lacks %q:\n%s", want, res.Output)
 				}
 			}
+			if onFailure {
+				for _, tm := range timelines {
+					name := "TestOnFailureUnknown/" + strings.ReplaceAll(tm.name, " ", "_")
+					if got := res.Tests[name]; got != "PASS" {
+						t.Errorf("guest: %s %q, want PASS:\n%s", name, got, res.Output)
+					}
+				}
+				if m := testTime.FindStringSubmatch(res.Output); m != nil {
+					t.Logf("guest %s: TestOnFailureUnknown took %ss", res.KernelRelease, m[1])
+				}
+			}
 			// What was read, case by case, from the guest.
 			for _, line := range strings.Split(res.Output, "\n") {
 				line = strings.TrimSpace(line)
-				for _, p := range []string{"READ ", "REASON ", "CORE "} {
+				for _, p := range []string{"READ ", "REASON ", "CORE ", "ONFAILURE "} {
 					if i := strings.Index(line, p); i >= 0 {
 						t.Log(line[i:])
 					}
@@ -331,11 +350,18 @@ func TestKernels(t *testing.T) {
 	}
 }
 
-// guestRun is the -test.run pattern for the guest; EXITSTATUS_GUEST_RUN
-// narrows it (e.g. "/ptrace-forced/") when chasing one case.
-func guestRun() string {
+// testTime is TestOnFailureUnknown's verdict line, with its time.
+var testTime = regexp.MustCompile(`(?m)^\s*--- PASS: TestOnFailureUnknown \(([0-9.]+)s\)`)
+
+// guestRun is the -test.run pattern for the guest, with TestOnFailureUnknown
+// if onFailure; EXITSTATUS_GUEST_RUN narrows it to TestExitStatusMethods'
+// cases (e.g. "/ptrace-forced/") when chasing one.
+func guestRun(onFailure bool) string {
 	if r := os.Getenv("EXITSTATUS_GUEST_RUN"); r != "" {
 		return "^TestExitStatusMethods$" + r
+	}
+	if onFailure {
+		return "^(TestExitStatusMethods|TestOnFailureUnknown)$"
 	}
 	return "^TestExitStatusMethods$"
 }
