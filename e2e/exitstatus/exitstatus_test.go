@@ -67,15 +67,7 @@ var endings = []ending{
 // "READ <privilege>/<ending>: method M, ..." with what the supervisor read,
 // which TestKernels quotes from the guests.
 func TestExitStatusMethods(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the pod simulation creates namespaces and cgroups")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	tl, err := pod.BuildTools(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tl := podTools(t)
 	for _, priv := range []privilege{ptraceCapable, ptraceForced, unprivileged} {
 		for _, e := range endings {
 			t.Run(priv.name+"/"+e.name, func(t *testing.T) {
@@ -86,11 +78,6 @@ func TestExitStatusMethods(t *testing.T) {
 					args = append(append([]string{}, args...), "--core", coreDir)
 				}
 				run := runJob(t, tl, priv, args)
-				defer func() {
-					if t.Failed() {
-						t.Log(run.describe)
-					}
-				}()
 				t.Logf("METHOD %s %s", priv.name, run.method)
 				t.Logf("READ %s/%s: method %s uid %d caps %v: %s", priv.name, e.name, run.method, priv.uid, priv.caps, fields(run.exited, "status", "signal", "exit_code", "reason"))
 				switch {
@@ -123,6 +110,22 @@ func TestExitStatusMethods(t *testing.T) {
 			})
 		}
 	}
+}
+
+// podTools skips the test unless it runs as root, and builds the pod
+// simulation's tools (found in the guest's initramfs there).
+func podTools(t *testing.T) pod.Tools {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the pod simulation creates namespaces and cgroups")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	tl, err := pod.BuildTools(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tl
 }
 
 // newCoreDir is a directory the app (uid 1000) can write its core into.
@@ -182,7 +185,6 @@ func fields(l scenarios.LogLine, keys ...string) string {
 type jobRun struct {
 	method, reason string
 	exited         scenarios.LogLine
-	describe       string
 }
 
 // runJob runs a Job pod whose app ends as args say, and returns the
@@ -205,22 +207,7 @@ func runJob(t *testing.T, tl pod.Tools, priv privilege, args []string) jobRun {
 			c.Env = append(c.Env, priv.env...)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	p, err := pod.Start(ctx, built.Backend, built.Spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if t.Failed() {
-			t.Logf("%s\n--- pilot-agent record: %q", p.Describe(), scenarios.Record(built.PilotRecord))
-		}
-		p.Close()
-	}()
-	st, err := p.WaitPhase(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, st := runPod(t, built, 2*time.Minute)
 	lines := scenarios.ParseLog(p.Logs("supervisor"))
 	method, reason, decision := "", "", scenarios.LogLine(nil)
 	var exited scenarios.LogLine
@@ -249,7 +236,7 @@ func runJob(t *testing.T, tl pod.Tools, priv privilege, args []string) jobRun {
 	if c := st.Container("supervisor"); c.ExitCode != 0 {
 		t.Errorf("supervisor exit %d", c.ExitCode)
 	}
-	return jobRun{method: method, reason: reason, exited: exited, describe: p.Describe()}
+	return jobRun{method: method, reason: reason, exited: exited}
 }
 
 // appWork is how long an app works here, given how long it works on the
@@ -263,6 +250,20 @@ func appWork(host string) string {
 		return "3s"
 	}
 	return host
+}
+
+// runPod starts built (scenarios.Start: a failing test gets the pod's logs
+// and records) and waits, within bound (a hang guard), for its phase.
+func runPod(t *testing.T, built scenarios.Built, bound time.Duration) (*pod.Pod, pod.Status) {
+	t.Helper()
+	p := scenarios.Start(t, built)
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	st, err := p.WaitPhase(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, st
 }
 
 // guests are the kernels TestKernels boots, and the method each supervisor

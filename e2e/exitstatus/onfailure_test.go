@@ -1,8 +1,6 @@
 package exitstatus
 
 import (
-	"context"
-	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -46,15 +44,7 @@ var kubeletBackoff = []time.Duration{0, 0, 10 * time.Second, 20 * time.Second}
 // restarts and is signalled once, after the last run's end. Each timeline
 // logs "ONFAILURE <name>: ..." with what it saw, which TestKernels quotes.
 func TestOnFailureUnknown(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the pod simulation creates namespaces and cgroups")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	tl, err := pod.BuildTools(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tl := podTools(t)
 	for _, tm := range timelines {
 		t.Run(tm.name, func(t *testing.T) { runOnFailure(t, tl, tm.name, tm.failFirst) })
 	}
@@ -110,22 +100,7 @@ func runOnFailure(t *testing.T, tl pod.Tools, name string, failFirst int) {
 		}
 	}
 	// A hang guard only: the longest wait is 20s+margin after the last run.
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	p, err := pod.Start(ctx, built.Backend, built.Spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if t.Failed() {
-			t.Logf("%s\n--- pilot-agent record: %q", p.Describe(), scenarios.Record(built.PilotRecord))
-		}
-		p.Close()
-	}()
-	st, err := p.WaitPhase(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, st := runPod(t, built, 4*time.Minute)
 
 	// The pod: every container's exit code, istio-proxy never restarted.
 	if st.Phase != pod.Succeeded {
