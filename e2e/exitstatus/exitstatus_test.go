@@ -194,7 +194,10 @@ func runJob(t *testing.T, tl pod.Tools, priv privilege, args []string) jobRun {
 	t.Helper()
 	built, err := scenarios.BuildNamespaces(scenarios.Desc{
 		Name: "exitstatus",
-		Apps: []scenarios.App{{Name: "app", UID: 1000, Args: append([]string{"--sleep", appWork("300ms")}, args...)}},
+		// Cued: the app works until the supervisor has found it (and, with
+		// ptrace, attached), however slowly a loaded guest starts the
+		// supervisor; a timed run lost that race in loaded amd64 guests.
+		Apps: []scenarios.App{{Name: "app", UID: 1000, Args: args, Cued: true}},
 		SupervisorEnv: []string{"SUPERVISOR_DELETION_GRACE=0s", "SUPERVISOR_STOP_TIMEOUT=5s",
 			"SUPERVISOR_APP_START_TIMEOUT=30s", "SUPERVISOR_LOG_LEVEL=debug"},
 	}, tl)
@@ -207,7 +210,17 @@ func runJob(t *testing.T, tl pod.Tools, priv privilege, args []string) jobRun {
 			c.Env = append(c.Env, priv.env...)
 		}
 	}
-	p, st := runPod(t, built, 2*time.Minute)
+	p := scenarios.Start(t, built)
+	waitFound(t, p, 2*time.Minute)
+	if err := built.Release("app"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	st, err := p.WaitPhase(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	lines := scenarios.ParseLog(p.Logs("supervisor"))
 	method, reason, decision := "", "", scenarios.LogLine(nil)
 	var exited scenarios.LogLine
@@ -365,4 +378,20 @@ func guestRun(onFailure bool) string {
 		return "^(TestExitStatusMethods|TestOnFailureUnknown)$"
 	}
 	return "^TestExitStatusMethods$"
+}
+
+// waitFound waits, within bound, for the supervisor's "app found": the app
+// is watched from then on.
+func waitFound(t *testing.T, p *pod.Pod, bound time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(bound)
+	for time.Now().Before(deadline) {
+		for _, l := range scenarios.ParseLog(p.Logs("supervisor")) {
+			if l.Msg() == "app found" {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("no \"app found\" in the supervisor's log within %s:\n%s", bound, p.Logs("supervisor"))
 }
