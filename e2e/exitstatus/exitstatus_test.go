@@ -5,7 +5,9 @@
 // TestExitStatusMethods runs on this machine's kernel; TestKernels runs it
 // again inside Debian's kernels under qemu (e2e/guestpod): 6.1 and 6.12,
 // where auto must pick ptrace, and 7.2, where it must pick pidfd, on amd64
-// and arm64.
+// and arm64. Where the unprivileged supervisor gets none (6.1, 6.12), it
+// runs TestOnFailureUnknown there too: restartPolicy OnFailure with every
+// status unknown.
 package exitstatus
 
 import (
@@ -13,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -64,15 +67,7 @@ var endings = []ending{
 // "READ <privilege>/<ending>: method M, ..." with what the supervisor read,
 // which TestKernels quotes from the guests.
 func TestExitStatusMethods(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the pod simulation creates namespaces and cgroups")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	tl, err := pod.BuildTools(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tl := podTools(t)
 	for _, priv := range []privilege{ptraceCapable, ptraceForced, unprivileged} {
 		for _, e := range endings {
 			t.Run(priv.name+"/"+e.name, func(t *testing.T) {
@@ -83,11 +78,6 @@ func TestExitStatusMethods(t *testing.T) {
 					args = append(append([]string{}, args...), "--core", coreDir)
 				}
 				run := runJob(t, tl, priv, args)
-				defer func() {
-					if t.Failed() {
-						t.Log(run.describe)
-					}
-				}()
 				t.Logf("METHOD %s %s", priv.name, run.method)
 				t.Logf("READ %s/%s: method %s uid %d caps %v: %s", priv.name, e.name, run.method, priv.uid, priv.caps, fields(run.exited, "status", "signal", "exit_code", "reason"))
 				switch {
@@ -120,6 +110,22 @@ func TestExitStatusMethods(t *testing.T) {
 			})
 		}
 	}
+}
+
+// podTools skips the test unless it runs as root, and builds the pod
+// simulation's tools (found in the guest's initramfs there).
+func podTools(t *testing.T) pod.Tools {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the pod simulation creates namespaces and cgroups")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	tl, err := pod.BuildTools(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tl
 }
 
 // newCoreDir is a directory the app (uid 1000) can write its core into.
@@ -179,7 +185,6 @@ func fields(l scenarios.LogLine, keys ...string) string {
 type jobRun struct {
 	method, reason string
 	exited         scenarios.LogLine
-	describe       string
 }
 
 // runJob runs a Job pod whose app ends as args say, and returns the
@@ -187,18 +192,12 @@ type jobRun struct {
 // action it took matches what it read.
 func runJob(t *testing.T, tl pod.Tools, priv privilege, args []string) jobRun {
 	t.Helper()
-	// The app must still run when the supervisor first looks: the guest
-	// runs under software emulation, several times slower (arm64 more so).
-	work := "300ms"
-	switch {
-	case guestpod.InGuest() && runtime.GOARCH == "arm64":
-		work = "6s"
-	case guestpod.InGuest():
-		work = "3s"
-	}
 	built, err := scenarios.BuildNamespaces(scenarios.Desc{
 		Name: "exitstatus",
-		Apps: []scenarios.App{{Name: "app", UID: 1000, Args: append([]string{"--sleep", work}, args...)}},
+		// Cued: the app works until the supervisor has found it (and, with
+		// ptrace, attached), however slowly a loaded guest starts the
+		// supervisor; a timed run lost that race in loaded amd64 guests.
+		Apps: []scenarios.App{{Name: "app", UID: 1000, Args: args, Cued: true}},
 		SupervisorEnv: []string{"SUPERVISOR_DELETION_GRACE=0s", "SUPERVISOR_STOP_TIMEOUT=5s",
 			"SUPERVISOR_APP_START_TIMEOUT=30s", "SUPERVISOR_LOG_LEVEL=debug"},
 	}, tl)
@@ -211,18 +210,13 @@ func runJob(t *testing.T, tl pod.Tools, priv privilege, args []string) jobRun {
 			c.Env = append(c.Env, priv.env...)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	p, err := pod.Start(ctx, built.Backend, built.Spec)
-	if err != nil {
+	p := scenarios.Start(t, built)
+	waitFound(t, p, 2*time.Minute)
+	if err := built.Release("app"); err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
-		if t.Failed() {
-			t.Logf("%s\n--- pilot-agent record: %q", p.Describe(), scenarios.Record(built.PilotRecord))
-		}
-		p.Close()
-	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	st, err := p.WaitPhase(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -255,7 +249,34 @@ func runJob(t *testing.T, tl pod.Tools, priv privilege, args []string) jobRun {
 	if c := st.Container("supervisor"); c.ExitCode != 0 {
 		t.Errorf("supervisor exit %d", c.ExitCode)
 	}
-	return jobRun{method: method, reason: reason, exited: exited, describe: p.Describe()}
+	return jobRun{method: method, reason: reason, exited: exited}
+}
+
+// appWork is how long an app works here, given how long it works on the
+// host: it must still run when the supervisor first looks, and the guest
+// runs under software emulation, several times slower (arm64 more so).
+func appWork(host string) string {
+	switch {
+	case guestpod.InGuest() && runtime.GOARCH == "arm64":
+		return "6s"
+	case guestpod.InGuest():
+		return "3s"
+	}
+	return host
+}
+
+// runPod starts built (scenarios.Start: a failing test gets the pod's logs
+// and records) and waits, within bound (a hang guard), for its phase.
+func runPod(t *testing.T, built scenarios.Built, bound time.Duration) (*pod.Pod, pod.Status) {
+	t.Helper()
+	p := scenarios.Start(t, built)
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	st, err := p.WaitPhase(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, st
 }
 
 // guests are the kernels TestKernels boots, and the method each supervisor
@@ -278,7 +299,9 @@ var guests = []struct {
 // TestKernels runs TestExitStatusMethods inside Debian's kernels under qemu,
 // one subtest per kernel (-run 'TestKernels/sid-arm64' picks one): each way
 // an app ends must be read with the method the kernel and the privileges
-// allow, and exactly, or be reported unknown with the reason.
+// allow, and exactly, or be reported unknown with the reason. Where the
+// unprivileged method is none, TestOnFailureUnknown's timelines must pass
+// there too.
 func TestKernels(t *testing.T) {
 	if guestpod.InGuest() {
 		t.Skip("already in the guest")
@@ -291,10 +314,13 @@ func TestKernels(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 25*time.Minute)
 			defer cancel()
 			start := time.Now()
+			// Statuses unknown to the unprivileged supervisor: the OnFailure
+			// timelines too.
+			onFailure := g.methods[2] == "none" && os.Getenv("EXITSTATUS_GUEST_RUN") == ""
 			res, err := guestpod.Run(ctx, guestpod.Spec{
 				Kernel:  g.kernel,
 				Package: "./exitstatus",
-				Run:     guestRun(),
+				Run:     guestRun(onFailure),
 				Timeout: 20 * time.Minute,
 			})
 			if err != nil {
@@ -314,10 +340,21 @@ func TestKernels(t *testing.T) {
 					t.Errorf("guest output lacks %q:\n%s", want, res.Output)
 				}
 			}
+			if onFailure {
+				for _, tm := range timelines {
+					name := "TestOnFailureUnknown/" + strings.ReplaceAll(tm.name, " ", "_")
+					if got := res.Tests[name]; got != "PASS" {
+						t.Errorf("guest: %s %q, want PASS:\n%s", name, got, res.Output)
+					}
+				}
+				if m := testTime.FindStringSubmatch(res.Output); m != nil {
+					t.Logf("guest %s: TestOnFailureUnknown took %ss", res.KernelRelease, m[1])
+				}
+			}
 			// What was read, case by case, from the guest.
 			for _, line := range strings.Split(res.Output, "\n") {
 				line = strings.TrimSpace(line)
-				for _, p := range []string{"READ ", "REASON ", "CORE "} {
+				for _, p := range []string{"READ ", "REASON ", "CORE ", "ONFAILURE "} {
 					if i := strings.Index(line, p); i >= 0 {
 						t.Log(line[i:])
 					}
@@ -327,11 +364,34 @@ func TestKernels(t *testing.T) {
 	}
 }
 
-// guestRun is the -test.run pattern for the guest; EXITSTATUS_GUEST_RUN
-// narrows it (e.g. "/ptrace-forced/") when chasing one case.
-func guestRun() string {
+// testTime is TestOnFailureUnknown's verdict line, with its time.
+var testTime = regexp.MustCompile(`(?m)^\s*--- PASS: TestOnFailureUnknown \(([0-9.]+)s\)`)
+
+// guestRun is the -test.run pattern for the guest, with TestOnFailureUnknown
+// if onFailure; EXITSTATUS_GUEST_RUN narrows it to TestExitStatusMethods'
+// cases (e.g. "/ptrace-forced/") when chasing one.
+func guestRun(onFailure bool) string {
 	if r := os.Getenv("EXITSTATUS_GUEST_RUN"); r != "" {
 		return "^TestExitStatusMethods$" + r
 	}
+	if onFailure {
+		return "^(TestExitStatusMethods|TestOnFailureUnknown)$"
+	}
 	return "^TestExitStatusMethods$"
+}
+
+// waitFound waits, within bound, for the supervisor's "app found": the app
+// is watched from then on.
+func waitFound(t *testing.T, p *pod.Pod, bound time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(bound)
+	for time.Now().Before(deadline) {
+		for _, l := range scenarios.ParseLog(p.Logs("supervisor")) {
+			if l.Msg() == "app found" {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("no \"app found\" in the supervisor's log within %s:\n%s", bound, p.Logs("supervisor"))
 }
