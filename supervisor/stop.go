@@ -41,6 +41,10 @@ func (r *run) newSidecar(c procscan.Container, proc exitwatch.Proc) *sidecar {
 			s.args = args
 		}
 	}
+	// Read now, while the apps run, rather than on the stop's path (about
+	// a millisecond under load: task/*/children of each thread); if the
+	// child has not started yet, the stop reads again (unready).
+	r.seeHandler(s)
 	return s
 }
 
