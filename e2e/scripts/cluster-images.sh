@@ -117,6 +117,11 @@ image_cloud_sql_proxy() {
 	# distroless's nonroot user, which the original image runs as.
 	printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' >"$ctx/passwd"
 	printf 'root:x:0:\nnonroot:x:65532:\n' >"$ctx/group"
+	# distroless's nsswitch.conf. Without one, Go resolves names DNS first
+	# (glibc's default), and cloud-sql-proxy's quitquitquit listener on
+	# "localhost:9091" then asked the pod's DNS server, got "connection
+	# refused" on the test cluster, and exited 1 at start (1 run in 6).
+	printf 'hosts: files dns\n' >"$ctx/nsswitch.conf"
 	out="$(build_cached cloud-sql-proxy "$CLOUD_SQL_PROXY_IMAGE" "$ctx")"
 	rm -rf "$ctx"
 	printf 'CLOUD_SQL_PROXY_IMAGE=%s\nCLOUD_SQL_PROXY_ARCHIVE=%s\nCLOUD_SQL_PROXY_ALIASES=%s\n' \
