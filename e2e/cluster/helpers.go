@@ -17,28 +17,42 @@ import (
 // default ServiceAccount exists, before which pods are refused.
 func (c *Cluster) Namespace(ctx context.Context, t testing.TB, prefix string) string {
 	t.Helper()
+	ns, err := c.CreateNamespace(ctx, prefix, nil)
+	if ns != "" {
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			err := c.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
+			if err != nil && !apierrors.IsNotFound(err) {
+				t.Errorf("delete namespace %s: %v", ns, err)
+			}
+		})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns
+}
+
+// CreateNamespace creates a namespace named prefix-<random>, with labels,
+// and waits (at most a minute) for its default ServiceAccount: pods are
+// refused until it exists. The name is returned with an error past the
+// wait, so that the caller can delete the namespace.
+func (c *Cluster) CreateNamespace(ctx context.Context, prefix string, labels map[string]string) (string, error) {
 	ns, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-"},
+		ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-", Labels: labels},
 	}, metav1.CreateOptions{})
 	if err != nil {
-		t.Fatalf("create namespace: %v", err)
+		return "", fmt.Errorf("create namespace: %w", err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		err := c.Client.CoreV1().Namespaces().Delete(ctx, ns.Name, metav1.DeleteOptions{})
-		if err != nil && !apierrors.IsNotFound(err) {
-			t.Errorf("delete namespace %s: %v", ns.Name, err)
-		}
-	})
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		_, err := c.Client.CoreV1().ServiceAccounts(ns.Name).Get(ctx, "default", metav1.GetOptions{})
 		return err == nil, nil
 	})
 	if err != nil {
-		t.Fatalf("namespace %s got no default ServiceAccount within 1m: %v", ns.Name, err)
+		return ns.Name, fmt.Errorf("namespace %s got no default ServiceAccount within 1m: %w", ns.Name, err)
 	}
-	return ns.Name
+	return ns.Name, nil
 }
 
 // DumpOnFailure registers a cleanup that, if the test failed, logs the status

@@ -226,26 +226,18 @@ func run(ctx context.Context, o options, out io.Writer) error {
 
 // namespace creates the run's namespace under the injector.
 func namespace(ctx context.Context, c *cluster.Cluster, hook *injector.Served) (string, error) {
-	ns, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "k8sbench-"},
-	}, metav1.CreateOptions{})
+	ns, err := c.CreateNamespace(ctx, "k8sbench", nil)
 	if err != nil {
-		return "", fmt.Errorf("create namespace: %w", err)
-	}
-	// Pods are refused until the default ServiceAccount exists.
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, err := c.Client.CoreV1().ServiceAccounts(ns.Name).Get(ctx, "default", metav1.GetOptions{})
-		return err == nil, nil
-	})
-	if err != nil {
-		deleteNamespace(c, ns.Name)
-		return "", fmt.Errorf("namespace %s got no default ServiceAccount within 1m: %w", ns.Name, err)
-	}
-	if err := hook.PrepareNamespace(ctx, ns.Name); err != nil {
-		deleteNamespace(c, ns.Name)
+		if ns != "" {
+			deleteNamespace(c, ns)
+		}
 		return "", err
 	}
-	return ns.Name, nil
+	if err := hook.PrepareNamespace(ctx, ns); err != nil {
+		deleteNamespace(c, ns)
+		return "", err
+	}
+	return ns, nil
 }
 
 func deleteNamespace(c *cluster.Cluster, ns string) {

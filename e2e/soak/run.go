@@ -203,21 +203,11 @@ func run(ctx context.Context, o options, out io.Writer) (bool, error) {
 
 // namespace creates the run's namespace under the injector.
 func namespace(ctx context.Context, c *cluster.Cluster, hook *injector.Served) (string, error) {
-	ns, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "soak-", Labels: map[string]string{nsLabel: "true"}},
-	}, metav1.CreateOptions{})
+	ns, err := c.CreateNamespace(ctx, "soak", map[string]string{nsLabel: "true"})
 	if err != nil {
-		return "", fmt.Errorf("create namespace: %w", err)
+		return ns, err
 	}
-	// Pods are refused until the default ServiceAccount exists.
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, err := c.Client.CoreV1().ServiceAccounts(ns.Name).Get(ctx, "default", metav1.GetOptions{})
-		return err == nil, nil
-	})
-	if err != nil {
-		return ns.Name, fmt.Errorf("namespace %s got no default ServiceAccount within 1m: %w", ns.Name, err)
-	}
-	return ns.Name, hook.PrepareNamespace(ctx, ns.Name)
+	return ns, hook.PrepareNamespace(ctx, ns)
 }
 
 // removeLeftovers removes the namespaces a killed run left, with their
