@@ -39,8 +39,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	istiolog "istio.io/istio/pkg/log"
-
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/cluster"
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/inject/injector"
 )
@@ -69,9 +67,7 @@ func main() {
 	}
 	// Istio's packages (the injector) log to stdout, which carries the
 	// report: send them to stderr with the progress.
-	lo := istiolog.DefaultOptions()
-	lo.OutputPaths = []string{"stderr"}
-	if err := istiolog.Configure(lo); err != nil {
+	if err := injector.LogToStderr(); err != nil {
 		logf("configure istio's log: %v", err)
 		os.Exit(1)
 	}

@@ -48,7 +48,7 @@ import (
 	"syscall"
 	"time"
 
-	istiolog "istio.io/istio/pkg/log"
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/inject/injector"
 )
 
 type options struct {
@@ -78,9 +78,7 @@ func main() {
 	}
 	// Istio's packages (the injector) log to stdout, which carries the
 	// report: send them to stderr with the progress.
-	lo := istiolog.DefaultOptions()
-	lo.OutputPaths = []string{"stderr"}
-	if err := istiolog.Configure(lo); err != nil {
+	if err := injector.LogToStderr(); err != nil {
 		logf("configure istio's log: %v", err)
 		os.Exit(1)
 	}

@@ -1,6 +1,8 @@
 package injector
 
 import (
+	istiolog "istio.io/istio/pkg/log"
+
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -313,4 +315,13 @@ func selfSignedPEM(cn string, key *ecdsa.PrivateKey) ([]byte, error) {
 		return nil, err
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
+}
+
+// LogToStderr sends the log of Istio's packages (the injector), which
+// goes to stdout by default, to stderr: for a program whose stdout
+// carries its report.
+func LogToStderr() error {
+	lo := istiolog.DefaultOptions()
+	lo.OutputPaths = []string{"stderr"}
+	return istiolog.Configure(lo)
 }
