@@ -186,9 +186,9 @@ func (l *ledger) exited(a *app, s exitwatch.Status, now time.Time) (failed, unkn
 	if l.policy != OnFailure || s.Success() {
 		return false, false, 0
 	}
-	wait = min(backoff(a.restarts+1)+l.restartMargin, l.restartTimeout)
-	if s.Failure() {
-		wait = l.restartTimeout
+	wait = l.restartTimeout
+	if !s.Known {
+		wait = min(backoff(a.restarts+1)+l.restartMargin, l.restartTimeout)
 	}
 	a.restartBy = now.Add(wait)
 	l.awaiting = append(l.awaiting, a)
