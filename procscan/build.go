@@ -195,7 +195,7 @@ func (b *builder) pod() Pod {
 		case c.HasMain && c.Main.Matches(b.rules.Ignore):
 			c.Kind = Ignored
 		case c.HasMain && runtimeInit(c.Main):
-			c.Kind = Starting
+			c.Kind, c.Init = Starting, true
 		default:
 			c.Kind = App
 		}

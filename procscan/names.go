@@ -24,7 +24,8 @@ type NameRules struct {
 // a sidecar still if its main process is named as one (Rules.Sidecar), Other
 // otherwise (or when it is another pod's). A container not yet set up
 // (Starting) stays Starting; the pause container and the supervisor's own
-// keep their kinds.
+// keep their kinds. One exception: a Starting container whose main
+// process is the runtime's init (Init), already named an app, is an App.
 //
 // A process that has begun to exit has no mounts left to show (the kernel
 // drops its mount namespace before it becomes a zombie): kube reports it as
@@ -48,6 +49,11 @@ func (p *Pod) Name(kube func(pid int) (k Kube, ending bool), r NameRules) {
 		switch {
 		case !k.Known() && (ending || c.Main.Exiting):
 			// Its name is gone with its mounts: the kinds by process name.
+		case c.Kind == Starting && c.Init && k.Known() && k.PodUID == r.PodUID && slices.Contains(r.Apps, k.Name):
+			// The runtime's init, named an app by the kubelet's mount: the
+			// app's own process from here on (it execs in place), adopted
+			// before it runs, however briefly it will.
+			c.Kind = App
 		case c.Kind == Self || c.Kind == Starting:
 		case k.Known() && k.PodUID != r.PodUID:
 			c.Kind, c.Why = Other, "a container of another pod ("+k.PodUID+")"

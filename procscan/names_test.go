@@ -8,7 +8,9 @@ import (
 
 // TestName: with the kubelet's names, kinds come from the pod spec's names:
 // a native sidecar and a debug container are Other, another pod's
-// container too, and a container not yet started stays Starting.
+// container too, and a container not yet started stays Starting, unless its
+// runtime's init is already named an app: then it is the app, watched from
+// before its entrypoint runs (an app of milliseconds is not missed).
 func TestName(t *testing.T) {
 	const other = "0f3c5a2b-0000-0000-0000-000000000000"
 	cg := func(id string) string { return "0::/../" + id }
@@ -24,12 +26,15 @@ func TestName(t *testing.T) {
 		{PID: 14, StartTime: 9, Comm: "pilot-agent", Cgroup: cg("c14")},
 		{PID: 15, StartTime: 10, Comm: "mystery", Cgroup: cg("c15")},
 		{PID: 16, StartTime: 11, Comm: "sleep", Cgroup: cg("c16")}, // an app at its exit: no mounts left
+		{PID: 17, StartTime: 12, Comm: "runc:[2:INIT]", Cgroup: cg("c17")},
+		{PID: 18, StartTime: 13, Comm: "runc:[2:INIT]", Cgroup: cg("c18")},
 	}
 	names := map[int]Kube{
 		7: {"otel-collector", uid}, 8: {"worker", uid}, 9: {"loader", uid}, 10: {"sidecar-supervisor", uid},
 		11: {"istio-proxy", uid}, 12: {"debugger-x7k2p", uid}, 13: {"late", uid}, 14: {"istio-proxy", other},
+		17: {"vault-agent", uid},
 	}
-	rules := NameRules{PodUID: uid, Apps: []string{"worker", "loader", "late"}, Sidecars: []string{"istio-proxy"}}
+	rules := NameRules{PodUID: uid, Apps: []string{"worker", "loader", "late", "later"}, Sidecars: []string{"istio-proxy", "vault-agent"}}
 	pod := Classify(procs, 10, Rules{Sidecar: []string{"pilot-agent"}})
 	pod.Name(func(pid int) (Kube, bool) { return names[pid], pid == 16 }, rules)
 	got := map[string]string{}
@@ -38,7 +43,8 @@ func TestName(t *testing.T) {
 	}
 	want := map[string]string{
 		"pause": "pause", "otel-collector": "other", "worker": "app", "loader": "app", "sidecar-supervisor": "self",
-		"istio-proxy": "sidecar", "debugger-x7k2p": "other", "late": "starting", "c15": "other", "c16": "app",
+		"istio-proxy": "sidecar", "debugger-x7k2p": "other", "late": "app", "c15": "other", "c16": "app",
+		"vault-agent": "starting", "c18": "starting", // a sidecar's init waits for its exec; one not yet named too
 	}
 	// Another pod's istio-proxy is Other too, under the same name.
 	for _, c := range pod.Containers {

@@ -81,6 +81,12 @@ type Container struct {
 	// process left is then an orphan or an exec'd one (see Classify).
 	Main    Process
 	HasMain bool
+	// Init is true for a Starting container whose main process is the
+	// runtime's init in the container's settled cgroup: it will exec the
+	// container's entrypoint in place, same PID and start time. Pod.Name
+	// takes such a container for an app when the kubelet's mount names it
+	// one: watched from then on, an app of milliseconds is not missed.
+	Init bool
 	// Processes holds the one process of the container that a scan keeps:
 	// its oldest (Main, when HasMain), with ID as its Cgroup. The others
 	// are counted (Count), not kept, so that a scan's memory does not grow
