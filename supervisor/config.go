@@ -30,7 +30,9 @@ type Config struct {
 	SidecarProcesses       []string         `env:"SIDECAR_PROCESSES" envDefault:"pilot-agent,linkerd2-proxy,daprd,consul-dataplane,cloud-sql-proxy,otelcol,otelcol-contrib,fluent-bit" accepts:"comma-separated process names" meaning:"containers whose main process has one of these names (comm or argv[0] base name) are sidecars, stopped when the apps are done"`
 	IgnoreProcesses        []string         `env:"IGNORE_PROCESSES" accepts:"comma-separated process names" meaning:"containers whose main process has one of these names are neither waited for nor stopped"`
 	AppContainers          int              `env:"APP_CONTAINERS" envDefault:"0" accepts:"whole number ≥ 0" meaning:"how many application containers to wait for; 0 takes whatever is there once at least one is"`
-	AppStartTimeout        time.Duration    `env:"APP_START_TIMEOUT" envDefault:"30s" accepts:"duration > 0" meaning:"bound on looking for the application containers; the missing ones count as unknown"`
+	AppStartTimeout        time.Duration    `env:"APP_START_TIMEOUT" envDefault:"30s" accepts:"duration > 0" meaning:"bound on looking for the application containers, from the supervisor's start (or see SUPERVISOR_AFTER_APPS); the missing ones count as unknown"`
+	AfterApps              []string         `env:"AFTER_APPS" accepts:"comma-separated container names" meaning:"containers the kubelet starts after every app (later in the pod spec), for a supervisor placed before the apps (the injection template places it so where istio-proxy comes last). Until one of them is seen the kubelet may still be pulling an app's image, so SUPERVISOR_APP_START_TIMEOUT counts from then (and SUPERVISOR_AFTER_APPS_TIMEOUT bounds the wait for them); meanwhile an app is watched from the moment its container is made, so one of milliseconds is not missed. Needs the kubelet's names"`
+	AfterAppsTimeout       time.Duration    `env:"AFTER_APPS_TIMEOUT" envDefault:"10m" accepts:"duration > 0" meaning:"bound on waiting for a container of SUPERVISOR_AFTER_APPS to appear (the kubelet pulling images meanwhile); past it, the apps not seen count as unknown"`
 	SidecarStartTimeout    time.Duration    `env:"SIDECAR_START_TIMEOUT" envDefault:"30s" accepts:"duration > 0" meaning:"bound on waiting for a sidecar that had not started when the apps finished, and then for it to handle a graceful signal (after which the signal is sent anyway, and the summary says so)"`
 	StopTimeout            time.Duration    `env:"STOP_TIMEOUT" envDefault:"30s" accepts:"duration > 0" meaning:"a sidecar still alive this long after the action gets SIGKILL"`
 	OnSuccess              Action           `env:"ON_SUCCESS" envDefault:"SIGTERM" accepts:"signal name or number, none, http(s)://..." meaning:"action when every app exited 0"`
@@ -221,7 +223,7 @@ func (c *Config) Validate(vars map[string]string) []error {
 	for _, list := range []struct {
 		name  string
 		names []string
-	}{{"APPS", c.Apps}, {"SIDECARS", c.Sidecars}} {
+	}{{"APPS", c.Apps}, {"SIDECARS", c.Sidecars}, {"AFTER_APPS", c.AfterApps}} {
 		for _, n := range list.names {
 			if !validName(n) {
 				bad(list.name, fmt.Sprintf("%q: want container names as the pod spec has them (lower case letters, digits and '-')", n))
@@ -231,6 +233,11 @@ func (c *Config) Validate(vars map[string]string) []error {
 	for _, n := range c.Apps {
 		if slices.Contains(c.Sidecars, n) {
 			bad("APPS", fmt.Sprintf("%q is also in %sSIDECARS", n, EnvPrefix))
+		}
+	}
+	for _, n := range c.AfterApps {
+		if slices.Contains(c.Apps, n) {
+			bad("AFTER_APPS", fmt.Sprintf("%q is also in %sAPPS: name the containers the kubelet starts after the apps", n, EnvPrefix))
 		}
 	}
 	if len(c.Apps) > 0 && c.AppContainers != 0 && c.AppContainers != len(c.Apps) {

@@ -4,20 +4,97 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/procscan"
 	"github.com/sidecar-supervisor/sidecar-supervisor/supervisor/exitwatch"
 )
 
-// discover looks for application containers until enough are seen, within
-// AppStartTimeout. With the waits for restarts under OnFailure, the only
-// polling of the run.
+// fastInterval is how often, while the apps are looked for, the kernel's
+// last PID is read (Scanner.LastPID: one small read) to scan at once when
+// a process or thread has been made in the pod; and how often a container
+// being set up is scanned again, for startingHot after it was first seen,
+// until the kubelet's mount names it (procscan.Pod.Name). A container's
+// main process exists from the runtime's init on, tens of milliseconds
+// before its entrypoint runs: scanned this often, an app of a few
+// milliseconds is adopted before it runs, where a scan every ScanInterval
+// would miss it.
+const (
+	fastInterval = 2 * time.Millisecond
+	startingHot  = 2 * time.Second
+)
+
+// discover looks for application containers until enough are seen. The
+// look is bounded by AppStartTimeout from the supervisor's start; with
+// AfterApps, from the first sighting of one of those containers, which the
+// kubelet starts only once it has started (or failed to start) every app,
+// and at the latest AfterAppsTimeout from the start. With the waits for
+// restarts under OnFailure, the only polling of the run.
 func (r *run) discover(ctx context.Context) (state, error) {
-	deadline := time.NewTimer(r.cfg.AppStartTimeout)
+	bound, clock := r.cfg.AppStartTimeout, "APP_START_TIMEOUT"
+	after := len(r.cfg.AfterApps) > 0
+	if after && !r.scan.Named() {
+		after = false
+		r.log.Warn().Strs("after_apps", r.cfg.AfterApps).
+			Msg(EnvPrefix + "AFTER_APPS ignored: the kubelet's container names cannot be read here; " + EnvPrefix + "APP_START_TIMEOUT counts from the supervisor's start")
+	}
+	if after {
+		bound, clock = r.cfg.AfterAppsTimeout, "AFTER_APPS_TIMEOUT"
+	}
+	began := time.Now()
+	deadline := time.NewTimer(bound)
 	defer deadline.Stop()
 	tick := time.NewTicker(r.cfg.ScanInterval)
 	defer tick.Stop()
+	var fast <-chan time.Time
+	last, err := r.scan.LastPID()
+	if err == nil && r.cfg.ScanInterval > fastInterval {
+		t := time.NewTicker(fastInterval)
+		defer t.Stop()
+		fast = t.C
+	}
+	starting := map[instance]time.Time{} // containers being set up, when first seen
+	scan := func() error {
+		pod, err := r.scan.Scan()
+		if err != nil {
+			return fmt.Errorf("read /proc: %w", err)
+		}
+		now := time.Now()
+		live := map[instance]bool{}
+		for _, c := range pod.Containers {
+			if after && c.Kube.Known() && slices.Contains(r.cfg.AfterApps, c.Kube.Name) {
+				after = false
+				left := bound - now.Sub(began)
+				bound, clock = now.Sub(began)+min(left, r.cfg.AppStartTimeout), "APP_START_TIMEOUT"
+				deadline.Reset(min(left, r.cfg.AppStartTimeout))
+				r.log.Info().Str("container", c.Name).Str("timeout", r.cfg.AppStartTimeout.String()).
+					Msg("a container started after the apps is seen: each app has been started or has failed to start; the missing ones are looked for until APP_START_TIMEOUT")
+			}
+			if c.Kind == procscan.Starting && c.HasMain {
+				k := instance{c.Main.PID, c.Main.StartTime}
+				live[k] = true
+				if _, ok := starting[k]; !ok {
+					starting[k] = now
+				}
+			}
+		}
+		for k := range starting {
+			if !live[k] {
+				delete(starting, k)
+			}
+		}
+		r.adopt(pod)
+		return nil
+	}
+	hot := func(now time.Time) bool {
+		for _, t := range starting {
+			if now.Sub(t) < startingHot {
+				return true
+			}
+		}
+		return false
+	}
 	for r.apps.slots < r.apps.want {
 		r.publish("looking for the apps: waiting for " + r.waitingFor())
 		select {
@@ -29,17 +106,27 @@ func (r *run) discover(ctx context.Context) (state, error) {
 				apps = r.cfg.Apps
 			}
 			seen := r.apps.slots
-			missing := r.apps.missing(apps, func(i int) string { return fmt.Sprintf("missing-%d", i+1) },
-				"never seen within "+EnvPrefix+"APP_START_TIMEOUT")
-			r.log.Warn().Int("expected", r.apps.want).Int("seen", seen).Strs("missing", missing).Str("timeout", r.cfg.AppStartTimeout.String()).
+			why := "never seen within " + EnvPrefix + clock
+			if after {
+				why += " (none of " + EnvPrefix + "AFTER_APPS was seen either)"
+			}
+			missing := r.apps.missing(apps, func(i int) string { return fmt.Sprintf("missing-%d", i+1) }, why)
+			r.log.Warn().Int("expected", r.apps.want).Int("seen", seen).Strs("missing", missing).Str("timeout", bound.Round(time.Millisecond).String()).
 				Msg("app containers missing: they finished before the supervisor started, or never started")
 			return r.wait, nil
 		case <-tick.C:
-			pod, err := r.scan.Scan()
-			if err != nil {
-				return nil, fmt.Errorf("read /proc: %w", err)
+			if err := scan(); err != nil {
+				return nil, err
 			}
-			r.adopt(pod)
+		case now := <-fast:
+			n, err := r.scan.LastPID()
+			if err == nil && n == last && !hot(now) {
+				continue
+			}
+			last = n
+			if err := scan(); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return r.wait, nil

@@ -19,8 +19,12 @@
 //	  - discover (discover.go) scans /proc (package procscan) until the
 //	    expected application containers have been seen, within
 //	    AppStartTimeout, watching each app's main process the moment it is seen
+//	    (from the runtime's init on, once the kubelet's mount names it an app)
 //	    and holding each sidecar's. This is the only phase that polls /proc
-//	    (every ScanInterval).
+//	    (every ScanInterval, and at once when the kernel's last PID moves).
+//	    A supervisor placed before the apps (AfterApps) counts
+//	    AppStartTimeout only from the sighting of a container the kubelet
+//	    starts after them: until then an app's image may be being pulled.
 //	  - wait (wait.go) blocks on the apps' exits, without polling, until every
 //	    app is done as the restart policy means it; under OnFailure it scans
 //	    again while a restart is awaited. Which instances run, await a restart

@@ -29,6 +29,15 @@ type fakePod struct {
 	panicAt    int              // Scan panics at this scan (a bug injected)
 	args       map[int][]string // command lines (Args)
 	panicAgain bool             // and at every scan after it
+	made       int              // containers added (LastPID)
+}
+
+// LastPID moves whenever a container is added, as the kernel's does when
+// a process is made.
+func (f *fakePod) LastPID() (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.made, nil
 }
 
 // Named: the fake pod's containers are named when named is set.
@@ -92,6 +101,7 @@ func (f *fakePod) add(c procscan.Container) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.containers = append(f.containers, c)
+	f.made++
 }
 
 // container is a container whose main process is named name; a

@@ -17,6 +17,10 @@ type Scanner interface {
 	// Args is a process's whole command line (a sidecar's, for its stop's
 	// flags: see procscan.Scanner.Args).
 	Args(pid int) ([]string, error)
+	// LastPID is the PID the kernel allocated last in the pod (see
+	// procscan.Scanner.LastPID): when it has not moved since a scan, the
+	// next scan finds no new process. An error means it cannot be read.
+	LastPID() (int, error)
 }
 
 // ProcScanner is the real Scanner: procscan over a proc filesystem.
@@ -97,6 +101,9 @@ func (p *ProcScanner) kubeOf(main procscan.Process) (procscan.Kube, bool) {
 
 // Args reads a process's command line.
 func (p *ProcScanner) Args(pid int) ([]string, error) { return p.Procs.Args(pid) }
+
+// LastPID reads the PID the kernel allocated last in the pod.
+func (p *ProcScanner) LastPID() (int, error) { return p.Procs.LastPID() }
 
 // Signals reads a process's signal dispositions.
 func (p *ProcScanner) Signals(pid int) (procscan.Signals, error) { return p.Procs.Signals(pid) }
