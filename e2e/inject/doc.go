@@ -14,7 +14,9 @@
 //
 // Every result is decoded strictly into the Kubernetes API types and checked
 // for the same structure: for Jobs, the supervisor present or absent as it
-// should be, after the app containers, with a shared PID namespace and the
+// should be, placed as it should be (first, with SUPERVISOR_AFTER_APPS
+// naming istio-proxy, where the injection template puts istio-proxy last;
+// otherwise after the app containers), with a shared PID namespace and the
 // right environment; for Deployments and other restartPolicy Always pods,
 // the hold (the install init container, its volume, istio-proxy's preStop
 // hook, mount and SUPERVISOR_HOLD_TIMEOUT, a shared PID namespace) present or

@@ -249,21 +249,42 @@ func findContainer(spec corev1.PodSpec, name string) *corev1.Container {
 	return nil
 }
 
-// checkOrder checks that the supervisor, when present, comes after every
-// application container. With proxyMayFollow, istio-proxy alone may come
-// after it: Istio's injector moves istio-proxy to the end after running all
-// templates (unless holdApplicationUntilProxyStarts puts it first).
+// afterAppsVar names the containers the kubelet starts after every app; the
+// injection template sets it to istio-proxy when it puts the supervisor first.
+const afterAppsVar = "SUPERVISOR_AFTER_APPS"
+
+// checkOrder checks where the supervisor, when present, sits among the
+// containers, which the kubelet starts one at a time in the spec's order.
+// Either of two, told apart by the supervisor's environment:
+//   - with SUPERVISOR_AFTER_APPS=istio-proxy (the injection template, with
+//     istio-proxy last): the supervisor first, before every app, and
+//     istio-proxy last, so that its start marks the kubelet's passing of the
+//     apps;
+//   - without SUPERVISOR_AFTER_APPS (by hand, the kustomize component, the
+//     template with holdApplicationUntilProxyStarts): the supervisor after
+//     every app. With proxyMayFollow, istio-proxy alone may come after it:
+//     Istio's injector moves istio-proxy last after running all templates
+//     (unless holdApplicationUntilProxyStarts puts it first).
 func checkOrder(t *testing.T, spec corev1.PodSpec, proxyMayFollow bool) {
 	t.Helper()
-	names := shapeOf(spec).Containers
+	shape := shapeOf(spec)
+	names := shape.Containers
 	i := slices.Index(names, supervisorName)
 	if i < 0 {
 		return
 	}
-	for _, after := range names[i+1:] {
-		if after != proxyName || !proxyMayFollow {
-			t.Errorf("container %q comes after %s: %v", after, supervisorName, names)
+	after, ok := shape.SupervisorEnv[afterAppsVar]
+	switch {
+	case !ok:
+		for _, n := range names[i+1:] {
+			if n != proxyName || !proxyMayFollow {
+				t.Errorf("container %q comes after %s, which has no %s: %v", n, supervisorName, afterAppsVar, names)
+			}
 		}
+	case after != proxyName:
+		t.Errorf("%s has %s=%q, want %q", supervisorName, afterAppsVar, after, proxyName)
+	case i != 0 || names[len(names)-1] != proxyName:
+		t.Errorf("%s has %s=%s: want it first and %s last, got %v", supervisorName, afterAppsVar, proxyName, proxyName, names)
 	}
 }
 

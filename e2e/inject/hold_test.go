@@ -265,7 +265,9 @@ func holdCases(t *testing.T) []injectCase {
 // lifecycle with a preStop keeps the pod out of the hold (and its hook
 // stays); one with only a postStart is merged with the hold; the mesh-wide
 // off switch and the pod's way back in; with Istio's CNI the install
-// container follows the pod's init containers, after istio-validation.
+// container follows the pod's init containers, after istio-validation. Jobs
+// get the supervisor first, or last where the mesh-wide
+// holdApplicationUntilProxyStarts puts istio-proxy first.
 func TestHoldWithIstioValues(t *testing.T) {
 	withInit := edit(deployment("web", "web"), func(p *corev1.PodTemplateSpec) {
 		p.Spec.InitContainers = []corev1.Container{{Name: "migrate", Image: "busybox:1.37"}}
@@ -324,10 +326,25 @@ func TestHoldWithIstioValues(t *testing.T) {
 			in:     job("sleep", corev1.RestartPolicyNever, nil, "app"),
 			want: podShape{
 				InitContainers:        []string{"istio-validation"},
-				Containers:            []string{"app", supervisorName, proxyName},
+				Containers:            []string{supervisorName, "app", proxyName},
 				ShareProcessNamespace: true,
 				SupervisorEnv:         supervisorEnv("Never", "app"),
 				SupervisorUser:        "1337",
+			},
+		},
+		{
+			// The values' half of the template's test (the other half, the
+			// pod's ProxyConfig, is in injectCases).
+			name:   "global.proxy.holdApplicationUntilProxyStarts, job: istio-proxy first, the supervisor last",
+			values: map[string]any{"global": map[string]any{"proxy": map[string]any{"holdApplicationUntilProxyStarts": true}}},
+			in:     job("sleep", corev1.RestartPolicyNever, nil, "app"),
+			want: podShape{
+				InitContainers:        []string{"istio-init"},
+				Containers:            []string{proxyName, "app", supervisorName},
+				ShareProcessNamespace: true,
+				SupervisorEnv:         withoutAfterApps(supervisorEnv("Never", "app")),
+				SupervisorUser:        "1337",
+				Hold:                  holdShape{PostStart: []string{"pilot-agent", "wait"}},
 			},
 		},
 	} {
@@ -340,6 +357,7 @@ func TestHoldWithIstioValues(t *testing.T) {
 			if diff := cmp.Diff(tc.want, shapeOf(pod.Spec)); diff != "" {
 				t.Errorf("injected pod (-want +got):\n%s\n%s", diff, dump(pod))
 			}
+			checkOrder(t, pod.Spec, true)
 			checkSupervisorBasics(t, pod.Spec, wantBasics(false))
 			checkUnique(t, pod.Spec)
 			checkTemplateOutput(t, in, injectCase{in: tc.in, want: tc.want})

@@ -92,12 +92,14 @@ func podTemplate(restart corev1.RestartPolicy, annotations map[string]string, co
 const quitURL = "http://127.0.0.1:15020/quitquitquit"
 
 // supervisorEnv is the environment the template gives the supervisor when no
-// annotation asks for more. apps is the app containers' names, comma-
-// separated, which it counts too; a number is the app-containers
-// annotation's count, which replaces the names.
+// annotation asks for more, where istio-proxy goes last (so with
+// SUPERVISOR_AFTER_APPS; see withoutAfterApps). apps is the app containers'
+// names, comma-separated, which it counts too; a number is the
+// app-containers annotation's count, which replaces the names.
 func supervisorEnv(restart string, apps string, extra ...string) map[string]string {
 	env := map[string]string{
 		"SUPERVISOR_RESTART_POLICY": restart,
+		afterAppsVar:                proxyName,
 		"SUPERVISOR_ON_SUCCESS":     quitURL,
 		"GOMEMLIMIT":                "resourceFieldRef:limits.memory",
 	}
@@ -112,6 +114,15 @@ func supervisorEnv(restart string, apps string, extra ...string) map[string]stri
 	for i := 0; i+1 < len(extra); i += 2 {
 		env[extra[i]] = extra[i+1]
 	}
+	return env
+}
+
+// withoutAfterApps is env without SUPERVISOR_AFTER_APPS: the supervisor's
+// environment where it comes after the apps (the template with
+// holdApplicationUntilProxyStarts, where istio-proxy starts before them; the
+// hand-written manifests).
+func withoutAfterApps(env map[string]string) map[string]string {
+	delete(env, afterAppsVar)
 	return env
 }
 
@@ -166,8 +177,10 @@ func injectCases(t *testing.T) (cases []injectCase) {
 	handWritten.Namespace = namespace
 
 	quit := quitURL
+	// The template's order where istio-proxy goes last: the supervisor
+	// first, watching before any app starts.
 	withSupervisor := func(apps ...string) []string {
-		return append(apps, supervisorName, proxyName)
+		return append(append([]string{supervisorName}, apps...), proxyName)
 	}
 	hostPID := func(o runtime.Object) runtime.Object {
 		podTemplateFor(o).Spec.HostPID = true
@@ -187,7 +200,7 @@ func injectCases(t *testing.T) (cases []injectCase) {
 		// A sidecar the supervisor knows, added as a regular container (as
 		// Dapr's injector does): not an app.
 		{name: "job with daprd: not an app", in: job("dapr", corev1.RestartPolicyNever, nil, "app", "daprd"),
-			want: podShape{InitContainers: []string{"istio-init"}, Containers: []string{"app", "daprd", supervisorName, proxyName},
+			want: podShape{InitContainers: []string{"istio-init"}, Containers: []string{supervisorName, "app", "daprd", proxyName},
 				ShareProcessNamespace: true, SupervisorEnv: supervisorEnv("Never", "app"), SupervisorUser: "1337"}},
 		// The API server refuses hostPID with shareProcessNamespace: the
 		// pod must stay valid, without the supervisor or the hold.
@@ -202,15 +215,26 @@ func injectCases(t *testing.T) (cases []injectCase) {
 	}
 	defer func() { cases = append(cases, skipped...) }()
 	return []injectCase{
+		// The default: the supervisor first, istio-proxy last, and
+		// SUPERVISOR_AFTER_APPS naming istio-proxy, whose start tells the
+		// supervisor that the kubelet has passed the apps. Written out here
+		// rather than through withSupervisor and supervisorEnv.
 		{
 			name: "job busybox sleep 10",
 			in:   job("sleep", corev1.RestartPolicyNever, nil, "app"),
 			want: podShape{
 				InitContainers:        []string{"istio-init"},
-				Containers:            withSupervisor("app"),
+				Containers:            []string{supervisorName, "app", proxyName},
 				ShareProcessNamespace: true,
-				SupervisorEnv:         supervisorEnv("Never", "app"),
-				SupervisorUser:        "1337",
+				SupervisorEnv: map[string]string{
+					"SUPERVISOR_RESTART_POLICY": "Never",
+					"SUPERVISOR_APP_CONTAINERS": "1",
+					"SUPERVISOR_APPS":           "app",
+					"SUPERVISOR_AFTER_APPS":     "istio-proxy",
+					"SUPERVISOR_ON_SUCCESS":     quitURL,
+					"GOMEMLIMIT":                "resourceFieldRef:limits.memory",
+				},
+				SupervisorUser: "1337",
 			},
 		},
 		{
@@ -346,6 +370,8 @@ func injectCases(t *testing.T) (cases []injectCase) {
 			},
 			templateAlone: "job",
 		},
+		// istio-proxy starts before the apps, so it cannot mark their end:
+		// the supervisor goes after them, without SUPERVISOR_AFTER_APPS.
 		{
 			name: "holdApplicationUntilProxyStarts puts istio-proxy first, the supervisor last",
 			in: job("hold", corev1.RestartPolicyNever,
@@ -354,7 +380,7 @@ func injectCases(t *testing.T) (cases []injectCase) {
 				InitContainers:        []string{"istio-init"},
 				Containers:            []string{proxyName, "app", supervisorName},
 				ShareProcessNamespace: true,
-				SupervisorEnv:         supervisorEnv("Never", "app"),
+				SupervisorEnv:         withoutAfterApps(supervisorEnv("Never", "app")),
 				SupervisorUser:        "1337",
 				Hold:                  holdShape{PostStart: []string{"pilot-agent", "wait"}},
 			},
@@ -391,14 +417,15 @@ func injectCases(t *testing.T) (cases []injectCase) {
 		{
 			name: "hand-written deploy/job.yaml keeps its own supervisor",
 			in:   &handWritten,
+			// After the app, as written, without SUPERVISOR_AFTER_APPS.
 			want: podShape{
 				InitContainers:        []string{"istio-init"},
-				Containers:            withSupervisor("app"),
+				Containers:            []string{"app", supervisorName, proxyName},
 				ShareProcessNamespace: true,
-				SupervisorEnv: supervisorEnv("Never", "app",
+				SupervisorEnv: withoutAfterApps(supervisorEnv("Never", "app",
 					"SUPERVISOR_ON_FAILURE", "SIGKILL",
 					"SUPERVISOR_STOP_TIMEOUT", "30s",
-					"SUPERVISOR_EXIT_STATUS", "auto"),
+					"SUPERVISOR_EXIT_STATUS", "auto")),
 				SupervisorUser: "1337",
 			},
 		},
@@ -483,8 +510,10 @@ func setNativeSidecarMode(t *testing.T, mode features.NativeSidecarMode) {
 // checkTemplateOutput renders our template alone, as istiod does (same
 // parsed template, same data), and decodes what it emits strictly as a Pod:
 // the injector itself would silently drop a misspelt field. It checks that
-// the patch holds exactly the parts of its mode and the order directives
-// that keep the pod's own containers first.
+// the patch holds exactly the parts of its mode and the order directives:
+// the pod's own containers in their order, the supervisor before them or
+// after them as istio-proxy goes last or first, the hold's additions after
+// them.
 func checkTemplateOutput(t *testing.T, in istioInstall, tc injectCase) {
 	pod := podFor(tc.in)
 	// The pod's ProxyConfig: the mesh's defaultConfig under the pod's
@@ -554,9 +583,17 @@ func checkTemplateOutput(t *testing.T, in istioInstall, tc injectCase) {
 			len(patch.Spec.InitContainers) != 0 || len(patch.Spec.Volumes) != 0 {
 			t.Errorf("template output should add exactly the supervisor container:\n%s", rendered)
 		}
-		wantOrders = map[string][]string{
-			"containers": append(shapeOf(pod.Spec).Containers, supervisorName),
+		// Where Istio's injector puts istio-proxy (reorderPod's own test):
+		// last by default, and the supervisor then goes before the pod's
+		// containers; first with holdApplicationUntilProxyStarts, and the
+		// supervisor then goes after them.
+		proxyFirst := meshCfg.GetDefaultConfig().GetHoldApplicationUntilProxyStarts().GetValue() ||
+			in.Values.Struct().GetGlobal().GetProxy().GetHoldApplicationUntilProxyStarts().GetValue()
+		order := append([]string{supervisorName}, shapeOf(pod.Spec).Containers...)
+		if proxyFirst {
+			order = append(shapeOf(pod.Spec).Containers, supervisorName)
 		}
+		wantOrders = map[string][]string{"containers": order}
 	case "hold":
 		// istio-proxy gets only what the hold needs; Istio's own fields stay.
 		proxy := findContainer(patch.Spec, proxyName)
@@ -810,7 +847,7 @@ func dump(v any) string {
 func TestNativeSidecarAutoDetection(t *testing.T) {
 	checkNativeAutoDetection(t, job("auto", corev1.RestartPolicyNever, nil, "app"), podShape{
 		InitContainers:        []string{"istio-init"},
-		Containers:            []string{"app", supervisorName, proxyName},
+		Containers:            []string{supervisorName, "app", proxyName},
 		ShareProcessNamespace: true,
 		SupervisorEnv:         supervisorEnv("Never", "app"),
 		SupervisorUser:        "1337",

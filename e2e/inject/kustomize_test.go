@@ -152,6 +152,9 @@ func TestKustomizeComponent(t *testing.T) {
 				if diff := cmp.Diff(tc.wantInjected, shapeOf(pod.Spec)); diff != "" {
 					t.Errorf("injected pod (-want +got):\n%s\n%s", diff, dump(pod))
 				}
+				// The component's supervisor stays after the apps, without
+				// SUPERVISOR_AFTER_APPS; only istio-proxy follows it.
+				checkOrder(t, pod.Spec, true)
 				checkSupervisorBasics(t, pod.Spec, wantBasics(false))
 				checkUnique(t, pod.Spec)
 			})
