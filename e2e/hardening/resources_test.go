@@ -2,6 +2,7 @@ package hardening
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -50,16 +51,20 @@ func churnBounds(t *testing.T, be scenarios.Builder) {
 	b, err := be.Build(scenarios.Desc{Name: "churn",
 		Apps: []scenarios.App{{Name: "early", UID: 1000}, {Name: "late", UID: 1000}},
 		SupervisorEnv: append(append([]string{}, fast...), "SUPERVISOR_APP_CONTAINERS=3", "SUPERVISOR_APPS=early,late,third",
-			"SUPERVISOR_APP_START_TIMEOUT=15s", "SUPERVISOR_SCAN_INTERVAL=10ms")})
+			"SUPERVISOR_APP_START_TIMEOUT=30s", "SUPERVISOR_SCAN_INTERVAL=10ms")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// early churns at once, during discovery; late churns once discovery
-	// has given up on the third app, during the wait. Each churned process
-	// stays a zombie for 5ms, as a shell's background jobs do.
+	// early churns at once, during discovery (4000 took 11.6 s on a loaded
+	// CI machine, within the 30 s look); late churns once discovery has
+	// given up on the third app, during the wait: the test starts it then,
+	// through a file (a fixed delay raced the supervisor's own start under
+	// load). Each churned process stays a zombie for 5ms, as a shell's
+	// background jobs do.
 	early, earlyRec := hostileArgv(b, "early", "--churn", churn, "--churn-par", "4", "--zombie", "5ms", "--sleep", "9s")
+	goInside, goHost := triggerFile(b, "late", "late.go")
 	late, lateRec := hostileArgv(b, "late", "--churn", churn, "--churn-par", "4", "--zombie", "5ms",
-		"--churn-delay", "16s", "--sleep", "1s")
+		"--churn-after", goInside, "--sleep", "1s")
 	container(&b.Spec, "early").Argv = early
 	container(&b.Spec, "late").Argv = late
 	p := scenarios.Start(t, b)
@@ -78,11 +83,13 @@ func churnBounds(t *testing.T, be scenarios.Builder) {
 	s.mu.Unlock()
 
 	// Phase 2: waiting while late churns.
-	waitUntil(t, time.Minute, "late's churn", func() bool { return slices.Contains(scenarios.Record(lateRec), "churning "+churn) })
-	out = p.Logs("supervisor")
-	if len(logLines(out, missingApps)) != 1 {
-		t.Fatalf("late churned before discovery ended, or discovery never gave up on the third app: the churn did not happen while the supervisor waited, or something was taken for an app\n%s", messages(out))
+	waitUntil(t, time.Minute, "discovery to give up on the third app", func() bool {
+		return len(logLines(p.Logs("supervisor"), missingApps)) == 1
+	})
+	if err := os.WriteFile(goHost, nil, 0o644); err != nil {
+		t.Fatal(err)
 	}
+	waitUntil(t, time.Minute, "late's churn", func() bool { return slices.Contains(scenarios.Record(lateRec), "churning "+churn) })
 	waitUntil(t, time.Minute, "late's churn", func() bool { return slices.Contains(scenarios.Record(lateRec), "churned "+churn) })
 	s.mu.Lock()
 	fds2, hwm2, rss2 := s.maxFDs, s.hwmKB, s.rssKB
@@ -143,6 +150,13 @@ func hostileArgv(b scenarios.Built, name string, args ...string) (argv []string,
 	}
 	argv = append([]string{podsim, "hostile", "--record", filepath.Join(dir, name+".record")}, args...)
 	return argv, filepath.Join(hostDir, name+".record")
+}
+
+// triggerFile is a file of the app's record directory, by its path inside
+// the container and on the host.
+func triggerFile(b scenarios.Built, app, name string) (inside, host string) {
+	_, rec := hostileArgv(b, app)
+	return filepath.Join(filepath.Dir(recordArg(container(&b.Spec, app).Argv)), name), filepath.Join(filepath.Dir(rec), name)
 }
 
 // recordArg is the --record argument of a podsim app command.

@@ -37,6 +37,8 @@ const modeEnv = "PODSIM_MODE"
 //	                "churned N" after
 //	--churn-par P   (default 4)
 //	--churn-delay D wait D before the churn
+//	--churn-after F wait until file F exists before the churn (at most 5
+//	                minutes, then fail): a test's trigger
 //	--zombie D      reap each churned process only D after starting it: it
 //	                stays a zombie meanwhile, as a shell's background jobs do
 //	--sleep D       then exit with --exit N (after the churn); 0: run until
@@ -58,6 +60,7 @@ func hostile(args []string) error {
 	churn := fs.Int("churn", 0, "")
 	churnPar := fs.Int("churn-par", 4, "")
 	churnDelay := fs.Duration("churn-delay", 0, "")
+	churnAfter := fs.String("churn-after", "", "")
 	zombie := fs.Duration("zombie", 0, "")
 	sleep := fs.Duration("sleep", 0, "")
 	code := fs.Int("exit", 0, "")
@@ -117,6 +120,11 @@ func hostile(args []string) error {
 	}
 	if *churn > 0 {
 		time.Sleep(*churnDelay)
+		if *churnAfter != "" {
+			if err := waitFile(*churnAfter, 5*time.Minute); err != nil {
+				return err
+			}
+		}
 		rec.log("churning %d", *churn)
 		if err := churnProcs(*churn, max(*churnPar, 1), *zombie); err != nil {
 			return err
@@ -244,4 +252,14 @@ func exitCode(args []string) error {
 	}
 	os.Exit(code)
 	return nil
+}
+
+// waitFile waits until path exists, for at most limit.
+func waitFile(path string, limit time.Duration) error {
+	for end := time.Now().Add(limit); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(path); err == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s did not appear within %s", path, limit)
 }
