@@ -1,7 +1,9 @@
 package procscan
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -15,12 +17,26 @@ import (
 // whether a scan could find anything new. It names no one (threads, probes
 // and exec'd commands take PIDs too), and it says nothing of processes
 // that came and went: only a scan does.
+//
+// The file stays open: each call is one pread, which the kernel answers
+// afresh from offset 0. It is called every few milliseconds while the apps
+// are looked for, by a supervisor whose CPU limit is tens of millicores.
 func (s *Scanner) LastPID() (int, error) {
-	b, err := os.ReadFile(s.root + "/loadavg")
-	if err != nil {
+	l := &s.loadavg
+	l.Lock()
+	defer l.Unlock()
+	if l.f == nil {
+		f, err := os.Open(s.root + "/loadavg")
+		if err != nil {
+			return 0, err
+		}
+		l.f = f
+	}
+	n, err := l.f.ReadAt(l.buf[:], 0)
+	if err != nil && !errors.Is(err, io.EOF) {
 		return 0, err
 	}
-	return parseLastPID(string(b))
+	return parseLastPID(string(l.buf[:n]))
 }
 
 // parseLastPID reads "0.20 0.18 0.12 1/80 11206".

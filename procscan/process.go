@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/prometheus/procfs"
@@ -87,6 +88,12 @@ func (p Process) IsZombie() bool { return p.State == "Z" }
 type Scanner struct {
 	fs   procfs.FS
 	root string
+	// loadavg is /proc/loadavg, kept open for LastPID.
+	loadavg struct {
+		sync.Mutex
+		f   *os.File
+		buf [128]byte
+	}
 }
 
 // NewScanner returns a Scanner over the proc filesystem mounted at root
