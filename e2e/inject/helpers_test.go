@@ -340,7 +340,7 @@ func wantBasics(ptrace bool) supervisorBasics {
 		ImagePullPolicy:          corev1.PullIfNotPresent,
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		Requests:                 map[string]string{"cpu": "5m", "memory": "16Mi"},
-		Limits:                   map[string]string{"cpu": "50m", "memory": "32Mi"},
+		Limits:                   map[string]string{"cpu": "200m", "memory": "32Mi"},
 		ReadOnlyRootFilesystem:   true,
 		AllowPrivilegeEscalation: false,
 		RunAsNonRoot:             !ptrace,
