@@ -38,7 +38,8 @@ const (
 	// native: istio-proxy an init container with restartPolicy Always, and
 	// our template kept out (no supervisor anywhere).
 	native
-	// supervised: the template added the supervisor after the app.
+	// supervised: the template added the supervisor before the app
+	// (istio-proxy last).
 	supervised
 )
 
@@ -115,7 +116,7 @@ func approaches(appSeconds int) []approach {
 		shape:   supervised,
 	}, {
 		key:     "sup-quick",
-		title:   "supervisor, app gone before its first look (the app is `" + stamp + "` alone, milliseconds; the template's default: success → %s)",
+		title:   "supervisor, an app of milliseconds (the app is `" + stamp + "` alone; the template's default: success → %s)",
 		argv:    []string{stamp},
 		restart: corev1.RestartPolicyNever,
 		shape:   supervised,
@@ -171,7 +172,7 @@ func (a approach) check(p *corev1.Pod) (problem, onSuccess string) {
 	case classic:
 		want = []string{appName, proxyName}
 	case supervised:
-		want = []string{appName, supervisorName, proxyName}
+		want = []string{supervisorName, appName, proxyName}
 	}
 	if !slices.Equal(ctrs, want) || !slices.Equal(inits, wantInit) {
 		return fmt.Sprintf("containers %v and init containers %v, want %v and %v", ctrs, inits, want, wantInit), ""
@@ -180,11 +181,14 @@ func (a approach) check(p *corev1.Pod) (problem, onSuccess string) {
 		return "", ""
 	}
 	env := map[string]string{}
-	for _, v := range p.Spec.Containers[1].Env {
+	for _, v := range p.Spec.Containers[0].Env {
 		env[v.Name] = v.Value
 	}
 	if got := env["SUPERVISOR_RESTART_POLICY"]; got != string(a.restart) {
 		return fmt.Sprintf("supervisor has SUPERVISOR_RESTART_POLICY %q, want %q", got, a.restart), ""
+	}
+	if got := env["SUPERVISOR_AFTER_APPS"]; got != proxyName {
+		return fmt.Sprintf("supervisor has SUPERVISOR_AFTER_APPS %q, want %q", got, proxyName), ""
 	}
 	onSuccess = env["SUPERVISOR_ON_SUCCESS"]
 	if a.onSuccess != "" && onSuccess != a.onSuccess {

@@ -22,8 +22,8 @@ import (
 
 // The apps run 10 s at least: with every case at once on two cores, the
 // kubelet may take seconds between starting an app and starting the
-// supervisor after it, and an app done before the supervisor's first look
-// is a case of its own (SUPERVISOR_APP_START_TIMEOUT), not these.
+// supervisor after it (the manifests by hand put it there), and an app of
+// milliseconds is a case of its own (millisecondApps), not these.
 const (
 	// jobLimit bounds a Job's run: image already on the node, pilot-agent's
 	// 5 s drain, the kubelet's 10 s back-off before a retry or a restart,
@@ -58,6 +58,7 @@ func TestJobs(t *testing.T) {
 			{"exit 0 completes", e.exitZero},
 			{"exit 0, on-success SIGTERM: pilot-agent drains", e.exitZeroDrain},
 			{"quick apps as istio-proxy starts", e.quickApps},
+			{"apps of milliseconds", e.millisecondApps},
 			{"native sidecar of its own", e.nativeSidecarOfItsOwn},
 			{"ephemeral container left running", e.ephemeralLeftRunning},
 			{"OnFailure two apps, one failing twice", e.onFailureTwoApps},
@@ -284,6 +285,64 @@ func (e *env) quickApps(ctx context.Context, t *testing.T) {
 			t.Errorf("job %s: %d pods, want %d (none failed)", q.name, len(pods), q.completions)
 		}
 		t.Logf("job %s: %d pods Succeeded; the supervisor waited for pilot-agent's handler in %d", q.name, len(pods), waited)
+	}
+}
+
+// millisecondApps: issue 20.3. An app whose whole run takes milliseconds
+// (sh -c 'exit N'): the template puts the supervisor before it, and the
+// supervisor adopts the app while the runtime sets its container up (the
+// kubelet's mount names it as soon as runc's init has made it), so its
+// exit status is read and istio-proxy is stopped at once, with no look of
+// SUPERVISOR_APP_START_TIMEOUT: exit 0 completes the Job (quit), exit 3
+// fails it (SIGKILL), read through a pidfd, and through ptrace (the tracer
+// of runc's init, which then execs the app). The kubelet's timestamps are
+// whole seconds.
+func (e *env) millisecondApps(ctx context.Context, t *testing.T) {
+	ns := e.namespace(ctx, t, "millisecond-apps")
+	jobs := []struct {
+		name, script, method string
+	}{
+		{"ms-ok", "exit 0", "auto"},
+		{"ms-fail", "exit 3", "auto"},
+		{"ms-ptrace", "exit 3", "ptrace"},
+	}
+	for _, jb := range jobs {
+		j := newJob(jb.name, corev1.RestartPolicyNever, 0, app("app", jb.script))
+		if jb.method != "auto" {
+			j.Spec.Template.Annotations = map[string]string{"supervisor.sidecar-supervisor.io/exit-status": jb.method}
+		}
+		e.createJob(ctx, t, ns, j)
+	}
+	for _, jb := range jobs {
+		cond := e.waitJob(ctx, t, ns, jb.name, jobLimit)
+		p := e.onePod(ctx, t, ns, jb.name)
+		e.checkInjected(t, p, shape{apps: []string{"app"}, supervisor: true,
+			supervisorEnv: map[string]string{"SUPERVISOR_APPS": "app", "SUPERVISOR_AFTER_APPS": proxyName}})
+		app := terminated(t, p, "app")
+		if d := terminated(t, p, proxyName).FinishedAt.Sub(app.FinishedAt.Time); d > 5*time.Second {
+			t.Errorf("pod %s: istio-proxy finished %s after the app, want at once (no look of SUPERVISOR_APP_START_TIMEOUT)", p.Name, d)
+		}
+		if jb.script == "exit 0" {
+			if cond.Type != batchv1.JobComplete {
+				t.Fatalf("job %s ended %s (%s: %s), want Complete", jb.name, cond.Type, cond.Reason, cond.Message)
+			}
+			e.checkSucceeded(ctx, t, p, []string{"app"}, "success: {app} exit 0", quit)
+			continue
+		}
+		if cond.Type != batchv1.JobFailed {
+			t.Fatalf("job %s ended %s (%s: %s), want Failed", jb.name, cond.Type, cond.Reason, cond.Message)
+		}
+		if p.Status.Phase != corev1.PodFailed {
+			t.Errorf("pod %s is %s, want Failed", p.Name, p.Status.Phase)
+		}
+		wantExit(t, p, "app", 3)
+		wantExit(t, p, proxyName, 137)
+		method := logPidfd
+		if jb.method == "ptrace" {
+			method = logPtrace
+		}
+		e.checkSupervisor(ctx, t, p, "failure: {app} exit 3; action SIGKILL",
+			method, logFound, logExited, logDecision, logStopped, logDone)
 	}
 }
 

@@ -171,8 +171,19 @@ type shape struct {
 // built for the cluster, and a shared PID namespace where the supervisor is.
 func (e *env) checkInjected(t *testing.T, p corev1.Pod, want shape) {
 	t.Helper()
-	wantNames := slices.Clone(want.apps)
-	if want.supervisor {
+	// The template puts the supervisor first, telling it that istio-proxy
+	// (last) starts after the apps; the manifests by hand put it after the
+	// apps.
+	sup := findContainer(p.Spec, supervisorName)
+	first := sup != nil && slices.ContainsFunc(sup.Env, func(v corev1.EnvVar) bool {
+		return v.Name == "SUPERVISOR_AFTER_APPS" && v.Value == proxyName
+	})
+	var wantNames []string
+	if want.supervisor && first {
+		wantNames = append(wantNames, supervisorName)
+	}
+	wantNames = append(wantNames, want.apps...)
+	if want.supervisor && !first {
 		wantNames = append(wantNames, supervisorName)
 	}
 	wantNames = append(wantNames, proxyName)
@@ -188,7 +199,6 @@ func (e *env) checkInjected(t *testing.T, p corev1.Pod, want shape) {
 	if c := findContainer(p.Spec, proxyName); c != nil && c.Image != e.proxyImage {
 		t.Errorf("pod %s: istio-proxy image %s, want %s", p.Name, c.Image, e.proxyImage)
 	}
-	sup := findContainer(p.Spec, supervisorName)
 	if sup == nil {
 		return
 	}
