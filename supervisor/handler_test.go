@@ -124,16 +124,44 @@ func TestHTTPNeverAnswers(t *testing.T) {
 // refused is a connection refused, as net.Dial wraps it.
 var refused = &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
 
-// TestHTTPNotRetriedOnceSent: a POST that reached the sidecar but got no
-// answer (it may have stopped at once) is not sent again: SIGTERM follows.
-func TestHTTPNotRetriedOnceSent(t *testing.T) {
-	h := startWith(t, testConfig(t, "SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit", "SUPERVISOR_HTTP_TIMEOUT=200ms"), func(h *harness) {
+// TestHTTPResentWhenNoAnswer: a POST that reached the sidecar and got no
+// answer, the sidecar still up a second later (pilot-agent drops a
+// /quitquitquit that comes just after its status port opens), is sent
+// again; answered, it is the stop: no SIGTERM.
+func TestHTTPResentWhenNoAnswer(t *testing.T) {
+	h := startWith(t, testConfig(t, "SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit", "SUPERVISOR_HTTP_TIMEOUT=5s"), func(h *harness) {
+		h.answer = func(n int) (int, error) {
+			if n == 1 {
+				return 0, errors.New("read status line: EOF")
+			}
+			go h.kernel.proc(100).exit(exited(0))
+			return 200, nil
+		}
+	}, container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+	h.proc(10).exit(exited(0))
+	res := h.finish(Success)
+	if n := len(h.postsSent()); n != 2 {
+		t.Errorf("%d POSTs, want 2", n)
+	}
+	if strings.Contains(res.Summary, "POST failed") {
+		t.Errorf("summary %q", res.Summary)
+	}
+	waitLog(t, h, `"message":"http action got no answer and the sidecar runs on: sending it again"`)
+}
+
+// TestHTTPNoAnswerEver: no answer to any POST and the sidecar runs on:
+// sent again until HTTP_TIMEOUT, then SIGTERM.
+func TestHTTPNoAnswerEver(t *testing.T) {
+	h := startWith(t, testConfig(t, "SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit", "SUPERVISOR_HTTP_TIMEOUT=3s"), func(h *harness) {
 		h.answer = func(int) (int, error) { return 0, errors.New("read status line: EOF") }
 	}, container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
 	h.proc(10).exit(exited(0))
-	h.finish(Success, "SIGTERM 100")
-	if n := len(h.postsSent()); n != 1 {
-		t.Errorf("%d POSTs, want 1", n)
+	res := h.finish(Success, "SIGTERM 100")
+	if n := len(h.postsSent()); n < 2 {
+		t.Errorf("%d POSTs, want it sent again (every second) until the bound", n)
+	}
+	if !strings.Contains(res.Summary, "POST failed (read status line: EOF), sent SIGTERM") {
+		t.Errorf("summary %q", res.Summary)
 	}
 }
 

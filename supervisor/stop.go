@@ -149,17 +149,11 @@ func (r *run) act(ctx context.Context, sidecars []*sidecar) state {
 			u := act.URL.String()
 			ok, done := posted[u]
 			if !done {
-				code, err := r.postUntilAnswered(ctx, act.URL, s)
+				code, stopped, err := r.postUntilAnswered(ctx, act.URL, s)
 				if ctx.Err() != nil {
 					return r.deleted
 				}
-				ok = err == nil && code >= 200 && code <= 299
-				if err != nil && !errors.Is(err, syscall.ECONNREFUSED) && r.exitsWithin(ctx, s, r.cfg.HTTPTimeout) {
-					// The request reached it, and it stopped before its
-					// answer was read (pilot-agent's and cloud-sql-proxy's
-					// quit can exit before the 200 is flushed).
-					ok, code, err = true, 0, nil
-				}
+				ok = stopped || err == nil && code >= 200 && code <= 299
 				posted[u] = ok
 				if ok {
 					// status 0: the answer was lost, the sidecar stopped.
@@ -208,32 +202,70 @@ func (r *run) exitsWithin(ctx context.Context, s *sidecar, d time.Duration) bool
 	return false
 }
 
-// postUntilAnswered POSTs an HTTP action, again every ScanInterval while
-// nothing listens (a sidecar still starting: connection refused), until
-// HTTPTimeout has passed since the first try, or s has exited. Only a
-// refused connection is tried again: a request that reached the sidecar
-// may have stopped it before it answered (pilot-agent's /quitquitquit can
-// exit before its 200 is read), and must not be sent twice.
-func (r *run) postUntilAnswered(ctx context.Context, u *url.URL, s *sidecar) (int, error) {
+// lostAnswerWait is how long a sidecar that got the POST but closed the
+// connection without an answer is given to exit before it is sent again.
+const lostAnswerWait = time.Second
+
+// postUntilAnswered POSTs an HTTP action until it is answered or s exits,
+// for at most HTTPTimeout from the first try. stopped means s exited
+// meanwhile: the action worked, whatever the answer. Two failures are
+// tried again: a refused connection (nothing listens yet: a sidecar still
+// starting), every ScanInterval; and a request that reached the sidecar
+// and got no answer (the connection closed or reset), once the sidecar is
+// still up lostAnswerWait later. pilot-agent's and cloud-sql-proxy's quit
+// can exit before their 200 is flushed (then s exits, and that is the
+// stop), but pilot-agent also drops a /quitquitquit that comes in the
+// first ~100 ms after its status port opens (its handler panics on an
+// agent not yet made, the connection closes, and it runs on; seen on the
+// e2e cluster with apps of milliseconds): asked again, it quits. The stop
+// endpoints are idempotent. A sidecar that got a request and is still up
+// at the bound is given HTTPTimeout more to exit before the caller falls
+// back.
+func (r *run) postUntilAnswered(ctx context.Context, u *url.URL, s *sidecar) (code int, stopped bool, err error) {
 	deadline := time.Now().Add(r.cfg.HTTPTimeout)
-	for tries := 1; ; tries++ {
-		code, err := r.post(ctx, u, time.Until(deadline))
-		left := time.Until(deadline)
-		if err == nil || !errors.Is(err, syscall.ECONNREFUSED) || ctx.Err() != nil || left <= 0 || gone(s) {
-			return code, err
+	reached, logged := false, map[bool]bool{}
+	for {
+		code, err = r.post(ctx, u, time.Until(deadline))
+		if err == nil || ctx.Err() != nil {
+			return code, false, err
 		}
-		if tries == 1 {
-			r.log.Info().Str("url", u.Redacted()).Err(err).Str("timeout", r.cfg.HTTPTimeout.String()).
-				Msg("http action not answered yet: trying again until it is")
+		refused := errors.Is(err, syscall.ECONNREFUSED)
+		wait := min(r.cfg.ScanInterval, time.Until(deadline))
+		if !refused {
+			reached = true
+			if r.exitsWithin(ctx, s, min(lostAnswerWait, time.Until(deadline))) {
+				return 0, true, nil
+			}
+			wait = 0
 		}
-		t := time.NewTimer(min(r.cfg.ScanInterval, left))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return 0, ctx.Err()
-		case <-t.C:
+		if gone(s) {
+			return 0, true, nil
+		}
+		if ctx.Err() != nil || time.Until(deadline) <= 0 {
+			break
+		}
+		if !logged[refused] {
+			logged[refused] = true
+			msg := "http action not answered yet: trying again until it is"
+			if !refused {
+				msg = "http action got no answer and the sidecar runs on: sending it again"
+			}
+			r.log.Info().Str("url", u.Redacted()).Err(err).Str("timeout", r.cfg.HTTPTimeout.String()).Msg(msg)
+		}
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return 0, false, ctx.Err()
+			case <-t.C:
+			}
 		}
 	}
+	if ctx.Err() == nil && reached && r.exitsWithin(ctx, s, r.cfg.HTTPTimeout) {
+		return 0, true, nil
+	}
+	return code, false, err
 }
 
 // findSidecars holds the sidecars' main processes, waiting up to
