@@ -19,7 +19,7 @@ func TestConfigDefaults(t *testing.T) {
 	want := Config{
 		Sidecars: DefaultSidecars(), SidecarProcesses: []string{"pilot-agent", "linkerd2-proxy", "daprd", "consul-dataplane", "cloud-sql-proxy", "otelcol", "otelcol-contrib", "fluent-bit"},
 		AppContainers:   0,
-		AppStartTimeout: 30 * time.Second, AfterAppsTimeout: 10 * time.Minute, SidecarStartTimeout: 30 * time.Second, StopTimeout: 30 * time.Second,
+		AppStartTimeout: 30 * time.Second, AfterAppsTimeout: time.Hour, SidecarStartTimeout: 30 * time.Second, StopTimeout: 30 * time.Second,
 		OnSuccess: Action{Kind: ActionSignal, Signal: exitwatch.SIGTERM}, OnFailure: Action{Kind: ActionSignal, Signal: exitwatch.SIGKILL},
 		OnUnknown: Action{Kind: ActionSignal, Signal: exitwatch.SIGTERM}, HTTPTimeout: 5 * time.Second, DeletionGrace: 2 * time.Second,
 		ScanInterval: 100 * time.Millisecond, TerminationMessagePath: "/dev/termination-log", ExitStatus: exitwatch.Auto,
