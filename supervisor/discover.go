@@ -120,10 +120,12 @@ func (r *run) discover(ctx context.Context) (state, error) {
 			}
 		case now := <-fast:
 			n, err := r.scan.LastPID()
-			if err == nil && n == last && !hot(now) {
-				continue
+			if (err != nil || n == last) && !hot(now) {
+				continue // nothing new (a failed read leaves it to the tick)
 			}
-			last = n
+			if err == nil {
+				last = n
+			}
 			if err := scan(); err != nil {
 				return nil, err
 			}
