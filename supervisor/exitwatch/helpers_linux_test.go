@@ -50,7 +50,15 @@ func TestMain(m *testing.M) {
 	case "parent":
 		cmd := exec.Command(os.Args[0], os.Args[1:]...)
 		cmd.Env = append(os.Environ(), "HELPER=child")
-		cmd.Stdin, cmd.Stdout = os.Stdin, os.Stdout
+		// The child's output is relayed after its PID: written straight to
+		// the shared stdout, its "ready" could come first (seen once in CI:
+		// the test read "ready" for the PID).
+		cmd.Stdin = os.Stdin
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(100)
+		}
 		// Its own process group, whose link to the session is this
 		// process: never orphaned while the test runs. In the test's group,
 		// an exit elsewhere could orphan the group while the child is
@@ -63,6 +71,7 @@ func TestMain(m *testing.M) {
 			os.Exit(100)
 		}
 		fmt.Println(cmd.Process.Pid)
+		io.Copy(os.Stdout, out)
 		cmd.Wait()
 		os.Exit(0)
 	case "child":
