@@ -257,6 +257,7 @@ func checkOpens(t *testing.T, calls []straceCall, termLog string, appPID, sideca
 		termLog:          "the termination message it writes",
 		"/dev/null":      "os/exec: the exit probe's stdio",
 		"/etc/localtime": "the Go time package: the log's timestamps",
+		"/proc/loadavg":  "the kernel's last PID, read while the apps are looked for (procscan.LastPID)",
 		"/sys/kernel/mm/transparent_hugepage/hpage_pmd_size": "the Go runtime, at start",
 		// The Go runtime sizes GOMAXPROCS from its own cgroup's CPU limit
 		// (Go 1.25+): its own cgroup, never another container's.
