@@ -128,6 +128,7 @@ image_cloud_sql_proxy() {
 	# set", pkg/kubelet/kubelet_pods.go, shouldMountHostsFile), the one way
 	# we found for it to be missing. Not in Google's image; a test cluster's
 	# race kept out of the cases, not shown gone yet.
+	printf 'hosts: files dns\n' >"$ctx/nsswitch.conf"
 	printf '127.0.0.1\tlocalhost\n::1\tlocalhost\n' >"$ctx/hosts"
 	out="$(build_cached cloud-sql-proxy "$CLOUD_SQL_PROXY_IMAGE" "$ctx")"
 	rm -rf "$ctx"
