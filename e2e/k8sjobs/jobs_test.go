@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -288,6 +289,9 @@ func (e *env) quickApps(ctx context.Context, t *testing.T) {
 	}
 }
 
+// unnamedApp matches a summary that names the app by its cgroup's short ID.
+var unnamedApp = regexp.MustCompile(`^(?:success|failure): ([0-9a-f]{12}) exit [0-9]+;`)
+
 // millisecondApps: issue 20.3. An app whose whole run takes milliseconds
 // (sh -c 'exit N'), via the template (the supervisor first): the
 // supervisor adopts the app while the runtime sets its container up (the
@@ -352,8 +356,18 @@ func (e *env) millisecondApps(ctx context.Context, t *testing.T) {
 		if d := terminated(t, p, proxyName).FinishedAt.Sub(app.FinishedAt.Time); d > 5*time.Second {
 			t.Errorf("pod %s: istio-proxy finished %s after the app, want at once (no look of SUPERVISOR_APP_START_TIMEOUT)", p.Name, d)
 		}
+		// An app adopted at its last millisecond, its mounts already gone,
+		// is known by its cgroup's short ID instead of its name
+		// (procscan.Pod.Name): seen once in CI, its status read all the same.
+		name := "{app}"
+		if msg := status(t, p, supervisorName).State.Terminated; msg != nil {
+			if m := unnamedApp.FindStringSubmatch(msg.Message); m != nil {
+				name = m[1]
+				t.Logf("pod %s: the app was adopted at its exit, unnamed (%s)", p.Name, name)
+			}
+		}
 		if ok {
-			e.checkSucceeded(ctx, t, p, []string{"app"}, "success: {app} exit 0", quit)
+			e.checkSucceeded(ctx, t, p, []string{"app"}, "success: "+name+" exit 0", quit)
 			continue
 		}
 		wantExit(t, p, proxyName, 137)
@@ -361,7 +375,7 @@ func (e *env) millisecondApps(ctx context.Context, t *testing.T) {
 		if jb.method == "ptrace" {
 			method = logPtrace
 		}
-		e.checkSupervisor(ctx, t, p, "failure: {app} exit 3; action SIGKILL",
+		e.checkSupervisor(ctx, t, p, "failure: "+name+" exit 3; action SIGKILL",
 			method, logFound, logExited, logDecision, logStopped, logDone)
 	}
 	t.Logf("%d of %d apps of milliseconds adopted, their statuses read", len(jobs)-missed, len(jobs))
