@@ -70,13 +70,6 @@ func TestAfterAppsUnnamed(t *testing.T) {
 	}
 }
 
-// logged is the log so far.
-func (h *harness) logged() string {
-	h.logw.mu.Lock()
-	defer h.logw.mu.Unlock()
-	return h.log.String()
-}
-
 // TestAfterAppsConfig: a container cannot be both an app and one started
 // after the apps; the names are checked like the others.
 func TestAfterAppsConfig(t *testing.T) {

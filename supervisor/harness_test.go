@@ -331,6 +331,13 @@ type syncWriter struct {
 	w  *bytes.Buffer
 }
 
+// logged is the log so far.
+func (h *harness) logged() string {
+	h.logw.mu.Lock()
+	defer h.logw.mu.Unlock()
+	return h.log.String()
+}
+
 func (s *syncWriter) Write(b []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -115,15 +115,12 @@ func waitLog(t *testing.T, h *harness, s string) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
-		h.logw.mu.Lock()
-		ok := strings.Contains(h.log.String(), s)
-		h.logw.mu.Unlock()
-		if ok {
+		if strings.Contains(h.logged(), s) {
 			return
 		}
 		time.Sleep(time.Millisecond)
 	}
-	t.Fatalf("the log never said %s; log:\n%s", s, h.log)
+	t.Fatalf("the log never said %s; log:\n%s", s, h.logged())
 }
 
 // TestAlways: the sidecar is never stopped on an app's exit; SIGTERM ends

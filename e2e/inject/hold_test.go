@@ -338,14 +338,7 @@ func TestHoldWithIstioValues(t *testing.T) {
 			name:   "global.proxy.holdApplicationUntilProxyStarts, job: istio-proxy first, the supervisor last",
 			values: map[string]any{"global": map[string]any{"proxy": map[string]any{"holdApplicationUntilProxyStarts": true}}},
 			in:     job("sleep", corev1.RestartPolicyNever, nil, "app"),
-			want: podShape{
-				InitContainers:        []string{"istio-init"},
-				Containers:            []string{proxyName, "app", supervisorName},
-				ShareProcessNamespace: true,
-				SupervisorEnv:         withoutAfterApps(supervisorEnv("Never", "app")),
-				SupervisorUser:        "1337",
-				Hold:                  holdShape{PostStart: []string{"pilot-agent", "wait"}},
-			},
+			want:   proxyFirstJob(),
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

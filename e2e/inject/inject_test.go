@@ -126,6 +126,21 @@ func withoutAfterApps(env map[string]string) map[string]string {
 	return env
 }
 
+// proxyFirstJob is what a one-app Job becomes with
+// holdApplicationUntilProxyStarts, asked by the pod's ProxyConfig or by
+// the mesh-wide value: istio-proxy first (with its postStart), the
+// supervisor last, without SUPERVISOR_AFTER_APPS.
+func proxyFirstJob() podShape {
+	return podShape{
+		InitContainers:        []string{"istio-init"},
+		Containers:            []string{proxyName, "app", supervisorName},
+		ShareProcessNamespace: true,
+		SupervisorEnv:         withoutAfterApps(supervisorEnv("Never", "app")),
+		SupervisorUser:        "1337",
+		Hold:                  holdShape{PostStart: []string{"pilot-agent", "wait"}},
+	}
+}
+
 // everyAnnotation sets every tuning annotation, each to a value of its own.
 func everyAnnotation() map[string]string {
 	a := map[string]string{}
@@ -376,14 +391,7 @@ func injectCases(t *testing.T) (cases []injectCase) {
 			name: "holdApplicationUntilProxyStarts puts istio-proxy first, the supervisor last",
 			in: job("hold", corev1.RestartPolicyNever,
 				map[string]string{"proxy.istio.io/config": `{"holdApplicationUntilProxyStarts": true}`}, "app"),
-			want: podShape{
-				InitContainers:        []string{"istio-init"},
-				Containers:            []string{proxyName, "app", supervisorName},
-				ShareProcessNamespace: true,
-				SupervisorEnv:         withoutAfterApps(supervisorEnv("Never", "app")),
-				SupervisorUser:        "1337",
-				Hold:                  holdShape{PostStart: []string{"pilot-agent", "wait"}},
-			},
+			want: proxyFirstJob(),
 		},
 		{
 			name: "istio-proxy as root (capNetBindService): quit over HTTP, not signals",
