@@ -165,8 +165,8 @@ func holdCases(t *testing.T) []injectCase {
 		},
 		{
 			name:  "image annotation sets the install container's image",
-			in:    annotate(deployment("web", "web"), annotationPrefix+"image", "registry.example.com/mirror/sidecar-supervisor:v0.1.0"),
-			image: "registry.example.com/mirror/sidecar-supervisor:v0.1.0",
+			in:    annotate(deployment("web", "web"), annotationPrefix+"image", mirrorImage),
+			image: mirrorImage,
 			want:  withHold(inits, []string{"web", proxyName}, wantHold("20s")),
 		},
 		{
@@ -268,19 +268,31 @@ func holdCases(t *testing.T) []injectCase {
 // container follows the pod's init containers, after istio-validation. Jobs
 // get the supervisor first, or last where the mesh-wide
 // holdApplicationUntilProxyStarts puts istio-proxy first.
-func TestHoldWithIstioValues(t *testing.T) {
+// valuesCase is a pod injected by an istiod installed with other values:
+// values is merged over values-supervisor.yaml as helm would.
+type valuesCase struct {
+	name   string
+	values map[string]any
+	in     runtime.Object
+	want   podShape
+	image  string
+}
+
+// valuesCases: a mesh-wide istio-proxy lifecycle with a preStop keeps the
+// pod out of the hold (and its hook stays); one with only a postStart is
+// merged with the hold; the mesh-wide switches (the hold off, the image) and
+// the pod's way back in; with Istio's CNI the install container follows the
+// pod's init containers, after istio-validation. Jobs get the supervisor
+// first, or last where the mesh-wide holdApplicationUntilProxyStarts puts
+// istio-proxy first.
+func valuesCases() []valuesCase {
 	withInit := edit(deployment("web", "web"), func(p *corev1.PodTemplateSpec) {
 		p.Spec.InitContainers = []corev1.Container{{Name: "migrate", Image: "busybox:1.37"}}
 	})
 	hook := func(cmd ...string) map[string]any {
 		return map[string]any{"exec": map[string]any{"command": cmd}}
 	}
-	for _, tc := range []struct {
-		name   string
-		values map[string]any
-		in     runtime.Object
-		want   podShape
-	}{
+	return []valuesCase{
 		{
 			name:   "global.proxy.lifecycle with a preStop: no hold",
 			values: map[string]any{"global": map[string]any{"proxy": map[string]any{"lifecycle": map[string]any{"preStop": hook("sleep", "5")}}}},
@@ -340,7 +352,29 @@ func TestHoldWithIstioValues(t *testing.T) {
 			in:     job("sleep", corev1.RestartPolicyNever, nil, "app"),
 			want:   proxyFirstJob(),
 		},
-	} {
+		{
+			name:   "pilot.env.SIDECAR_SUPERVISOR_IMAGE: the image mesh-wide",
+			values: map[string]any{"pilot": map[string]any{"env": map[string]any{"SIDECAR_SUPERVISOR_IMAGE": mirrorImage}}},
+			in:     job("sleep", corev1.RestartPolicyNever, nil, "app"),
+			image:  mirrorImage,
+			want: podShape{
+				InitContainers:        []string{"istio-init"},
+				Containers:            []string{supervisorName, "app", proxyName},
+				ShareProcessNamespace: true,
+				SupervisorEnv:         supervisorEnv("Never", "app"),
+				SupervisorUser:        "1337",
+			},
+		},
+	}
+}
+
+// mirrorImage is the supervisor's image as a private mirror serves it.
+const mirrorImage = "registry.example.com/mirror/sidecar-supervisor:v0.1.0"
+
+// TestHoldWithIstioValues renders istiod's chart with the values of each of
+// valuesCases in turn and runs its pod through istiod's webhook.
+func TestHoldWithIstioValues(t *testing.T) {
+	for _, tc := range valuesCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			in, err := injector.RenderHelm(tc.values)
 			if err != nil {
@@ -350,10 +384,11 @@ func TestHoldWithIstioValues(t *testing.T) {
 			if diff := cmp.Diff(tc.want, shapeOf(pod.Spec)); diff != "" {
 				t.Errorf("injected pod (-want +got):\n%s\n%s", diff, dump(pod))
 			}
+			tcase := injectCase{in: tc.in, want: tc.want, image: tc.image}
 			checkOrder(t, pod.Spec, true)
-			checkSupervisorBasics(t, pod.Spec, wantBasics(false))
+			checkSupervisorBasics(t, pod.Spec, tcase.basics())
 			checkUnique(t, pod.Spec)
-			checkTemplateOutput(t, in, injectCase{in: tc.in, want: tc.want})
+			checkTemplateOutput(t, in, tcase)
 		})
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	meshconfig "istio.io/api/mesh/v1alpha1"
 	"istio.io/istio/pilot/pkg/features"
 	"istio.io/istio/pkg/config/mesh"
 	"istio.io/istio/pkg/kube/inject"
@@ -316,9 +317,9 @@ func injectCases(t *testing.T) (cases []injectCase) {
 				annotationPrefix + "stop-timeout":   "45s",
 				annotationPrefix + "log-level":      "debug",
 				annotationPrefix + "app-containers": "3",
-				annotationPrefix + "image":          "registry.example.com/mirror/sidecar-supervisor:v0.1.0",
+				annotationPrefix + "image":          mirrorImage,
 			}, "app"),
-			image: "registry.example.com/mirror/sidecar-supervisor:v0.1.0",
+			image: mirrorImage,
 			want: podShape{
 				InitContainers:        []string{"istio-init"},
 				Containers:            withSupervisor("app"),
@@ -524,30 +525,13 @@ func setNativeSidecarMode(t *testing.T, mode features.NativeSidecarMode) {
 // them.
 func checkTemplateOutput(t *testing.T, in istioInstall, tc injectCase) {
 	pod := podFor(tc.in)
-	// The pod's ProxyConfig: the mesh's defaultConfig under the pod's
-	// proxy.istio.io/config annotation, as both injector forms compute it.
-	meshCfg := in.Mesh
-	if pca, ok := pod.Annotations["proxy.istio.io/config"]; ok {
-		var err error
-		if meshCfg, err = mesh.ApplyProxyConfig(pca, in.Mesh); err != nil {
-			t.Fatal(err)
-		}
-	}
-	data := inject.SidecarTemplateData{
-		ObjectMeta:     pod.ObjectMeta,
-		Spec:           pod.Spec,
-		ProxyConfig:    meshCfg.GetDefaultConfig(),
-		MeshConfig:     in.Mesh,
-		Values:         in.Values.Map(),
-		NativeSidecars: tc.nativeSidecars,
-		ProxyUID:       1337,
-		ProxyGID:       1337,
-	}
+	data := templateData(t, in, pod, tc.nativeSidecars)
 	var out bytes.Buffer
 	if err := in.Config.Templates["supervisor"].Execute(&out, &data); err != nil {
 		t.Fatalf("supervisor template: %v", err)
 	}
 	rendered := strings.TrimSpace(out.String())
+	meshCfg := proxyMesh(t, in, pod)
 	if tc.status != "" {
 		var patch corev1.Pod
 		if err := yaml.UnmarshalStrict([]byte(rendered), &patch); err != nil {
@@ -631,6 +615,38 @@ func checkTemplateOutput(t *testing.T, in istioInstall, tc injectCase) {
 	}
 	if diff := cmp.Diff(wantOrders, orders); diff != "" {
 		t.Errorf("$setElementOrder directives (-want +got):\n%s\n%s", diff, rendered)
+	}
+}
+
+// proxyMesh is the mesh config with the pod's ProxyConfig as its
+// defaultConfig: the mesh's defaultConfig under the pod's
+// proxy.istio.io/config annotation, as both injector forms compute it.
+func proxyMesh(t *testing.T, in istioInstall, pod *corev1.Pod) *meshconfig.MeshConfig {
+	t.Helper()
+	pca, ok := pod.Annotations["proxy.istio.io/config"]
+	if !ok {
+		return in.Mesh
+	}
+	m, err := mesh.ApplyProxyConfig(pca, in.Mesh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// templateData is what istiod hands its templates for pod (the newest
+// release's SidecarTemplateData), with .NativeSidecars as given.
+func templateData(t *testing.T, in istioInstall, pod *corev1.Pod, native bool) inject.SidecarTemplateData {
+	t.Helper()
+	return inject.SidecarTemplateData{
+		ObjectMeta:     pod.ObjectMeta,
+		Spec:           pod.Spec,
+		ProxyConfig:    proxyMesh(t, in, pod).GetDefaultConfig(),
+		MeshConfig:     in.Mesh,
+		Values:         in.Values.Map(),
+		NativeSidecars: native,
+		ProxyUID:       1337,
+		ProxyGID:       1337,
 	}
 }
 
