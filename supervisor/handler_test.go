@@ -82,7 +82,7 @@ func TestStopSIGKILLDoesNotWait(t *testing.T) {
 // TestHTTPRetriedUntilAnswered: pilot-agent's status server is not up yet
 // (connection refused): the POST is tried again until it answers.
 func TestHTTPRetriedUntilAnswered(t *testing.T) {
-	const quit = "http://127.0.0.1:15020/quitquitquit"
+	const quit, drain = "http://127.0.0.1:15020/quitquitquit", "http://127.0.0.1:15020/drain"
 	h := startWith(t, testConfig(t, "SUPERVISOR_ON_SUCCESS="+quit), func(h *harness) {
 		h.answer = func(n int) (int, error) {
 			if n < 4 {
@@ -100,7 +100,7 @@ func TestHTTPRetriedUntilAnswered(t *testing.T) {
 	if got := h.kernel.sent(); len(got) != 0 {
 		t.Errorf("signals %v, want none (the POST worked)", got)
 	}
-	if diff := cmp.Diff([]string{quit, quit, quit, quit}, h.postsSent()); diff != "" {
+	if diff := cmp.Diff([]string{drain, quit, quit, quit, quit}, h.postsSent()); diff != "" {
 		t.Errorf("posts (-want +got):\n%s", diff)
 	}
 }
@@ -140,8 +140,8 @@ func TestHTTPResentWhenNoAnswer(t *testing.T) {
 	}, container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
 	h.proc(10).exit(exited(0))
 	res := h.finish(Success)
-	if n := len(h.postsSent()); n != 2 {
-		t.Errorf("%d POSTs, want 2", n)
+	if n := len(h.postsSent()); n != 3 {
+		t.Errorf("%d POSTs, want /drain and 2 quits", n)
 	}
 	if strings.Contains(res.Summary, "POST failed") {
 		t.Errorf("summary %q", res.Summary)
@@ -179,4 +179,74 @@ func TestHTTPAnswerLost(t *testing.T) {
 	if strings.Contains(res.Summary, "POST failed") {
 		t.Errorf("summary %q: a lost answer taken for a failure", res.Summary)
 	}
+}
+
+// TestDrainBeforeQuit: pilot-agent's /quitquitquit drains first on Istio
+// 1.21-1.25 unless POST /drain came before it, and 1.20 has no /drain
+// (404): /drain goes first, answered before the quit is sent, on every
+// release, and whatever it answers the quit follows. A /drain dropped
+// unanswered (pilot-agent's agent not made yet) is sent again.
+func TestDrainBeforeQuit(t *testing.T) {
+	const quit, drain = "http://127.0.0.1:15020/quitquitquit", "http://127.0.0.1:15020/drain"
+	eof := errors.New("read status line: EOF")
+	for _, tc := range []struct {
+		name   string
+		drain  func(n int) (int, error)
+		posts  []string
+		logged string
+	}{
+		{name: "1.21 and later: 200", drain: func(int) (int, error) { return 200, nil },
+			posts: []string{drain, quit}, logged: "sidecar drained ahead of its quit"},
+		{name: "1.20: no /drain", drain: func(int) (int, error) { return 404, nil },
+			posts: []string{drain, quit}, logged: "sidecar has no drain endpoint: its quit will drain first"},
+		{name: "dropped once, then answered", drain: func(n int) (int, error) {
+			if n == 1 {
+				return 0, eof
+			}
+			return 200, nil
+		}, posts: []string{drain, drain, quit}, logged: "sidecar drained ahead of its quit"},
+		{name: "refused, then answered", drain: func(n int) (int, error) {
+			if n < 3 {
+				return 0, refused
+			}
+			return 200, nil
+		}, posts: []string{drain, drain, drain, quit}, logged: "sidecar drained ahead of its quit"},
+		{name: "an error status", drain: func(int) (int, error) { return 500, nil },
+			posts: []string{drain, quit}, logged: "drain ahead of the quit refused: quitting anyway"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := startWith(t, testConfig(t, "SUPERVISOR_ON_SUCCESS="+quit), func(h *harness) {
+				h.drainAnswer = tc.drain
+				h.answer = func(int) (int, error) {
+					go h.kernel.proc(100).exit(exited(0))
+					return 200, nil
+				}
+			}, container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+			h.proc(10).exit(exited(0))
+			h.finish(Success)
+			if diff := cmp.Diff(tc.posts, h.postsSent()); diff != "" {
+				t.Errorf("posts (-want +got):\n%s", diff)
+			}
+			waitLog(t, h, `"message":"`+tc.logged+`"`)
+		})
+	}
+}
+
+// TestDrainNeverAnswered: a /drain that never answers costs at most
+// HTTP_TIMEOUT, then the quit is sent all the same.
+func TestDrainNeverAnswered(t *testing.T) {
+	h := startWith(t, testConfig(t, "SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit", "SUPERVISOR_HTTP_TIMEOUT=300ms"), func(h *harness) {
+		h.drainAnswer = func(int) (int, error) { return 0, refused }
+		h.answer = func(int) (int, error) {
+			go h.kernel.proc(100).exit(exited(0))
+			return 200, nil
+		}
+	}, container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+	h.proc(10).exit(exited(0))
+	h.finish(Success)
+	posts := h.postsSent()
+	if len(posts) < 2 || posts[len(posts)-1] != "http://127.0.0.1:15020/quitquitquit" {
+		t.Errorf("posts %v: want /drain tried, then the quit", posts)
+	}
+	waitLog(t, h, `"message":"no answer ahead of the quit: quitting anyway"`)
 }

@@ -267,10 +267,14 @@ type harness struct {
 	logw   *syncWriter // writes log; its mutex guards reads while the run goes on
 	postMu sync.Mutex
 	posts  []string
-	// answer, when set before the run, answers the n-th POST (from 1).
-	answer func(n int) (int, error)
-	code   int
-	err    error
+	// answer, when set before the run, answers the n-th POST (from 1)
+	// other than a /drain (pilot-agent's, before its quit), which
+	// drainAnswer answers, when set, else 200.
+	answer      func(n int) (int, error)
+	drainAnswer func(n int) (int, error)
+	drains      int
+	code        int
+	err         error
 	cancel context.CancelFunc
 	result chan runResult
 }
@@ -301,8 +305,15 @@ func startWith(t *testing.T, cfg Config, set func(*harness), containers ...procs
 		h.postMu.Lock()
 		defer h.postMu.Unlock()
 		h.posts = append(h.posts, u.String())
+		if u.Path == "/drain" {
+			h.drains++
+			if h.drainAnswer != nil {
+				return h.drainAnswer(h.drains)
+			}
+			return 200, nil
+		}
 		if h.answer != nil {
-			return h.answer(len(h.posts))
+			return h.answer(len(h.posts) - h.drains)
 		}
 		return h.code, h.err
 	}

@@ -77,3 +77,43 @@ func Post(ctx context.Context, u *url.URL, timeout time.Duration) (int, error) {
 	}
 	return code, nil
 }
+
+// postBefore POSTs u ahead of s's quit (beforeQuit) and awaits its answer:
+// tried again every ScanInterval while nothing answers (nothing listens
+// yet, or pilot-agent drops a /drain that comes before its envoy agent is
+// made), for at most HTTPTimeout. Whatever its outcome, the quit follows:
+// a missing step costs the drain, not the stop.
+func (r *run) postBefore(ctx context.Context, u *url.URL, s *sidecar) {
+	deadline := time.Now().Add(r.cfg.HTTPTimeout)
+	for {
+		code, err := r.post(ctx, u, time.Until(deadline))
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err == nil && code >= 200 && code <= 299:
+			r.log.Info().Str("url", u.Redacted()).Int("status", code).Str("container", s.container).
+				Msg("sidecar drained ahead of its quit")
+			return
+		case err == nil && code == 404:
+			// pilot-agent before 1.21.
+			r.log.Info().Str("url", u.Redacted()).Int("status", code).Str("container", s.container).
+				Msg("sidecar has no drain endpoint: its quit will drain first")
+			return
+		case err == nil:
+			r.log.Warn().Str("url", u.Redacted()).Int("status", code).Str("container", s.container).
+				Msg("drain ahead of the quit refused: quitting anyway")
+			return
+		case gone(s) || time.Until(deadline) <= 0:
+			r.log.Warn().Str("url", u.Redacted()).Err(err).Str("container", s.container).
+				Msg("no answer ahead of the quit: quitting anyway")
+			return
+		}
+		t := time.NewTimer(min(r.cfg.ScanInterval, time.Until(deadline)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}

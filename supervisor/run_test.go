@@ -35,9 +35,9 @@ func TestRunOutcomes(t *testing.T) {
 		{name: "custom actions", env: []string{"SUPERVISOR_ON_FAILURE=SIGINT"}, status: exited(1), outcome: Failure, signals: []string{"SIGINT 100"}},
 		{name: "none", env: []string{"SUPERVISOR_ON_SUCCESS=none"}, status: exited(0), outcome: Success},
 		{name: "http", env: []string{"SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit"}, status: exited(0),
-			outcome: Success, posts: []string{"http://127.0.0.1:15020/quitquitquit"}},
+			outcome: Success, posts: []string{"http://127.0.0.1:15020/drain", "http://127.0.0.1:15020/quitquitquit"}},
 		{name: "http answers an error", env: []string{"SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit"}, status: exited(0),
-			outcome: Success, posts: []string{"http://127.0.0.1:15020/quitquitquit"}, postCode: 503,
+			outcome: Success, posts: []string{"http://127.0.0.1:15020/drain", "http://127.0.0.1:15020/quitquitquit"}, postCode: 503,
 			signals: []string{"SIGTERM 100"}},
 	}
 	for _, tt := range tests {

@@ -22,6 +22,8 @@ type knownSidecar struct {
 	processes  []string // its main process's names (comm or argv[0] base)
 	// quit is its HTTP stop, if it has one.
 	quit *httpStop
+	// before is what its quit endpoint needs POSTed first, if anything.
+	before *beforeQuit
 	// handles are the signals it stops on gracefully once handlerWith, a
 	// child it starts only after asking for them (signal.Notify), runs.
 	handles     []exitwatch.Signal
@@ -45,6 +47,20 @@ type httpStop struct {
 	enableFlag string
 }
 
+// beforeQuit: an HTTP action whose path is quit is preceded by a POST of
+// path, on the same host and port, its answer awaited.
+type beforeQuit struct{ quit, path string }
+
+// beforeURL is what must be POSTed before the action u, or nil.
+func (s *sidecar) beforeURL(u *url.URL) *url.URL {
+	if s.known == nil || s.known.before == nil || u.Path != s.known.before.quit {
+		return nil
+	}
+	b := *u
+	b.Path, b.RawPath, b.RawQuery = s.known.before.path, "", ""
+	return &b
+}
+
 // istio is the sidecar the settings ON_SUCCESS, ON_FAILURE and ON_UNKNOWN
 // are about (and any sidecar the table does not know).
 const istio = "Istio pilot-agent"
@@ -58,8 +74,22 @@ var knownSidecars = []knownSidecar{
 	// milliseconds of set-up more (SDS, the xDS proxy), far beyond a
 	// goroutine's first run. Before that, SIGTERM kills it: 143. Its stop
 	// is the settings' (SIGTERM drains; POST :15020/quitquitquit does not).
+	//
+	// Its POST :15020/quitquitquit skips the drain only from Istio 1.26
+	// (istio/istio#55424). On 1.21-1.25 it shuts down through the drain
+	// (terminationDrainDuration, 5 s by default; with
+	// EXIT_ON_ZERO_ACTIVE_CONNECTIONS, 5 s and then until no connection is
+	// left) unless POST /drain came first: that sets the skip once envoy has
+	// answered its drain_listeners, and answers 200 only then
+	// (pilot/cmd/pilot-agent/status/server.go handleDrain, pkg/envoy/
+	// agent.go DrainNow and terminate, at each tag). 1.20 has no /drain
+	// (404), and its quit is a SIGTERM to itself: the drain, exit 0. So
+	// /drain goes first, its answer awaited, then the quit: pilot-agent
+	// exits 0 at once from 1.21, after its drain on 1.20, and on 1.26+ it
+	// costs one more round trip on loopback.
 	{name: istio, containers: []string{"istio-proxy"}, processes: []string{"pilot-agent"},
-		handles: []exitwatch.Signal{exitwatch.SIGINT, exitwatch.SIGTERM}, handlerWith: "envoy"},
+		handles: []exitwatch.Signal{exitwatch.SIGINT, exitwatch.SIGTERM}, handlerWith: "envoy",
+		before: &beforeQuit{quit: "/quitquitquit", path: "/drain"}},
 	// linkerd2-proxy (linkerd2-proxy env.rs, admin/src/server.rs): POST
 	// :4191/shutdown, loopback only, when LINKERD2_PROXY_SHUTDOWN_ENDPOINT_
 	// ENABLED (the annotation config.linkerd.io/proxy-admin-shutdown: an

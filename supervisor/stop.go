@@ -149,6 +149,9 @@ func (r *run) act(ctx context.Context, sidecars []*sidecar) state {
 			u := act.URL.String()
 			ok, done := posted[u]
 			if !done {
+				if b := s.beforeURL(act.URL); b != nil {
+					r.postBefore(ctx, b, s)
+				}
 				code, stopped, err := r.postUntilAnswered(ctx, act.URL, s)
 				if ctx.Err() != nil {
 					return r.deleted

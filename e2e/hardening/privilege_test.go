@@ -236,8 +236,8 @@ func pidfdExitInfo(t *testing.T) bool {
 }
 
 // TestHTTPActionNetwork runs the HTTP action under strace: the supervisor's
-// only network use is one TCP connection to the URL it was given; it never
-// binds, listens or accepts.
+// only network use is TCP connections to the URL it was given (pilot-agent:
+// /drain, then the quit, on its port); it never binds, listens or accepts.
 func TestHTTPActionNetwork(t *testing.T) {
 	needRoot(t)
 	tl := pod.MustTools(t)

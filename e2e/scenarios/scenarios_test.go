@@ -121,9 +121,39 @@ func TestJobs(t *testing.T) {
 			desc: Desc{Apps: []App{{Name: "app", Cued: true}},
 				SupervisorEnv: []string{"SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit"}},
 			phase: pod.Succeeded, codes: map[string]int{"app": 0, "istio-proxy": 0},
-			record:     []string{"quitquitquit", "exit 0"},
+			record:     []string{"drain", "quitquitquit", "exit 0 at once"},
 			summary:    "action POST http://127.0.0.1:15020/quitquitquit",
-			supervisor: []string{"decision", "sidecar asked to stop", "sidecar stopped"},
+			supervisor: []string{"decision", "sidecar drained ahead of its quit", "sidecar asked to stop", "sidecar stopped"},
+		},
+		// Istio's releases before 1.26 (the stand-in follows each one's
+		// source, cmd/podsim/pilotagent.go). 1.21-1.25: the quit alone
+		// would drain; here a drain would last the hour and end in the
+		// SIGKILL after STOP_TIMEOUT.
+		{
+			name: "HTTP action, Istio 1.21-1.25: /drain first, no drain",
+			desc: Desc{Apps: []App{{Name: "app", Cued: true}}, ProxyEnv: []string{"PILOT_ISTIO=1.24", "PILOT_DRAIN=1h"},
+				SupervisorEnv: []string{"SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit"}},
+			phase: pod.Succeeded, codes: map[string]int{"app": 0, "istio-proxy": 0},
+			record:     []string{"drain", "quitquitquit", "exit 0 at once"},
+			supervisor: []string{"decision", "sidecar drained ahead of its quit", "sidecar asked to stop", "sidecar stopped"},
+		},
+		{
+			name: "HTTP action, Istio 1.23 with EXIT_ON_ZERO_ACTIVE_CONNECTIONS: no drain either",
+			desc: Desc{Apps: []App{{Name: "app", Cued: true}},
+				ProxyEnv:      []string{"PILOT_ISTIO=1.23", "EXIT_ON_ZERO_ACTIVE_CONNECTIONS=true", "MINIMUM_DRAIN_DURATION=1h"},
+				SupervisorEnv: []string{"SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit"}},
+			phase: pod.Succeeded, codes: map[string]int{"app": 0, "istio-proxy": 0},
+			record: []string{"drain", "quitquitquit", "exit 0 at once"},
+		},
+		// 1.20 has no /drain, and its quit is SIGTERM to itself: the
+		// drain, then exit 0.
+		{
+			name: "HTTP action, Istio 1.20: the quit drains, exit 0",
+			desc: Desc{Apps: []App{{Name: "app", Cued: true}}, ProxyEnv: []string{"PILOT_ISTIO=1.20"},
+				SupervisorEnv: []string{"SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit"}},
+			phase: pod.Succeeded, codes: map[string]int{"app": 0, "istio-proxy": 0},
+			record:     []string{"refused POST /drain 404", "quitquitquit", "signal SIGTERM", "exit 0"},
+			supervisor: []string{"decision", "sidecar has no drain endpoint: its quit will drain first", "sidecar asked to stop", "sidecar stopped"},
 		},
 		{
 			name: "HTTP action refused falls back to SIGTERM",

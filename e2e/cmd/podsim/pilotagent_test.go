@@ -1,0 +1,254 @@
+package main
+
+import (
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestMain lets the test binary be podsim: the stand-in's own processes
+// (pilot-agent, and its child envoy, started as /proc/self/exe).
+func TestMain(m *testing.M) {
+	if os.Getenv(modeEnv) != "" || filepath.Base(os.Args[0]) == "envoy" {
+		main()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// agentProc is a running pilot-agent stand-in.
+type agentProc struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	record string
+	admin  string
+	exited chan error
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// startAgent starts the stand-in as release with env, and waits for its
+// start line unless cue (PILOT_HANDLER_CUE) holds it before envoy.
+func startAgent(t *testing.T, release string, cue string, env ...string) *agentProc {
+	t.Helper()
+	dir := t.TempDir()
+	s := &agentProc{t: t, record: filepath.Join(dir, "record"), admin: freeAddr(t), exited: make(chan error, 1)}
+	s.cmd = exec.Command(os.Args[0])
+	s.cmd.Env = append(os.Environ(), modeEnv+"=pilot-agent", "PILOT_ISTIO="+release, "PILOT_RECORD="+s.record,
+		"PILOT_ADMIN_ADDR="+s.admin, "PILOT_HEALTH_ADDR="+freeAddr(t), "PILOT_DRAIN=100ms")
+	if cue != "" {
+		s.cmd.Env = append(s.cmd.Env, "PILOT_HANDLER_CUE="+cue)
+	}
+	s.cmd.Env = append(s.cmd.Env, env...)
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { s.exited <- s.cmd.Wait() }()
+	t.Cleanup(func() { s.cmd.Process.Kill() })
+	if cue == "" {
+		s.waitLine("start ")
+	} else {
+		s.waitListening()
+	}
+	return s
+}
+
+// lines is the record after its start line.
+func (s *agentProc) lines() []string {
+	b, _ := os.ReadFile(s.record)
+	var out []string
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if l != "" && !strings.HasPrefix(l, "start ") && l != "handler" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// waitLine waits (bounded) for a record line starting with prefix.
+func (s *agentProc) waitLine(prefix string) {
+	s.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		b, _ := os.ReadFile(s.record)
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, prefix) {
+				return
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	s.t.Fatalf("no record line %q; record: %q", prefix, s.lines())
+}
+
+// waitListening waits (bounded) until the status port accepts.
+func (s *agentProc) waitListening() {
+	s.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if c, err := net.Dial("tcp", s.admin); err == nil {
+			c.Close()
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	s.t.Fatal("status port never listened")
+}
+
+// post POSTs path and returns the status, or -1 when no answer came.
+func (s *agentProc) post(path string) int {
+	s.t.Helper()
+	resp, err := http.Post("http://"+s.admin+path, "", nil)
+	if err != nil {
+		return -1
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// wait waits (bounded) for the stand-in's exit, which must be 0.
+func (s *agentProc) wait() {
+	s.t.Helper()
+	select {
+	case err := <-s.exited:
+		if err != nil {
+			s.t.Errorf("stand-in exited: %v; record %q", err, s.lines())
+		}
+	case <-time.After(30 * time.Second):
+		s.t.Fatalf("stand-in did not exit; record %q", s.lines())
+	}
+}
+
+// TestPilotAgentReleases: the stand-in's quit, drain and SIGTERM follow
+// each release's (see pilotAgent): which requests it answers, whether it
+// drains, and exit 0 on every path.
+func TestPilotAgentReleases(t *testing.T) {
+	for _, tc := range []struct {
+		release string
+		steps   []string // POST paths, or "SIGTERM"
+		answers []int
+		record  []string
+	}{
+		{"1.20", []string{"/quitquitquit"}, []int{200}, []string{"quitquitquit", "signal SIGTERM", "exit 0"}},
+		{"1.20", []string{"/drain", "/quitquitquit"}, []int{404, 200},
+			[]string{"refused POST /drain 404", "quitquitquit", "signal SIGTERM", "exit 0"}},
+		{"1.21", []string{"/quitquitquit"}, []int{200}, []string{"quitquitquit", "exit 0"}},
+		{"1.25", []string{"/drain", "/quitquitquit"}, []int{200, 200}, []string{"drain", "quitquitquit", "exit 0 at once"}},
+		{"1.26", []string{"/quitquitquit"}, []int{200}, []string{"quitquitquit", "exit 0 at once"}},
+		{"1.31", []string{"/drain", "/quitquitquit"}, []int{200, 200}, []string{"drain", "quitquitquit", "exit 0 at once"}},
+		{"1.24", []string{"SIGTERM"}, nil, []string{"signal SIGTERM", "exit 0"}},
+		{"1.24", []string{"/drain", "SIGTERM"}, []int{200}, []string{"drain", "signal SIGTERM", "exit 0 at once"}},
+	} {
+		t.Run(tc.release+" "+strings.Join(tc.steps, " "), func(t *testing.T) {
+			s := startAgent(t, tc.release, "")
+			var answers []int
+			for _, step := range tc.steps {
+				if step == "SIGTERM" {
+					s.cmd.Process.Signal(syscall.SIGTERM)
+					continue
+				}
+				answers = append(answers, s.post(step))
+			}
+			s.wait()
+			if diff := cmp.Diff(tc.answers, answers); diff != "" {
+				t.Errorf("answers (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.record, s.lines()); diff != "" {
+				t.Errorf("record (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestPilotAgentEarly: before its agent is made (envoy not started),
+// /drain (1.21+) and /quitquitquit (1.26+) get no answer and change
+// nothing; an earlier release's quit is taken, and drains.
+func TestPilotAgentEarly(t *testing.T) {
+	for _, tc := range []struct {
+		release string
+		path    string
+		answer  int
+		record  []string
+	}{
+		{"1.26", "/quitquitquit", -1, []string{"no answer POST /quitquitquit", "drain", "quitquitquit", "exit 0 at once"}},
+		{"1.22", "/drain", -1, []string{"no answer POST /drain", "drain", "quitquitquit", "exit 0 at once"}},
+	} {
+		t.Run(tc.release+" "+tc.path, func(t *testing.T) {
+			cue := filepath.Join(t.TempDir(), "cue")
+			if err := syscall.Mkfifo(cue, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			s := startAgent(t, tc.release, cue)
+			if got := s.post(tc.path); got != tc.answer {
+				t.Errorf("early POST %s: %d, want %d", tc.path, got, tc.answer)
+			}
+			os.WriteFile(cue, nil, 0)
+			s.waitLine("start ")
+			if got := s.post("/drain"); got != 200 {
+				t.Errorf("POST /drain: %d", got)
+			}
+			if got := s.post("/quitquitquit"); got != 200 {
+				t.Errorf("POST /quitquitquit: %d", got)
+			}
+			s.wait()
+			if diff := cmp.Diff(tc.record, s.lines()); diff != "" {
+				t.Errorf("record (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestPilotAgentExitOnZero: with EXIT_ON_ZERO_ACTIVE_CONNECTIONS, the drain
+// lasts while an inbound connection is open, however long; after /drain
+// (1.21+) there is no drain at all.
+func TestPilotAgentExitOnZero(t *testing.T) {
+	inbound := freeAddr(t)
+	s := startAgent(t, "1.23", "", "EXIT_ON_ZERO_ACTIVE_CONNECTIONS=true", "MINIMUM_DRAIN_DURATION=50ms",
+		"PILOT_INBOUND_ADDR="+inbound)
+	c, err := net.Dial("tcp", inbound)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.waitLine("inbound open 1")
+	if got := s.post("/quitquitquit"); got != 200 {
+		t.Fatalf("quit: %d", got)
+	}
+	s.waitLine("waiting for 1 connections")
+	c.Close()
+	s.wait()
+	if diff := cmp.Diff([]string{"inbound open 1", "quitquitquit", "waiting for 1 connections", "exit 0"}, s.lines()); diff != "" {
+		t.Errorf("record (-want +got):\n%s", diff)
+	}
+
+	s = startAgent(t, "1.23", "", "EXIT_ON_ZERO_ACTIVE_CONNECTIONS=true", "PILOT_INBOUND_ADDR="+inbound)
+	c, err = net.Dial("tcp", inbound)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s.waitLine("inbound open 1")
+	s.post("/drain")
+	s.post("/quitquitquit")
+	s.wait()
+	if got := s.lines(); !slices.Equal(got, []string{"inbound open 1", "drain", "quitquitquit", "exit 0 at once"}) {
+		t.Errorf("record %q", got)
+	}
+}
