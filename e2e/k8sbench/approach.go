@@ -60,7 +60,16 @@ type approach struct {
 	// onSuccess is the SUPERVISOR_ON_SUCCESS the supervisor must get ("":
 	// whatever the template gives, shown in the title).
 	onSuccess string
+	// istio: istio-proxy runs the stand-in that follows this Istio
+	// release's pilot-agent (e2e/cmd/podsim/pilotagent.go, in the
+	// istio-proxy image) in place of the real, newest one: the releases
+	// whose quit and drain differ, which cannot be built here.
+	istio string
 }
+
+// standInDrain is the stand-in's drain: Istio's default
+// terminationDrainDuration.
+const standInDrain = "5s"
 
 // approaches builds the rows for an app that works for appSeconds.
 func approaches(appSeconds int) []approach {
@@ -115,6 +124,31 @@ func approaches(appSeconds int) []approach {
 		restart: corev1.RestartPolicyOnFailure,
 		shape:   supervised,
 	}, {
+		// Istio's releases, by how their pilot-agent quits (README,
+		// Compatibility): 1.20 has no /drain and its quit drains;
+		// 1.21-1.25 drain on the quit unless /drain came first; 1.26+
+		// quit at once, as the real one above.
+		key:     "rel-1.20",
+		title:   "supervisor, Istio 1.20's pilot-agent (stand-in): no /drain, its quit drains " + standInDrain + " (the template's default: success → %s)",
+		script:  app,
+		restart: corev1.RestartPolicyNever,
+		shape:   supervised,
+		istio:   "1.20",
+	}, {
+		key:     "rel-1.24",
+		title:   "supervisor, Istio 1.21-1.25's pilot-agent (stand-in as 1.24): /drain, then the quit (the template's default: success → %s)",
+		script:  app,
+		restart: corev1.RestartPolicyNever,
+		shape:   supervised,
+		istio:   "1.24",
+	}, {
+		key:     "rel-1.26",
+		title:   "supervisor, Istio 1.26+'s pilot-agent (stand-in, beside the real one above; the template's default: success → %s)",
+		script:  app,
+		restart: corev1.RestartPolicyNever,
+		shape:   supervised,
+		istio:   "1.26",
+	}, {
 		key:     "sup-quick",
 		title:   "supervisor, an app of milliseconds (the app is `" + stamp + "` alone; the template's default: success → %s)",
 		argv:    []string{stamp},
@@ -124,8 +158,10 @@ func approaches(appSeconds int) []approach {
 }
 
 // job is the approach's Job: one pod, no retry, the label that asks Istio
-// for its sidecar.
-func (a approach) job(name string) *batchv1.Job {
+// for its sidecar; where the approach runs a stand-in pilot-agent, the
+// pod customises istio-proxy (Istio merges a container of that name over
+// its own), whose image is proxyImage.
+func (a approach) job(name, proxyImage string) *batchv1.Job {
 	c := corev1.Container{Name: appName, Image: cluster.BusyboxImage, ImagePullPolicy: corev1.PullIfNotPresent}
 	if a.argv != nil {
 		c.Command = a.argv
@@ -133,6 +169,17 @@ func (a approach) job(name string) *batchv1.Job {
 		c.Command = []string{"sh", "-c", a.script}
 	}
 	spec := corev1.PodSpec{RestartPolicy: a.restart, Containers: []corev1.Container{c}}
+	if a.istio != "" {
+		spec.Containers = append(spec.Containers, corev1.Container{
+			Name:    proxyName,
+			Image:   proxyImage,
+			Command: []string{"/usr/local/bin/podsim", "pilot-agent"},
+			Env: []corev1.EnvVar{
+				{Name: "PILOT_ISTIO", Value: a.istio},
+				{Name: "PILOT_DRAIN", Value: standInDrain},
+			},
+		})
+	}
 	if a.sharePID {
 		spec.ShareProcessNamespace = ptr.To(true)
 	}
@@ -176,6 +223,18 @@ func (a approach) check(p *corev1.Pod) (problem, onSuccess string) {
 	}
 	if !slices.Equal(ctrs, want) || !slices.Equal(inits, wantInit) {
 		return fmt.Sprintf("containers %v and init containers %v, want %v and %v", ctrs, inits, want, wantInit), ""
+	}
+	if a.istio != "" {
+		proxy := p.Spec.Containers[len(p.Spec.Containers)-1]
+		istio := ""
+		for _, v := range proxy.Env {
+			if v.Name == "PILOT_ISTIO" {
+				istio = v.Value
+			}
+		}
+		if len(proxy.Command) == 0 || proxy.Command[0] != "/usr/local/bin/podsim" || istio != a.istio {
+			return fmt.Sprintf("istio-proxy runs %q with PILOT_ISTIO %q, want the stand-in as %s", proxy.Command, istio, a.istio), ""
+		}
 	}
 	if a.shape != supervised {
 		return "", ""

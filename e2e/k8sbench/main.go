@@ -105,6 +105,8 @@ type bench struct {
 	ns   string
 	rec  *recorder
 	acct *acct
+	// proxyImage is the istio-proxy image, for the stand-in's approaches.
+	proxyImage string
 }
 
 // result is one Job's measurement.
@@ -170,7 +172,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		}
 	}()
 
-	b := &bench{o: o, c: c, rec: newRecorder()}
+	b := &bench{o: o, c: c, rec: newRecorder(), proxyImage: proxyImage}
 	if b.ns, err = namespace(ctx, c, hook); err != nil {
 		return err
 	}
@@ -253,7 +255,7 @@ func (b *bench) runJob(ctx context.Context, a approach, idx, round int) (result,
 	jobs := b.c.Client.BatchV1().Jobs(b.ns)
 	st := b.rec.expect(name)
 	res.created = time.Now()
-	if _, err := jobs.Create(ctx, a.job(name), metav1.CreateOptions{}); err != nil {
+	if _, err := jobs.Create(ctx, a.job(name, b.proxyImage), metav1.CreateOptions{}); err != nil {
 		return res, fmt.Errorf("create job %s: %w", name, err)
 	}
 	defer b.deleteJob(name)

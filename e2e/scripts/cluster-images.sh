@@ -100,6 +100,10 @@ image_istio_proxy() {
 	install -m 0755 "$PILOT_AGENT" "$ctx/pilot-agent"
 	install -m 0755 "$ENVOY" "$ctx/envoy"
 	install -m 0644 "$ENVOY_BOOTSTRAP_TMPL" "$ctx/envoy_bootstrap_tmpl.json"
+	# The stand-in that follows an older Istio's pilot-agent (PILOT_ISTIO;
+	# e2e/cmd/podsim/pilotagent.go), which k8sbench runs in its place.
+	(cd "$E2E_DIR" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$ctx/podsim" ./cmd/podsim) ||
+		die "go build ./cmd/podsim failed"
 	printf 'root:x:0:0:root:/:/sbin/nologin\nistio-proxy:x:1337:1337:istio-proxy:/:/sbin/nologin\n' >"$ctx/passwd"
 	printf 'root:x:0:\nistio-proxy:x:1337:\n' >"$ctx/group"
 	out="$(build_cached istio-proxy "$ISTIO_PROXY_IMAGE" "$ctx")"

@@ -46,6 +46,10 @@ cluster_up_main() {
 	log "tools and images ready in $((SECONDS - start))s"
 
 	if cluster_healthy; then
+		local running
+		running="$(kubectl_cmd get node "$NODE_NAME" -o 'jsonpath={.status.nodeInfo.kubeletVersion}')"
+		[ "$running" = "$KUBERNETES_VERSION" ] ||
+			die "the cluster in $CLUSTER_DIR runs Kubernetes $running, not $KUBERNETES_VERSION: stop it first (e2e/scripts/cluster-down.sh), or set SUPERVISOR_E2E_KUBERNETES_VERSION=$running"
 		log "reusing the cluster in $CLUSTER_DIR"
 		import_images # cheap, and an image rebuilt since then replaces the old one
 		print_env

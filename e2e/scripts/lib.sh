@@ -14,6 +14,14 @@ REPO_DIR="$(cd "$E2E_DIR/.." && pwd)"
 CACHE="${SUPERVISOR_E2E_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sidecar-supervisor-e2e}"
 # shellcheck source=../versions.env
 . "$E2E_DIR/versions.env"
+# Another Kubernetes for the one-node cluster, one the module proxy serves
+# (it serves 1.34 to 1.37; the kubelet settings of cluster-up.sh need 1.31+).
+if [ -n "${SUPERVISOR_E2E_KUBERNETES_VERSION:-}" ]; then
+	[[ "$SUPERVISOR_E2E_KUBERNETES_VERSION" =~ ^v1\.3[4-9]\.[0-9]+$ ]] ||
+		{ printf 'SUPERVISOR_E2E_KUBERNETES_VERSION=%s: want v1.34.0 or later, as v1.34.4\n' \
+			"$SUPERVISOR_E2E_KUBERNETES_VERSION" >&2; exit 2; }
+	KUBERNETES_VERSION="$SUPERVISOR_E2E_KUBERNETES_VERSION"
+fi
 
 log() { printf '%s %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
