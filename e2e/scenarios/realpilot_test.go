@@ -28,6 +28,9 @@ func TestRealPilot(t *testing.T) {
 		phase   pod.Phase
 		codes   map[string]int
 		drained bool // one graceful, inbound-only drain in envoy's record
+		// drainedAhead: the supervisor's POST /drain before the quit, which
+		// pilot-agent passes on to envoy with skip_exit.
+		drainedAhead bool
 		// neverReady: the app is not held and envoy is never ready.
 		neverReady bool
 		// the supervisor's "sidecar stopped" elapsed, within [min, max]
@@ -65,10 +68,11 @@ func TestRealPilot(t *testing.T) {
 				ProxyDrain:    5 * time.Second,
 				SupervisorEnv: []string{"SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit"}},
 			phase: pod.Succeeded, codes: map[string]int{"app": 0, "istio-proxy": 0, "supervisor": 0},
-			stopMax:    3 * time.Second, // well under the drain
-			summary:    "success: app exit 0; action POST http://127.0.0.1:15020/quitquitquit; sidecar stopped",
-			supervisor: []string{"decision", "sidecar asked to stop", "sidecar stopped"},
-			quitRace:   true,
+			drainedAhead: true,
+			stopMax:      3 * time.Second, // well under the drain
+			summary:      "success: app exit 0; action POST http://127.0.0.1:15020/quitquitquit; sidecar stopped",
+			supervisor:   []string{"decision", "sidecar drained ahead of its quit", "sidecar asked to stop", "sidecar stopped"},
+			quitRace:     true,
 		},
 		{
 			name: "app done before the proxy is ready",
@@ -110,7 +114,12 @@ func TestRealPilot(t *testing.T) {
 				if len(record.OfKind(events, record.Start)) != 1 {
 					t.Fatalf("envoy did not start once: %d start events", len(record.OfKind(events, record.Start)))
 				}
-				drains := record.OfKind(events, record.Drain)
+				all := record.OfKind(events, record.Drain)
+				drains := record.Filter(all, func(e record.Event) bool { return !e.SkipExit })
+				ahead := record.Filter(all, func(e record.Event) bool { return e.SkipExit })
+				if want := map[bool]int{true: 1}[tt.drainedAhead]; len(ahead) != want || want == 1 && !ahead[0].InboundOnly {
+					t.Errorf("envoy drains with skip_exit %v, want %d inbound-only (the supervisor's /drain ahead of the quit)", ahead, want)
+				}
 				switch {
 				case tt.drained && (len(drains) != 1 || !drains[0].Graceful || !drains[0].InboundOnly):
 					t.Errorf("envoy drains %v, want one graceful inbound-only drain", drains)
