@@ -336,8 +336,10 @@ func (c *Cluster) runScript(ctx context.Context, name string, args ...string) (s
 	// On cancellation, SIGTERM the script's whole process group (bash and
 	// whatever it waits for), so that cluster-up.sh's EXIT trap still tears
 	// down what it started; the daemons run in sessions of their own. Past
-	// WaitDelay, bash is killed.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// WaitDelay, bash is killed. Should this process die (a go test killed
+	// at its -timeout), bash gets the same SIGTERM (Pdeathsig): a
+	// cluster-up.sh left running would race the next run's cluster.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
 	cmd.WaitDelay = 30 * time.Second
 	var stdout bytes.Buffer

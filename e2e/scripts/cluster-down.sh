@@ -19,7 +19,7 @@
 cluster_down_main() {
 	[ "$(id -u)" -eq 0 ] || die "cluster-down.sh needs root"
 	local crictl="$CACHE/crictl/$CRI_TOOLS_VERSION/crictl" i
-	[ -d "$CLUSTER_DIR" ] || [ -n "$(strays)" ] || return 0
+	[ -d "$CLUSTER_DIR" ] || [ -n "$(strays)" ] || ip link show "$CNI_BRIDGE" >/dev/null 2>&1 || return 0
 	log "tearing down the cluster in $CLUSTER_DIR"
 
 	stop_daemon kubelet 15
@@ -107,12 +107,15 @@ strays() {
 	} | awk -F/ -v self=$$ '$3 != self && !seen[$3]++ { printf "%s ", $3 }'
 }
 
+# kill_strays: SIGKILL every stray until none is left, for up to 2 minutes
+# (a process in the kernel, as one writing to a slow disk, outlives its
+# SIGKILL for a while; giving up early would fail every later start).
 kill_strays() {
-	local pids i
-	for i in 1 2 3 4 5 6 7 8 9 10; do
-		pids="$(strays)"
-		[ -n "$pids" ] || return 0
-		log "killing leftover processes: $pids"
+	local pids said='' t0=$SECONDS
+	while pids="$(strays)" && [ -n "$pids" ]; do
+		[ $((SECONDS - t0)) -lt 120 ] || return 0
+		[ "$pids" = "$said" ] || log "killing leftover processes: $pids"
+		said="$pids"
 		# shellcheck disable=SC2086
 		kill -KILL $pids 2>/dev/null || true
 		sleep 0.3

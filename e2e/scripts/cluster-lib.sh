@@ -46,6 +46,29 @@ HOST_PATHS=(/var/log/containers /var/lib/kubelet /var/lib/cni /run/containerd)
 # Daemons, in start order; stopped in reverse.
 CLUSTER_DAEMONS=(etcd containerd kube-apiserver kube-controller-manager kube-scheduler kubelet)
 
+# DAEMON_PATH is the daemons' whole environment but what they are given:
+# containerd finds runc and its shim on it.
+DAEMON_PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+
+# daemon_exec LOG CMD...: become CMD, as a daemon of its own, in the calling
+# (background) subshell: a session of its own, the working directory /, stdin
+# closed, output appended to LOG, and no descriptor but 0, 1 and 2. Never the
+# caller's directory (a test run's temporary clone, removed while the cluster
+# lives on: a restart there would fail) nor its descriptors (that of a
+# `flock FILE go test ...` would hold the lock for the daemon's life).
+daemon_exec() {
+	local log="$1" fd
+	shift
+	cd / || exit 1
+	for fd in /proc/"$BASHPID"/fd/*; do
+		fd="${fd##*/}"
+		if [ "$fd" -gt 2 ] && [ -e "/proc/$BASHPID/fd/$fd" ]; then
+			eval "exec $fd>&-"
+		fi
+	done
+	exec setsid "$@" </dev/null >>"$log" 2>&1
+}
+
 # pid_alive NAME: the daemon NAME recorded in its pid file is still running.
 pid_alive() {
 	local f="$CLUSTER_DIR/pids/$1.pid" pid

@@ -2,9 +2,9 @@
 # Restart one daemon of the running e2e cluster, the kubelet or containerd,
 # as a node's service manager does on an upgrade or after a crash: SIGTERM,
 # wait for it to exit (SIGKILL after 30 s), start the same binary again with
-# the same arguments, environment and working directory (read from /proc
-# before the stop, so nothing is restated here), in a session of its own as
-# cluster-up.sh starts it, appending to its log, and wait (bounded) until it
+# the same arguments and environment (read from /proc before the stop, so
+# nothing is restated here), as cluster-up.sh starts it (daemon_exec: in /,
+# in a session of its own, appending to its log), and wait (bounded) until it
 # serves again:
 #   kubelet      its healthz answers and the node is Ready
 #   containerd   ctr answers, the CRI says the runtime is ready, and the node
@@ -26,7 +26,7 @@ CRICTL="$CACHE/crictl/$CRI_TOOLS_VERSION/crictl"
 
 cluster_restart_main() {
 	[ "$(id -u)" -eq 0 ] || die "cluster-restart.sh needs root"
-	local name="${1:-}" pid cwd t0=$SECONDS
+	local name="${1:-}" pid t0=$SECONDS
 	case "$name" in
 	kubelet | containerd) ;;
 	*) die "usage: cluster-restart.sh kubelet|containerd (got '${name}')" ;;
@@ -37,8 +37,10 @@ cluster_restart_main() {
 	local args=() envs=()
 	mapfile -d '' args <"/proc/$pid/cmdline"
 	mapfile -d '' envs <"/proc/$pid/environ"
-	cwd="$(readlink "/proc/$pid/cwd")"
 	[ ${#args[@]} -gt 0 ] || die "cannot read the command line of $name (pid $pid)"
+	# Checked before the stop: a daemon that cannot be started again must
+	# not be stopped.
+	[ -x "${args[0]}" ] || die "cannot start $name again: ${args[0]} is not an executable (pid $pid left running)"
 
 	kill -TERM "$pid"
 	local waited=0
@@ -52,9 +54,8 @@ cluster_restart_main() {
 	done
 	log "stopped $name (pid $pid) in $((SECONDS - t0))s"
 
-	# As start_daemon in cluster-up.sh: setsid in a background subshell is
-	# not a group leader, so it execs in place and $! is the daemon.
-	(cd "$cwd" && exec env -i "${envs[@]}" setsid "${args[@]}" </dev/null >>"$CLUSTER_DIR/logs/$name.log" 2>&1) &
+	# As start_daemon in cluster-up.sh: $! is the daemon.
+	(daemon_exec "$CLUSTER_DIR/logs/$name.log" env -i "${envs[@]}" "${args[@]}") &
 	printf '%s\n' "$!" >"$CLUSTER_DIR/pids/$name.pid"
 	log "started $name again (pid $!)"
 
@@ -93,8 +94,7 @@ wait_until() {
 	local what="$1" limit="$2" t0=$SECONDS
 	shift 2
 	until "$@" >/dev/null 2>&1; do
-		[ -x "$KUBECTL" ] && [ -x "$CRICTL" ] || die "no kubectl or crictl under $CACHE: start the cluster first (cluster-up.sh)"
-	pid_alive "$name" || die "$name exited while waiting for $what (see $CLUSTER_DIR/logs/$name.log)"
+		pid_alive "$name" || die "$name exited while waiting for $what (see $CLUSTER_DIR/logs/$name.log)"
 		[ $((SECONDS - t0)) -lt "$limit" ] || die "timed out after ${limit}s waiting for $what"
 		sleep 0.5
 	done

@@ -37,6 +37,9 @@
 . "$(dirname "$0")/cluster-lib.sh"
 
 READY_TIMEOUT="${SUPERVISOR_E2E_READY_TIMEOUT:-180}"
+# The kubelet's log level: 3 shows, for each container it starts, whether it
+# mounted its /etc/hosts ("Creating hosts mount for container").
+KUBELET_VERBOSITY="${SUPERVISOR_E2E_KUBELET_VERBOSITY:-1}"
 
 cluster_up_main() {
 	[ "$(id -u)" -eq 0 ] || die "cluster-up.sh needs root (containerd, kubelet, network namespaces)"
@@ -119,7 +122,7 @@ cluster_up_main() {
 		--config "$CLUSTER_DIR/kubelet/config.yaml" \
 		--kubeconfig "$KUBECONFIG_PATH" \
 		--root-dir "$CLUSTER_DIR/kubelet" --cert-dir "$CLUSTER_DIR/kubelet/pki" \
-		--hostname-override "$NODE_NAME" --v 1
+		--hostname-override "$NODE_NAME" --v "$KUBELET_VERBOSITY"
 
 	wait_for "node $NODE_NAME Ready" "$READY_TIMEOUT" node_ready
 	wait_for "ServiceAccount default" 60 kubectl_cmd -n default get serviceaccount default
@@ -166,14 +169,16 @@ node_ready() {
 	[ "$(kubectl_cmd get node "$NODE_NAME" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
 }
 
-# start_daemon NAME BINARY ARGS...: start in its own session (it must outlive
-# the caller, e.g. a go test that hands the cluster to the next package), with
-# stdin closed and output to logs/NAME.log; pid to pids/NAME.pid.
+# start_daemon NAME BINARY ARGS...: start as a daemon (daemon_exec: it must
+# outlive the caller, e.g. a go test that hands the cluster to the next
+# package), with only PATH in its environment and output to logs/NAME.log;
+# pid to pids/NAME.pid. setsid in a background subshell is not a group
+# leader, so it execs in place and $! is the daemon.
 start_daemon() {
 	local name="$1"
 	shift
 	log "starting $name"
-	setsid "$@" </dev/null >>"$CLUSTER_DIR/logs/$name.log" 2>&1 &
+	(daemon_exec "$CLUSTER_DIR/logs/$name.log" env -i PATH="$DAEMON_PATH" "$@") &
 	printf '%s\n' "$!" >"$CLUSTER_DIR/pids/$name.pid"
 }
 
