@@ -159,12 +159,24 @@ func pilotAgent(args []string) error {
 		w.Write([]byte("ready"))
 	})
 	adminAddr, healthAddr := envOr("PILOT_ADMIN_ADDR", "127.0.0.1:15020"), envOr("PILOT_HEALTH_ADDR", ":15021")
-	for addr, mux := range map[string]*http.ServeMux{adminAddr: admin, healthAddr: health} {
+	status := &http.Server{Handler: admin}
+	for addr, srv := range map[string]*http.Server{adminAddr: status, healthAddr: {Handler: health}} {
 		l, err := net.Listen("tcp", addr)
 		if err != nil {
 			return fmt.Errorf("listen %s: %w", addr, err)
 		}
-		go http.Serve(l, mux)
+		go srv.Serve(l)
+	}
+	// exit ends the process once the status port's answers are written:
+	// the real one can exit before its quit's 200 is flushed (the
+	// supervisor copes, and its own tests show it); the stand-in's record
+	// and answers stay exact.
+	exit := func(line string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		status.Shutdown(ctx)
+		cancel()
+		rec.log("%s", line)
+		os.Exit(0)
 	}
 	if addr := os.Getenv("PILOT_INBOUND_ADDR"); addr != "" {
 		l, err := net.Listen("tcp", addr)
@@ -216,8 +228,7 @@ func pilotAgent(args []string) error {
 	case skipDrain.Load():
 		// "Agent already drained, exiting immediately" (1.21+).
 		envoy.Process.Kill()
-		rec.log("exit 0 at once")
-		os.Exit(0)
+		exit("exit 0 at once")
 	case exitOnZero:
 		// Then a look at envoy's downstream_cx_active every second, with
 		// no bound of its own.
@@ -233,8 +244,7 @@ func pilotAgent(args []string) error {
 		time.Sleep(drain)
 	}
 	envoy.Process.Kill()
-	rec.log("exit 0")
-	os.Exit(0)
+	exit("exit 0")
 	return nil
 }
 
