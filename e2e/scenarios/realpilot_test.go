@@ -177,14 +177,19 @@ func TestRealPilot(t *testing.T) {
 	}
 }
 
-// waitEnvoy waits (bounded) for the stand-in envoy's start in its record:
-// pilot-agent starts envoy after its own set-up.
+// waitEnvoy waits (bounded) until the stand-in envoy's admin port is open,
+// as its record says: pilot-agent starts envoy after its own set-up, and
+// drains it through that port. (Its start comes before the port: an app
+// released on the start alone could end before a drain could reach it.)
 func waitEnvoy(t *testing.T, b Built) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
-		if events, _ := b.Proxy.Record(); len(record.OfKind(events, record.Start)) > 0 {
-			return
+		events, _ := b.Proxy.Record()
+		for _, e := range record.OfKind(events, record.Listen) {
+			if e.Name == "admin" {
+				return
+			}
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
