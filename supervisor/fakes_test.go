@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/procscan"
 	"github.com/sidecar-supervisor/sidecar-supervisor/supervisor/exitwatch"
@@ -144,20 +145,22 @@ func (p *fakeProc) Signal(sig exitwatch.Signal) error {
 	return nil
 }
 
-// fakeKernel hands out fakeProcs and records every signal sent.
+// fakeKernel hands out fakeProcs and records every signal sent, and when.
 type fakeKernel struct {
-	mu       sync.Mutex
-	procs    map[int]*fakeProc
-	gone     map[int]bool // Open fails with ErrGone
-	signals  []string
-	signaled chan struct{}
+	mu      sync.Mutex
+	procs   map[int]*fakeProc
+	gone    map[int]bool // Open fails with ErrGone
+	signals []string
+	at      []time.Time // when each of signals was sent
+	// opened fires when a process comes to be (spawn) or is held.
+	opened event
 	// sidecar reaction to signals, for procs opened without status (set it
 	// with setOnSignal once the run has started)
 	onSignal func(exitwatch.Signal) *exitwatch.Status
 }
 
 func newFakeKernel() *fakeKernel {
-	return &fakeKernel{procs: map[int]*fakeProc{}, gone: map[int]bool{}, signaled: make(chan struct{}, 100),
+	return &fakeKernel{procs: map[int]*fakeProc{}, gone: map[int]bool{},
 		// A well-behaved sidecar: any signal stops it, SIGKILL kills it, the
 		// others it handles and exits 0.
 		onSignal: func(sig exitwatch.Signal) *exitwatch.Status {
@@ -175,6 +178,7 @@ func (k *fakeKernel) Hold(p exitwatch.Process) (exitwatch.Proc, error)  { return
 func (k *fakeKernel) open(p exitwatch.Process, status bool) (exitwatch.Proc, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	defer k.opened.fire()
 	if k.gone[p.PID] {
 		return nil, exitwatch.ErrGone
 	}
@@ -198,6 +202,7 @@ func (k *fakeKernel) open(p exitwatch.Process, status bool) (exitwatch.Proc, err
 func (k *fakeKernel) spawn(pid int) *fakeProc {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	defer k.opened.fire()
 	fp := &fakeProc{pid: pid, k: k, done: make(chan struct{})}
 	k.procs[pid] = fp
 	return fp
@@ -224,8 +229,8 @@ func (k *fakeKernel) setOnSignal(f func(exitwatch.Signal) *exitwatch.Status) {
 func (k *fakeKernel) record(pid int, sig exitwatch.Signal) {
 	k.mu.Lock()
 	k.signals = append(k.signals, sig.String()+" "+strconv.Itoa(pid))
+	k.at = append(k.at, time.Now())
 	k.mu.Unlock()
-	k.signaled <- struct{}{}
 }
 
 func (k *fakeKernel) sent() []string {
@@ -234,5 +239,46 @@ func (k *fakeKernel) sent() []string {
 	return append([]string(nil), k.signals...)
 }
 
+// sentAt is when the i-th signal (from 0) was sent, or the zero time.
+func (k *fakeKernel) sentAt(i int) time.Time {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if i >= len(k.at) {
+		return time.Time{}
+	}
+	return k.at[i]
+}
+
 func (k *fakeKernel) Method() exitwatch.Method { return "fake" }
 func (k *fakeKernel) Close() error             { return nil }
+
+// event wakes whoever waits for a change in a fake (a process opened, a
+// log line written). A waiter takes next, checks what it waits for, and
+// only then blocks on the channel, which fire closes: no change is
+// missed. Blocking on a channel made in the test's bubble is durable
+// (testing/synctest), so the bubble's clock moves on, timers and all,
+// while the test waits: nothing polls.
+type event struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+// next is the channel the next fire closes.
+func (e *event) next() <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.ch == nil {
+		e.ch = make(chan struct{})
+	}
+	return e.ch
+}
+
+// fire wakes every waiter.
+func (e *event) fire() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.ch != nil {
+		close(e.ch)
+		e.ch = nil
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -107,9 +108,12 @@ func (h *harness) postsSent() []string {
 	return append([]string(nil), h.posts...)
 }
 
+// syncWriter is the run's log: its mutex guards reads while the run goes
+// on, and written fires on each line.
 type syncWriter struct {
-	mu sync.Mutex
-	w  *bytes.Buffer
+	mu      sync.Mutex
+	w       *bytes.Buffer
+	written event
 }
 
 // logged is the log so far.
@@ -122,21 +126,59 @@ func (h *harness) logged() string {
 func (s *syncWriter) Write(b []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.written.fire()
 	return s.w.Write(b)
 }
 
-// proc waits (bounded) until the supervisor has opened pid.
+// waitBound bounds every wait of the harness. In a bubble it is the
+// bubble's time, which costs nothing while the run sleeps: it only has
+// to be past the longest bound a test sets (a minute), so that a wait
+// that fails is the run's doing, not the harness's.
+const waitBound = 10 * time.Minute
+
+// await waits until ok holds, looking again each time e fires, for at
+// most waitBound; it reports whether ok held.
+func await(e *event, ok func() bool) bool {
+	bound := time.NewTimer(waitBound)
+	defer bound.Stop()
+	for {
+		changed := e.next() // before the look: a change after it wakes us
+		if ok() {
+			return true
+		}
+		select {
+		case <-changed:
+		case <-bound.C:
+			return false
+		}
+	}
+}
+
+// proc waits until the supervisor has opened pid (or the test spawned it).
 func (h *harness) proc(pid int) *fakeProc {
 	h.t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if p := h.kernel.proc(pid); p != nil {
-			return p
-		}
-		time.Sleep(time.Millisecond)
+	var p *fakeProc
+	if !await(&h.kernel.opened, func() bool { p = h.kernel.proc(pid); return p != nil }) {
+		h.t.Fatalf("pid %d never opened; log:\n%s", pid, h.logged())
 	}
-	h.t.Fatalf("pid %d never opened", pid)
-	return nil
+	return p
+}
+
+// waitLog waits until the run's log holds s.
+func waitLog(t *testing.T, h *harness, s string) {
+	t.Helper()
+	if !await(&h.logw.written, func() bool { return strings.Contains(h.logged(), s) }) {
+		t.Fatalf("the log never said %s; log:\n%s", s, h.logged())
+	}
+}
+
+// noSignalFor lets d pass, and fails if the sidecar has been signalled.
+func noSignalFor(t *testing.T, h *harness, d time.Duration) {
+	t.Helper()
+	time.Sleep(d)
+	if sent := h.kernel.sent(); len(sent) > 0 {
+		t.Fatalf("sidecar signalled too early: %v\nlog:\n%s", sent, h.logged())
+	}
 }
 
 // finish waits for the run, which must end with outcome after sending
@@ -145,7 +187,7 @@ func (h *harness) finish(outcome Outcome, signals ...string) Result {
 	h.t.Helper()
 	res, err := h.wait()
 	if err != nil || res.Outcome != outcome {
-		h.t.Fatalf("res %+v err %v, want %v; log:\n%s", res, err, outcome, h.log)
+		h.t.Fatalf("res %+v err %v, want %v; log:\n%s", res, err, outcome, h.logged())
 	}
 	if signals == nil {
 		signals = []string{}
@@ -156,13 +198,16 @@ func (h *harness) finish(outcome Outcome, signals ...string) Result {
 	return res
 }
 
+// wait waits for the run to return.
 func (h *harness) wait() (Result, error) {
 	h.t.Helper()
+	bound := time.NewTimer(waitBound)
+	defer bound.Stop()
 	select {
 	case r := <-h.result:
 		return r.res, r.err
-	case <-time.After(10 * time.Second):
-		h.t.Fatalf("Run did not return; log:\n%s", h.log.String())
+	case <-bound.C:
+		h.t.Fatalf("Run did not return within %v; log:\n%s", waitBound, h.logged())
 	}
 	return Result{}, nil
 }

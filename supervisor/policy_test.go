@@ -110,19 +110,6 @@ func TestOnFailureOneProcessTwoCgroups(t *testing.T) {
 	}
 }
 
-// waitLog waits (bounded) until the run's log holds s.
-func waitLog(t *testing.T, h *harness, s string) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if strings.Contains(h.logged(), s) {
-			return
-		}
-		time.Sleep(time.Millisecond)
-	}
-	t.Fatalf("the log never said %s; log:\n%s", s, h.logged())
-}
-
 // TestAlways: the sidecar is never stopped on an app's exit; SIGTERM ends
 // the idle supervisor.
 func TestAlways(t *testing.T) {
@@ -189,15 +176,6 @@ func TestSidecarComesBack(t *testing.T) {
 		t.Errorf("no hint in the log:\n%s", h.log)
 	}
 	_ = res
-}
-
-func noSignalFor(t *testing.T, h *harness, d time.Duration) {
-	t.Helper()
-	select {
-	case <-h.kernel.signaled:
-		t.Fatalf("sidecar signalled too early: %v\nlog:\n%s", h.kernel.sent(), h.log)
-	case <-time.After(d):
-	}
 }
 
 // move replaces the container whose main process is pid by c.
