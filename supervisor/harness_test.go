@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -63,8 +64,14 @@ func start(t *testing.T, cfg Config, containers ...procscan.Container) *harness 
 }
 
 // startWith is start with set called on the harness before the run starts.
+// It must be called in a bubble (synctest.Test): the run's timers and the
+// test's waits then share the bubble's clock, which moves only when every
+// goroutine of the test is blocked, whatever the machine's speed.
 func startWith(t *testing.T, cfg Config, set func(*harness), containers ...procscan.Container) *harness {
 	t.Helper()
+	if !inBubble() {
+		t.Fatal("the harness runs in a bubble: call start in synctest.Test")
+	}
 	h := &harness{t: t, pod: &fakePod{}, kernel: newFakeKernel(), log: &bytes.Buffer{}, code: 200, result: make(chan runResult, 1)}
 	if set != nil {
 		set(h)
@@ -99,6 +106,14 @@ func startWith(t *testing.T, cfg Config, set func(*harness), containers ...procs
 		h.result <- runResult{res, err}
 	}()
 	return h
+}
+
+// inBubble reports whether the caller runs in a synctest bubble, where
+// synctest.Wait does not panic (and returns at once at a run's start).
+func inBubble() (ok bool) {
+	defer func() { ok = recover() == nil }()
+	synctest.Wait()
+	return true
 }
 
 // postsSent is the URLs POSTed so far.
@@ -172,10 +187,12 @@ func waitLog(t *testing.T, h *harness, s string) {
 	}
 }
 
-// noSignalFor lets d pass, and fails if the sidecar has been signalled.
+// noSignalFor lets d pass, and the run settle at that instant, and fails
+// if the sidecar has been signalled.
 func noSignalFor(t *testing.T, h *harness, d time.Duration) {
 	t.Helper()
 	time.Sleep(d)
+	synctest.Wait()
 	if sent := h.kernel.sent(); len(sent) > 0 {
 		t.Fatalf("sidecar signalled too early: %v\nlog:\n%s", sent, h.logged())
 	}

@@ -3,6 +3,7 @@ package supervisor
 import (
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -16,32 +17,36 @@ import (
 // TestOnFailureUnknown: with no status, a restart is awaited for
 // RestartTimeout; none comes, so the app is taken as finished (unknown).
 func TestOnFailureUnknown(t *testing.T) {
-	h := start(t, testConfig(t, "SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_RESTART_TIMEOUT=300ms"),
-		container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
-	h.proc(10).exit(unknownStatus())
-	noSignalFor(t, h, 150*time.Millisecond)
-	res, _ := h.wait()
-	if res.Outcome != Unknown {
-		t.Errorf("outcome %v, want unknown", res.Outcome)
-	}
-	if diff := cmp.Diff([]string{"SIGTERM 100"}, h.kernel.sent()); diff != "" {
-		t.Errorf("signals (-want +got):\n%s", diff)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		h := start(t, testConfig(t, "SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_RESTART_TIMEOUT=300ms"),
+			container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+		h.proc(10).exit(unknownStatus())
+		noSignalFor(t, h, 150*time.Millisecond)
+		res, _ := h.wait()
+		if res.Outcome != Unknown {
+			t.Errorf("outcome %v, want unknown", res.Outcome)
+		}
+		if diff := cmp.Diff([]string{"SIGTERM 100"}, h.kernel.sent()); diff != "" {
+			t.Errorf("signals (-want +got):\n%s", diff)
+		}
+	})
 }
 
 // TestOnFailureUnknownRestarted: an unknown status followed by a restart
 // was a failure after all: the new container is watched.
 func TestOnFailureUnknownRestarted(t *testing.T) {
-	h := start(t, testConfig(t, "SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_RESTART_TIMEOUT=1m"),
-		container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
-	h.proc(10).exit(unknownStatus())
-	h.pod.add(container(procscan.App, "app-r1", 11))
-	noSignalFor(t, h, 100*time.Millisecond)
-	h.proc(11).exit(exited(0))
-	res, _ := h.wait()
-	if res.Outcome != Success {
-		t.Errorf("outcome %v, want success; log:\n%s", res.Outcome, h.log)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		h := start(t, testConfig(t, "SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_RESTART_TIMEOUT=1m"),
+			container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+		h.proc(10).exit(unknownStatus())
+		h.pod.add(container(procscan.App, "app-r1", 11))
+		noSignalFor(t, h, 100*time.Millisecond)
+		h.proc(11).exit(exited(0))
+		res, _ := h.wait()
+		if res.Outcome != Success {
+			t.Errorf("outcome %v, want success; log:\n%s", res.Outcome, h.logged())
+		}
+	})
 }
 
 // TestOnFailureUnknownByBackoff: issue 19. Statuses unknown (Linux before
@@ -50,17 +55,19 @@ func TestOnFailureUnknownRestarted(t *testing.T) {
 // (0 for the first, 10 s for the second...) plus the margin. A first run
 // that succeeded is finished after the margin alone, not RESTART_TIMEOUT.
 func TestOnFailureUnknownByBackoff(t *testing.T) {
-	h := start(t, testConfig(t, "SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_RESTART_MARGIN=300ms", "SUPERVISOR_RESTART_TIMEOUT=5m30s"),
-		container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
-	h.proc(10).exit(unknownStatus())
-	noSignalFor(t, h, 150*time.Millisecond)
-	res := h.finish(Unknown, "SIGTERM 100")
-	if !strings.Contains(h.log.String(), `"restart":1,"backoff":0,"margin":300,"wait":300`) {
-		t.Errorf("the wait is not explained in the log:\n%s", h.log)
-	}
-	if !strings.Contains(res.Summary, "unknown: app unknown") {
-		t.Errorf("summary %q", res.Summary)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		h := start(t, testConfig(t, "SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_RESTART_MARGIN=300ms", "SUPERVISOR_RESTART_TIMEOUT=5m30s"),
+			container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+		h.proc(10).exit(unknownStatus())
+		noSignalFor(t, h, 150*time.Millisecond)
+		res := h.finish(Unknown, "SIGTERM 100")
+		if !strings.Contains(h.logged(), `"restart":1,"backoff":0,"margin":300,"wait":300`) {
+			t.Errorf("the wait is not explained in the log:\n%s", h.logged())
+		}
+		if !strings.Contains(res.Summary, "unknown: app unknown") {
+			t.Errorf("summary %q", res.Summary)
+		}
+	})
 }
 
 // TestOnFailureUnknownLateRestart: where the margin is wrong. A restart
@@ -70,14 +77,16 @@ func TestOnFailureUnknownByBackoff(t *testing.T) {
 // instance then runs without the sidecar (and, under OnFailure, a sidecar
 // that exited 0 is not restarted). The supervisor has ended by then.
 func TestOnFailureUnknownLateRestart(t *testing.T) {
-	h := start(t, testConfig(t, "SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_RESTART_MARGIN=100ms"),
-		container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
-	h.proc(10).exit(unknownStatus())
-	h.finish(Unknown, "SIGTERM 100")
-	h.pod.add(container(procscan.App, "app-r1", 11)) // too late
-	if !strings.Contains(h.log.String(), "no restart came: taking the app as finished, status unknown") {
-		t.Errorf("the expiry is not logged:\n%s", h.log)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		h := start(t, testConfig(t, "SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_RESTART_MARGIN=100ms"),
+			container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+		h.proc(10).exit(unknownStatus())
+		h.finish(Unknown, "SIGTERM 100")
+		h.pod.add(container(procscan.App, "app-r1", 11)) // too late
+		if !strings.Contains(h.logged(), "no restart came: taking the app as finished, status unknown") {
+			t.Errorf("the expiry is not logged:\n%s", h.logged())
+		}
+	})
 }
 
 // TestOnFailureRestartUnseen: issue 23's soak (seed 1, Job 8). A failed
@@ -87,14 +96,16 @@ func TestOnFailureUnknownLateRestart(t *testing.T) {
 // restart ran unseen, or is late), and the sidecar gets ON_UNKNOWN: the Job
 // ends late, but ends.
 func TestOnFailureRestartUnseen(t *testing.T) {
-	h := start(t, testConfig(t, "SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_RESTART_MARGIN=50ms", "SUPERVISOR_RESTART_TIMEOUT=400ms"),
-		container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
-	h.proc(10).exit(exited(1))
-	noSignalFor(t, h, 200*time.Millisecond) // past the back-off and the margin
-	res := h.finish(Unknown, "SIGTERM 100")
-	if !strings.Contains(res.Summary, "exit 1, and no restart was seen within 400ms: it ran between two scans, or is late") {
-		t.Errorf("summary %q does not say why", res.Summary)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		h := start(t, testConfig(t, "SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_RESTART_MARGIN=50ms", "SUPERVISOR_RESTART_TIMEOUT=400ms"),
+			container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+		h.proc(10).exit(exited(1))
+		noSignalFor(t, h, 200*time.Millisecond) // past the back-off and the margin
+		res := h.finish(Unknown, "SIGTERM 100")
+		if !strings.Contains(res.Summary, "exit 1, and no restart was seen within 400ms: it ran between two scans, or is late") {
+			t.Errorf("summary %q does not say why", res.Summary)
+		}
+	})
 }
 
 // TestOnFailureUnseenRestartFailed: the soak (seed 20261203, Job 131). The
@@ -103,18 +114,20 @@ func TestOnFailureRestartUnseen(t *testing.T) {
 // counted from an end nobody saw: past the first restart's back-off plus
 // the margin. The sidecar must not be stopped before that run ends.
 func TestOnFailureUnseenRestartFailed(t *testing.T) {
-	h := start(t, testConfig(t, "SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_RESTART_MARGIN=50ms", "SUPERVISOR_RESTART_TIMEOUT=1m"),
-		container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
-	h.proc(10).exit(exited(42))
-	noSignalFor(t, h, 300*time.Millisecond) // the unseen run, then the back-off
-	h.pod.add(container(procscan.App, "app-r2", 11))
-	noSignalFor(t, h, 100*time.Millisecond)
-	h.proc(11).exit(exited(0))
-	res, _ := h.wait()
-	if res.Outcome != Success {
-		t.Errorf("outcome %v, want success; log:\n%s", res.Outcome, h.log)
-	}
-	if diff := cmp.Diff([]string{"SIGTERM 100"}, h.kernel.sent()); diff != "" {
-		t.Errorf("signals (-want +got):\n%s", diff)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		h := start(t, testConfig(t, "SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_RESTART_MARGIN=50ms", "SUPERVISOR_RESTART_TIMEOUT=1m"),
+			container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+		h.proc(10).exit(exited(42))
+		noSignalFor(t, h, 300*time.Millisecond) // the unseen run, then the back-off
+		h.pod.add(container(procscan.App, "app-r2", 11))
+		noSignalFor(t, h, 100*time.Millisecond)
+		h.proc(11).exit(exited(0))
+		res, _ := h.wait()
+		if res.Outcome != Success {
+			t.Errorf("outcome %v, want success; log:\n%s", res.Outcome, h.logged())
+		}
+		if diff := cmp.Diff([]string{"SIGTERM 100"}, h.kernel.sent()); diff != "" {
+			t.Errorf("signals (-want +got):\n%s", diff)
+		}
+	})
 }
