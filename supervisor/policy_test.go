@@ -153,14 +153,18 @@ func TestNativeSidecar(t *testing.T) {
 // TestSidecarActions: several sidecars, each with its own action.
 func TestSidecarActions(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := start(t, testConfig(t, "SUPERVISOR_SIDECAR_PROCESSES=pilot-agent,cloud-sql-proxy,vault-agent",
-			"SUPERVISOR_SIDECAR_ACTIONS=cloud-sql-proxy=SIGINT,vault-agent=http://127.0.0.1:8200/quit"),
-			container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100),
+		h := startWith(t, testConfig(t, "SUPERVISOR_SIDECAR_PROCESSES=pilot-agent,cloud-sql-proxy,vault-agent",
+			"SUPERVISOR_SIDECAR_ACTIONS=cloud-sql-proxy=SIGINT,vault-agent=http://127.0.0.1:8200/quit"), func(h *harness) {
+			// vault-agent exits once it has answered its quit.
+			h.answer = func(int) (int, error) {
+				go h.kernel.proc(102).exit(exited(0))
+				return 200, nil
+			}
+		}, container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100),
 			container(procscan.Sidecar, "cloud-sql-proxy", 101), container(procscan.Sidecar, "vault-agent", 102))
-		go func() { p := h.proc(102); <-time.After(20 * time.Millisecond); p.exit(exited(0)) }()
 		h.proc(10).exit(exited(3))
 		h.finish(Failure, "SIGKILL 100", "SIGINT 101")
-		if diff := cmp.Diff([]string{"http://127.0.0.1:8200/quit"}, h.posts); diff != "" {
+		if diff := cmp.Diff([]string{"http://127.0.0.1:8200/quit"}, h.postsSent()); diff != "" {
 			t.Errorf("posts (-want +got):\n%s", diff)
 		}
 	})

@@ -44,16 +44,20 @@ func TestRunOutcomes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				h := start(t, testConfig(t, tt.env...),
-					container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
-				h.err = tt.postErr
-				if tt.postCode != 0 {
-					h.code = tt.postCode
-				}
-				if tt.posts != nil && tt.postErr == nil && tt.postCode == 0 {
-					// pilot-agent exits on its own after /quitquitquit.
-					go func() { p := h.proc(100); <-time.After(10 * time.Millisecond); p.exit(exited(0)) }()
-				}
+				h := startWith(t, testConfig(t, tt.env...), func(h *harness) {
+					h.err = tt.postErr
+					if tt.postCode != 0 {
+						h.code = tt.postCode
+					}
+					if tt.posts != nil && tt.postErr == nil && tt.postCode == 0 {
+						// pilot-agent exits on its own once it has
+						// answered /quitquitquit.
+						h.answer = func(int) (int, error) {
+							go h.kernel.proc(100).exit(exited(0))
+							return 200, nil
+						}
+					}
+				}, container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
 				h.proc(10).exit(tt.status)
 				res, err := h.wait()
 				if err != nil {
@@ -65,7 +69,7 @@ func TestRunOutcomes(t *testing.T) {
 				if diff := cmp.Diff(tt.signals, h.kernel.sent()); diff != "" {
 					t.Errorf("signals (-want +got):\n%s\nlog:\n%s", diff, h.logged())
 				}
-				if diff := cmp.Diff(tt.posts, h.posts); diff != "" {
+				if diff := cmp.Diff(tt.posts, h.postsSent()); diff != "" {
 					t.Errorf("posts (-want +got):\n%s", diff)
 				}
 				if !strings.HasPrefix(res.Summary, tt.outcome.String()+": ") {
