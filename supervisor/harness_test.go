@@ -39,6 +39,7 @@ type harness struct {
 	logw   *syncWriter // writes log; its mutex guards reads while the run goes on
 	postMu sync.Mutex
 	posts  []string
+	postAt []time.Time // when each of posts was sent
 	// answer, when set before the run, answers the n-th POST (from 1)
 	// other than a /drain (pilot-agent's, before its quit), which
 	// drainAnswer answers, when set, else 200.
@@ -83,6 +84,7 @@ func startWith(t *testing.T, cfg Config, set func(*harness), containers ...procs
 		h.postMu.Lock()
 		defer h.postMu.Unlock()
 		h.posts = append(h.posts, u.String())
+		h.postAt = append(h.postAt, time.Now())
 		if u.Path == "/drain" {
 			h.drains++
 			if h.drainAnswer != nil {
@@ -125,6 +127,16 @@ func (h *harness) postsSent() []string {
 
 // syncWriter is the run's log: its mutex guards reads while the run goes
 // on, and written fires on each line.
+// postedAt is when the i-th POST (from 0) was sent, or the zero time.
+func (h *harness) postedAt(i int) time.Time {
+	h.postMu.Lock()
+	defer h.postMu.Unlock()
+	if i < 0 || i >= len(h.postAt) {
+		return time.Time{}
+	}
+	return h.postAt[i]
+}
+
 type syncWriter struct {
 	mu      sync.Mutex
 	w       *bytes.Buffer
@@ -187,15 +199,53 @@ func waitLog(t *testing.T, h *harness, s string) {
 	}
 }
 
-// noSignalFor lets d pass, and the run settle at that instant, and fails
-// if the sidecar has been signalled.
-func noSignalFor(t *testing.T, h *harness, d time.Duration) {
+// noSignalUntil moves the bubble's clock to at, lets the run settle
+// there (every goroutine blocked: all it does at that instant is done),
+// and fails if the sidecar has been signalled.
+func noSignalUntil(t *testing.T, h *harness, at time.Time) {
 	t.Helper()
-	time.Sleep(d)
+	time.Sleep(time.Until(at))
 	synctest.Wait()
 	if sent := h.kernel.sent(); len(sent) > 0 {
-		t.Fatalf("sidecar signalled too early: %v\nlog:\n%s", sent, h.logged())
+		t.Fatalf("sidecar signalled too early: %v at %s, checked up to %s\nlog:\n%s", sent, clock(h.kernel.sentAt(0)), clock(at), h.logged())
 	}
+}
+
+// noSignalFor is noSignalUntil d from now.
+func noSignalFor(t *testing.T, h *harness, d time.Duration) {
+	t.Helper()
+	noSignalUntil(t, h, time.Now().Add(d))
+}
+
+// just is the bubble's clock's smallest step: just before a deadline d
+// is d - just.
+const just = time.Nanosecond
+
+// signalledAt checks that the i-th signal (from 0) was sent at exactly
+// want, which why names.
+func (h *harness) signalledAt(i int, want time.Time, why string) {
+	h.t.Helper()
+	if got := h.kernel.sentAt(i); !got.Equal(want) {
+		h.t.Errorf("signal %d of %v sent at %s, want %s (%s); log:\n%s", i, h.kernel.sent(), clock(got), clock(want), why, h.logged())
+	}
+}
+
+// signalledWithin checks that the i-th signal was sent from from to d
+// later, which why names.
+func (h *harness) signalledWithin(i int, from time.Time, d time.Duration, why string) {
+	h.t.Helper()
+	if got := h.kernel.sentAt(i); got.Before(from) || got.After(from.Add(d)) {
+		h.t.Errorf("signal %d of %v sent at %s, want from %s to %v later (%s); log:\n%s", i, h.kernel.sent(), clock(got), clock(from), d, why, h.logged())
+	}
+}
+
+// clock shows an instant of the bubble's clock (it starts at midnight),
+// or "never" for the zero time.
+func clock(at time.Time) string {
+	if at.IsZero() {
+		return "never"
+	}
+	return at.Format("15:04:05.000000000")
 }
 
 // finish waits for the run, which must end with outcome after sending
