@@ -90,12 +90,11 @@ func TestRunTwoApps(t *testing.T) {
 		h.pod.add(container(procscan.App, "app-b", 20))
 		h.proc(10).exit(exited(0))
 		b := h.proc(20)
-		time.Sleep(100 * time.Millisecond)
-		if sent := h.kernel.sent(); len(sent) > 0 {
-			t.Fatalf("sidecar signalled while app-b runs: %v", sent)
-		}
+		noSignalFor(t, h, time.Hour) // however long app-b runs
 		b.exit(exited(0))
+		ended := time.Now()
 		res, err := h.wait()
+		h.signalledAt(0, ended, "at app-b's end")
 		if err != nil || res.Outcome != Success || len(res.Apps) != 2 {
 			t.Fatalf("res %+v err %v", res, err)
 		}
@@ -109,10 +108,12 @@ func TestRunTwoApps(t *testing.T) {
 // then the unknown action.
 func TestRunMissingApp(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := start(t, testConfig(t, "SUPERVISOR_APP_CONTAINERS=2", "SUPERVISOR_APP_START_TIMEOUT=50ms"),
-			container(procscan.App, "app-a", 10), container(procscan.Sidecar, "pilot-agent", 100))
+		cfg := testConfig(t, "SUPERVISOR_APP_CONTAINERS=2", "SUPERVISOR_APP_START_TIMEOUT=50ms")
+		began := time.Now()
+		h := start(t, cfg, container(procscan.App, "app-a", 10), container(procscan.Sidecar, "pilot-agent", 100))
 		h.proc(10).exit(exited(0))
 		res, _ := h.wait()
+		h.signalledAt(0, began.Add(cfg.AppStartTimeout), "APP_START_TIMEOUT after the start")
 		if res.Outcome != Unknown || !strings.Contains(res.Reason, "never seen") {
 			t.Errorf("outcome %v reason %q, want unknown/never seen", res.Outcome, res.Reason)
 		}
@@ -145,25 +146,30 @@ func TestRunAppGoneBeforeWatch(t *testing.T) {
 // supervisor waits for it, then stops it.
 func TestRunLateSidecar(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := start(t, testConfig(t), container(procscan.App, "app", 10))
+		cfg := testConfig(t)
+		h := start(t, cfg, container(procscan.App, "app", 10))
 		h.proc(10).exit(exited(0))
-		time.Sleep(30 * time.Millisecond)
-		if got := h.kernel.sent(); len(got) != 0 {
-			t.Fatalf("signals before any sidecar: %v", got)
-		}
+		noSignalFor(t, h, 30*time.Millisecond) // no sidecar to signal yet
 		h.pod.add(container(procscan.Sidecar, "pilot-agent", 100))
+		came := time.Now()
 		h.finish(Success, "SIGTERM 100")
+		h.signalledWithin(0, came, cfg.ScanInterval, "at the first scan after the sidecar came")
 	})
 }
 
 // TestRunNoSidecar: no sidecar ever appears: log it and finish.
 func TestRunNoSidecar(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := start(t, testConfig(t, "SUPERVISOR_SIDECAR_START_TIMEOUT=50ms"), container(procscan.App, "app", 10))
+		cfg := testConfig(t, "SUPERVISOR_SIDECAR_START_TIMEOUT=50ms")
+		h := start(t, cfg, container(procscan.App, "app", 10))
 		h.proc(10).exit(exited(0))
+		ended := time.Now()
 		res, err := h.wait()
 		if err != nil || !strings.Contains(res.Summary, "no sidecar appeared") {
 			t.Fatalf("res %+v err %v", res, err)
+		}
+		if waited := time.Since(ended); waited != cfg.SidecarStartTimeout {
+			t.Errorf("the run ended %v after the app, want SIDECAR_START_TIMEOUT (%v)", waited, cfg.SidecarStartTimeout)
 		}
 		if got := h.kernel.sent(); len(got) != 0 {
 			t.Errorf("signals: %v", got)
@@ -174,8 +180,8 @@ func TestRunNoSidecar(t *testing.T) {
 // TestRunSidecarIgnoresSIGTERM: SIGKILL after the stop timeout.
 func TestRunSidecarIgnoresSIGTERM(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := start(t, testConfig(t, "SUPERVISOR_STOP_TIMEOUT=50ms"),
-			container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+		cfg := testConfig(t, "SUPERVISOR_STOP_TIMEOUT=50ms")
+		h := start(t, cfg, container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
 		h.kernel.setOnSignal(func(sig exitwatch.Signal) *exitwatch.Status {
 			if sig == exitwatch.SIGKILL {
 				return &exitwatch.Status{Known: true, Signal: exitwatch.SIGKILL}
@@ -190,6 +196,7 @@ func TestRunSidecarIgnoresSIGTERM(t *testing.T) {
 		if diff := cmp.Diff([]string{"SIGTERM 100", "SIGKILL 100"}, h.kernel.sent()); diff != "" {
 			t.Errorf("signals (-want +got):\n%s", diff)
 		}
+		h.signalledAt(1, h.kernel.sentAt(0).Add(cfg.StopTimeout), "STOP_TIMEOUT after the SIGTERM")
 		if !strings.Contains(res.Summary, "sent SIGKILL") {
 			t.Errorf("summary %q does not mention the SIGKILL", res.Summary)
 		}
@@ -214,16 +221,18 @@ func TestRunDeletedMidWait(t *testing.T) {
 }
 
 // TestRunDeletionGrace: an app killed by SIGTERM is not a failure when the
-// supervisor's own SIGTERM follows within the grace; otherwise it is.
+// supervisor's own SIGTERM follows within the grace, even at its last
+// instant; otherwise it is, once the grace is over.
 func TestRunDeletionGrace(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		for _, deleted := range []bool{true, false} {
 			for _, st := range []exitwatch.Status{killed(exitwatch.SIGTERM), exited(143)} {
-				h := start(t, testConfig(t, "SUPERVISOR_DELETION_GRACE=1s"),
-					container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+				cfg := testConfig(t, "SUPERVISOR_DELETION_GRACE=1s")
+				h := start(t, cfg, container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
 				h.proc(10).exit(st)
+				ended := time.Now()
 				if deleted {
-					time.Sleep(20 * time.Millisecond)
+					time.Sleep(cfg.DeletionGrace - just)
 					h.cancel()
 				}
 				res, err := h.wait()
@@ -236,6 +245,9 @@ func TestRunDeletionGrace(t *testing.T) {
 				}
 				if res.Deleted != deleted || !cmp.Equal(want, h.kernel.sent()) {
 					t.Errorf("%v, pod deleted %v: got deleted %v signals %v; log:\n%s", st, deleted, res.Deleted, h.kernel.sent(), h.logged())
+				}
+				if !deleted {
+					h.signalledAt(0, ended.Add(cfg.DeletionGrace), "DELETION_GRACE after the app's end")
 				}
 			}
 		}
@@ -287,15 +299,9 @@ func TestRunProgress(t *testing.T) {
 		h := start(t, testConfig(t, "SUPERVISOR_TERMINATION_MESSAGE_PATH="+msg),
 			container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
 		p := h.proc(10)
-		deadline := time.Now().Add(5 * time.Second)
-		var got string
-		for time.Now().Before(deadline) {
-			b, _ := os.ReadFile(msg)
-			if got = string(b); strings.Contains(got, "sidecar pilot-agent") {
-				break
-			}
-			time.Sleep(time.Millisecond)
-		}
+		synctest.Wait() // the run waits for the app, its progress written
+		b, _ := os.ReadFile(msg)
+		got := string(b)
 		for _, want := range []string{Progress + "waiting for app app (pid 10)", "app app (pid 10): running", "sidecar pilot-agent (pid 100): held"} {
 			if !strings.Contains(got, want) {
 				t.Errorf("progress %q lacks %q", got, want)
