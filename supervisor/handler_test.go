@@ -22,13 +22,16 @@ import (
 // SIGTERM yet (SigCgt, SigIgn) gets it only once it does.
 func TestStopWaitsForHandler(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := start(t, testConfig(t), container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+		cfg := testConfig(t)
+		h := start(t, cfg, container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
 		h.pod.setUnhandled(100, true)
 		h.proc(10).exit(exited(0))
 		waitLog(t, h, `"message":"sidecar would die of the signal now: waiting until it handles it"`)
 		noSignalFor(t, h, 100*time.Millisecond)
 		h.pod.setUnhandled(100, false)
+		handled := time.Now()
 		h.finish(Success, "SIGTERM 100")
+		h.signalledWithin(0, handled, cfg.ScanInterval, "at the first look once it handles SIGTERM")
 		if !strings.Contains(h.logged(), `"message":"sidecar handles the signal now"`) {
 			t.Errorf("no log of the handler; log:\n%s", h.logged())
 		}
@@ -42,12 +45,15 @@ func TestStopWaitsForEnvoy(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		bare := container(procscan.Sidecar, "pilot-agent", 100)
 		bare.Processes = bare.Processes[:1] // no envoy yet
-		h := start(t, testConfig(t), container(procscan.App, "app", 10), bare)
+		cfg := testConfig(t)
+		h := start(t, cfg, container(procscan.App, "app", 10), bare)
 		h.proc(10).exit(exited(0))
 		waitLog(t, h, `has not started envoy yet`)
 		noSignalFor(t, h, 100*time.Millisecond)
 		h.pod.move(100, container(procscan.Sidecar, "pilot-agent", 100)) // envoy started
+		started := time.Now()
 		h.finish(Success, "SIGTERM 100")
+		h.signalledWithin(0, started, cfg.ScanInterval, "at the first look once envoy runs")
 	})
 }
 
@@ -55,11 +61,13 @@ func TestStopWaitsForEnvoy(t *testing.T) {
 // SIDECAR_START_TIMEOUT, and the log and the summary say so.
 func TestStopHandlerBound(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := start(t, testConfig(t, "SUPERVISOR_SIDECAR_START_TIMEOUT=100ms"),
-			container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+		cfg := testConfig(t, "SUPERVISOR_SIDECAR_START_TIMEOUT=100ms")
+		h := start(t, cfg, container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
 		h.pod.setUnhandled(100, true)
 		h.proc(10).exit(exited(0))
+		ended := time.Now()
 		res, err := h.wait()
+		h.signalledAt(0, ended.Add(cfg.SidecarStartTimeout), "SIDECAR_START_TIMEOUT after the app's end")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -81,7 +89,9 @@ func TestStopSIGKILLDoesNotWait(t *testing.T) {
 		h := start(t, testConfig(t), container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
 		h.pod.setUnhandled(100, true)
 		h.proc(10).exit(exited(3))
+		ended := time.Now()
 		h.finish(Failure, "SIGKILL 100")
+		h.signalledAt(0, ended, "at the app's end")
 		if strings.Contains(h.logged(), "waiting until it handles it") {
 			t.Errorf("waited for a handler before SIGKILL; log:\n%s", h.logged())
 		}
@@ -93,7 +103,8 @@ func TestStopSIGKILLDoesNotWait(t *testing.T) {
 func TestHTTPRetriedUntilAnswered(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const quit, drain = "http://127.0.0.1:15020/quitquitquit", "http://127.0.0.1:15020/drain"
-		h := startWith(t, testConfig(t, "SUPERVISOR_ON_SUCCESS="+quit), func(h *harness) {
+		cfg := testConfig(t, "SUPERVISOR_ON_SUCCESS="+quit)
+		h := startWith(t, cfg, func(h *harness) {
 			h.answer = func(n int) (int, error) {
 				if n < 4 {
 					return 0, refused
@@ -113,6 +124,11 @@ func TestHTTPRetriedUntilAnswered(t *testing.T) {
 		if diff := cmp.Diff([]string{drain, quit, quit, quit, quit}, h.postsSent()); diff != "" {
 			t.Errorf("posts (-want +got):\n%s", diff)
 		}
+		for i := 2; i <= 4; i++ {
+			if d := h.postedAt(i).Sub(h.postedAt(i - 1)); d != cfg.ScanInterval {
+				t.Errorf("quit %d sent %v after the one it retries, want SCAN_INTERVAL (%v)", i, d, cfg.ScanInterval)
+			}
+		}
 	})
 }
 
@@ -120,14 +136,19 @@ func TestHTTPRetriedUntilAnswered(t *testing.T) {
 // SIGTERM fallback waits for the handler like any graceful signal.
 func TestHTTPNeverAnswers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := startWith(t, testConfig(t, "SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit", "SUPERVISOR_HTTP_TIMEOUT=100ms"), func(h *harness) {
+		cfg := testConfig(t, "SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit", "SUPERVISOR_HTTP_TIMEOUT=100ms")
+		h := startWith(t, cfg, func(h *harness) {
 			h.answer = func(int) (int, error) { return 0, refused }
 			h.pod.setUnhandled(100, true)
 		}, container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
 		h.proc(10).exit(exited(0))
 		waitLog(t, h, `"message":"sidecar would die of the signal now: waiting until it handles it"`)
-		if n := len(h.postsSent()); n < 2 {
-			t.Errorf("%d POSTs, want it tried again until the bound", n)
+		n := len(h.postsSent()) // a /drain, answered, then the quits
+		if n < 3 {
+			t.Errorf("%d POSTs, want the quit tried again until the bound", n)
+		}
+		if d := h.postedAt(n - 1).Sub(h.postedAt(1)); d != cfg.HTTPTimeout {
+			t.Errorf("the last quit sent %v after the first, want HTTP_TIMEOUT (%v)", d, cfg.HTTPTimeout)
 		}
 		h.pod.setUnhandled(100, false)
 		h.finish(Success, "SIGTERM 100")
@@ -143,7 +164,8 @@ var refused = &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("conn
 // again; answered, it is the stop: no SIGTERM.
 func TestHTTPResentWhenNoAnswer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := startWith(t, testConfig(t, "SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit", "SUPERVISOR_HTTP_TIMEOUT=5s"), func(h *harness) {
+		cfg := testConfig(t, "SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit", "SUPERVISOR_HTTP_TIMEOUT=5s")
+		h := startWith(t, cfg, func(h *harness) {
 			h.answer = func(n int) (int, error) {
 				if n == 1 {
 					return 0, errors.New("read status line: EOF")
@@ -157,6 +179,9 @@ func TestHTTPResentWhenNoAnswer(t *testing.T) {
 		if n := len(h.postsSent()); n != 3 {
 			t.Errorf("%d POSTs, want /drain and 2 quits", n)
 		}
+		if d := h.postedAt(2).Sub(h.postedAt(1)); d != lostAnswerWait {
+			t.Errorf("the quit sent again %v after the first, want %v", d, lostAnswerWait)
+		}
 		if strings.Contains(res.Summary, "POST failed") {
 			t.Errorf("summary %q", res.Summary)
 		}
@@ -168,14 +193,23 @@ func TestHTTPResentWhenNoAnswer(t *testing.T) {
 // sent again until HTTP_TIMEOUT, then SIGTERM.
 func TestHTTPNoAnswerEver(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := startWith(t, testConfig(t, "SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit", "SUPERVISOR_HTTP_TIMEOUT=3s"), func(h *harness) {
+		cfg := testConfig(t, "SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit", "SUPERVISOR_HTTP_TIMEOUT=3s")
+		h := startWith(t, cfg, func(h *harness) {
 			h.answer = func(int) (int, error) { return 0, errors.New("read status line: EOF") }
 		}, container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
 		h.proc(10).exit(exited(0))
 		res := h.finish(Success, "SIGTERM 100")
-		if n := len(h.postsSent()); n < 2 {
+		n := len(h.postsSent()) // a /drain, answered, then the quits
+		if n < 3 {
 			t.Errorf("%d POSTs, want it sent again (every second) until the bound", n)
 		}
+		for i := 2; i < n; i++ {
+			if d := h.postedAt(i).Sub(h.postedAt(i - 1)); d != lostAnswerWait {
+				t.Errorf("quit %d sent %v after the one before, want %v", i, d, lostAnswerWait)
+			}
+		}
+		// Sent again until HTTP_TIMEOUT, then given HTTP_TIMEOUT more to exit.
+		h.signalledAt(0, h.postedAt(1).Add(2*cfg.HTTPTimeout), "twice HTTP_TIMEOUT after the first quit")
 		if !strings.Contains(res.Summary, "POST failed (read status line: EOF), sent SIGTERM") {
 			t.Errorf("summary %q", res.Summary)
 		}
@@ -257,7 +291,8 @@ func TestDrainBeforeQuit(t *testing.T) {
 // HTTP_TIMEOUT, then the quit is sent all the same.
 func TestDrainNeverAnswered(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := startWith(t, testConfig(t, "SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit", "SUPERVISOR_HTTP_TIMEOUT=300ms"), func(h *harness) {
+		cfg := testConfig(t, "SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit", "SUPERVISOR_HTTP_TIMEOUT=300ms")
+		h := startWith(t, cfg, func(h *harness) {
 			h.drainAnswer = func(int) (int, error) { return 0, refused }
 			h.answer = func(int) (int, error) {
 				go h.kernel.proc(100).exit(exited(0))
@@ -269,6 +304,9 @@ func TestDrainNeverAnswered(t *testing.T) {
 		posts := h.postsSent()
 		if len(posts) < 2 || posts[len(posts)-1] != "http://127.0.0.1:15020/quitquitquit" {
 			t.Errorf("posts %v: want /drain tried, then the quit", posts)
+		}
+		if d := h.postedAt(len(posts) - 1).Sub(h.postedAt(0)); d != cfg.HTTPTimeout {
+			t.Errorf("the quit sent %v after the first /drain, want HTTP_TIMEOUT (%v)", d, cfg.HTTPTimeout)
 		}
 		waitLog(t, h, `"message":"no answer ahead of the quit: quitting anyway"`)
 	})
