@@ -28,7 +28,7 @@ func TestOnFailureRestart(t *testing.T) {
 		noSignalFor(t, h, 100*time.Millisecond)
 		h.pod.add(container(procscan.App, "app-r1", 11))
 		h.proc(11).exit(killed(exitwatch.SIGKILL)) // OOM-killed: restarted again
-		noSignalFor(t, h, 100*time.Millisecond)
+		noSignalFor(t, h, backoff(2))              // after the kubelet's back-off
 		h.pod.add(container(procscan.App, "app-r2", 12))
 		h.proc(12).exit(exited(0))
 		res := h.finish(Success, "SIGTERM 100")
@@ -92,13 +92,10 @@ func TestOnFailureOneProcessTwoCgroups(t *testing.T) {
 				h.pod.containers[i] = settled
 			}
 		}
-		scans := h.pod.scans
 		h.pod.mu.Unlock()
 		// Let the run see pid 66 in app1-r1 (it scans while a restart is
 		// awaited; a run that wrongly ended scans no more).
-		for deadline := time.Now().Add(time.Second); h.pod.scanCount() < scans+2 && time.Now().Before(deadline); {
-			time.Sleep(time.Millisecond)
-		}
+		waitLog(t, h, `"container":"app1-r1","was":"/","message":"app seen in another cgroup`)
 		h.proc(66).exit(exited(0))
 		noSignalFor(t, h, 200*time.Millisecond) // app0's restart is still to come
 		h.pod.add(container(procscan.App, "app0-r1", 70))
@@ -123,9 +120,9 @@ func TestAlways(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		for _, env := range [][]string{{"SUPERVISOR_RESTART_POLICY=Always"}, {"SUPERVISOR_RESTART_POLICY=Always", "SUPERVISOR_NATIVE_SIDECAR=true"}} {
 			h := start(t, testConfig(t, env...), container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
-			noSignalFor(t, h, 100*time.Millisecond)
+			synctest.Wait() // idle
 			scans := h.pod.scanCount()
-			time.Sleep(50 * time.Millisecond)
+			noSignalFor(t, h, time.Hour)
 			if got := h.pod.scanCount(); got != scans {
 				t.Errorf("%v: idle supervisor scanned /proc %d more times", env, got-scans)
 			}
@@ -250,6 +247,9 @@ func TestHold(t *testing.T) {
 		if !strings.Contains(res.String(), "all 2 app containers have exited") {
 			t.Errorf("%q", res)
 		}
+		if res.Elapsed != 60*time.Millisecond {
+			t.Errorf("held for %v, want 60ms: until the last app's exit", res.Elapsed)
+		}
 
 		k2 := newFakeKernel()
 		k2.spawn(10)
@@ -260,6 +260,9 @@ func TestHold(t *testing.T) {
 		}
 		if !strings.Contains(res.String(), "gave up") {
 			t.Errorf("%q", res)
+		}
+		if res.Elapsed != 50*time.Millisecond {
+			t.Errorf("held for %v, want 50ms: the bound", res.Elapsed)
 		}
 	})
 }
