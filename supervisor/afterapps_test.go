@@ -27,14 +27,20 @@ func TestAfterAppsStartsTheLook(t *testing.T) {
 			"SUPERVISOR_APP_START_TIMEOUT=100ms", "SUPERVISOR_AFTER_APPS_TIMEOUT=1m")
 		h := startWith(t, cfg, func(h *harness) { h.pod.named = true }, kubeContainer(procscan.App, "app", "job", 10))
 		h.proc(10).exit(exited(0))
-		time.Sleep(5 * cfg.AppStartTimeout)
+		// The images take their time: half of AFTER_APPS_TIMEOUT, 300
+		// times APP_START_TIMEOUT.
+		time.Sleep(cfg.AfterAppsTimeout / 2)
+		synctest.Wait()
 		select {
 		case r := <-h.result:
 			t.Fatalf("the run ended before istio-proxy was seen: %+v; log:\n%s", r.res, h.logged())
 		default:
 		}
 		h.pod.add(kubeContainer(procscan.Sidecar, "istio-proxy", "pilot-agent", 100))
+		waitLog(t, h, "a container started after the apps is seen")
+		seen := time.Now()
 		res := h.finish(Unknown, "SIGTERM 100")
+		h.signalledAt(0, seen.Add(cfg.AppStartTimeout), "APP_START_TIMEOUT after istio-proxy's sighting")
 		if !strings.Contains(res.Reason, "late") || !strings.Contains(res.Reason, "never seen within SUPERVISOR_APP_START_TIMEOUT") {
 			t.Errorf("reason %q", res.Reason)
 		}
@@ -50,8 +56,13 @@ func TestAfterAppsTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := testConfig(t, "SUPERVISOR_APPS=app", "SUPERVISOR_AFTER_APPS=istio-proxy",
 			"SUPERVISOR_APP_START_TIMEOUT=10ms", "SUPERVISOR_AFTER_APPS_TIMEOUT=150ms", "SUPERVISOR_SIDECAR_START_TIMEOUT=50ms")
+		began := time.Now()
 		h := startWith(t, cfg, func(h *harness) { h.pod.named = true })
 		res := h.finish(Unknown)
+		// The look, then the wait for a sidecar to stop: both bounded.
+		if took, want := time.Since(began), cfg.AfterAppsTimeout+cfg.SidecarStartTimeout; took != want {
+			t.Errorf("the run took %v, want AFTER_APPS_TIMEOUT and SIDECAR_START_TIMEOUT (%v)", took, want)
+		}
 		if !strings.Contains(res.Reason, "never seen within SUPERVISOR_AFTER_APPS_TIMEOUT (none of SUPERVISOR_AFTER_APPS was seen either)") {
 			t.Errorf("reason %q", res.Reason)
 		}
@@ -65,9 +76,11 @@ func TestAfterAppsUnnamed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := testConfig(t, "SUPERVISOR_APP_CONTAINERS=2", "SUPERVISOR_AFTER_APPS=istio-proxy",
 			"SUPERVISOR_APP_START_TIMEOUT=50ms", "SUPERVISOR_AFTER_APPS_TIMEOUT=1h")
+		began := time.Now()
 		h := start(t, cfg, container(procscan.App, "app-a", 10), container(procscan.Sidecar, "pilot-agent", 100))
 		h.proc(10).exit(exited(0))
 		res := h.finish(Unknown, "SIGTERM 100")
+		h.signalledAt(0, began.Add(cfg.AppStartTimeout), "APP_START_TIMEOUT after the start")
 		if !strings.Contains(res.Reason, "never seen within SUPERVISOR_APP_START_TIMEOUT") {
 			t.Errorf("reason %q", res.Reason)
 		}

@@ -22,9 +22,11 @@ func TestPanicDuringDiscovery(t *testing.T) {
 			container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
 		app := h.proc(10)
 		waitLog(t, h, "the supervisor failed (a bug")
-		noSignalFor(t, h, 100*time.Millisecond) // the app still runs
+		noSignalFor(t, h, time.Hour) // the app still runs
 		app.exit(exited(0))
+		ended := time.Now()
 		res := h.finish(Unknown, "SIGTERM 100")
+		h.signalledAt(0, ended, "at the app's end")
 		if !strings.Contains(res.Summary, "the supervisor failed (injected panic at scan 3)") || !strings.Contains(res.Summary, "action SIGTERM") {
 			t.Errorf("summary %q does not say what happened", res.Summary)
 		}
