@@ -27,8 +27,9 @@ func TestOnFailureRestart(t *testing.T) {
 		h.proc(10).exit(exited(1))
 		noSignalFor(t, h, 100*time.Millisecond)
 		h.pod.add(container(procscan.App, "app-r1", 11))
-		h.proc(11).exit(killed(exitwatch.SIGKILL)) // OOM-killed: restarted again
-		noSignalFor(t, h, backoff(2))              // after the kubelet's back-off
+		// OOM-killed: restarted again, after the kubelet's back-off.
+		h.proc(11).exit(killed(exitwatch.SIGKILL))
+		noSignalFor(t, h, backoff(2))
 		h.pod.add(container(procscan.App, "app-r2", 12))
 		h.proc(12).exit(exited(0))
 		res := h.finish(Success, "SIGTERM 100")
