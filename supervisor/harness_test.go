@@ -125,8 +125,6 @@ func (h *harness) postsSent() []string {
 	return append([]string(nil), h.posts...)
 }
 
-// syncWriter is the run's log: its mutex guards reads while the run goes
-// on, and written fires on each line.
 // postedAt is when the i-th POST (from 0) was sent, or the zero time.
 func (h *harness) postedAt(i int) time.Time {
 	h.postMu.Lock()
@@ -137,6 +135,8 @@ func (h *harness) postedAt(i int) time.Time {
 	return h.postAt[i]
 }
 
+// syncWriter is the run's log: its mutex guards reads while the run goes
+// on, and written fires on each line.
 type syncWriter struct {
 	mu      sync.Mutex
 	w       *bytes.Buffer
