@@ -3,11 +3,11 @@ package supervisor
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"net/url"
-	"strconv"
+	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -17,234 +17,6 @@ import (
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/procscan"
 )
-
-// fakePod is a Scanner whose containers the test changes as it goes.
-type fakePod struct {
-	mu         sync.Mutex
-	containers []procscan.Container
-	err        error
-	scans      int
-	unhandled  map[int]bool     // PIDs that handle no signal (Signals)
-	named      bool             // containers carry their Kubernetes names
-	panicAt    int              // Scan panics at this scan (a bug injected)
-	args       map[int][]string // command lines (Args)
-	panicAgain bool             // and at every scan after it
-	made       int              // containers added (LastPID)
-}
-
-// LastPID moves whenever a container is added, as the kernel's does when
-// a process is made.
-func (f *fakePod) LastPID() (int, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.made, nil
-}
-
-// Named: the fake pod's containers are named when named is set.
-func (f *fakePod) Named() bool { return f.named }
-
-func (f *fakePod) Scan() (procscan.Pod, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.scans++
-	if f.panicAt > 0 && (f.scans == f.panicAt || f.panicAgain && f.scans > f.panicAt) {
-		f.mu.Unlock()
-		defer f.mu.Lock()
-		panic(fmt.Sprintf("injected panic at scan %d", f.scans))
-	}
-	return procscan.Pod{Containers: append([]procscan.Container(nil), f.containers...)}, f.err
-}
-
-// Signals: every process handles every signal, unless unhandled says
-// otherwise for its PID.
-func (f *fakePod) Signals(pid int) (procscan.Signals, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.unhandled[pid] {
-		return procscan.Signals{}, nil
-	}
-	return procscan.Signals{Caught: ^uint64(0)}, nil
-}
-
-// Args is the command line args says for pid, if any.
-func (f *fakePod) Args(pid int) ([]string, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.args[pid], nil
-}
-
-// Children lists the processes of the pod whose parent is pid.
-func (f *fakePod) Children(pid int) ([]procscan.Process, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var out []procscan.Process
-	for _, c := range f.containers {
-		for _, p := range c.Processes {
-			if p.PPID == pid {
-				out = append(out, p)
-			}
-		}
-	}
-	return out, nil
-}
-
-func (f *fakePod) setUnhandled(pid int, v bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.unhandled == nil {
-		f.unhandled = map[int]bool{}
-	}
-	f.unhandled[pid] = v
-}
-
-func (f *fakePod) add(c procscan.Container) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.containers = append(f.containers, c)
-	f.made++
-}
-
-// container is a container whose main process is named name; a
-// pilot-agent has its envoy child (so it handles SIGTERM: knownSidecars).
-func container(kind procscan.Kind, name string, pid int) procscan.Container {
-	p := procscan.Process{PID: pid, Comm: name, StartTime: uint64(pid)}
-	c := procscan.Container{ID: name, Name: name, Kind: kind, Main: p, HasMain: true, Processes: []procscan.Process{p}}
-	if name == "pilot-agent" {
-		c.Processes = append(c.Processes, procscan.Process{PID: pid*1000 + 1, PPID: pid, Comm: "envoy", StartTime: uint64(pid + 1)})
-	}
-	return c
-}
-
-// fakeProc is a process the test ends by hand (exit) or that reacts to a
-// signal (a sidecar, as fakeKernel.onSignal says).
-type fakeProc struct {
-	pid     int
-	k       *fakeKernel
-	done    chan struct{}
-	once    sync.Once
-	status  exitwatch.Status
-	sidecar bool // opened without status: reacts to signals as k.onSignal says
-}
-
-func (p *fakeProc) PID() int                 { return p.pid }
-func (p *fakeProc) Done() <-chan struct{}    { return p.done }
-func (p *fakeProc) Status() exitwatch.Status { return p.status }
-func (p *fakeProc) Close() error             { return nil }
-func (p *fakeProc) exit(s exitwatch.Status) {
-	p.once.Do(func() { p.status = s; close(p.done) })
-}
-
-func (p *fakeProc) Signal(sig exitwatch.Signal) error {
-	p.k.record(p.pid, sig)
-	select {
-	case <-p.done:
-		return exitwatch.ErrGone
-	default:
-	}
-	if p.sidecar {
-		// Looked up now, not when the supervisor held the process: a test
-		// may set the reaction after the run has started.
-		if react := p.k.sidecarReaction(); react != nil {
-			if s := react(sig); s != nil {
-				p.exit(*s)
-			}
-		}
-	}
-	return nil
-}
-
-// fakeKernel hands out fakeProcs and records every signal sent.
-type fakeKernel struct {
-	mu       sync.Mutex
-	procs    map[int]*fakeProc
-	gone     map[int]bool // Open fails with ErrGone
-	signals  []string
-	signaled chan struct{}
-	// sidecar reaction to signals, for procs opened without status (set it
-	// with setOnSignal once the run has started)
-	onSignal func(exitwatch.Signal) *exitwatch.Status
-}
-
-func newFakeKernel() *fakeKernel {
-	return &fakeKernel{procs: map[int]*fakeProc{}, gone: map[int]bool{}, signaled: make(chan struct{}, 100),
-		// A well-behaved sidecar: any signal stops it, SIGKILL kills it, the
-		// others it handles and exits 0.
-		onSignal: func(sig exitwatch.Signal) *exitwatch.Status {
-			if sig == exitwatch.SIGKILL {
-				return &exitwatch.Status{Known: true, Signal: sig}
-			}
-			return &exitwatch.Status{Known: true}
-		}}
-}
-
-// Watch and Hold hold p as an app or as a sidecar.
-func (k *fakeKernel) Watch(p exitwatch.Process) (exitwatch.Proc, error) { return k.open(p, true) }
-func (k *fakeKernel) Hold(p exitwatch.Process) (exitwatch.Proc, error)  { return k.open(p, false) }
-
-func (k *fakeKernel) open(p exitwatch.Process, status bool) (exitwatch.Proc, error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.gone[p.PID] {
-		return nil, exitwatch.ErrGone
-	}
-	if fp, ok := k.procs[p.PID]; ok {
-		select {
-		case <-fp.done:
-			return nil, exitwatch.ErrGone // exited and reaped before it was held
-		default:
-		}
-		if !status {
-			fp.sidecar = true
-		}
-		return fp, nil
-	}
-	fp := &fakeProc{pid: p.PID, k: k, done: make(chan struct{}), sidecar: !status}
-	k.procs[p.PID] = fp
-	return fp, nil
-}
-
-// spawn makes a process exist before the supervisor holds it.
-func (k *fakeKernel) spawn(pid int) *fakeProc {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	fp := &fakeProc{pid: pid, k: k, done: make(chan struct{})}
-	k.procs[pid] = fp
-	return fp
-}
-
-func (k *fakeKernel) proc(pid int) *fakeProc {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.procs[pid]
-}
-
-func (k *fakeKernel) sidecarReaction() func(exitwatch.Signal) *exitwatch.Status {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.onSignal
-}
-
-func (k *fakeKernel) setOnSignal(f func(exitwatch.Signal) *exitwatch.Status) {
-	k.mu.Lock()
-	k.onSignal = f
-	k.mu.Unlock()
-}
-
-func (k *fakeKernel) record(pid int, sig exitwatch.Signal) {
-	k.mu.Lock()
-	k.signals = append(k.signals, sig.String()+" "+strconv.Itoa(pid))
-	k.mu.Unlock()
-	k.signaled <- struct{}{}
-}
-
-func (k *fakeKernel) sent() []string {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return append([]string(nil), k.signals...)
-}
-
-func (k *fakeKernel) Method() exitwatch.Method { return "fake" }
-func (k *fakeKernel) Close() error             { return nil }
 
 func testConfig(t *testing.T, env ...string) Config {
 	t.Helper()
@@ -267,6 +39,7 @@ type harness struct {
 	logw   *syncWriter // writes log; its mutex guards reads while the run goes on
 	postMu sync.Mutex
 	posts  []string
+	postAt []time.Time // when each of posts was sent
 	// answer, when set before the run, answers the n-th POST (from 1)
 	// other than a /drain (pilot-agent's, before its quit), which
 	// drainAnswer answers, when set, else 200.
@@ -275,8 +48,8 @@ type harness struct {
 	drains      int
 	code        int
 	err         error
-	cancel context.CancelFunc
-	result chan runResult
+	cancel      context.CancelFunc
+	result      chan runResult
 }
 
 type runResult struct {
@@ -292,8 +65,14 @@ func start(t *testing.T, cfg Config, containers ...procscan.Container) *harness 
 }
 
 // startWith is start with set called on the harness before the run starts.
+// It must be called in a bubble (synctest.Test): the run's timers and the
+// test's waits then share the bubble's clock, which moves only when every
+// goroutine of the test is blocked, whatever the machine's speed.
 func startWith(t *testing.T, cfg Config, set func(*harness), containers ...procscan.Container) *harness {
 	t.Helper()
+	if !inBubble() {
+		t.Fatal("the harness runs in a bubble: call start in synctest.Test")
+	}
 	h := &harness{t: t, pod: &fakePod{}, kernel: newFakeKernel(), log: &bytes.Buffer{}, code: 200, result: make(chan runResult, 1)}
 	if set != nil {
 		set(h)
@@ -305,6 +84,7 @@ func startWith(t *testing.T, cfg Config, set func(*harness), containers ...procs
 		h.postMu.Lock()
 		defer h.postMu.Unlock()
 		h.posts = append(h.posts, u.String())
+		h.postAt = append(h.postAt, time.Now())
 		if u.Path == "/drain" {
 			h.drains++
 			if h.drainAnswer != nil {
@@ -330,6 +110,14 @@ func startWith(t *testing.T, cfg Config, set func(*harness), containers ...procs
 	return h
 }
 
+// inBubble reports whether the caller runs in a synctest bubble, where
+// synctest.Wait does not panic (and returns at once at a run's start).
+func inBubble() (ok bool) {
+	defer func() { ok = recover() == nil }()
+	synctest.Wait()
+	return true
+}
+
 // postsSent is the URLs POSTed so far.
 func (h *harness) postsSent() []string {
 	h.postMu.Lock()
@@ -337,9 +125,22 @@ func (h *harness) postsSent() []string {
 	return append([]string(nil), h.posts...)
 }
 
+// postedAt is when the i-th POST (from 0) was sent, or the zero time.
+func (h *harness) postedAt(i int) time.Time {
+	h.postMu.Lock()
+	defer h.postMu.Unlock()
+	if i < 0 || i >= len(h.postAt) {
+		return time.Time{}
+	}
+	return h.postAt[i]
+}
+
+// syncWriter is the run's log: its mutex guards reads while the run goes
+// on, and written fires on each line.
 type syncWriter struct {
-	mu sync.Mutex
-	w  *bytes.Buffer
+	mu      sync.Mutex
+	w       *bytes.Buffer
+	written event
 }
 
 // logged is the log so far.
@@ -352,21 +153,99 @@ func (h *harness) logged() string {
 func (s *syncWriter) Write(b []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.written.fire()
 	return s.w.Write(b)
 }
 
-// proc waits (bounded) until the supervisor has opened pid.
+// waitBound bounds every wait of the harness. In a bubble it is the
+// bubble's time, which costs nothing while the run sleeps: it only has
+// to be past the longest bound a test sets (a minute), so that a wait
+// that fails is the run's doing, not the harness's.
+const waitBound = 10 * time.Minute
+
+// await waits until ok holds, looking again each time e fires, for at
+// most waitBound; it reports whether ok held.
+func await(e *event, ok func() bool) bool {
+	bound := time.NewTimer(waitBound)
+	defer bound.Stop()
+	for {
+		changed := e.next() // before the look: a change after it wakes us
+		if ok() {
+			return true
+		}
+		select {
+		case <-changed:
+		case <-bound.C:
+			return false
+		}
+	}
+}
+
+// proc waits until the supervisor has opened pid (or the test spawned it).
 func (h *harness) proc(pid int) *fakeProc {
 	h.t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if p := h.kernel.proc(pid); p != nil {
-			return p
-		}
-		time.Sleep(time.Millisecond)
+	var p *fakeProc
+	if !await(&h.kernel.opened, func() bool { p = h.kernel.proc(pid); return p != nil }) {
+		h.t.Fatalf("pid %d never opened; log:\n%s", pid, h.logged())
 	}
-	h.t.Fatalf("pid %d never opened", pid)
-	return nil
+	return p
+}
+
+// waitLog waits until the run's log holds s.
+func waitLog(t *testing.T, h *harness, s string) {
+	t.Helper()
+	if !await(&h.logw.written, func() bool { return strings.Contains(h.logged(), s) }) {
+		t.Fatalf("the log never said %s; log:\n%s", s, h.logged())
+	}
+}
+
+// noSignalUntil moves the bubble's clock to at, lets the run settle
+// there (every goroutine blocked: all it does at that instant is done),
+// and fails if the sidecar has been signalled.
+func noSignalUntil(t *testing.T, h *harness, at time.Time) {
+	t.Helper()
+	time.Sleep(time.Until(at))
+	synctest.Wait()
+	if sent := h.kernel.sent(); len(sent) > 0 {
+		t.Fatalf("sidecar signalled too early: %v at %s, checked up to %s\nlog:\n%s", sent, clock(h.kernel.sentAt(0)), clock(at), h.logged())
+	}
+}
+
+// noSignalFor is noSignalUntil d from now.
+func noSignalFor(t *testing.T, h *harness, d time.Duration) {
+	t.Helper()
+	noSignalUntil(t, h, time.Now().Add(d))
+}
+
+// just is the bubble's clock's smallest step: just before a deadline d
+// is d - just.
+const just = time.Nanosecond
+
+// signalledAt checks that the i-th signal (from 0) was sent at exactly
+// want, which why names.
+func (h *harness) signalledAt(i int, want time.Time, why string) {
+	h.t.Helper()
+	if got := h.kernel.sentAt(i); !got.Equal(want) {
+		h.t.Errorf("signal %d of %v sent at %s, want %s (%s); log:\n%s", i, h.kernel.sent(), clock(got), clock(want), why, h.logged())
+	}
+}
+
+// signalledWithin checks that the i-th signal was sent from from to d
+// later, which why names.
+func (h *harness) signalledWithin(i int, from time.Time, d time.Duration, why string) {
+	h.t.Helper()
+	if got := h.kernel.sentAt(i); got.Before(from) || got.After(from.Add(d)) {
+		h.t.Errorf("signal %d of %v sent at %s, want from %s to %v later (%s); log:\n%s", i, h.kernel.sent(), clock(got), clock(from), d, why, h.logged())
+	}
+}
+
+// clock shows an instant of the bubble's clock (it starts at midnight),
+// or "never" for the zero time.
+func clock(at time.Time) string {
+	if at.IsZero() {
+		return "never"
+	}
+	return at.Format("15:04:05.000000000")
 }
 
 // finish waits for the run, which must end with outcome after sending
@@ -375,7 +254,7 @@ func (h *harness) finish(outcome Outcome, signals ...string) Result {
 	h.t.Helper()
 	res, err := h.wait()
 	if err != nil || res.Outcome != outcome {
-		h.t.Fatalf("res %+v err %v, want %v; log:\n%s", res, err, outcome, h.log)
+		h.t.Fatalf("res %+v err %v, want %v; log:\n%s", res, err, outcome, h.logged())
 	}
 	if signals == nil {
 		signals = []string{}
@@ -386,13 +265,16 @@ func (h *harness) finish(outcome Outcome, signals ...string) Result {
 	return res
 }
 
+// wait waits for the run to return.
 func (h *harness) wait() (Result, error) {
 	h.t.Helper()
+	bound := time.NewTimer(waitBound)
+	defer bound.Stop()
 	select {
 	case r := <-h.result:
 		return r.res, r.err
-	case <-time.After(10 * time.Second):
-		h.t.Fatalf("Run did not return; log:\n%s", h.log.String())
+	case <-bound.C:
+		h.t.Fatalf("Run did not return within %v; log:\n%s", waitBound, h.logged())
 	}
 	return Result{}, nil
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/supervisor/exitwatch"
@@ -20,19 +21,22 @@ import (
 // container; the sidecar stays up until the restart succeeds, then gets
 // the (graceful) success action.
 func TestOnFailureRestart(t *testing.T) {
-	h := start(t, testConfig(t, "SUPERVISOR_RESTART_POLICY=OnFailure"),
-		container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
-	h.proc(10).exit(exited(1))
-	noSignalFor(t, h, 100*time.Millisecond)
-	h.pod.add(container(procscan.App, "app-r1", 11))
-	h.proc(11).exit(killed(exitwatch.SIGKILL)) // OOM-killed: restarted again
-	noSignalFor(t, h, 100*time.Millisecond)
-	h.pod.add(container(procscan.App, "app-r2", 12))
-	h.proc(12).exit(exited(0))
-	res := h.finish(Success, "SIGTERM 100")
-	if len(res.Apps) != 1 || res.Apps[0].Container != "app-r2" {
-		t.Errorf("decided on %+v, want only the last instance", res.Apps)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		h := start(t, testConfig(t, "SUPERVISOR_RESTART_POLICY=OnFailure"),
+			container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+		h.proc(10).exit(exited(1))
+		noSignalFor(t, h, 100*time.Millisecond)
+		h.pod.add(container(procscan.App, "app-r1", 11))
+		// OOM-killed: restarted again, after the kubelet's back-off.
+		h.proc(11).exit(killed(exitwatch.SIGKILL))
+		noSignalFor(t, h, backoff(2))
+		h.pod.add(container(procscan.App, "app-r2", 12))
+		h.proc(12).exit(exited(0))
+		res := h.finish(Success, "SIGTERM 100")
+		if len(res.Apps) != 1 || res.Apps[0].Container != "app-r2" {
+			t.Errorf("decided on %+v, want only the last instance", res.Apps)
+		}
+	})
 }
 
 // TestOnFailureRestartDuringDiscovery: an app fails and is restarted while
@@ -42,24 +46,26 @@ func TestOnFailureRestart(t *testing.T) {
 // new containers), so the run ends when both succeed instead of awaiting a
 // restart that already came.
 func TestOnFailureRestartDuringDiscovery(t *testing.T) {
-	h := start(t, testConfig(t, "SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_APP_CONTAINERS=2"),
-		container(procscan.App, "a", 10), container(procscan.Sidecar, "pilot-agent", 100))
-	h.proc(10).exit(exited(1))
-	h.pod.mu.Lock()
-	h.pod.containers = append(h.pod.containers, container(procscan.App, "a-r1", 11), container(procscan.App, "b", 20))
-	h.pod.mu.Unlock()
-	h.proc(11).exit(exited(0))
-	h.proc(20).exit(exited(0))
-	res, err := h.wait()
-	if err != nil || res.Outcome != Success {
-		t.Fatalf("res %+v err %v; log:\n%s", res, err, h.log)
-	}
-	if !strings.Contains(h.log.String(), `"container":"a-r1","replaces":"a"`) {
-		t.Errorf("a-r1 not taken as a's restart; log:\n%s", h.log)
-	}
-	if diff := cmp.Diff([]string{"SIGTERM 100"}, h.kernel.sent()); diff != "" {
-		t.Errorf("signals (-want +got):\n%s", diff)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		h := start(t, testConfig(t, "SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_APP_CONTAINERS=2"),
+			container(procscan.App, "a", 10), container(procscan.Sidecar, "pilot-agent", 100))
+		h.proc(10).exit(exited(1))
+		h.pod.mu.Lock()
+		h.pod.containers = append(h.pod.containers, container(procscan.App, "a-r1", 11), container(procscan.App, "b", 20))
+		h.pod.mu.Unlock()
+		h.proc(11).exit(exited(0))
+		h.proc(20).exit(exited(0))
+		res, err := h.wait()
+		if err != nil || res.Outcome != Success {
+			t.Fatalf("res %+v err %v; log:\n%s", res, err, h.logged())
+		}
+		if !strings.Contains(h.logged(), `"container":"a-r1","replaces":"a"`) {
+			t.Errorf("a-r1 not taken as a's restart; log:\n%s", h.logged())
+		}
+		if diff := cmp.Diff([]string{"SIGTERM 100"}, h.kernel.sent()); diff != "" {
+			t.Errorf("signals (-want +got):\n%s", diff)
+		}
+	})
 }
 
 // TestOnFailureOneProcessTwoCgroups: issue 15. A restarted app's main
@@ -69,135 +75,124 @@ func TestOnFailureRestartDuringDiscovery(t *testing.T) {
 // slot, and its one exit 0 does not end the run while the other app still
 // awaits its own restart.
 func TestOnFailureOneProcessTwoCgroups(t *testing.T) {
-	h := start(t, testConfig(t, "SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_APP_CONTAINERS=2"),
-		container(procscan.App, "app0", 8), container(procscan.App, "app1", 16), container(procscan.Sidecar, "pilot-agent", 100))
-	app0, app1 := h.proc(8), h.proc(16)
-	app1.exit(exited(1))
-	waitLog(t, h, `"container":"app1","restart":1`)
-	moving := container(procscan.App, "/", 66) // app1's restart, not yet in its cgroup
-	h.pod.add(moving)
-	waitLog(t, h, `"container":"/","replaces":"app1"`)
-	app0.exit(exited(1))
-	waitLog(t, h, `"container":"app0","restart":1`)
-	settled := container(procscan.App, "app1-r1", 66)
-	h.pod.mu.Lock()
-	for i, c := range h.pod.containers {
-		if c.ID == "/" {
-			h.pod.containers[i] = settled
+	synctest.Test(t, func(t *testing.T) {
+		h := start(t, testConfig(t, "SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_APP_CONTAINERS=2"),
+			container(procscan.App, "app0", 8), container(procscan.App, "app1", 16), container(procscan.Sidecar, "pilot-agent", 100))
+		app0, app1 := h.proc(8), h.proc(16)
+		app1.exit(exited(1))
+		waitLog(t, h, `"container":"app1","restart":1`)
+		moving := container(procscan.App, "/", 66) // app1's restart, not yet in its cgroup
+		h.pod.add(moving)
+		waitLog(t, h, `"container":"/","replaces":"app1"`)
+		app0.exit(exited(1))
+		waitLog(t, h, `"container":"app0","restart":1`)
+		settled := container(procscan.App, "app1-r1", 66)
+		h.pod.mu.Lock()
+		for i, c := range h.pod.containers {
+			if c.ID == "/" {
+				h.pod.containers[i] = settled
+			}
 		}
-	}
-	scans := h.pod.scans
-	h.pod.mu.Unlock()
-	// Let the run see pid 66 in app1-r1 (it scans while a restart is
-	// awaited; a run that wrongly ended scans no more).
-	for deadline := time.Now().Add(time.Second); h.pod.scanCount() < scans+2 && time.Now().Before(deadline); {
-		time.Sleep(time.Millisecond)
-	}
-	h.proc(66).exit(exited(0))
-	noSignalFor(t, h, 200*time.Millisecond) // app0's restart is still to come
-	h.pod.add(container(procscan.App, "app0-r1", 70))
-	h.proc(70).exit(exited(0))
-	res := h.finish(Success, "SIGTERM 100")
-	var names []string
-	for _, a := range res.Apps {
-		names = append(names, a.Container)
-	}
-	if !strings.Contains(h.log.String(), `"container":"app1-r1","was":"/","message":"app seen in another cgroup`) {
-		t.Errorf("the move is not logged; log:\n%s", h.log)
-	}
-	if diff := cmp.Diff([]string{"app1-r1", "app0-r1"}, names); diff != "" {
-		t.Errorf("decided on (-want +got):\n%s\nlog:\n%s", diff, h.log)
-	}
-}
-
-// waitLog waits (bounded) until the run's log holds s.
-func waitLog(t *testing.T, h *harness, s string) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if strings.Contains(h.logged(), s) {
-			return
+		h.pod.mu.Unlock()
+		// Let the run see pid 66 in app1-r1 (it scans while a restart is
+		// awaited; a run that wrongly ended scans no more).
+		waitLog(t, h, `"container":"app1-r1","was":"/","message":"app seen in another cgroup`)
+		h.proc(66).exit(exited(0))
+		noSignalFor(t, h, 200*time.Millisecond) // app0's restart is still to come
+		h.pod.add(container(procscan.App, "app0-r1", 70))
+		h.proc(70).exit(exited(0))
+		res := h.finish(Success, "SIGTERM 100")
+		var names []string
+		for _, a := range res.Apps {
+			names = append(names, a.Container)
 		}
-		time.Sleep(time.Millisecond)
-	}
-	t.Fatalf("the log never said %s; log:\n%s", s, h.logged())
+		if !strings.Contains(h.logged(), `"container":"app1-r1","was":"/","message":"app seen in another cgroup`) {
+			t.Errorf("the move is not logged; log:\n%s", h.logged())
+		}
+		if diff := cmp.Diff([]string{"app1-r1", "app0-r1"}, names); diff != "" {
+			t.Errorf("decided on (-want +got):\n%s\nlog:\n%s", diff, h.logged())
+		}
+	})
 }
 
 // TestAlways: the sidecar is never stopped on an app's exit; SIGTERM ends
 // the idle supervisor.
 func TestAlways(t *testing.T) {
-	for _, env := range [][]string{{"SUPERVISOR_RESTART_POLICY=Always"}, {"SUPERVISOR_RESTART_POLICY=Always", "SUPERVISOR_NATIVE_SIDECAR=true"}} {
-		h := start(t, testConfig(t, env...), container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
-		noSignalFor(t, h, 100*time.Millisecond)
-		scans := h.pod.scanCount()
-		time.Sleep(50 * time.Millisecond)
-		if got := h.pod.scanCount(); got != scans {
-			t.Errorf("%v: idle supervisor scanned /proc %d more times", env, got-scans)
+	synctest.Test(t, func(t *testing.T) {
+		for _, env := range [][]string{{"SUPERVISOR_RESTART_POLICY=Always"}, {"SUPERVISOR_RESTART_POLICY=Always", "SUPERVISOR_NATIVE_SIDECAR=true"}} {
+			h := start(t, testConfig(t, env...), container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+			synctest.Wait() // idle
+			scans := h.pod.scanCount()
+			noSignalFor(t, h, time.Hour)
+			if got := h.pod.scanCount(); got != scans {
+				t.Errorf("%v: idle supervisor scanned /proc %d more times", env, got-scans)
+			}
+			h.cancel()
+			res, err := h.wait()
+			if err != nil || !res.Deleted {
+				t.Errorf("%v: res %+v err %v", env, res, err)
+			}
 		}
-		h.cancel()
-		res, err := h.wait()
-		if err != nil || !res.Deleted {
-			t.Errorf("%v: res %+v err %v", env, res, err)
-		}
-	}
+	})
 }
 
 // TestNativeSidecar: the kubelet stops a native sidecar; the supervisor
 // stays out of the way and ends at once.
 func TestNativeSidecar(t *testing.T) {
-	h := start(t, testConfig(t, "SUPERVISOR_NATIVE_SIDECAR=true"), container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
-	res, err := h.wait()
-	if err != nil || res.Deleted || !strings.Contains(res.Summary, "native sidecar") || len(h.kernel.sent()) != 0 {
-		t.Errorf("res %+v err %v signals %v", res, err, h.kernel.sent())
-	}
+	synctest.Test(t, func(t *testing.T) {
+		h := start(t, testConfig(t, "SUPERVISOR_NATIVE_SIDECAR=true"), container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+		res, err := h.wait()
+		if err != nil || res.Deleted || !strings.Contains(res.Summary, "native sidecar") || len(h.kernel.sent()) != 0 {
+			t.Errorf("res %+v err %v signals %v", res, err, h.kernel.sent())
+		}
+	})
 }
 
 // TestSidecarActions: several sidecars, each with its own action.
 func TestSidecarActions(t *testing.T) {
-	h := start(t, testConfig(t, "SUPERVISOR_SIDECAR_PROCESSES=pilot-agent,cloud-sql-proxy,vault-agent",
-		"SUPERVISOR_SIDECAR_ACTIONS=cloud-sql-proxy=SIGINT,vault-agent=http://127.0.0.1:8200/quit"),
-		container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100),
-		container(procscan.Sidecar, "cloud-sql-proxy", 101), container(procscan.Sidecar, "vault-agent", 102))
-	go func() { p := h.proc(102); <-time.After(20 * time.Millisecond); p.exit(exited(0)) }()
-	h.proc(10).exit(exited(3))
-	h.finish(Failure, "SIGKILL 100", "SIGINT 101")
-	if diff := cmp.Diff([]string{"http://127.0.0.1:8200/quit"}, h.posts); diff != "" {
-		t.Errorf("posts (-want +got):\n%s", diff)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		h := startWith(t, testConfig(t, "SUPERVISOR_SIDECAR_PROCESSES=pilot-agent,cloud-sql-proxy,vault-agent",
+			"SUPERVISOR_SIDECAR_ACTIONS=cloud-sql-proxy=SIGINT,vault-agent=http://127.0.0.1:8200/quit"), func(h *harness) {
+			// vault-agent exits once it has answered its quit.
+			h.answer = func(int) (int, error) {
+				go h.kernel.proc(102).exit(exited(0))
+				return 200, nil
+			}
+		}, container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100),
+			container(procscan.Sidecar, "cloud-sql-proxy", 101), container(procscan.Sidecar, "vault-agent", 102))
+		h.proc(10).exit(exited(3))
+		h.finish(Failure, "SIGKILL 100", "SIGINT 101")
+		if diff := cmp.Diff([]string{"http://127.0.0.1:8200/quit"}, h.postsSent()); diff != "" {
+			t.Errorf("posts (-want +got):\n%s", diff)
+		}
+	})
 }
 
 // TestSidecarComesBack: a sidecar that reappears while being stopped
 // (restarted by the kubelet) is stopped too, and the log says why it may
 // have come back.
 func TestSidecarComesBack(t *testing.T) {
-	h := start(t, testConfig(t), container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
-	h.kernel.setOnSignal(func(sig exitwatch.Signal) *exitwatch.Status {
-		if !h.pod.has("pilot-agent-r1") {
-			h.pod.add(container(procscan.Sidecar, "pilot-agent-r1", 101))
+	synctest.Test(t, func(t *testing.T) {
+		h := start(t, testConfig(t), container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+		h.kernel.setOnSignal(func(sig exitwatch.Signal) *exitwatch.Status {
+			if !h.pod.has("pilot-agent-r1") {
+				h.pod.add(container(procscan.Sidecar, "pilot-agent-r1", 101))
+			}
+			return &exitwatch.Status{Known: true, Code: 0}
+		})
+		h.proc(10).exit(exited(0))
+		res, err := h.wait()
+		if err != nil {
+			t.Fatal(err)
 		}
-		return &exitwatch.Status{Known: true, Code: 0}
+		if diff := cmp.Diff([]string{"SIGTERM 100", "SIGTERM 101"}, h.kernel.sent()); diff != "" {
+			t.Errorf("signals (-want +got):\n%s", diff)
+		}
+		if !strings.Contains(h.logged(), "NATIVE_SIDECAR=true") {
+			t.Errorf("no hint in the log:\n%s", h.logged())
+		}
+		_ = res
 	})
-	h.proc(10).exit(exited(0))
-	res, err := h.wait()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff([]string{"SIGTERM 100", "SIGTERM 101"}, h.kernel.sent()); diff != "" {
-		t.Errorf("signals (-want +got):\n%s", diff)
-	}
-	if !strings.Contains(h.log.String(), "NATIVE_SIDECAR=true") {
-		t.Errorf("no hint in the log:\n%s", h.log)
-	}
-	_ = res
-}
-
-func noSignalFor(t *testing.T, h *harness, d time.Duration) {
-	t.Helper()
-	select {
-	case <-h.kernel.signaled:
-		t.Fatalf("sidecar signalled too early: %v\nlog:\n%s", h.kernel.sent(), h.log)
-	case <-time.After(d):
-	}
 }
 
 // move replaces the container whose main process is pid by c.
@@ -232,37 +227,45 @@ func (f *fakePod) has(name string) bool {
 
 // TestHold: the hold returns once every app has exited, or at its bound.
 func TestHold(t *testing.T) {
-	pod := &fakePod{containers: []procscan.Container{
-		container(procscan.Pause, "pause", 1), container(procscan.Self, "istio-proxy", 2),
-		container(procscan.App, "app", 10), container(procscan.App, "worker", 11),
-	}}
-	k := newFakeKernel()
-	k.spawn(10)
-	k.spawn(11)
-	go func() {
-		time.Sleep(30 * time.Millisecond)
-		k.proc(10).exit(exited(143))
-		time.Sleep(30 * time.Millisecond)
-		k.proc(11).exit(exited(0))
-	}()
-	res, err := Hold(context.Background(), zerolog.Nop(), pod, k, 10*time.Second)
-	if err != nil || res.TimedOut() || res.Apps != 2 {
-		t.Fatalf("res %+v err %v", res, err)
-	}
-	if !strings.Contains(res.String(), "all 2 app containers have exited") {
-		t.Errorf("%q", res)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		pod := &fakePod{containers: []procscan.Container{
+			container(procscan.Pause, "pause", 1), container(procscan.Self, "istio-proxy", 2),
+			container(procscan.App, "app", 10), container(procscan.App, "worker", 11),
+		}}
+		k := newFakeKernel()
+		k.spawn(10)
+		k.spawn(11)
+		go func() {
+			time.Sleep(30 * time.Millisecond)
+			k.proc(10).exit(exited(143))
+			time.Sleep(30 * time.Millisecond)
+			k.proc(11).exit(exited(0))
+		}()
+		res, err := Hold(context.Background(), zerolog.Nop(), pod, k, 10*time.Second)
+		if err != nil || res.TimedOut() || res.Apps != 2 {
+			t.Fatalf("res %+v err %v", res, err)
+		}
+		if !strings.Contains(res.String(), "all 2 app containers have exited") {
+			t.Errorf("%q", res)
+		}
+		if res.Elapsed != 60*time.Millisecond {
+			t.Errorf("held for %v, want 60ms: until the last app's exit", res.Elapsed)
+		}
 
-	k2 := newFakeKernel()
-	k2.spawn(10)
-	k2.spawn(11).exit(exited(0))
-	res, err = Hold(context.Background(), zerolog.Nop(), pod, k2, 50*time.Millisecond)
-	if err != nil || !res.TimedOut() || !cmp.Equal(res.Left, []string{"app"}) {
-		t.Fatalf("res %+v err %v, want a timeout with app left", res, err)
-	}
-	if !strings.Contains(res.String(), "gave up") {
-		t.Errorf("%q", res)
-	}
+		k2 := newFakeKernel()
+		k2.spawn(10)
+		k2.spawn(11).exit(exited(0))
+		res, err = Hold(context.Background(), zerolog.Nop(), pod, k2, 50*time.Millisecond)
+		if err != nil || !res.TimedOut() || !cmp.Equal(res.Left, []string{"app"}) {
+			t.Fatalf("res %+v err %v, want a timeout with app left", res, err)
+		}
+		if !strings.Contains(res.String(), "gave up") {
+			t.Errorf("%q", res)
+		}
+		if res.Elapsed != 50*time.Millisecond {
+			t.Errorf("held for %v, want 50ms: the bound", res.Elapsed)
+		}
+	})
 }
 
 func TestInstall(t *testing.T) {
@@ -285,20 +288,22 @@ func TestInstall(t *testing.T) {
 // named pilot-agent was exec'd (PPID 0: it now looks like the main one) is
 // not a sidecar to stop; nor is an app's.
 func TestKindIsFirstSight(t *testing.T) {
-	h := start(t, testConfig(t, "SUPERVISOR_IGNORE_PROCESSES=logrotate"),
-		container(procscan.App, "app", 10), container(procscan.Ignored, "logs", 20),
-		container(procscan.Sidecar, "pilot-agent", 100))
-	h.proc(10)
-	// Both containers' main processes end; an exec'd pilot-agent remains.
-	h.pod.mu.Lock()
-	for i, c := range h.pod.containers {
-		if c.Name == "logs" || c.Name == "app" {
-			impostor := container(procscan.Sidecar, c.Name, 30+i)
-			impostor.ID = c.ID
-			h.pod.containers[i] = impostor
+	synctest.Test(t, func(t *testing.T) {
+		h := start(t, testConfig(t, "SUPERVISOR_IGNORE_PROCESSES=logrotate"),
+			container(procscan.App, "app", 10), container(procscan.Ignored, "logs", 20),
+			container(procscan.Sidecar, "pilot-agent", 100))
+		h.proc(10)
+		// Both containers' main processes end; an exec'd pilot-agent remains.
+		h.pod.mu.Lock()
+		for i, c := range h.pod.containers {
+			if c.Name == "logs" || c.Name == "app" {
+				impostor := container(procscan.Sidecar, c.Name, 30+i)
+				impostor.ID = c.ID
+				h.pod.containers[i] = impostor
+			}
 		}
-	}
-	h.pod.mu.Unlock()
-	h.proc(10).exit(exited(0))
-	h.finish(Success, "SIGTERM 100")
+		h.pod.mu.Unlock()
+		h.proc(10).exit(exited(0))
+		h.finish(Success, "SIGTERM 100")
+	})
 }

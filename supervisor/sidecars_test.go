@@ -3,6 +3,7 @@ package supervisor
 import (
 	"strings"
 	"testing"
+	"testing/synctest"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/procscan"
 	"github.com/sidecar-supervisor/sidecar-supervisor/supervisor/exitwatch"
@@ -57,44 +58,48 @@ func TestKnownSidecars(t *testing.T) {
 // --exit-zero-on-sigterm exits 143 on SIGTERM: after a successful app the
 // pod will be Failed; the log and the summary say so, and how to fix it.
 func TestSidecarExit143(t *testing.T) {
-	sql := container(procscan.Sidecar, "cloud-sql-proxy", 200)
-	h := startWith(t, testConfig(t), func(h *harness) {
-		h.pod.args = map[int][]string{200: {"/cloud-sql-proxy", "proj:region:inst"}}
-	}, container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100), sql)
-	h.kernel.setOnSignal(func(sig exitwatch.Signal) *exitwatch.Status {
-		if sig == exitwatch.SIGTERM {
-			return &exitwatch.Status{Known: true, Code: 143} // cloud-sql-proxy's own exit
+	synctest.Test(t, func(t *testing.T) {
+		sql := container(procscan.Sidecar, "cloud-sql-proxy", 200)
+		h := startWith(t, testConfig(t), func(h *harness) {
+			h.pod.args = map[int][]string{200: {"/cloud-sql-proxy", "proj:region:inst"}}
+		}, container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100), sql)
+		h.kernel.setOnSignal(func(sig exitwatch.Signal) *exitwatch.Status {
+			if sig == exitwatch.SIGTERM {
+				return &exitwatch.Status{Known: true, Code: 143} // cloud-sql-proxy's own exit
+			}
+			return &exitwatch.Status{Known: true, Signal: sig}
+		})
+		h.proc(10).exit(exited(0))
+		res := h.finish(Success, "SIGTERM 100", "SIGTERM 200")
+		for _, want := range []string{"cloud-sql-proxy exited 143: the pod will be Failed; start it with --exit-zero-on-sigterm or --quitquitquit",
+			"pilot-agent exited 143"} {
+			if !strings.Contains(res.Summary, want) {
+				t.Errorf("summary %q lacks %q", res.Summary, want)
+			}
 		}
-		return &exitwatch.Status{Known: true, Signal: sig}
 	})
-	h.proc(10).exit(exited(0))
-	res := h.finish(Success, "SIGTERM 100", "SIGTERM 200")
-	for _, want := range []string{"cloud-sql-proxy exited 143: the pod will be Failed; start it with --exit-zero-on-sigterm or --quitquitquit",
-		"pilot-agent exited 143"} {
-		if !strings.Contains(res.Summary, want) {
-			t.Errorf("summary %q lacks %q", res.Summary, want)
-		}
-	}
 }
 
 // TestSidecarOwnStop: cloud-sql-proxy started with --quitquitquit is
 // stopped through it (exit 0), beside pilot-agent's SIGTERM; the summary
 // names its own action.
 func TestSidecarOwnStop(t *testing.T) {
-	sql := container(procscan.Sidecar, "cloud-sql-proxy", 200)
-	h := startWith(t, testConfig(t), func(h *harness) {
-		h.pod.args = map[int][]string{200: {"/cloud-sql-proxy", "--quitquitquit", "proj:region:inst"}}
-		h.answer = func(int) (int, error) {
-			go h.kernel.proc(200).exit(exited(0))
-			return 200, nil
+	synctest.Test(t, func(t *testing.T) {
+		sql := container(procscan.Sidecar, "cloud-sql-proxy", 200)
+		h := startWith(t, testConfig(t), func(h *harness) {
+			h.pod.args = map[int][]string{200: {"/cloud-sql-proxy", "--quitquitquit", "proj:region:inst"}}
+			h.answer = func(int) (int, error) {
+				go h.kernel.proc(200).exit(exited(0))
+				return 200, nil
+			}
+		}, container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100), sql)
+		h.proc(10).exit(exited(0))
+		res := h.finish(Success, "SIGTERM 100")
+		if got := h.postsSent(); len(got) != 1 || got[0] != "http://127.0.0.1:9091/quitquitquit" {
+			t.Errorf("posts %v", got)
 		}
-	}, container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100), sql)
-	h.proc(10).exit(exited(0))
-	res := h.finish(Success, "SIGTERM 100")
-	if got := h.postsSent(); len(got) != 1 || got[0] != "http://127.0.0.1:9091/quitquitquit" {
-		t.Errorf("posts %v", got)
-	}
-	if !strings.Contains(res.Summary, "action SIGTERM (cloud-sql-proxy: POST http://127.0.0.1:9091/quitquitquit)") {
-		t.Errorf("summary %q does not name cloud-sql-proxy's own action", res.Summary)
-	}
+		if !strings.Contains(res.Summary, "action SIGTERM (cloud-sql-proxy: POST http://127.0.0.1:9091/quitquitquit)") {
+			t.Errorf("summary %q does not name cloud-sql-proxy's own action", res.Summary)
+		}
+	})
 }

@@ -1,0 +1,284 @@
+package supervisor
+
+import (
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/procscan"
+	"github.com/sidecar-supervisor/sidecar-supervisor/supervisor/exitwatch"
+)
+
+// fakePod is a Scanner whose containers the test changes as it goes.
+type fakePod struct {
+	mu         sync.Mutex
+	containers []procscan.Container
+	err        error
+	scans      int
+	unhandled  map[int]bool     // PIDs that handle no signal (Signals)
+	named      bool             // containers carry their Kubernetes names
+	panicAt    int              // Scan panics at this scan (a bug injected)
+	args       map[int][]string // command lines (Args)
+	panicAgain bool             // and at every scan after it
+	made       int              // containers added (LastPID)
+}
+
+// LastPID moves whenever a container is added, as the kernel's does when
+// a process is made.
+func (f *fakePod) LastPID() (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.made, nil
+}
+
+// Named: the fake pod's containers are named when named is set.
+func (f *fakePod) Named() bool { return f.named }
+
+func (f *fakePod) Scan() (procscan.Pod, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.scans++
+	if f.panicAt > 0 && (f.scans == f.panicAt || f.panicAgain && f.scans > f.panicAt) {
+		f.mu.Unlock()
+		defer f.mu.Lock()
+		panic(fmt.Sprintf("injected panic at scan %d", f.scans))
+	}
+	return procscan.Pod{Containers: append([]procscan.Container(nil), f.containers...)}, f.err
+}
+
+// Signals: every process handles every signal, unless unhandled says
+// otherwise for its PID.
+func (f *fakePod) Signals(pid int) (procscan.Signals, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.unhandled[pid] {
+		return procscan.Signals{}, nil
+	}
+	return procscan.Signals{Caught: ^uint64(0)}, nil
+}
+
+// Args is the command line args says for pid, if any.
+func (f *fakePod) Args(pid int) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.args[pid], nil
+}
+
+// Children lists the processes of the pod whose parent is pid.
+func (f *fakePod) Children(pid int) ([]procscan.Process, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []procscan.Process
+	for _, c := range f.containers {
+		for _, p := range c.Processes {
+			if p.PPID == pid {
+				out = append(out, p)
+			}
+		}
+	}
+	return out, nil
+}
+
+func (f *fakePod) setUnhandled(pid int, v bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.unhandled == nil {
+		f.unhandled = map[int]bool{}
+	}
+	f.unhandled[pid] = v
+}
+
+func (f *fakePod) add(c procscan.Container) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.containers = append(f.containers, c)
+	f.made++
+}
+
+// container is a container whose main process is named name; a
+// pilot-agent has its envoy child (so it handles SIGTERM: knownSidecars).
+func container(kind procscan.Kind, name string, pid int) procscan.Container {
+	p := procscan.Process{PID: pid, Comm: name, StartTime: uint64(pid)}
+	c := procscan.Container{ID: name, Name: name, Kind: kind, Main: p, HasMain: true, Processes: []procscan.Process{p}}
+	if name == "pilot-agent" {
+		c.Processes = append(c.Processes, procscan.Process{PID: pid*1000 + 1, PPID: pid, Comm: "envoy", StartTime: uint64(pid + 1)})
+	}
+	return c
+}
+
+// fakeProc is a process the test ends by hand (exit) or that reacts to a
+// signal (a sidecar, as fakeKernel.onSignal says).
+type fakeProc struct {
+	pid     int
+	k       *fakeKernel
+	done    chan struct{}
+	once    sync.Once
+	status  exitwatch.Status
+	sidecar bool // opened without status: reacts to signals as k.onSignal says
+}
+
+func (p *fakeProc) PID() int                 { return p.pid }
+func (p *fakeProc) Done() <-chan struct{}    { return p.done }
+func (p *fakeProc) Status() exitwatch.Status { return p.status }
+func (p *fakeProc) Close() error             { return nil }
+func (p *fakeProc) exit(s exitwatch.Status) {
+	p.once.Do(func() { p.status = s; close(p.done) })
+}
+
+func (p *fakeProc) Signal(sig exitwatch.Signal) error {
+	p.k.record(p.pid, sig)
+	select {
+	case <-p.done:
+		return exitwatch.ErrGone
+	default:
+	}
+	if p.sidecar {
+		// Looked up now, not when the supervisor held the process: a test
+		// may set the reaction after the run has started.
+		if react := p.k.sidecarReaction(); react != nil {
+			if s := react(sig); s != nil {
+				p.exit(*s)
+			}
+		}
+	}
+	return nil
+}
+
+// fakeKernel hands out fakeProcs and records every signal sent, and when.
+type fakeKernel struct {
+	mu      sync.Mutex
+	procs   map[int]*fakeProc
+	gone    map[int]bool // Open fails with ErrGone
+	signals []string
+	at      []time.Time // when each of signals was sent
+	// opened fires when a process comes to be (spawn) or is held.
+	opened event
+	// sidecar reaction to signals, for procs opened without status (set it
+	// with setOnSignal once the run has started)
+	onSignal func(exitwatch.Signal) *exitwatch.Status
+}
+
+func newFakeKernel() *fakeKernel {
+	return &fakeKernel{procs: map[int]*fakeProc{}, gone: map[int]bool{},
+		// A well-behaved sidecar: any signal stops it, SIGKILL kills it, the
+		// others it handles and exits 0.
+		onSignal: func(sig exitwatch.Signal) *exitwatch.Status {
+			if sig == exitwatch.SIGKILL {
+				return &exitwatch.Status{Known: true, Signal: sig}
+			}
+			return &exitwatch.Status{Known: true}
+		}}
+}
+
+// Watch and Hold hold p as an app or as a sidecar.
+func (k *fakeKernel) Watch(p exitwatch.Process) (exitwatch.Proc, error) { return k.open(p, true) }
+func (k *fakeKernel) Hold(p exitwatch.Process) (exitwatch.Proc, error)  { return k.open(p, false) }
+
+func (k *fakeKernel) open(p exitwatch.Process, status bool) (exitwatch.Proc, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	defer k.opened.fire()
+	if k.gone[p.PID] {
+		return nil, exitwatch.ErrGone
+	}
+	if fp, ok := k.procs[p.PID]; ok {
+		select {
+		case <-fp.done:
+			return nil, exitwatch.ErrGone // exited and reaped before it was held
+		default:
+		}
+		if !status {
+			fp.sidecar = true
+		}
+		return fp, nil
+	}
+	fp := &fakeProc{pid: p.PID, k: k, done: make(chan struct{}), sidecar: !status}
+	k.procs[p.PID] = fp
+	return fp, nil
+}
+
+// spawn makes a process exist before the supervisor holds it.
+func (k *fakeKernel) spawn(pid int) *fakeProc {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	defer k.opened.fire()
+	fp := &fakeProc{pid: pid, k: k, done: make(chan struct{})}
+	k.procs[pid] = fp
+	return fp
+}
+
+func (k *fakeKernel) proc(pid int) *fakeProc {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.procs[pid]
+}
+
+func (k *fakeKernel) sidecarReaction() func(exitwatch.Signal) *exitwatch.Status {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.onSignal
+}
+
+func (k *fakeKernel) setOnSignal(f func(exitwatch.Signal) *exitwatch.Status) {
+	k.mu.Lock()
+	k.onSignal = f
+	k.mu.Unlock()
+}
+
+func (k *fakeKernel) record(pid int, sig exitwatch.Signal) {
+	k.mu.Lock()
+	k.signals = append(k.signals, sig.String()+" "+strconv.Itoa(pid))
+	k.at = append(k.at, time.Now())
+	k.mu.Unlock()
+}
+
+func (k *fakeKernel) sent() []string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return append([]string(nil), k.signals...)
+}
+
+// sentAt is when the i-th signal (from 0) was sent, or the zero time.
+func (k *fakeKernel) sentAt(i int) time.Time {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if i >= len(k.at) {
+		return time.Time{}
+	}
+	return k.at[i]
+}
+
+func (k *fakeKernel) Method() exitwatch.Method { return "fake" }
+func (k *fakeKernel) Close() error             { return nil }
+
+// event wakes whoever waits for a change in a fake (a process opened, a
+// log line written). A waiter takes next, checks what it waits for, and
+// only then blocks on the channel, which fire closes: no change is
+// missed. Blocking on a channel made in the test's bubble is durable
+// (testing/synctest), so the bubble's clock moves on, timers and all,
+// while the test waits: nothing polls.
+type event struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+// next is the channel the next fire closes.
+func (e *event) next() <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.ch == nil {
+		e.ch = make(chan struct{})
+	}
+	return e.ch
+}
+
+// fire wakes every waiter.
+func (e *event) fire() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.ch != nil {
+		close(e.ch)
+		e.ch = nil
+	}
+}
