@@ -128,21 +128,21 @@ func approaches(appSeconds int) []approach {
 		// Compatibility): 1.20 has no /drain and its quit drains;
 		// 1.21-1.25 drain on the quit unless /drain came first; 1.26+
 		// quit at once, as the real one above.
-		key:     "rel-1.20",
+		key:     "rel-120",
 		title:   "supervisor, Istio 1.20's pilot-agent (stand-in): no /drain, its quit drains " + standInDrain + " (the template's default: success → %s)",
 		script:  app,
 		restart: corev1.RestartPolicyNever,
 		shape:   supervised,
 		istio:   "1.20",
 	}, {
-		key:     "rel-1.24",
+		key:     "rel-124",
 		title:   "supervisor, Istio 1.21-1.25's pilot-agent (stand-in as 1.24): /drain, then the quit (the template's default: success → %s)",
 		script:  app,
 		restart: corev1.RestartPolicyNever,
 		shape:   supervised,
 		istio:   "1.24",
 	}, {
-		key:     "rel-1.26",
+		key:     "rel-126",
 		title:   "supervisor, Istio 1.26+'s pilot-agent (stand-in, beside the real one above; the template's default: success → %s)",
 		script:  app,
 		restart: corev1.RestartPolicyNever,

@@ -203,6 +203,14 @@ Always and no supervisor; the supervisor's SUPERVISOR_ON_SUCCESS and RESTART_POL
 stops if the injector made anything else. Each Job and its pod are deleted before the next
 Job starts.
 
+**The older Istio releases** (rows "Istio 1.20's", "1.21-1.25's", "1.26+'s pilot-agent"):
+only the newest pilot-agent can be built here, so these pods customise istio-proxy (a
+container of that name in the Job, which Istio merges over its own) to run the stand-in
+that follows that release's pilot-agent (e2e/cmd/podsim, `+"`pilot-agent`"+` mode with
+PILOT_ISTIO; read in each release's source: its /quitquitquit, /drain and SIGTERM), with
+Istio's default drain of 5 s. Their stop and the kubelet's part are comparable with the
+other rows; their CPU and memory are the stand-in's, not pilot-agent's.
+
 **App exit.** The app's last command is busybox's `+"`adjtimex`"+`, which prints CLOCK_REALTIME with
 nanoseconds (busybox's date has no %%N); the shell exits right after it. The node and this
 process share the clock.
