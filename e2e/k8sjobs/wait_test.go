@@ -113,6 +113,27 @@ func (e *env) onePod(ctx context.Context, t *testing.T, ns, job string) corev1.P
 	return pods[0]
 }
 
+// waitRestarted waits (bounded by jobLimit) until a container of the Job's
+// pod runs again after its first instance ended, and returns how that one
+// ended: read while the pod runs, which every kubelet reports.
+func (e *env) waitRestarted(ctx context.Context, t *testing.T, ns, job, container string) corev1.ContainerStateTerminated {
+	t.Helper()
+	deadline := time.Now().Add(jobLimit)
+	for {
+		for _, p := range e.jobPods(ctx, t, ns, job) {
+			for _, s := range p.Status.ContainerStatuses {
+				if s.Name == container && s.RestartCount >= 1 && s.State.Running != nil && s.LastTerminationState.Terminated != nil {
+					return *s.LastTerminationState.Terminated
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s of job %s/%s did not run again within %s:\n%s", container, ns, job, jobLimit, e.diagnose(t, ns, job))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // status returns a container's status in p.
 func status(t *testing.T, p corev1.Pod, name string) corev1.ContainerStatus {
 	t.Helper()
