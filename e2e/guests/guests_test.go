@@ -74,6 +74,10 @@ func TestProductTests(t *testing.T) {
 	}
 	for _, k := range kernels {
 		t.Run(k.name, func(t *testing.T) {
+			// The guests side by side (go test -parallel, GOMAXPROCS: two
+			// here): each is one qemu process, much of whose time the
+			// guest's tests spend waiting.
+			t.Parallel()
 			kernel, err := qemu.KernelNamed(t.Context(), k.name)
 			if err != nil {
 				t.Fatal(err)
