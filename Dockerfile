@@ -8,7 +8,7 @@
 #   docker buildx build --platform linux/amd64,linux/arm64 \
 #     -t REGISTRY/sidecar-supervisor:v0.1.0 --build-arg VERSION=v0.1.0 --push .
 #
-# (README.md, "Building the image", says how to push it to your own registry
+# (docs/install.md, "Building the image", says how to push it to your own registry
 # and point the manifests at it.)
 #
 # The e2e tests build the same image without a Docker engine or registry

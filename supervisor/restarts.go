@@ -170,7 +170,8 @@ func (l *ledger) missing(apps []string, names func(i int) string, reason string)
 // wait:
 //   - unknown: the kubelet's back-off for its restart plus the margin,
 //     within restartTimeout. It may have succeeded, and then no restart
-//     comes: the margin is the documented guess (README, Requirements).
+//     comes: the margin is the documented guess (docs/install.md,
+//     Requirements).
 //   - failed: restartTimeout. Its restart is certain, but it can come and
 //     go between two scans (the soak saw runs of 27, 17 and 11 ms), leave
 //     nothing behind to see, and fail again: the next restart then comes

@@ -13,16 +13,20 @@ import (
 // mdLink is a markdown link: its text stands for it.
 var mdLink = regexp.MustCompile(`\[([^]]*)\]\([^)]*\)`)
 
-// TestReadmeSettings: the README's configuration table says what Config's
-// tags say, row for row: variable, default, accepted values and meaning
-// (the README's code spans and link targets aside). A setting is added in one place, its
-// field, plus its README row; this fails when the two disagree.
+// settingsDoc is the page whose table describes every setting.
+const settingsDoc = "../docs/configuration.md"
+
+// TestReadmeSettings: the configuration table of docs/configuration.md (the
+// README's until it moved there) says what Config's tags say, row for row:
+// variable, default, accepted values and meaning (the page's code spans and
+// link targets aside). A setting is added in one place, its field, plus its
+// row there; this fails when the two disagree.
 func TestReadmeSettings(t *testing.T) {
-	b, err := os.ReadFile("../README.md")
+	b, err := os.ReadFile(settingsDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var readme [][]string
+	var rows [][]string
 	for _, line := range strings.Split(string(b), "\n") {
 		if !strings.HasPrefix(line, "| `"+EnvPrefix) {
 			continue
@@ -31,7 +35,7 @@ func TestReadmeSettings(t *testing.T) {
 		for i := range cells {
 			cells[i] = mdLink.ReplaceAllString(strings.ReplaceAll(strings.TrimSpace(cells[i]), "`", ""), "$1")
 		}
-		readme = append(readme, cells)
+		rows = append(rows, cells)
 	}
 	var tags [][]string
 	ct := reflect.TypeOf(Config{})
@@ -46,7 +50,7 @@ func TestReadmeSettings(t *testing.T) {
 		}
 		tags = append(tags, []string{EnvPrefix + f.Tag.Get("env"), def, f.Tag.Get("accepts"), f.Tag.Get("meaning")})
 	}
-	if diff := cmp.Diff(tags, readme); diff != "" {
-		t.Errorf("README's configuration table (+) and Config's tags (-) disagree:\n%s", diff)
+	if diff := cmp.Diff(tags, rows); diff != "" {
+		t.Errorf("%s's configuration table (+) and Config's tags (-) disagree:\n%s", settingsDoc, diff)
 	}
 }

@@ -17,7 +17,7 @@ import (
 // the program's own source or documentation (named per entry), and is
 // proven in e2e on its real binary or on a stand-in that follows it.
 type knownSidecar struct {
-	name       string   // as the README's table names it
+	name       string   // as docs/sidecars.md's table names it
 	containers []string // the container names its injector or its docs use
 	processes  []string // its main process's names (comm or argv[0] base)
 	// quit is its HTTP stop, if it has one.

@@ -26,8 +26,8 @@ var timelines = []struct {
 }
 
 // kubeletBackoff is the kubelet's wait before the n-th restart of a failed
-// container (n from 1), as README's SUPERVISOR_RESTART_MARGIN states it:
-// at once, then 10 s, 20 s. The supervisor waits that plus the margin for a
+// container (n from 1), as docs/configuration.md's SUPERVISOR_RESTART_MARGIN
+// row states it: at once, then 10 s, 20 s. The supervisor waits that plus the margin for a
 // restart of a run whose status is unknown. (The simulated kubelet itself
 // restarts after 200ms: the restart is never late.)
 var kubeletBackoff = []time.Duration{0, 0, 10 * time.Second, 20 * time.Second}

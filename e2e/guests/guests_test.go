@@ -49,7 +49,8 @@ var kernels = []struct {
 }
 
 // excluded are product tests left out in every guest, with why: what they
-// check needs a machine as fast as a real node, not a kernel feature.
+// check is not a kernel feature (a machine as fast as a real node, a file
+// of the repository that the guest lacks).
 var excluded = map[string]string{
 	// Its churned processes live about a millisecond, and it must catch one
 	// alive within 30 s; one scan of /proc takes about 45 ms under arm64
@@ -57,9 +58,10 @@ var excluded = map[string]string{
 	// it failed 2 runs in 3 on sid-arm64. Its other checks (no scan fails
 	// while processes vanish) run on the machine.
 	"TestRealChurn": "needs scans much faster than a process's millisecond of life",
-	// It holds the repository's README to the settings' tags: a check of
-	// the documentation, which the guest's initramfs does not carry.
-	"TestReadmeSettings": "reads ../README.md, which is not in the guest",
+	// It holds the settings table of the repository's
+	// docs/configuration.md to the settings' tags: a check of the
+	// documentation, which the guest's initramfs does not carry.
+	"TestReadmeSettings": "reads ../docs/configuration.md, which is not in the guest",
 }
 
 // TestProductTests runs `go test` of procscan and supervisor in each guest,

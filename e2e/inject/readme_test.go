@@ -3,6 +3,7 @@ package inject
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -35,6 +36,12 @@ func readmeBlock(t *testing.T, marker, lang string) string {
 	}
 	return s[:k]
 }
+
+// The image the README's install block builds, and the one it gives istiod.
+var (
+	readmeImage    = regexp.MustCompile(`(?s)docker buildx build\b.*?\s-t\s+(\S+)`)
+	readmeImageSet = regexp.MustCompile(`--set\s+pilot\.env\.SIDECAR_SUPERVISOR_IMAGE=(\S+)`)
+)
 
 // TestReadmeInstall checks the README's Install section as written.
 func TestReadmeInstall(t *testing.T) {
@@ -78,6 +85,19 @@ func TestReadmeInstall(t *testing.T) {
 		// (TestIstioFilesInSync keeps it equal to supervisor.tmpl).
 		if _, err := os.Stat(filepath.Join(deployDir, "..", values)); err != nil {
 			t.Error(err)
+		}
+		// No image is published under the template's default, so the same
+		// block builds one and points istiod at it: the helm command's
+		// image is the one the build pushes, and not the placeholder.
+		built := readmeImage.FindStringSubmatch(cmd)
+		set := readmeImageSet.FindStringSubmatch(cmd)
+		switch {
+		case built == nil || set == nil:
+			t.Errorf("README's install block does not both build an image (-t) and set pilot.env.SIDECAR_SUPERVISOR_IMAGE:\n%s", cmd)
+		case built[1] != set[1]:
+			t.Errorf("README's helm command sets image %s, its build pushes %s", set[1], built[1])
+		case set[1] == supervisorRef:
+			t.Errorf("README's helm command sets the placeholder image %s", supervisorRef)
 		}
 	})
 	t.Run("kustomize", func(t *testing.T) {

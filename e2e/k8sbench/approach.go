@@ -124,8 +124,8 @@ func approaches(appSeconds int) []approach {
 		restart: corev1.RestartPolicyOnFailure,
 		shape:   supervised,
 	}, {
-		// Istio's releases, by how their pilot-agent quits (README,
-		// Compatibility): 1.20 has no /drain and its quit drains;
+		// Istio's releases, by how their pilot-agent quits
+		// (docs/compatibility.md): 1.20 has no /drain and its quit drains;
 		// 1.21-1.25 drain on the quit unless /drain came first; 1.26+
 		// quit at once, as the real one above.
 		key:     "rel-120",
