@@ -180,6 +180,7 @@ start_daemon() {
 	log "starting $name"
 	(daemon_exec "$CLUSTER_DIR/logs/$name.log" env -i PATH="$DAEMON_PATH" "$@") &
 	printf '%s\n' "$!" >"$CLUSTER_DIR/pids/$name.pid"
+	await_exec "$!" "$name" "$1"
 }
 
 # wait_for WHAT SECONDS CMD...: run CMD every half second until it succeeds;
