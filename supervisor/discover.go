@@ -224,6 +224,6 @@ func (r *run) holdSidecar(c procscan.Container) {
 	if err != nil {
 		return // gone, or not holdable: the stop's scan will tell
 	}
-	r.held = append(r.held, r.newSidecar(c, proc))
+	r.held = append(r.held, newSidecar(c, proc, r.scan))
 	r.log.Info().Int("pid", c.Main.PID).Str("comm", c.Main.Comm).Str("container", c.Name).Msg("sidecar found")
 }

@@ -51,16 +51,6 @@ type httpStop struct {
 // path, on the same host and port, its answer awaited.
 type beforeQuit struct{ quit, path string }
 
-// beforeURL is what must be POSTed before the action u, or nil.
-func (s *sidecar) beforeURL(u *url.URL) *url.URL {
-	if s.known == nil || s.known.before == nil || u.Path != s.known.before.quit {
-		return nil
-	}
-	b := *u
-	b.Path, b.RawPath, b.RawQuery = s.known.before.path, "", ""
-	return &b
-}
-
 // istio is the sidecar the settings ON_SUCCESS, ON_FAILURE and ON_UNKNOWN
 // are about (and any sidecar the table does not know).
 const istio = "Istio pilot-agent"
@@ -198,19 +188,6 @@ func (r *run) knownAction(s *sidecar) Action {
 		return Action{Kind: ActionSignal, Signal: exitwatch.SIGTERM}
 	}
 	return r.res.Action
-}
-
-// expectExit says, for a known sidecar sent sig, what it will exit with
-// when not 0, and how to make it 0.
-func (s *sidecar) expectExit(sig exitwatch.Signal) (code int, fix string) {
-	k := s.known
-	if k == nil || sig != exitwatch.SIGTERM || k.termExit == 0 {
-		return 0, ""
-	}
-	if _, ok := flag(s.args, k.zeroFlag); ok {
-		return 0, ""
-	}
-	return k.termExit, k.fix
 }
 
 // reportExits says which sidecars exited non-zero (or, where the kernel

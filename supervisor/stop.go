@@ -4,49 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
-	"syscall"
 	"time"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/supervisor/exitwatch"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/procscan"
 )
-
-// sidecar is one sidecar main process being stopped.
-type sidecar struct {
-	container string
-	main      procscan.Process
-	proc      exitwatch.Proc
-	gone      bool
-	// known is what the table (sidecars.go) knows of it, or nil; args its
-	// command line, read only for a known sidecar whose stop depends on
-	// its flags.
-	known *knownSidecar
-	args  []string
-	// handlerSeen: the child that shows a known sidecar handles SIGTERM
-	// (knownSidecar.handlerWith) has been seen.
-	handlerSeen bool
-	// sent is the last signal it was sent.
-	sent exitwatch.Signal
-}
-
-// newSidecar holds c's main process as a sidecar, and reads what the table
-// needs of it.
-func (r *run) newSidecar(c procscan.Container, proc exitwatch.Proc) *sidecar {
-	s := &sidecar{container: c.Name, main: c.Main, proc: proc, known: knownAs(c.Name, c.Main)}
-	if k := s.known; k != nil && (k.zeroFlag != "" || k.quit != nil && (k.quit.portFlag != "" || k.quit.enableFlag != "")) {
-		if args, err := r.scan.Args(c.Main.PID); err == nil {
-			s.args = args
-		}
-	}
-	// Read now, while the apps run, rather than on the stop's path (about
-	// a millisecond under load: task/*/children of each thread); if the
-	// child has not started yet, the stop reads again (unready).
-	r.seeHandler(s)
-	return s
-}
 
 // maxStopRounds bounds how often sidecars that come back (restarted, or
 // started late) during the stop are stopped again.
@@ -110,12 +74,6 @@ func (r *run) stop(ctx context.Context) (state, error) {
 // errGaveUp ends the stop when a sidecar survived SIGKILL: already noted
 // and logged, not an error of the run.
 var errGaveUp = errors.New("sidecar survived SIGKILL")
-
-func closeAll(sidecars []*sidecar) {
-	for _, s := range sidecars {
-		s.proc.Close()
-	}
-}
 
 // actionFor is a sidecar's action: its own, if SIDECAR_ACTIONS names it
 // (by process or container name); a known sidecar's own stop (sidecars.go)
@@ -192,85 +150,6 @@ func (r *run) act(ctx context.Context, sidecars []*sidecar) state {
 	return nil
 }
 
-// exitsWithin reports whether s exits within d.
-func (r *run) exitsWithin(ctx context.Context, s *sidecar, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-s.proc.Done():
-		return true
-	case <-ctx.Done():
-	case <-t.C:
-	}
-	return false
-}
-
-// lostAnswerWait is how long a sidecar that got the POST but closed the
-// connection without an answer is given to exit before it is sent again.
-const lostAnswerWait = time.Second
-
-// postUntilAnswered POSTs an HTTP action until it is answered or s exits,
-// for at most HTTPTimeout from the first try. stopped means s exited
-// meanwhile: the action worked, whatever the answer. Two failures are
-// tried again: a refused connection (nothing listens yet: a sidecar still
-// starting), every ScanInterval; and a request that reached the sidecar
-// and got no answer (the connection closed or reset), once the sidecar is
-// still up lostAnswerWait later. pilot-agent's and cloud-sql-proxy's quit
-// can exit before their 200 is flushed (then s exits, and that is the
-// stop), but pilot-agent also drops a /quitquitquit that comes in the
-// first ~100 ms after its status port opens (its handler panics on an
-// agent not yet made, the connection closes, and it runs on; seen on the
-// e2e cluster with apps of milliseconds): asked again, it quits. The stop
-// endpoints are idempotent. A sidecar that got a request and is still up
-// at the bound is given HTTPTimeout more to exit before the caller falls
-// back.
-func (r *run) postUntilAnswered(ctx context.Context, u *url.URL, s *sidecar) (code int, stopped bool, err error) {
-	deadline := time.Now().Add(r.cfg.HTTPTimeout)
-	reached, logged := false, map[bool]bool{}
-	for {
-		code, err = r.post(ctx, u, time.Until(deadline))
-		if err == nil || ctx.Err() != nil {
-			return code, false, err
-		}
-		refused := errors.Is(err, syscall.ECONNREFUSED)
-		wait := min(r.cfg.ScanInterval, time.Until(deadline))
-		if !refused {
-			reached = true
-			if r.exitsWithin(ctx, s, min(lostAnswerWait, time.Until(deadline))) {
-				return 0, true, nil
-			}
-			wait = 0
-		}
-		if gone(s) {
-			return 0, true, nil
-		}
-		if ctx.Err() != nil || time.Until(deadline) <= 0 {
-			break
-		}
-		if !logged[refused] {
-			logged[refused] = true
-			msg := "http action not answered yet: trying again until it is"
-			if !refused {
-				msg = "http action got no answer and the sidecar runs on: sending it again"
-			}
-			r.log.Info().Str("url", u.Redacted()).Err(err).Str("timeout", r.cfg.HTTPTimeout.String()).Msg(msg)
-		}
-		if wait > 0 {
-			t := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return 0, false, ctx.Err()
-			case <-t.C:
-			}
-		}
-	}
-	if ctx.Err() == nil && reached && r.exitsWithin(ctx, s, r.cfg.HTTPTimeout) {
-		return 0, true, nil
-	}
-	return code, false, err
-}
-
 // findSidecars holds the sidecars' main processes, waiting up to
 // SidecarStartTimeout for one to appear if none runs yet.
 func (r *run) findSidecars(ctx context.Context) ([]*sidecar, state, error) {
@@ -340,7 +219,7 @@ func (r *run) holdSidecars(pod procscan.Pod, skip map[int]bool) []*sidecar {
 			r.log.Error().Err(err).Int("pid", c.Main.PID).Str("container", c.Name).Msg("cannot hold sidecar")
 			continue
 		}
-		out = append(out, r.newSidecar(c, proc))
+		out = append(out, newSidecar(c, proc, r.scan))
 	}
 	return out
 }
