@@ -135,11 +135,11 @@ func (r *run) discover(ctx context.Context) (state, error) {
 }
 
 // adopt starts watching the app containers not seen before, and returns
-// those it could hold; it holds the sidecars it sees. Under OnFailure a new
+// those it could watch; it keeps a pidfd on each sidecar it sees (found). Under OnFailure a new
 // container first fills the slot of an instance awaiting its restart.
 func (r *run) adopt(pod procscan.Pod) []*app {
 	r.collectExits()
-	var held []*app
+	var watched []*app
 	for _, c := range pod.Containers {
 		for _, p := range c.Stray {
 			if !r.warned[p.PID] {
@@ -154,7 +154,7 @@ func (r *run) adopt(pod procscan.Pod) []*app {
 				Msg("container neither waited for nor stopped")
 		}
 		if kind == procscan.Sidecar && !r.stopping {
-			r.holdSidecar(c)
+			r.trackSidecar(c)
 		}
 		if kind != procscan.App || before {
 			continue
@@ -186,12 +186,12 @@ func (r *run) adopt(pod procscan.Pod) []*app {
 			r.exited(a, exitwatch.Status{Reason: err.Error()})
 		default:
 			a.proc = proc
-			held = append(held, a)
+			watched = append(watched, a)
 			r.log.Info().Int("pid", c.Main.PID).Str("comm", c.Main.Comm).Str("container", c.Name).
 				Int("uid", c.Main.UID).Str("method", string(r.watch.Method())).Msg("app found")
 		}
 	}
-	return held
+	return watched
 }
 
 // kindOf is what the run takes container c for, and whether it had taken
@@ -212,18 +212,18 @@ func (r *run) kindOf(c procscan.Container) (kind procscan.Kind, before bool) {
 	return c.Kind, false
 }
 
-// holdSidecar keeps a pidfd on a sidecar's main process from the moment it
-// is seen, so the stop can go straight to it.
-func (r *run) holdSidecar(c procscan.Container) {
-	for _, s := range r.held {
+// trackSidecar keeps a pidfd on a sidecar's main process from the moment
+// it is seen, so the stop can go straight to it.
+func (r *run) trackSidecar(c procscan.Container) {
+	for _, s := range r.found {
 		if s.main.PID == c.Main.PID {
 			return
 		}
 	}
-	proc, err := r.watch.Hold(process(c.Main))
+	proc, err := r.watch.Track(process(c.Main))
 	if err != nil {
-		return // gone, or not holdable: the stop's scan will tell
+		return // gone, or not trackable: the stop's scan will tell
 	}
-	r.held = append(r.held, newSidecar(c, proc, r.scan))
+	r.found = append(r.found, newSidecar(c, proc, r.scan))
 	r.log.Info().Int("pid", c.Main.PID).Str("comm", c.Main.Comm).Str("container", c.Name).Msg("sidecar found")
 }

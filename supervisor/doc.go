@@ -20,7 +20,7 @@
 //	    expected application containers have been seen, within
 //	    AppStartTimeout, watching each app's main process the moment it is seen
 //	    (from the runtime's init on, once the kubelet's mount names it an app)
-//	    and holding each sidecar's. This is the only phase that polls /proc
+//	    and keeping a pidfd on each sidecar's. This is the only phase that polls /proc
 //	    (every ScanInterval, and at once when the kernel's last PID moves).
 //	    A supervisor placed before the apps (AfterApps) counts
 //	    AppStartTimeout only from the sighting of a container the kubelet
@@ -43,7 +43,7 @@
 //
 // What the loop touches in the kernel is behind two small interfaces,
 // Scanner (scan.go: the pod as /proc shows it) and Watcher (package
-// exitwatch: holding processes, their exits and statuses, signals), so the
-// loop is tested with fakes, and the real implementations against real
-// processes. Settings are in config.go; hold.go is the preStop hook's mode.
+// exitwatch: keeping processes by pidfd, their exits and statuses,
+// signals), so the loop is tested with fakes, and the real implementations
+// against real processes. Settings are in config.go; hold.go is the preStop hook's mode.
 package supervisor

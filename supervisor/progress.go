@@ -27,7 +27,7 @@ func (r *run) publish(doing string) {
 }
 
 // progress is what the run is doing, then a line per app instance and
-// sidecar held.
+// sidecar found ("held", in the text `status` shows).
 func (r *run) progress(doing string) string {
 	var b strings.Builder
 	b.WriteString(Progress + doing)
@@ -43,7 +43,7 @@ func (r *run) progress(doing string) string {
 		}
 		fmt.Fprintf(&b, "\napp %s (pid %d): %s", a.container, a.main.PID, state)
 	}
-	for _, s := range r.held {
+	for _, s := range r.found {
 		fmt.Fprintf(&b, "\nsidecar %s (pid %d): held", s.container, s.main.PID)
 	}
 	return b.String()

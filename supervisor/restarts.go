@@ -19,7 +19,7 @@ type app struct {
 	// the same name.
 	name   string
 	main   procscan.Process
-	proc   exitwatch.Proc // nil when it was never held
+	proc   exitwatch.Proc // nil when it was never watched
 	status exitwatch.Status
 	done   bool
 	// superseded marks a failed instance that a restart replaced: it no

@@ -24,12 +24,13 @@ var ErrNotShared = errors.New("no process outside the supervisor's own container
 // cannot ignore; only a process stuck in the kernel outlasts it.
 const killWait = 10 * time.Second
 
-// Watcher holds processes and reports their exits: exitwatch.Watcher, or
-// a fake in tests. Watch is for an app, whose exit status is wanted; Hold
-// for a sidecar, whose exit alone matters.
+// Watcher keeps processes by pidfd and reports their exits:
+// exitwatch.Watcher, or a fake in tests. Watch is for an app, whose exit
+// status is wanted; Track for a sidecar (or an app in the hold), whose
+// exit alone matters.
 type Watcher interface {
 	Watch(p exitwatch.Process) (exitwatch.Proc, error)
-	Hold(p exitwatch.Process) (exitwatch.Proc, error)
+	Track(p exitwatch.Process) (exitwatch.Proc, error)
 	Method() exitwatch.Method
 }
 
@@ -70,15 +71,16 @@ type Result struct {
 	Summary string
 }
 
-// run holds the state of one Run: the states below are its methods, each
+// run is the state of one Run: the states below are its methods, each
 // returning the next state.
 type run struct {
 	*Supervisor
 	apps *ledger // the app instances, and the restarts awaited
 	// kinds is what each container is taken for (kindOf).
 	kinds map[string]procscan.Kind
-	// held are the sidecars seen while the apps ran, held by pidfd.
-	held   []*sidecar
+	// found are the sidecars seen while the apps ran, each kept by a
+	// pidfd for the stop.
+	found  []*sidecar
 	warned map[int]bool // stray processes already warned of
 	res    Result
 	notes  []string // for the summary
@@ -106,7 +108,7 @@ func (s *Supervisor) Run(ctx context.Context) (res Result, err error) {
 				a.proc.Close()
 			}
 		}
-		closeAll(r.held)
+		closeAll(r.found)
 	}()
 	defer func() {
 		if p := recover(); p != nil {
@@ -131,7 +133,7 @@ func (r *run) loop(ctx context.Context, st state) error {
 
 // salvage ends a run whose loop panicked. Under restartPolicy Never
 // nothing restarts the supervisor and nothing else stops the sidecar: the
-// Job would hang for good. So it waits for the apps it holds to exit (their
+// Job would hang for good. So it waits for the apps it watches to exit (their
 // statuses no longer trusted), then applies the on-unknown action to the
 // sidecars, and says so; the pod's phase stays the apps' to decide (exit
 // 0). A second panic leaves the sidecar as it is.

@@ -7,7 +7,7 @@ import (
 	"github.com/sidecar-supervisor/sidecar-supervisor/supervisor/exitwatch"
 )
 
-// sidecar is the main process of a sidecar container, held by a pidfd
+// sidecar is the main process of a sidecar container, kept by a pidfd
 // from the moment it is found (by discovery while the apps run, or by the
 // stop's scans) until the stop is done with it; with what the table of
 // known sidecars (sidecars.go) says of it, and what the stop has learnt.
@@ -28,7 +28,7 @@ type sidecar struct {
 	sent exitwatch.Signal
 }
 
-// newSidecar is c's main process, held by proc, as a sidecar, with what
+// newSidecar is c's main process, kept by proc, as a sidecar, with what
 // the table (sidecars.go) needs of it read through scan.
 func newSidecar(c procscan.Container, proc exitwatch.Proc, scan Scanner) *sidecar {
 	s := &sidecar{container: c.Name, main: c.Main, proc: proc, known: knownAs(c.Name, c.Main)}

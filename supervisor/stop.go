@@ -52,7 +52,7 @@ func (r *run) stop(ctx context.Context) (state, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read /proc: %w", err)
 		}
-		sidecars = r.holdSidecars(pod, handled)
+		sidecars = r.trackSidecars(pod, handled)
 		if len(sidecars) == 0 {
 			break
 		}
@@ -150,14 +150,14 @@ func (r *run) act(ctx context.Context, sidecars []*sidecar) state {
 	return nil
 }
 
-// findSidecars holds the sidecars' main processes, waiting up to
+// findSidecars takes the sidecars' main processes, waiting up to
 // SidecarStartTimeout for one to appear if none runs yet.
 func (r *run) findSidecars(ctx context.Context) ([]*sidecar, state, error) {
-	// The sidecars held since discovery, if still up, spare a scan of the
+	// The sidecars found by discovery, if still up, spare a scan of the
 	// whole of /proc on the way to the stop (28 ms with 1,000 processes in
 	// the pod); any started since are found by the scan after the stop.
 	var alive []*sidecar
-	for _, s := range r.held {
+	for _, s := range r.found {
 		select {
 		case <-s.proc.Done():
 			s.proc.Close()
@@ -165,7 +165,7 @@ func (r *run) findSidecars(ctx context.Context) ([]*sidecar, state, error) {
 			alive = append(alive, s)
 		}
 	}
-	r.held = nil
+	r.found = nil
 	if len(alive) > 0 {
 		return alive, nil, nil
 	}
@@ -179,7 +179,7 @@ func (r *run) findSidecars(ctx context.Context) ([]*sidecar, state, error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("read /proc: %w", err)
 		}
-		if out := r.holdSidecars(pod, nil); len(out) > 0 {
+		if out := r.trackSidecars(pod, nil); len(out) > 0 {
 			return out, nil, nil
 		}
 		if !waiting {
@@ -200,10 +200,10 @@ func (r *run) findSidecars(ctx context.Context) ([]*sidecar, state, error) {
 	}
 }
 
-// holdSidecars opens a pidfd on every sidecar main process not in skip.
-// One that is gone already is skipped; one that cannot be held is logged
-// and skipped (it cannot be signalled safely either).
-func (r *run) holdSidecars(pod procscan.Pod, skip map[int]bool) []*sidecar {
+// trackSidecars opens a pidfd on every sidecar main process not in skip.
+// One that is gone already is skipped; one that cannot be tracked is
+// logged and skipped (it cannot be signalled safely either).
+func (r *run) trackSidecars(pod procscan.Pod, skip map[int]bool) []*sidecar {
 	var out []*sidecar
 	for _, c := range pod.Of(procscan.Sidecar) {
 		// A container first seen as something else (an app's, an ignored
@@ -211,7 +211,7 @@ func (r *run) holdSidecars(pod procscan.Pod, skip map[int]bool) []*sidecar {
 		if kind, _ := r.kindOf(c); skip[c.Main.PID] || kind != procscan.Sidecar {
 			continue
 		}
-		proc, err := r.watch.Hold(process(c.Main))
+		proc, err := r.watch.Track(process(c.Main))
 		if errors.Is(err, exitwatch.ErrGone) {
 			continue
 		}
