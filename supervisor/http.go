@@ -176,11 +176,12 @@ func (r *run) postUntilAnswered(ctx context.Context, u *url.URL, s *sidecar) (co
 		}
 		if !logged[refused] {
 			logged[refused] = true
-			msg := "http action not answered yet: trying again until it is"
-			if !refused {
-				msg = "http action got no answer and the sidecar runs on: sending it again"
+			ev := r.log.Info().Str("url", u.Redacted()).Err(err).Str("timeout", r.cfg.HTTPTimeout.String())
+			if refused {
+				ev.Msg("http action not answered yet: trying again until it is")
+			} else {
+				ev.Msg("http action got no answer and the sidecar runs on: sending it again")
 			}
-			r.log.Info().Str("url", u.Redacted()).Err(err).Str("timeout", r.cfg.HTTPTimeout.String()).Msg(msg)
 		}
 		if wait > 0 {
 			t := time.NewTimer(wait)

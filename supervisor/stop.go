@@ -7,6 +7,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/sidecar-supervisor/sidecar-supervisor/supervisor/exitwatch"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/procscan"
@@ -58,8 +60,9 @@ func (r *run) stop(ctx context.Context) (state, error) {
 		}
 		for _, s := range sidecars {
 			r.log.Warn().Int("pid", s.main.PID).Str("comm", s.main.Comm).Str("container", s.container).
+				Str("restart_policy", string(r.cfg.RestartPolicy)).
 				Msg("a sidecar appeared while stopping: started late, or restarted by the kubelet (then it is a native sidecar: set " +
-					EnvPrefix + "NATIVE_SIDECAR=true; or the pod's restartPolicy is not " + string(r.cfg.RestartPolicy) + ")")
+					EnvPrefix + "NATIVE_SIDECAR=true; or the pod's restartPolicy is not " + EnvPrefix + "RESTART_POLICY)")
 		}
 		if round == maxStopRounds {
 			closeAll(sidecars)
@@ -229,21 +232,22 @@ func (r *run) signal(s *sidecar, sig exitwatch.Signal) {
 	if err == nil {
 		s.sent = sig
 	}
-	ev := r.log.Info()
-	msg := "sidecar signalled"
-	switch {
-	case errors.Is(err, exitwatch.ErrGone):
-		msg = "sidecar already gone"
-	case errors.Is(err, os.ErrPermission):
-		ev = r.log.Error().Err(err).Str("fix", "run the supervisor as the sidecar's uid (istio-proxy: 1337), or use an http(s) action")
-		msg = "cannot signal sidecar: not permitted"
-		r.note("not permitted to signal " + s.main.Comm)
-	case err != nil:
-		ev = r.log.Error().Err(err)
-		msg = "cannot signal sidecar"
+	with := func(ev *zerolog.Event) *zerolog.Event {
+		return ev.Int("pid", s.main.PID).Str("comm", s.main.Comm).Str("container", s.container).
+			Stringer("signal", sig).Str("method", "pidfd")
 	}
-	ev.Int("pid", s.main.PID).Str("comm", s.main.Comm).Str("container", s.container).
-		Stringer("signal", sig).Str("method", "pidfd").Msg(msg)
+	switch {
+	case err == nil:
+		with(r.log.Info()).Msg("sidecar signalled")
+	case errors.Is(err, exitwatch.ErrGone):
+		with(r.log.Info()).Msg("sidecar already gone")
+	case errors.Is(err, os.ErrPermission):
+		with(r.log.Error().Err(err).Str("fix", "run the supervisor as the sidecar's uid (istio-proxy: 1337), or use an http(s) action")).
+			Msg("cannot signal sidecar: not permitted")
+		r.note("not permitted to signal " + s.main.Comm)
+	default:
+		with(r.log.Error().Err(err)).Msg("cannot signal sidecar")
+	}
 }
 
 // watchSidecars waits for every sidecar to exit: SIGKILL after StopTimeout,
