@@ -15,7 +15,6 @@ type sidecar struct {
 	container string
 	main      procscan.Process
 	proc      exitwatch.Proc
-	gone      bool
 	// known is what the table (sidecars.go) knows of it, or nil; args its
 	// command line, read only for a known sidecar whose stop depends on
 	// its flags.

@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/supervisor/exitwatch"
 
@@ -18,9 +15,10 @@ import (
 // started late) during the stop are stopped again.
 const maxStopRounds = 3
 
-// stop applies the action to every sidecar and sees them exit, escalating
-// to SIGKILL after StopTimeout. Sidecars that appear meanwhile (one that
-// was restarted, or started late) are stopped too, in a few more rounds.
+// stop finds the sidecars, plans their stop (planStop), does it (act) and
+// sees them exit, escalating to SIGKILL after StopTimeout (watchExits).
+// Sidecars that appear meanwhile (one that was restarted, or started late)
+// are stopped too, in a few more rounds, each planned anew.
 func (r *run) stop(ctx context.Context) (state, error) {
 	sidecars, next, err := r.findSidecars(ctx)
 	if next != nil || err != nil || len(sidecars) == 0 {
@@ -33,11 +31,12 @@ func (r *run) stop(ctx context.Context) (state, error) {
 		for _, s := range sidecars {
 			handled[s.main.PID] = true
 		}
-		if next := r.act(ctx, sidecars); next != nil {
+		plan := planStop(r.res.Outcome, &r.cfg, sidecars)
+		if next := r.act(ctx, plan); next != nil {
 			closeAll(sidecars)
 			return next, nil
 		}
-		next, err := r.watchSidecars(ctx, sidecars, begun)
+		next, err := r.watchExits(ctx, plan, begun)
 		if next == nil && err == nil {
 			r.reportExits(sidecars)
 		}
@@ -77,81 +76,6 @@ func (r *run) stop(ctx context.Context) (state, error) {
 // errGaveUp ends the stop when a sidecar survived SIGKILL: already noted
 // and logged, not an error of the run.
 var errGaveUp = errors.New("sidecar survived SIGKILL")
-
-// actionFor is a sidecar's action: its own, if SIDECAR_ACTIONS names it
-// (by process or container name); a known sidecar's own stop (sidecars.go)
-// unless it is Istio's; else the outcome's.
-func (r *run) actionFor(s *sidecar) Action {
-	for name, a := range r.cfg.SidecarActions {
-		if s.main.Matches([]string{name}) || s.container == name {
-			return a
-		}
-	}
-	if s.known != nil && s.known.name != istio {
-		return r.knownAction(s)
-	}
-	return r.res.Action
-}
-
-// act applies each sidecar's action: one POST per distinct URL (a failed
-// one falls back to SIGTERM), signals through each pidfd, a graceful one
-// only once the sidecar handles it (awaitHandler; all within one
-// SidecarStartTimeout). It returns the deleted state if the pod is
-// deleted meanwhile.
-func (r *run) act(ctx context.Context, sidecars []*sidecar) state {
-	posted := map[string]bool{} // URL -> the POST worked
-	handlerDeadline := time.Now().Add(r.cfg.SidecarStartTimeout)
-	for _, s := range sidecars {
-		act := r.actionFor(s)
-		if act != r.res.Action {
-			r.own = append(r.own, s.container+": "+act.String())
-		}
-		if act.Kind == ActionHTTP {
-			u := act.URL.String()
-			ok, done := posted[u]
-			if !done {
-				if b := s.beforeURL(act.URL); b != nil {
-					r.postBefore(ctx, b, s)
-				}
-				code, stopped, err := r.postUntilAnswered(ctx, act.URL, s)
-				if ctx.Err() != nil {
-					return r.deleted
-				}
-				ok = stopped || err == nil && code >= 200 && code <= 299
-				posted[u] = ok
-				if ok {
-					// status 0: the answer was lost, the sidecar stopped.
-					r.log.Info().Str("url", act.URL.Redacted()).Int("status", code).Str("method", "http").
-						Str("container", s.container).Msg("sidecar asked to stop")
-				} else {
-					reason := fmt.Sprintf("status %d", code)
-					if err != nil {
-						reason = err.Error()
-					}
-					r.log.Warn().Str("url", act.URL.Redacted()).Str("reason", reason).Msg("http action failed: falling back to SIGTERM")
-					r.note("POST failed (" + reason + "), sent SIGTERM")
-				}
-			}
-			if ok {
-				continue
-			}
-			act = Action{Kind: ActionSignal, Signal: exitwatch.SIGTERM}
-		}
-		switch act.Kind {
-		case ActionSignal:
-			if act.Signal.Graceful() {
-				if next := r.awaitHandler(ctx, s, act.Signal, handlerDeadline); next != nil {
-					return next
-				}
-			}
-			r.signal(s, act.Signal)
-		case ActionNone:
-			r.log.Info().Int("pid", s.main.PID).Str("container", s.container).Msg("sidecar left running: its action is none")
-			s.gone = true
-		}
-	}
-	return nil
-}
 
 // findSidecars takes the sidecars' main processes, waiting up to
 // SidecarStartTimeout for one to appear if none runs yet.
@@ -227,84 +151,40 @@ func (r *run) trackSidecars(pod procscan.Pod, skip map[int]bool) []*sidecar {
 	return out
 }
 
-func (r *run) signal(s *sidecar, sig exitwatch.Signal) {
-	err := s.proc.Signal(sig)
-	if err == nil {
-		s.sent = sig
+// reportExits says which sidecars exited non-zero (or, where the kernel
+// cannot tell, will) after the apps succeeded: under restartPolicy Never
+// the pod is then Failed, under OnFailure the kubelet restarts them.
+func (r *run) reportExits(sidecars []*sidecar) {
+	if r.res.Outcome != Success {
+		return
 	}
-	with := func(ev *zerolog.Event) *zerolog.Event {
-		return ev.Int("pid", s.main.PID).Str("comm", s.main.Comm).Str("container", s.container).
-			Stringer("signal", sig).Str("method", "pidfd")
-	}
-	switch {
-	case err == nil:
-		with(r.log.Info()).Msg("sidecar signalled")
-	case errors.Is(err, exitwatch.ErrGone):
-		with(r.log.Info()).Msg("sidecar already gone")
-	case errors.Is(err, os.ErrPermission):
-		with(r.log.Error().Err(err).Str("fix", "run the supervisor as the sidecar's uid (istio-proxy: 1337), or use an http(s) action")).
-			Msg("cannot signal sidecar: not permitted")
-		r.note("not permitted to signal " + s.main.Comm)
-	default:
-		with(r.log.Error().Err(err)).Msg("cannot signal sidecar")
-	}
-}
-
-// watchSidecars waits for every sidecar to exit: SIGKILL after StopTimeout,
-// then killWait more before giving up.
-func (r *run) watchSidecars(ctx context.Context, sidecars []*sidecar, begun time.Time) (state, error) {
-	exits := make(chan *sidecar, len(sidecars))
-	watchCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	for _, s := range sidecars {
-		go func(s *sidecar) {
-			select {
-			case <-s.proc.Done():
-				exits <- s
-			case <-watchCtx.Done():
+		code, fix := 0, ""
+		st := s.proc.Status()
+		switch {
+		case st.Known:
+			code = st.ContainerCode()
+			if _, f := s.expectExit(exitwatch.SIGTERM); code != 0 {
+				fix = f
 			}
-		}(s)
-	}
-	timer := time.NewTimer(r.cfg.StopTimeout)
-	defer timer.Stop()
-	killed := false
-	left := len(sidecars)
-	for _, s := range sidecars {
-		if s.gone { // left running on purpose
-			left--
+		case s.sent != 0:
+			code, fix = s.expectExit(s.sent)
 		}
-	}
-	for left > 0 {
-		select {
-		case <-ctx.Done():
-			return r.deleted, nil
-		case s := <-exits:
-			left--
-			s.gone = true
-			r.log.Info().Int("pid", s.main.PID).Str("comm", s.main.Comm).Str("container", s.container).
-				Dur("elapsed", time.Since(begun)).Msg("sidecar stopped")
-		case <-timer.C:
-			if killed {
-				for _, s := range sidecars {
-					if !s.gone {
-						r.log.Error().Int("pid", s.main.PID).Str("container", s.container).Dur("elapsed", time.Since(begun)).
-							Msg("sidecar still running after SIGKILL: giving up")
-						r.note(fmt.Sprintf("%s still running after SIGKILL", s.main.Comm))
-					}
-				}
-				return nil, errGaveUp
-			}
-			killed = true
-			for _, s := range sidecars {
-				if !s.gone {
-					r.log.Warn().Int("pid", s.main.PID).Str("container", s.container).Str("timeout", r.cfg.StopTimeout.String()).
-						Msg("sidecar did not stop in time: sending SIGKILL")
-					r.note(fmt.Sprintf("%s did not stop within %s, sent SIGKILL", s.main.Comm, r.cfg.StopTimeout))
-					r.signal(s, exitwatch.SIGKILL)
-				}
-			}
-			timer.Reset(killWait)
+		if code == 0 {
+			continue
 		}
+		then := "the pod will be Failed"
+		if r.cfg.RestartPolicy == OnFailure {
+			then = "the kubelet will restart it"
+		}
+		msg := fmt.Sprintf("%s exited %d: %s", s.container, code, then)
+		if !st.Known {
+			msg = fmt.Sprintf("%s will exit %d: %s", s.container, code, then)
+		}
+		if fix != "" {
+			msg += "; " + fix
+		}
+		r.log.Warn().Str("container", s.container).Int("exit_code", code).Str("fix", fix).Msg("sidecar exited non-zero after the apps succeeded")
+		r.note(msg)
 	}
-	return nil, nil
 }
