@@ -153,7 +153,7 @@ func (r *run) adopt(pod procscan.Pod) []*app {
 			r.log.Info().Str("container", c.Name).Int("pid", c.Main.PID).Str("comm", c.Main.Comm).Str("reason", c.Why).
 				Msg("container neither waited for nor stopped")
 		}
-		if kind == procscan.Sidecar && !r.stopping {
+		if kind == procscan.Sidecar {
 			r.trackSidecar(c)
 		}
 		if kind != procscan.App || before {
@@ -226,4 +226,12 @@ func (r *run) trackSidecar(c procscan.Container) {
 	}
 	r.found = append(r.found, newSidecar(c, proc, r.scan))
 	r.log.Info().Int("pid", c.Main.PID).Str("comm", c.Main.Comm).Str("container", c.Name).Msg("sidecar found")
+}
+
+// takeFound hands the sidecars found so far over to the stop, which owns
+// them from then on; discovery is over by then.
+func (r *run) takeFound() []*sidecar {
+	found := r.found
+	r.found = nil
+	return found
 }

@@ -72,25 +72,38 @@ type Result struct {
 }
 
 // run is the state of one Run: the states below are its methods, each
-// returning the next state.
+// returning the next state. Each field is written in one file, named
+// beside it; the others only read it.
 type run struct {
 	*Supervisor
-	apps *ledger // the app instances, and the restarts awaited
-	// kinds is what each container is taken for (kindOf).
-	kinds map[string]procscan.Kind
-	// found are the sidecars seen while the apps ran, each kept by a
-	// pidfd for the stop.
+	// apps are the app instances and the restarts awaited (run.go makes
+	// it; it changes only through its methods, restarts.go).
+	apps *ledger
+
+	// discover.go: kinds is what each container is taken for (kindOf);
+	// warned, the stray processes already warned of; found, the sidecars
+	// seen while the apps ran, each kept by a pidfd until the stop takes
+	// them (takeFound).
+	kinds  map[string]procscan.Kind
+	warned map[int]bool
 	found  []*sidecar
-	warned map[int]bool // stray processes already warned of
-	res    Result
-	notes  []string // for the summary
-	// own lists the sidecars stopped by an action of their own
+
+	// decide.go: what the apps' ends add up to, and the action.
+	decision decision
+
+	// stop.go: stopping is set once the sidecars found are being stopped.
+	stopping bool
+	// act.go: own lists the sidecars stopped by an action of their own
 	// ("cloud-sql-proxy: POST ..."), for the summary.
 	own []string
-	// published is the progress last written (publish).
+
+	// run.go: podDeleted, once a SIGTERM (pod deletion) ended the run;
+	// notes, for the summary (note).
+	podDeleted bool
+	notes      []string
+
+	// progress.go: the progress last written (publish).
 	published string
-	// stopping is set once the action is being applied to the sidecars.
-	stopping bool
 }
 
 type state func(ctx context.Context) (state, error)
@@ -116,10 +129,17 @@ func (s *Supervisor) Run(ctx context.Context) (res Result, err error) {
 		}
 	}()
 	if err := r.loop(ctx, r.start); err != nil {
-		return r.res, err
+		return r.result(), err
 	}
-	r.res.Summary = r.summary()
-	return r.res, nil
+	res = r.result()
+	res.Summary = r.summary()
+	return res, nil
+}
+
+// result is what the run did so far, without its summary.
+func (r *run) result() Result {
+	return Result{Outcome: r.decision.outcome, Reason: r.decision.reason, Action: r.decision.action,
+		Apps: r.decision.apps, Deleted: r.podDeleted}
 }
 
 // loop runs the states from st until one returns none, or an error.
@@ -143,7 +163,7 @@ func (r *run) salvage(ctx context.Context, p any) (res Result, err error) {
 	defer func() {
 		if q := recover(); q != nil {
 			r.log.Error().Str("panic", fmt.Sprint(q)).Msg("the supervisor failed again while recovering: the sidecar is left as it is")
-			res, err = r.res, fmt.Errorf("the supervisor failed twice (a bug): %v; %v", p, q)
+			res, err = r.result(), fmt.Errorf("the supervisor failed twice (a bug): %v; %v", p, q)
 		}
 	}()
 	for _, a := range r.apps.apps {
@@ -153,23 +173,21 @@ func (r *run) salvage(ctx context.Context, p any) (res Result, err error) {
 		select {
 		case <-a.proc.Done():
 		case <-ctx.Done():
-			r.res.Deleted = true
-			r.res.Summary = "the supervisor failed (" + fmt.Sprint(p) + "); pod deleted: sidecar left to the kubelet"
-			return r.res, nil
+			r.podDeleted = true
+			res = r.result()
+			res.Summary = "the supervisor failed (" + fmt.Sprint(p) + "); pod deleted: sidecar left to the kubelet"
+			return res, nil
 		}
 	}
-	r.res.Outcome, r.res.Action = Unknown, r.cfg.OnUnknown
-	r.res.Reason = fmt.Sprintf("the supervisor failed (%v) and took every app as finished", p)
-	r.res.Apps = r.apps.final()
-	r.stopping = false
-	r.log.Info().Stringer("outcome", r.res.Outcome).Stringer("action", r.res.Action).Str("reason", r.res.Reason).Msg("decision")
-	if r.res.Action.Kind != ActionNone {
+	r.decideUnknown(p)
+	if r.decision.action.Kind != ActionNone {
 		if err := r.loop(ctx, r.stop); err != nil {
-			return r.res, err
+			return r.result(), err
 		}
 	}
-	r.res.Summary = r.summary()
-	return r.res, nil
+	res = r.result()
+	res.Summary = r.summary()
+	return res, nil
 }
 
 // start checks the pod shares its PID namespace, then discovers.
@@ -200,7 +218,7 @@ func (r *run) start(ctx context.Context) (state, error) {
 // deleted ends the run on SIGTERM: the kubelet is stopping every container,
 // the sidecar included, so nothing is done to it.
 func (r *run) deleted(ctx context.Context) (state, error) {
-	r.res.Deleted = true
+	r.podDeleted = true
 	r.log.Info().Msg("pod is being deleted (SIGTERM): leaving the sidecar to the kubelet")
 	return nil, nil
 }
@@ -225,17 +243,18 @@ func (r *run) note(s string) { r.notes = append(r.notes, s) }
 // summary is the one-line account for the termination message.
 func (r *run) summary() string {
 	var b strings.Builder
+	d := r.decision
 	switch {
-	case r.res.Apps == nil && !r.res.Deleted:
+	case d.apps == nil && !r.podDeleted:
 		// Nothing was waited for (a native sidecar).
-	case r.res.Deleted && r.res.Apps == nil:
+	case r.podDeleted && d.apps == nil:
 		b.WriteString("pod deleted before the apps finished: sidecar left to the kubelet")
-	case r.res.Deleted && !r.stopping:
-		fmt.Fprintf(&b, "%s: %s; pod deleted: sidecar left to the kubelet", r.res.Outcome, r.res.Reason)
-	case r.res.Deleted:
-		fmt.Fprintf(&b, "%s: %s; action %s%s; pod deleted while stopping: sidecar left to the kubelet", r.res.Outcome, r.res.Reason, r.res.Action, r.ownActions())
+	case r.podDeleted && !r.stopping:
+		fmt.Fprintf(&b, "%s: %s; pod deleted: sidecar left to the kubelet", d.outcome, d.reason)
+	case r.podDeleted:
+		fmt.Fprintf(&b, "%s: %s; action %s%s; pod deleted while stopping: sidecar left to the kubelet", d.outcome, d.reason, d.action, r.ownActions())
 	default:
-		fmt.Fprintf(&b, "%s: %s; action %s%s", r.res.Outcome, r.res.Reason, r.res.Action, r.ownActions())
+		fmt.Fprintf(&b, "%s: %s; action %s%s", d.outcome, d.reason, d.action, r.ownActions())
 	}
 	for _, n := range r.notes {
 		if b.Len() > 0 {

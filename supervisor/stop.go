@@ -20,6 +20,8 @@ const maxStopRounds = 3
 // Sidecars that appear meanwhile (one that was restarted, or started late)
 // are stopped too, in a few more rounds, each planned anew.
 func (r *run) stop(ctx context.Context) (state, error) {
+	// Not yet: a stop begun again (salvage) has not acted either.
+	r.stopping = false
 	sidecars, next, err := r.findSidecars(ctx)
 	if next != nil || err != nil || len(sidecars) == 0 {
 		return next, err
@@ -31,7 +33,7 @@ func (r *run) stop(ctx context.Context) (state, error) {
 		for _, s := range sidecars {
 			handled[s.main.PID] = true
 		}
-		plan := planStop(r.res.Outcome, &r.cfg, sidecars)
+		plan := planStop(r.decision.outcome, &r.cfg, sidecars)
 		if next := r.act(ctx, plan); next != nil {
 			closeAll(sidecars)
 			return next, nil
@@ -84,7 +86,7 @@ func (r *run) findSidecars(ctx context.Context) ([]*sidecar, state, error) {
 	// whole of /proc on the way to the stop (28 ms with 1,000 processes in
 	// the pod); any started since are found by the scan after the stop.
 	var alive []*sidecar
-	for _, s := range r.found {
+	for _, s := range r.takeFound() {
 		select {
 		case <-s.proc.Done():
 			s.proc.Close()
@@ -92,7 +94,6 @@ func (r *run) findSidecars(ctx context.Context) ([]*sidecar, state, error) {
 			alive = append(alive, s)
 		}
 	}
-	r.found = nil
 	if len(alive) > 0 {
 		return alive, nil, nil
 	}
@@ -155,7 +156,7 @@ func (r *run) trackSidecars(pod procscan.Pod, skip map[int]bool) []*sidecar {
 // cannot tell, will) after the apps succeeded: under restartPolicy Never
 // the pod is then Failed, under OnFailure the kubelet restarts them.
 func (r *run) reportExits(sidecars []*sidecar) {
-	if r.res.Outcome != Success {
+	if r.decision.outcome != Success {
 		return
 	}
 	for _, s := range sidecars {
