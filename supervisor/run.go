@@ -81,12 +81,14 @@ type run struct {
 	apps *ledger
 
 	// discover.go: kinds is what each container is taken for (kindOf);
-	// warned, the stray processes already warned of; found, the sidecars
-	// seen while the apps ran, each kept by a pidfd until the stop takes
-	// them (takeFound).
-	kinds  map[string]procscan.Kind
-	warned map[int]bool
-	found  []*sidecar
+	// warned, the stray processes already warned of; watched, the app
+	// instances watched by pidfd, in the order they were found; found,
+	// the sidecars seen while the apps ran, each kept by a pidfd until the
+	// stop takes them (takeFound).
+	kinds   map[string]procscan.Kind
+	warned  map[int]bool
+	watched []watchedApp
+	found   []*sidecar
 
 	// decide.go: what the apps' ends add up to, and the action.
 	decision decision
@@ -112,14 +114,11 @@ type state func(ctx context.Context) (state, error)
 // deletion). Errors mean the supervisor cannot work here (exit 1).
 // A panic in the loop (a bug) is recovered: see salvage.
 func (s *Supervisor) Run(ctx context.Context) (res Result, err error) {
-	r := &run{Supervisor: s, apps: newLedger(s.cfg.RestartPolicy, s.cfg.RestartTimeout, s.cfg.RestartMargin),
+	r := &run{Supervisor: s, apps: newLedger(s.cfg.RestartPolicy, s.cfg.WantApps(), s.cfg.RestartTimeout, s.cfg.RestartMargin),
 		kinds: map[string]procscan.Kind{}, warned: map[int]bool{}}
-	r.apps.want = s.cfg.WantApps()
 	defer func() {
-		for _, a := range r.apps.apps {
-			if a.proc != nil {
-				a.proc.Close()
-			}
+		for _, w := range r.watched {
+			w.proc.Close()
 		}
 		closeAll(r.found)
 	}()
@@ -166,12 +165,12 @@ func (r *run) salvage(ctx context.Context, p any) (res Result, err error) {
 			res, err = r.result(), fmt.Errorf("the supervisor failed twice (a bug): %v; %v", p, q)
 		}
 	}()
-	for _, a := range r.apps.apps {
-		if a.proc == nil || a.done {
+	for _, w := range r.watched {
+		if !r.apps.running(w.id()) {
 			continue
 		}
 		select {
-		case <-a.proc.Done():
+		case <-w.proc.Done():
 		case <-ctx.Done():
 			r.podDeleted = true
 			res = r.result()
