@@ -28,15 +28,20 @@
 //	  - wait (wait.go) blocks on the apps' exits, without polling, until every
 //	    app is done as the restart policy means it; under OnFailure it scans
 //	    again while a restart is awaited. Which instances run, await a restart
-//	    or count is kept by a pure type, the ledger (restarts.go).
+//	    or count is kept by a pure type, the ledger (restarts.go), which the
+//	    loop asks by instance (a main process's PID and start time).
 //	  - decide (decide.go) maps the statuses to an action through one table
 //	    (Decide): all exited 0 -> OnSuccess; any failure -> OnFailure; else any
 //	    unknown -> OnUnknown. An app killed by SIGTERM is first given
 //	    DeletionGrace to see whether the pod is being deleted.
-//	  - stop (stop.go) applies the action to each sidecar's main process through
-//	    its pidfd, or by an HTTP POST (http.go), a graceful signal only once the
-//	    sidecar handles it (sidecars.go), watches each exit, and sends SIGKILL
-//	    to any still alive after StopTimeout.
+//	  - stop (stop.go) takes the sidecars (sidecar.go: the sidecar and what
+//	    the table of known ones, sidecars.go, says of it), plans their stop
+//	    (plan.go: a pure function of the outcome, the settings and the
+//	    sidecars, table-tested), and does it (act.go): the action through
+//	    each main process's pidfd, or by an HTTP POST (http.go), a graceful
+//	    signal only once the sidecar handles it (handler.go); then it
+//	    watches each exit, and sends SIGKILL to any still alive after
+//	    StopTimeout.
 //
 // SIGTERM to the supervisor (pod deletion) cancels every state: it leaves the
 // sidecar to the kubelet and exits 0 at once (deleted, run.go).

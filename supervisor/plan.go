@@ -76,28 +76,32 @@ type stopPlan struct {
 	handlerWait, killAfter, giveUpAfter time.Duration
 }
 
+// killWait bounds the wait for a sidecar to vanish after SIGKILL, which it
+// cannot ignore; only a process stuck in the kernel outlasts it.
+const killWait = 10 * time.Second
+
 // planStop plans a round of the stop of sidecars, in their order, after
 // outcome.
 func planStop(outcome Outcome, cfg *Config, sidecars []*sidecar) stopPlan {
 	p := stopPlan{handlerWait: cfg.SidecarStartTimeout, killAfter: cfg.StopTimeout, giveUpAfter: killWait}
 	posting := map[string]bool{} // the URLs an earlier sidecar POSTs
 	for _, s := range sidecars {
-		act := actionFor(outcome, cfg, s)
-		sp := sidecarStop{sidecar: s, action: act, own: act != cfg.ActionFor(outcome), kill: act.Kind != ActionNone}
-		switch act.Kind {
+		action := actionFor(outcome, cfg, s)
+		sp := sidecarStop{sidecar: s, action: action, own: action != cfg.ActionFor(outcome), kill: action.Kind != ActionNone}
+		switch action.Kind {
 		case ActionHTTP:
-			if u := act.URL.String(); posting[u] {
-				sp.steps = []step{{kind: stepPosted, url: act.URL}}
+			if u := action.URL.String(); posting[u] {
+				sp.steps = []step{{kind: stepPosted, url: action.URL}}
 			} else {
 				posting[u] = true
-				if b := s.beforeURL(act.URL); b != nil {
+				if b := s.beforeURL(action.URL); b != nil {
 					sp.steps = append(sp.steps, step{kind: stepDrain, url: b})
 				}
-				sp.steps = append(sp.steps, step{kind: stepPost, url: act.URL})
+				sp.steps = append(sp.steps, step{kind: stepPost, url: action.URL})
 			}
 			sp.fallback = signalSteps(exitwatch.SIGTERM)
 		case ActionSignal:
-			sp.steps = signalSteps(act.Signal)
+			sp.steps = signalSteps(action.Signal)
 		case ActionNone:
 			sp.steps = []step{{kind: stepLeave}}
 		}

@@ -20,10 +20,6 @@ import (
 var ErrNotShared = errors.New("no process outside the supervisor's own container is visible: " +
 	"the pod does not share its process namespace; set shareProcessNamespace: true in the pod spec")
 
-// killWait bounds the wait for a sidecar to vanish after SIGKILL, which it
-// cannot ignore; only a process stuck in the kernel outlasts it.
-const killWait = 10 * time.Second
-
 // Watcher keeps processes by pidfd and reports their exits:
 // exitwatch.Watcher, or a fake in tests. Watch is for an app, whose exit
 // status is wanted; Track for a sidecar (or an app in the hold), whose

@@ -28,10 +28,10 @@ func (r *run) stop(ctx context.Context) (state, error) {
 	}
 	r.stopping = true
 	begun := time.Now()
-	handled := map[int]bool{}
+	acted := map[int]bool{} // the PIDs a round has acted on
 	for round := 1; ; round++ {
 		for _, s := range sidecars {
-			handled[s.main.PID] = true
+			acted[s.main.PID] = true
 		}
 		plan := planStop(r.decision.outcome, &r.cfg, sidecars)
 		if next := r.act(ctx, plan); next != nil {
@@ -55,7 +55,7 @@ func (r *run) stop(ctx context.Context) (state, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read /proc: %w", err)
 		}
-		sidecars = r.trackSidecars(pod, handled)
+		sidecars = r.trackSidecars(pod, acted)
 		if len(sidecars) == 0 {
 			break
 		}
