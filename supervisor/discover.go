@@ -161,7 +161,6 @@ func (r *run) adopt(pod procscan.Pod) []watchedApp {
 			continue
 		}
 		r.kinds[c.ID] = procscan.App // adopted, with or without its main process
-		id := instanceOf(c.Main)
 		if !c.HasMain {
 			s := exitwatch.Status{Reason: "its main process had exited before the supervisor saw it"}
 			old, replaces, end := r.apps.startedExited(c.Main.PID, c.Name, c.Kube.Name, s, time.Now())
@@ -171,6 +170,7 @@ func (r *run) adopt(pod procscan.Pod) []watchedApp {
 			r.logEnd(end, nil, s)
 			continue
 		}
+		id := instanceOf(c.Main)
 		if was, ok := r.apps.rename(id, c.Name); ok {
 			// A process the runtime moved into its container since it was
 			// adopted is the same instance, not a new container.

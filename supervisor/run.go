@@ -148,10 +148,10 @@ func (r *run) loop(ctx context.Context, st state) error {
 
 // salvage ends a run whose loop panicked. Under restartPolicy Never
 // nothing restarts the supervisor and nothing else stops the sidecar: the
-// Job would hang for good. So it waits for the apps it watches to exit (their
-// statuses no longer trusted), then applies the on-unknown action to the
-// sidecars, and says so; the pod's phase stays the apps' to decide (exit
-// 0). A second panic leaves the sidecar as it is.
+// Job would hang for good. So it waits for the apps it watches to exit
+// (their statuses no longer trusted), then applies the on-unknown action
+// to the sidecars, and says so; the pod's phase stays the apps' to decide
+// (exit 0). A second panic leaves the sidecar as it is.
 func (r *run) salvage(ctx context.Context, p any) (res Result, err error) {
 	r.log.Error().Str("panic", fmt.Sprint(p)).Str("stack", string(debug.Stack())).
 		Msg("the supervisor failed (a bug: please report it): waiting for the apps it holds, then applying the on-unknown action")
