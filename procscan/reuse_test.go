@@ -56,7 +56,7 @@ func TestPIDReuse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held, err := k.Hold(exitwatch.Process{PID: scanned.PID, StartTime: scanned.StartTime})
+	held, err := k.Track(exitwatch.Process{PID: scanned.PID, StartTime: scanned.StartTime})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestPIDReuse(t *testing.T) {
 	if st == scanned.StartTime {
 		t.Fatalf("pid %d: the newcomer has the old start time %d", pid, st)
 	}
-	if _, err := k.Hold(exitwatch.Process{PID: scanned.PID, StartTime: scanned.StartTime}); !errors.Is(err, exitwatch.ErrGone) {
+	if _, err := k.Track(exitwatch.Process{PID: scanned.PID, StartTime: scanned.StartTime}); !errors.Is(err, exitwatch.ErrGone) {
 		t.Errorf("Open of the scanned process after its PID was recycled = %v, want ErrGone", err)
 	}
 	if err := held.Signal(exitwatch.SIGTERM); !errors.Is(err, exitwatch.ErrGone) {

@@ -9,16 +9,24 @@ import (
 	"github.com/sidecar-supervisor/sidecar-supervisor/supervisor/exitwatch"
 )
 
+// decision is what the apps' ends add up to, and the action it calls for.
+type decision struct {
+	apps    []AppStatus // what it was made on; nil until then
+	outcome Outcome
+	reason  string
+	action  Action
+}
+
 // decide maps the statuses to an action. An app killed by SIGTERM may be
 // the pod being deleted (the kubelet signals every container at once, and
 // ours may arrive second): wait DeletionGrace for our own SIGTERM first.
 func (r *run) decide(ctx context.Context) (state, error) {
-	r.res.Apps = r.apps.final()
-	outcome, reason := Decide(r.res.Apps)
-	r.res.Outcome, r.res.Reason = outcome, reason
+	r.decision.apps = r.apps.final()
+	outcome, reason := Decide(r.decision.apps)
+	r.decision.outcome, r.decision.reason = outcome, reason
 	if outcome == Failure && r.cfg.DeletionGrace > 0 {
-		if a := r.terminated(); a != nil {
-			r.log.Info().Str("container", a.container).Str("grace", r.cfg.DeletionGrace.String()).
+		if a, ok := terminated(r.decision.apps); ok {
+			r.log.Info().Str("container", a.Container).Str("grace", r.cfg.DeletionGrace.String()).
 				Msg("app ended by SIGTERM: waiting to see whether the pod is being deleted")
 			t := time.NewTimer(r.cfg.DeletionGrace)
 			select {
@@ -29,10 +37,10 @@ func (r *run) decide(ctx context.Context) (state, error) {
 			}
 		}
 	}
-	r.res.Action = r.cfg.ActionFor(outcome)
-	r.publish(fmt.Sprintf("%s (%s): action %s", outcome, reason, r.res.Action))
-	r.log.Info().Stringer("outcome", outcome).Stringer("action", r.res.Action).Str("reason", reason).Msg("decision")
-	if r.res.Action.Kind == ActionNone {
+	r.decision.action = r.cfg.ActionFor(outcome)
+	r.publish(fmt.Sprintf("%s (%s): action %s", outcome, reason, r.decision.action))
+	r.log.Info().Stringer("outcome", outcome).Stringer("action", r.decision.action).Str("reason", reason).Msg("decision")
+	if r.decision.action.Kind == ActionNone {
 		r.note("sidecar left running (action none)")
 		r.log.Info().Msg("sidecar left running: the action is none")
 		return nil, nil
@@ -40,15 +48,23 @@ func (r *run) decide(ctx context.Context) (state, error) {
 	return r.stop, nil
 }
 
+// decideUnknown decides for a run that failed (p, a panic: see salvage):
+// every app is taken as finished, the outcome is Unknown.
+func (r *run) decideUnknown(p any) {
+	r.decision = decision{apps: r.apps.final(), outcome: Unknown, action: r.cfg.OnUnknown,
+		reason: fmt.Sprintf("the supervisor failed (%v) and took every app as finished", p)}
+	r.log.Info().Stringer("outcome", r.decision.outcome).Stringer("action", r.decision.action).Str("reason", r.decision.reason).Msg("decision")
+}
+
 // terminated returns an app that ended the way the kubelet's SIGTERM ends
-// one, or nil.
-func (r *run) terminated() *app {
-	for _, a := range r.apps.apps {
-		if !a.superseded && killedByTermination(a.status) {
-			return a
+// one, if any.
+func terminated(apps []AppStatus) (AppStatus, bool) {
+	for _, a := range apps {
+		if killedByTermination(a.Status) {
+			return a, true
 		}
 	}
-	return nil
+	return AppStatus{}, false
 }
 
 // Outcome is what the application containers' statuses add up to.

@@ -72,7 +72,7 @@ func (r *run) discover(ctx context.Context) (state, error) {
 					Msg("a container started after the apps is seen: each app has been started or has failed to start; the missing ones are looked for until APP_START_TIMEOUT")
 			}
 			if c.Kind == procscan.Starting && c.HasMain {
-				k := instance{c.Main.PID, c.Main.StartTime}
+				k := instanceOf(c.Main)
 				live[k] = true
 				if _, ok := starting[k]; !ok {
 					starting[k] = now
@@ -95,7 +95,7 @@ func (r *run) discover(ctx context.Context) (state, error) {
 		}
 		return false
 	}
-	for r.apps.slots < r.apps.want {
+	for r.apps.short() > 0 {
 		r.publish("looking for the apps: waiting for " + r.waitingFor())
 		select {
 		case <-ctx.Done():
@@ -105,13 +105,13 @@ func (r *run) discover(ctx context.Context) (state, error) {
 			if r.scan.Named() {
 				apps = r.cfg.Apps
 			}
-			seen := r.apps.slots
+			seen, want := r.apps.slotCount()
 			why := "never seen within " + EnvPrefix + clock
 			if after {
 				why += " (none of " + EnvPrefix + "AFTER_APPS was seen either)"
 			}
 			missing := r.apps.missing(apps, func(i int) string { return fmt.Sprintf("missing-%d", i+1) }, why)
-			r.log.Warn().Int("expected", r.apps.want).Int("seen", seen).Strs("missing", missing).Str("timeout", bound.Round(time.Millisecond).String()).
+			r.log.Warn().Int("expected", want).Int("seen", seen).Strs("missing", missing).Str("timeout", bound.Round(time.Millisecond).String()).
 				Msg("app containers missing: they finished before the supervisor started, or never started")
 			return r.wait, nil
 		case <-tick.C:
@@ -134,12 +134,13 @@ func (r *run) discover(ctx context.Context) (state, error) {
 	return r.wait, nil
 }
 
-// adopt starts watching the app containers not seen before, and returns
-// those it could hold; it holds the sidecars it sees. Under OnFailure a new
-// container first fills the slot of an instance awaiting its restart.
-func (r *run) adopt(pod procscan.Pod) []*app {
+// adopt starts watching the app containers not seen before (watched),
+// and returns those it could watch; it keeps a pidfd on each sidecar it
+// sees (found). Under OnFailure a new container first fills the slot of an
+// instance awaiting its restart.
+func (r *run) adopt(pod procscan.Pod) []watchedApp {
 	r.collectExits()
-	var held []*app
+	var watched []watchedApp
 	for _, c := range pod.Containers {
 		for _, p := range c.Stray {
 			if !r.warned[p.PID] {
@@ -153,45 +154,55 @@ func (r *run) adopt(pod procscan.Pod) []*app {
 			r.log.Info().Str("container", c.Name).Int("pid", c.Main.PID).Str("comm", c.Main.Comm).Str("reason", c.Why).
 				Msg("container neither waited for nor stopped")
 		}
-		if kind == procscan.Sidecar && !r.stopping {
-			r.holdSidecar(c)
+		if kind == procscan.Sidecar {
+			r.trackSidecar(c)
 		}
 		if kind != procscan.App || before {
 			continue
 		}
 		r.kinds[c.ID] = procscan.App // adopted, with or without its main process
-		if a := r.apps.of(c.Main); c.HasMain && a != nil {
+		if !c.HasMain {
+			s := exitwatch.Status{Reason: "its main process had exited before the supervisor saw it"}
+			old, replaces, end := r.apps.startedExited(c.Main.PID, c.Name, c.Kube.Name, s, time.Now())
+			if replaces {
+				r.logRestart(c, old)
+			}
+			r.logEnd(end, nil, s)
+			continue
+		}
+		id := instanceOf(c.Main)
+		if was, ok := r.apps.rename(id, c.Name); ok {
 			// A process the runtime moved into its container since it was
 			// adopted is the same instance, not a new container.
-			r.log.Info().Int("pid", c.Main.PID).Str("container", c.Name).Str("was", a.container).
+			r.log.Info().Int("pid", c.Main.PID).Str("container", c.Name).Str("was", was).
 				Msg("app seen in another cgroup: the same instance, moved by the runtime")
-			a.container = c.Name
 			continue
 		}
-		a := &app{container: c.Name, name: c.Kube.Name, main: c.Main}
-		if old := r.apps.started(a, c.HasMain); old != nil {
-			r.log.Info().Str("container", c.Name).Str("replaces", old.container).Int("pid", c.Main.PID).
-				Msg("app restarted by the kubelet: watching the new container")
-		}
-		if !c.HasMain {
-			r.exited(a, exitwatch.Status{Reason: "its main process had exited before the supervisor saw it"})
-			continue
+		if old, replaces := r.apps.started(id, c.Name, c.Kube.Name); replaces {
+			r.logRestart(c, old)
 		}
 		proc, err := r.watch.Watch(process(c.Main))
 		switch {
 		case errors.Is(err, exitwatch.ErrGone):
-			r.exited(a, exitwatch.Status{Reason: "it exited before the supervisor could watch it"})
+			r.exited(id, nil, exitwatch.Status{Reason: "it exited before the supervisor could watch it"})
 		case err != nil:
 			r.log.Error().Err(err).Int("pid", c.Main.PID).Str("container", c.Name).Msg("cannot watch app; its status is unknown")
-			r.exited(a, exitwatch.Status{Reason: err.Error()})
+			r.exited(id, nil, exitwatch.Status{Reason: err.Error()})
 		default:
-			a.proc = proc
-			held = append(held, a)
+			w := watchedApp{main: c.Main, proc: proc}
+			r.watched = append(r.watched, w)
+			watched = append(watched, w)
 			r.log.Info().Int("pid", c.Main.PID).Str("comm", c.Main.Comm).Str("container", c.Name).
 				Int("uid", c.Main.UID).Str("method", string(r.watch.Method())).Msg("app found")
 		}
 	}
-	return held
+	return watched
+}
+
+// logRestart says container c replaces old, as a restart.
+func (r *run) logRestart(c procscan.Container, old string) {
+	r.log.Info().Str("container", c.Name).Str("replaces", old).Int("pid", c.Main.PID).
+		Msg("app restarted by the kubelet: watching the new container")
 }
 
 // kindOf is what the run takes container c for, and whether it had taken
@@ -212,18 +223,26 @@ func (r *run) kindOf(c procscan.Container) (kind procscan.Kind, before bool) {
 	return c.Kind, false
 }
 
-// holdSidecar keeps a pidfd on a sidecar's main process from the moment it
-// is seen, so the stop can go straight to it.
-func (r *run) holdSidecar(c procscan.Container) {
-	for _, s := range r.held {
+// trackSidecar keeps a pidfd on a sidecar's main process from the moment
+// it is seen, so the stop can go straight to it.
+func (r *run) trackSidecar(c procscan.Container) {
+	for _, s := range r.found {
 		if s.main.PID == c.Main.PID {
 			return
 		}
 	}
-	proc, err := r.watch.Hold(process(c.Main))
+	proc, err := r.watch.Track(process(c.Main))
 	if err != nil {
-		return // gone, or not holdable: the stop's scan will tell
+		return // gone, or not trackable: the stop's scan will tell
 	}
-	r.held = append(r.held, r.newSidecar(c, proc))
+	r.found = append(r.found, newSidecar(c, proc, r.scan))
 	r.log.Info().Int("pid", c.Main.PID).Str("comm", c.Main.Comm).Str("container", c.Name).Msg("sidecar found")
+}
+
+// takeFound hands the sidecars found so far over to the stop, which owns
+// them from then on; discovery is over by then.
+func (r *run) takeFound() []*sidecar {
+	found := r.found
+	r.found = nil
+	return found
 }

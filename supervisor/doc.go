@@ -20,7 +20,7 @@
 //	    expected application containers have been seen, within
 //	    AppStartTimeout, watching each app's main process the moment it is seen
 //	    (from the runtime's init on, once the kubelet's mount names it an app)
-//	    and holding each sidecar's. This is the only phase that polls /proc
+//	    and keeping a pidfd on each sidecar's. This is the only phase that polls /proc
 //	    (every ScanInterval, and at once when the kernel's last PID moves).
 //	    A supervisor placed before the apps (AfterApps) counts
 //	    AppStartTimeout only from the sighting of a container the kubelet
@@ -28,22 +28,27 @@
 //	  - wait (wait.go) blocks on the apps' exits, without polling, until every
 //	    app is done as the restart policy means it; under OnFailure it scans
 //	    again while a restart is awaited. Which instances run, await a restart
-//	    or count is kept by a pure type, the ledger (restarts.go).
+//	    or count is kept by a pure type, the ledger (restarts.go), which the
+//	    loop asks by instance (a main process's PID and start time).
 //	  - decide (decide.go) maps the statuses to an action through one table
 //	    (Decide): all exited 0 -> OnSuccess; any failure -> OnFailure; else any
 //	    unknown -> OnUnknown. An app killed by SIGTERM is first given
 //	    DeletionGrace to see whether the pod is being deleted.
-//	  - stop (stop.go) applies the action to each sidecar's main process through
-//	    its pidfd, or by an HTTP POST (http.go), a graceful signal only once the
-//	    sidecar handles it (sidecars.go), watches each exit, and sends SIGKILL
-//	    to any still alive after StopTimeout.
+//	  - stop (stop.go) takes the sidecars (sidecar.go: the sidecar and what
+//	    the table of known ones, sidecars.go, says of it), plans their stop
+//	    (plan.go: a pure function of the outcome, the settings and the
+//	    sidecars, table-tested), and does it (act.go): the action through
+//	    each main process's pidfd, or by an HTTP POST (http.go), a graceful
+//	    signal only once the sidecar handles it (handler.go); then it
+//	    watches each exit, and sends SIGKILL to any still alive after
+//	    StopTimeout.
 //
 // SIGTERM to the supervisor (pod deletion) cancels every state: it leaves the
 // sidecar to the kubelet and exits 0 at once (deleted, run.go).
 //
 // What the loop touches in the kernel is behind two small interfaces,
 // Scanner (scan.go: the pod as /proc shows it) and Watcher (package
-// exitwatch: holding processes, their exits and statuses, signals), so the
-// loop is tested with fakes, and the real implementations against real
-// processes. Settings are in config.go; hold.go is the preStop hook's mode.
+// exitwatch: keeping processes by pidfd, their exits and statuses,
+// signals), so the loop is tested with fakes, and the real implementations
+// against real processes. Settings are in config.go; hold.go is the preStop hook's mode.
 package supervisor

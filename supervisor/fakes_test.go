@@ -134,7 +134,7 @@ func (p *fakeProc) Signal(sig exitwatch.Signal) error {
 	default:
 	}
 	if p.sidecar {
-		// Looked up now, not when the supervisor held the process: a test
+		// Looked up now, not when the supervisor took the process: a test
 		// may set the reaction after the run has started.
 		if react := p.k.sidecarReaction(); react != nil {
 			if s := react(sig); s != nil {
@@ -152,7 +152,7 @@ type fakeKernel struct {
 	gone    map[int]bool // Open fails with ErrGone
 	signals []string
 	at      []time.Time // when each of signals was sent
-	// opened fires when a process comes to be (spawn) or is held.
+	// opened fires when a process comes to be (spawn) or is taken.
 	opened event
 	// sidecar reaction to signals, for procs opened without status (set it
 	// with setOnSignal once the run has started)
@@ -171,9 +171,9 @@ func newFakeKernel() *fakeKernel {
 		}}
 }
 
-// Watch and Hold hold p as an app or as a sidecar.
+// Watch and Track take p as an app or as a sidecar.
 func (k *fakeKernel) Watch(p exitwatch.Process) (exitwatch.Proc, error) { return k.open(p, true) }
-func (k *fakeKernel) Hold(p exitwatch.Process) (exitwatch.Proc, error)  { return k.open(p, false) }
+func (k *fakeKernel) Track(p exitwatch.Process) (exitwatch.Proc, error) { return k.open(p, false) }
 
 func (k *fakeKernel) open(p exitwatch.Process, status bool) (exitwatch.Proc, error) {
 	k.mu.Lock()
@@ -185,7 +185,7 @@ func (k *fakeKernel) open(p exitwatch.Process, status bool) (exitwatch.Proc, err
 	if fp, ok := k.procs[p.PID]; ok {
 		select {
 		case <-fp.done:
-			return nil, exitwatch.ErrGone // exited and reaped before it was held
+			return nil, exitwatch.ErrGone // exited and reaped before it was taken
 		default:
 		}
 		if !status {
@@ -198,7 +198,7 @@ func (k *fakeKernel) open(p exitwatch.Process, status bool) (exitwatch.Proc, err
 	return fp, nil
 }
 
-// spawn makes a process exist before the supervisor holds it.
+// spawn makes a process exist before the supervisor takes it.
 func (k *fakeKernel) spawn(pid int) *fakeProc {
 	k.mu.Lock()
 	defer k.mu.Unlock()

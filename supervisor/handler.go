@@ -31,7 +31,7 @@ import (
 // before, and the reason logged).
 func (r *run) unready(s *sidecar, sig exitwatch.Signal) string {
 	sigs, err := r.scan.Signals(s.main.PID)
-	if gone(s) || errors.Is(err, exitwatch.ErrGone) {
+	if s.exited() || errors.Is(err, exitwatch.ErrGone) {
 		return ""
 	}
 	if err != nil {
@@ -45,41 +45,10 @@ func (r *run) unready(s *sidecar, sig exitwatch.Signal) string {
 	if k == nil || !slices.Contains(k.handles, sig) || s.handlerSeen {
 		return ""
 	}
-	if r.seeHandler(s) || gone(s) {
+	if s.seeHandler(r.scan) || s.exited() {
 		return ""
 	}
 	return fmt.Sprintf("%s has not started %s yet: it asks for %s just before, and dies of it until then", k.processes[0], k.handlerWith, sig)
-}
-
-// seeHandler reads whether s's known sidecar has started the child that
-// shows it handles its graceful signal (knownSidecar.handlerWith), and
-// remembers it: once started, it stays so for this process. A child gone
-// or unreadable is "not seen".
-func (r *run) seeHandler(s *sidecar) bool {
-	k := s.known
-	if s.handlerSeen || k == nil || k.handlerWith == "" {
-		return s.handlerSeen
-	}
-	kids, err := r.scan.Children(s.main.PID)
-	if err != nil {
-		return false
-	}
-	for _, c := range kids {
-		if c.PPID == s.main.PID && c.Matches([]string{k.handlerWith}) {
-			s.handlerSeen = true
-			break
-		}
-	}
-	return s.handlerSeen
-}
-
-func gone(s *sidecar) bool {
-	select {
-	case <-s.proc.Done():
-		return true
-	default:
-		return false
-	}
 }
 
 // awaitHandler waits until s handles sig, the sidecar exits, or deadline;

@@ -75,7 +75,7 @@ func Hold(ctx context.Context, log zerolog.Logger, scan Scanner, watch Watcher, 
 		if !c.HasMain {
 			continue
 		}
-		proc, err := watch.Hold(process(c.Main))
+		proc, err := watch.Track(process(c.Main))
 		if errors.Is(err, exitwatch.ErrGone) {
 			continue
 		}

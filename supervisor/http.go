@@ -12,6 +12,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -103,7 +104,7 @@ func (r *run) postBefore(ctx context.Context, u *url.URL, s *sidecar) {
 			r.log.Warn().Str("url", u.Redacted()).Int("status", code).Str("container", s.container).
 				Msg("drain ahead of the quit refused: quitting anyway")
 			return
-		case gone(s) || time.Until(deadline) <= 0:
+		case s.exited() || time.Until(deadline) <= 0:
 			r.log.Warn().Str("url", u.Redacted()).Err(err).Str("container", s.container).
 				Msg("no answer ahead of the quit: quitting anyway")
 			return
@@ -116,4 +117,84 @@ func (r *run) postBefore(ctx context.Context, u *url.URL, s *sidecar) {
 		case <-t.C:
 		}
 	}
+}
+
+// exitsWithin reports whether s exits within d.
+func (r *run) exitsWithin(ctx context.Context, s *sidecar, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-s.proc.Done():
+		return true
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	return false
+}
+
+// lostAnswerWait is how long a sidecar that got the POST but closed the
+// connection without an answer is given to exit before it is sent again.
+const lostAnswerWait = time.Second
+
+// postUntilAnswered POSTs an HTTP action until it is answered or s exits,
+// for at most HTTPTimeout from the first try. stopped means s exited
+// meanwhile: the action worked, whatever the answer. Two failures are
+// tried again: a refused connection (nothing listens yet: a sidecar still
+// starting), every ScanInterval; and a request that reached the sidecar
+// and got no answer (the connection closed or reset), once the sidecar is
+// still up lostAnswerWait later. pilot-agent's and cloud-sql-proxy's quit
+// can exit before their 200 is flushed (then s exits, and that is the
+// stop), but pilot-agent also drops a /quitquitquit that comes in the
+// first ~100 ms after its status port opens (its handler panics on an
+// agent not yet made, the connection closes, and it runs on; seen on the
+// e2e cluster with apps of milliseconds): asked again, it quits. The stop
+// endpoints are idempotent. A sidecar that got a request and is still up
+// at the bound is given HTTPTimeout more to exit before the caller falls
+// back.
+func (r *run) postUntilAnswered(ctx context.Context, u *url.URL, s *sidecar) (code int, stopped bool, err error) {
+	deadline := time.Now().Add(r.cfg.HTTPTimeout)
+	reached, logged := false, map[bool]bool{}
+	for {
+		code, err = r.post(ctx, u, time.Until(deadline))
+		if err == nil || ctx.Err() != nil {
+			return code, false, err
+		}
+		refused := errors.Is(err, syscall.ECONNREFUSED)
+		wait := min(r.cfg.ScanInterval, time.Until(deadline))
+		if !refused {
+			reached = true
+			if r.exitsWithin(ctx, s, min(lostAnswerWait, time.Until(deadline))) {
+				return 0, true, nil
+			}
+			wait = 0
+		}
+		if s.exited() {
+			return 0, true, nil
+		}
+		if ctx.Err() != nil || time.Until(deadline) <= 0 {
+			break
+		}
+		if !logged[refused] {
+			logged[refused] = true
+			ev := r.log.Info().Str("url", u.Redacted()).Err(err).Str("timeout", r.cfg.HTTPTimeout.String())
+			if refused {
+				ev.Msg("http action not answered yet: trying again until it is")
+			} else {
+				ev.Msg("http action got no answer and the sidecar runs on: sending it again")
+			}
+		}
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return 0, false, ctx.Err()
+			case <-t.C:
+			}
+		}
+	}
+	if ctx.Err() == nil && reached && r.exitsWithin(ctx, s, r.cfg.HTTPTimeout) {
+		return 0, true, nil
+	}
+	return code, false, err
 }

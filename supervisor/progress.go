@@ -27,23 +27,23 @@ func (r *run) publish(doing string) {
 }
 
 // progress is what the run is doing, then a line per app instance and
-// sidecar held.
+// sidecar found ("held", in the text `status` shows).
 func (r *run) progress(doing string) string {
 	var b strings.Builder
 	b.WriteString(Progress + doing)
-	for _, a := range r.apps.apps {
+	for _, a := range r.apps.instances() {
 		state := "running"
 		switch {
 		case a.superseded:
 			state = a.status.String() + "; restarted"
-		case a.done && r.apps.isAwaited(a):
+		case a.done && a.awaited:
 			state = a.status.String() + "; awaiting its restart"
 		case a.done:
 			state = a.status.String()
 		}
-		fmt.Fprintf(&b, "\napp %s (pid %d): %s", a.container, a.main.PID, state)
+		fmt.Fprintf(&b, "\napp %s (pid %d): %s", a.container, a.pid, state)
 	}
-	for _, s := range r.held {
+	for _, s := range r.found {
 		fmt.Fprintf(&b, "\nsidecar %s (pid %d): held", s.container, s.main.PID)
 	}
 	return b.String()
@@ -52,19 +52,19 @@ func (r *run) progress(doing string) string {
 // waitingFor says what discovery or the wait still waits for.
 func (r *run) waitingFor() string {
 	var running []string
-	for _, a := range r.apps.apps {
+	for _, a := range r.apps.instances() {
 		if !a.done {
-			running = append(running, fmt.Sprintf("%s (pid %d)", a.container, a.main.PID))
+			running = append(running, fmt.Sprintf("%s (pid %d)", a.container, a.pid))
 		}
 	}
 	var parts []string
 	if len(running) > 0 {
 		parts = append(parts, "app "+strings.Join(running, ", "))
 	}
-	if n := len(r.apps.awaiting); n > 0 {
+	if n := r.apps.awaited(); n > 0 {
 		parts = append(parts, fmt.Sprintf("the restart of %d app(s)", n))
 	}
-	if short := r.apps.want - r.apps.slots; short > 0 {
+	if short := r.apps.short(); short > 0 {
 		parts = append(parts, fmt.Sprintf("%d more app container(s) to start", short))
 	}
 	if len(parts) == 0 {

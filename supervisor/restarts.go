@@ -9,17 +9,21 @@ import (
 	"github.com/sidecar-supervisor/sidecar-supervisor/supervisor/exitwatch"
 )
 
-// app is one application container instance. Under restartPolicy
-// OnFailure the kubelet restarts a failed app container in place, as a new
-// container (a new cgroup, a new main process): that new instance takes
-// the failed one's slot.
+// app is the ledger's record of one application container instance.
+// Under restartPolicy OnFailure the kubelet restarts a failed app
+// container in place, as a new container (a new cgroup, a new main
+// process): that new instance takes the failed one's slot. Records never
+// leave the ledger: the loop names an instance by its main process
+// (instance), and asks.
 type app struct {
 	container string
 	// name is its Kubernetes name, where known: a restart comes back under
 	// the same name.
-	name   string
-	main   procscan.Process
-	proc   exitwatch.Proc // nil when it was never held
+	name string
+	// pid is its main process's PID, for the progress: for an instance
+	// first seen once its main process had exited, the process left in its
+	// container; 0 for one never seen.
+	pid    int
 	status exitwatch.Status
 	done   bool
 	// superseded marks a failed instance that a restart replaced: it no
@@ -59,16 +63,23 @@ func backoff(n int) time.Duration {
 	return min(d, backoffMax)
 }
 
-// instance names one process for good: a PID with its start time.
+// instance names one process for good: a PID with its start time. An app
+// instance is named by its main process's.
 type instance struct {
 	pid   int
 	start uint64
 }
 
+// instanceOf names p for good.
+func instanceOf(p procscan.Process) instance { return instance{p.PID, p.StartTime} }
+
 // ledger keeps the app instances: which run, which await the kubelet's
 // restart (restartPolicy OnFailure), which count in the decision. It does
 // no I/O and reads no clock (times are given), so it is tested by tables;
-// the run loop logs what its answers mean.
+// the run loop logs what its answers mean. Its state is its own: the loop
+// names an instance by its main process (instance), changes it through
+// started, rename and exited, and asks the rest; it keeps the apps'
+// pidfds itself (run.watched).
 //
 // A slot is an app container of the pod: want of them are expected. Under
 // OnFailure a failed instance awaits its restart, and its restart takes its
@@ -91,25 +102,54 @@ type ledger struct {
 	byName         map[string]*app // the last instance of each name
 }
 
-func newLedger(policy RestartPolicy, restartTimeout, restartMargin time.Duration) *ledger {
-	return &ledger{policy: policy, restartTimeout: restartTimeout, restartMargin: restartMargin,
+// newLedger expects want app containers.
+func newLedger(policy RestartPolicy, want int, restartTimeout, restartMargin time.Duration) *ledger {
+	return &ledger{policy: policy, want: want, restartTimeout: restartTimeout, restartMargin: restartMargin,
 		byMain: map[instance]*app{}, byName: map[string]*app{}}
 }
 
-// of returns the instance whose main process p is, if any: one process is
-// never two instances, whatever its cgroup read when it was first seen.
-func (l *ledger) of(p procscan.Process) *app {
-	return l.byMain[instance{p.PID, p.StartTime}]
+// started records a new instance, whose main process is id, in container
+// (name: its Kubernetes name, or ""). It returns the container of the
+// instance it replaces, if any (ok): the last of its name, or without
+// names the oldest awaiting a restart.
+func (l *ledger) started(id instance, container, name string) (replaces string, ok bool) {
+	a := &app{container: container, name: name, pid: id.pid}
+	l.byMain[id] = a
+	return containerOf(l.add(a))
 }
 
-// started records a new instance, and returns the one it replaces: the
-// last of its name, or without names the oldest awaiting a restart; nil
-// when it fills a slot of its own.
-func (l *ledger) started(a *app, hasMain bool) (replaces *app) {
-	l.apps = append(l.apps, a)
-	if hasMain {
-		l.byMain[instance{a.main.PID, a.main.StartTime}] = a
+// startedExited records a new instance first seen once its main process
+// had exited (pid: the process left in its container), and its end, s, at
+// now: started and exited at once.
+func (l *ledger) startedExited(pid int, container, name string, s exitwatch.Status, now time.Time) (replaces string, ok bool, e ending) {
+	a := &app{container: container, name: name, pid: pid}
+	replaces, ok = containerOf(l.add(a))
+	return replaces, ok, l.end(a, s, now)
+}
+
+func containerOf(a *app) (string, bool) {
+	if a == nil {
+		return "", false
 	}
+	return a.container, true
+}
+
+// rename moves the instance id to container, if it is one: one process is
+// never two instances, whatever its cgroup read when it was first seen
+// (the runtime moves a new container's main process into its cgroup).
+func (l *ledger) rename(id instance, container string) (was string, ok bool) {
+	a := l.byMain[id]
+	if a == nil {
+		return "", false
+	}
+	was, a.container = a.container, container
+	return was, true
+}
+
+// add records a, and returns the instance it replaces, or nil when it
+// fills a slot of its own.
+func (l *ledger) add(a *app) (replaces *app) {
+	l.apps = append(l.apps, a)
 	if a.name != "" {
 		replaces = l.byName[a.name]
 		l.byName[a.name] = a
@@ -165,9 +205,27 @@ func (l *ledger) missing(apps []string, names func(i int) string, reason string)
 	return out
 }
 
-// exited records a's end at now. Under OnFailure a failed instance awaits
-// its restart (failed), as does one whose status is unknown (unknown), for
-// wait:
+// ending is what an instance's end means under the restart policy.
+type ending struct {
+	container string
+	// restart is the kubelet's restart of the container that a failure
+	// brings (the first is 1).
+	restart int
+	// failed: it awaits its restart; unknown: it awaits the restart its
+	// unknown status may bring; for wait.
+	failed, unknown bool
+	wait            time.Duration
+}
+
+// running reports whether id is an instance still running.
+func (l *ledger) running(id instance) bool {
+	a := l.byMain[id]
+	return a != nil && !a.done
+}
+
+// exited records the end of the running instance id at now, with s. Under
+// OnFailure a failed instance awaits its restart (failed), as does one
+// whose status is unknown (unknown), for wait:
 //   - unknown: the kubelet's back-off for its restart plus the margin,
 //     within restartTimeout. It may have succeeded, and then no restart
 //     comes: the margin is the documented guess (docs/install.md,
@@ -182,24 +240,31 @@ func (l *ledger) missing(apps []string, names func(i int) string, reason string)
 //
 // Past its wait, the instance is taken as finished (settle), its status
 // unknown.
-func (l *ledger) exited(a *app, s exitwatch.Status, now time.Time) (failed, unknown bool, wait time.Duration) {
+func (l *ledger) exited(id instance, s exitwatch.Status, now time.Time) ending {
+	return l.end(l.byMain[id], s, now)
+}
+
+func (l *ledger) end(a *app, s exitwatch.Status, now time.Time) ending {
 	a.done, a.status, a.exitAt = true, s, now
+	e := ending{container: a.container, restart: a.restarts + 1}
 	if l.policy != OnFailure || s.Success() {
-		return false, false, 0
+		return e
 	}
-	wait = l.restartTimeout
+	e.wait = l.restartTimeout
 	if !s.Known {
-		wait = min(backoff(a.restarts+1)+l.restartMargin, l.restartTimeout)
+		e.wait = min(backoff(a.restarts+1)+l.restartMargin, l.restartTimeout)
 	}
-	a.restartBy = now.Add(wait)
+	a.restartBy = now.Add(e.wait)
 	l.awaiting = append(l.awaiting, a)
-	return s.Failure(), !s.Known, wait
+	e.failed, e.unknown = s.Failure(), !s.Known
+	return e
 }
 
 // settle stops awaiting, at now, the instances whose restart did not come
-// in time, and returns them (a failed one's status becomes unknown: its
-// restart may have run unseen), and when the next such wait ends.
-func (l *ledger) settle(now time.Time) (expired []*app, next time.Time) {
+// in time, and returns their containers (a failed one's status becomes
+// unknown: its restart may have run unseen), and when the next such wait
+// ends.
+func (l *ledger) settle(now time.Time) (expired []string, next time.Time) {
 	kept := l.awaiting[:0]
 	for _, a := range l.awaiting {
 		if !now.Before(a.restartBy) {
@@ -207,7 +272,7 @@ func (l *ledger) settle(now time.Time) (expired []*app, next time.Time) {
 				a.status = exitwatch.Status{Reason: fmt.Sprintf("%s, and no restart was seen within %s: it ran between two scans, or is late",
 					a.status, a.restartBy.Sub(a.exitAt))}
 			}
-			expired = append(expired, a)
+			expired = append(expired, a.container)
 			continue
 		}
 		kept = append(kept, a)
@@ -219,11 +284,38 @@ func (l *ledger) settle(now time.Time) (expired []*app, next time.Time) {
 	return expired, next
 }
 
-// isAwaited reports whether a awaits its restart.
-func (l *ledger) isAwaited(a *app) bool { return slices.Contains(l.awaiting, a) }
+// slotCount says how many slots are filled (by an instance seen, or
+// missing), and how many are expected.
+func (l *ledger) slotCount() (filled, want int) { return l.slots, l.want }
 
-// running counts the instances still running.
-func (l *ledger) running() int {
+// short is how many more app containers are expected to start.
+func (l *ledger) short() int { return l.want - l.slots }
+
+// awaited is how many instances await their restart.
+func (l *ledger) awaited() int { return len(l.awaiting) }
+
+// appView is an instance as the progress shows it.
+type appView struct {
+	container string
+	pid       int
+	status    exitwatch.Status
+	// done: it has ended; awaited: it awaits its restart; superseded: a
+	// restart replaced it.
+	done, awaited, superseded bool
+}
+
+// instances are every instance, in the order they started.
+func (l *ledger) instances() []appView {
+	var out []appView
+	for _, a := range l.apps {
+		out = append(out, appView{container: a.container, pid: a.pid, status: a.status,
+			done: a.done, awaited: slices.Contains(l.awaiting, a), superseded: a.superseded})
+	}
+	return out
+}
+
+// runningCount counts the instances still running.
+func (l *ledger) runningCount() int {
 	n := 0
 	for _, a := range l.apps {
 		if !a.done {
@@ -245,7 +337,7 @@ func (l *ledger) seeking() bool {
 // finished reports whether the apps are done as the restart policy means
 // it: under Never every instance has exited; under OnFailure every slot's
 // last instance has exited 0, or ended unknown with no restart in time.
-func (l *ledger) finished() bool { return l.running() == 0 && !l.seeking() }
+func (l *ledger) finished() bool { return l.runningCount() == 0 && !l.seeking() }
 
 // final is what the decision is made on: every instance a restart did not
 // replace.

@@ -87,11 +87,10 @@ func TestLedger(t *testing.T) {
 			if tt.margin > 0 {
 				margin, timeout = tt.margin, tt.timeout
 			}
-			l := newLedger(tt.policy, timeout, margin)
-			l.want = tt.want
+			l := newLedger(tt.policy, tt.want, timeout, margin)
 			t0 := time.Unix(1000, 0)
 			now := t0
-			last := map[string]*app{}
+			last := map[string]instance{}
 			var replaced []string
 			for _, step := range strings.Split(tt.steps, "; ") {
 				f := strings.Fields(step)
@@ -106,22 +105,22 @@ func TestLedger(t *testing.T) {
 					// An instance known by its Kubernetes name.
 					var pid int
 					fmt.Sscanf(f[2], "%d", &pid)
-					a := &app{container: f[1], name: f[1], main: procscan.Process{PID: pid, StartTime: uint64(pid)}}
-					if old := l.started(a, true); old != nil {
-						replaced = append(replaced, a.container+"<"+old.container)
+					id := instanceOf(procscan.Process{PID: pid, StartTime: uint64(pid)})
+					if old, ok := l.started(id, f[1], f[1]); ok {
+						replaced = append(replaced, f[1]+"<"+old)
 					}
-					last[f[1]] = a
+					last[f[1]] = id
 				case "start":
 					var pid int
 					fmt.Sscanf(f[2], "%d", &pid)
-					a := &app{container: f[1], main: procscan.Process{PID: pid, StartTime: uint64(pid)}}
-					if old := l.started(a, true); old != nil {
-						replaced = append(replaced, a.container+"<"+old.container)
+					id := instanceOf(procscan.Process{PID: pid, StartTime: uint64(pid)})
+					if old, ok := l.started(id, f[1], ""); ok {
+						replaced = append(replaced, f[1]+"<"+old)
 					}
-					if l.of(a.main) != a {
+					if was, ok := l.rename(id, f[1]); !ok || was != f[1] || !l.running(id) {
 						t.Fatalf("%s: its main process is not its instance", step)
 					}
-					last[strings.Split(f[1], "-")[0]] = a
+					last[strings.Split(f[1], "-")[0]] = id
 				case "exit":
 					var code int
 					fmt.Sscanf(f[2], "%d", &code)
@@ -166,12 +165,11 @@ func TestLedger(t *testing.T) {
 
 // TestLedgerSettleNext: settle says when the next unknown wait ends.
 func TestLedgerSettleNext(t *testing.T) {
-	l := newLedger(OnFailure, 10*time.Second, time.Hour)
-	l.want = 2
+	l := newLedger(OnFailure, 2, 10*time.Second, time.Hour)
 	t0 := time.Unix(1000, 0)
-	a, b := &app{container: "a"}, &app{container: "b"}
-	l.started(a, false)
-	l.started(b, false)
+	a, b := instance{pid: 1, start: 1}, instance{pid: 2, start: 2}
+	l.started(a, "a", "")
+	l.started(b, "b", "")
 	l.exited(a, exitwatch.Status{Reason: "x"}, t0)
 	l.exited(b, exitwatch.Status{Reason: "x"}, t0.Add(3*time.Second))
 	expired, next := l.settle(t0.Add(time.Second))
@@ -179,7 +177,7 @@ func TestLedgerSettleNext(t *testing.T) {
 		t.Errorf("at 1s: expired %d, next %v", len(expired), next.Sub(t0))
 	}
 	expired, next = l.settle(t0.Add(11 * time.Second))
-	if len(expired) != 1 || expired[0] != a || !next.Equal(t0.Add(13*time.Second)) {
+	if len(expired) != 1 || expired[0] != "a" || !next.Equal(t0.Add(13*time.Second)) {
 		t.Errorf("at 11s: expired %v, next %v", expired, next.Sub(t0))
 	}
 }

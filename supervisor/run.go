@@ -20,16 +20,13 @@ import (
 var ErrNotShared = errors.New("no process outside the supervisor's own container is visible: " +
 	"the pod does not share its process namespace; set shareProcessNamespace: true in the pod spec")
 
-// killWait bounds the wait for a sidecar to vanish after SIGKILL, which it
-// cannot ignore; only a process stuck in the kernel outlasts it.
-const killWait = 10 * time.Second
-
-// Watcher holds processes and reports their exits: exitwatch.Watcher, or
-// a fake in tests. Watch is for an app, whose exit status is wanted; Hold
-// for a sidecar, whose exit alone matters.
+// Watcher keeps processes by pidfd and reports their exits:
+// exitwatch.Watcher, or a fake in tests. Watch is for an app, whose exit
+// status is wanted; Track for a sidecar (or an app in the hold), whose
+// exit alone matters.
 type Watcher interface {
 	Watch(p exitwatch.Process) (exitwatch.Proc, error)
-	Hold(p exitwatch.Process) (exitwatch.Proc, error)
+	Track(p exitwatch.Process) (exitwatch.Proc, error)
 	Method() exitwatch.Method
 }
 
@@ -70,25 +67,41 @@ type Result struct {
 	Summary string
 }
 
-// run holds the state of one Run: the states below are its methods, each
-// returning the next state.
+// run is the state of one Run: the states below are its methods, each
+// returning the next state. Each field is written in one file, named
+// beside it; the others only read it.
 type run struct {
 	*Supervisor
-	apps *ledger // the app instances, and the restarts awaited
-	// kinds is what each container is taken for (kindOf).
-	kinds map[string]procscan.Kind
-	// held are the sidecars seen while the apps ran, held by pidfd.
-	held   []*sidecar
-	warned map[int]bool // stray processes already warned of
-	res    Result
-	notes  []string // for the summary
-	// own lists the sidecars stopped by an action of their own
+	// apps are the app instances and the restarts awaited (run.go makes
+	// it; it changes only through its methods, restarts.go).
+	apps *ledger
+
+	// discover.go: kinds is what each container is taken for (kindOf);
+	// warned, the stray processes already warned of; watched, the app
+	// instances watched by pidfd, in the order they were found; found,
+	// the sidecars seen while the apps ran, each kept by a pidfd until the
+	// stop takes them (takeFound).
+	kinds   map[string]procscan.Kind
+	warned  map[int]bool
+	watched []watchedApp
+	found   []*sidecar
+
+	// decide.go: what the apps' ends add up to, and the action.
+	decision decision
+
+	// stop.go: stopping is set once the sidecars found are being stopped.
+	stopping bool
+	// act.go: own lists the sidecars stopped by an action of their own
 	// ("cloud-sql-proxy: POST ..."), for the summary.
 	own []string
-	// published is the progress last written (publish).
+
+	// run.go: podDeleted, once a SIGTERM (pod deletion) ended the run;
+	// notes, for the summary (note).
+	podDeleted bool
+	notes      []string
+
+	// progress.go: the progress last written (publish).
 	published string
-	// stopping is set once the action is being applied to the sidecars.
-	stopping bool
 }
 
 type state func(ctx context.Context) (state, error)
@@ -97,16 +110,13 @@ type state func(ctx context.Context) (state, error)
 // deletion). Errors mean the supervisor cannot work here (exit 1).
 // A panic in the loop (a bug) is recovered: see salvage.
 func (s *Supervisor) Run(ctx context.Context) (res Result, err error) {
-	r := &run{Supervisor: s, apps: newLedger(s.cfg.RestartPolicy, s.cfg.RestartTimeout, s.cfg.RestartMargin),
+	r := &run{Supervisor: s, apps: newLedger(s.cfg.RestartPolicy, s.cfg.WantApps(), s.cfg.RestartTimeout, s.cfg.RestartMargin),
 		kinds: map[string]procscan.Kind{}, warned: map[int]bool{}}
-	r.apps.want = s.cfg.WantApps()
 	defer func() {
-		for _, a := range r.apps.apps {
-			if a.proc != nil {
-				a.proc.Close()
-			}
+		for _, w := range r.watched {
+			w.proc.Close()
 		}
-		closeAll(r.held)
+		closeAll(r.found)
 	}()
 	defer func() {
 		if p := recover(); p != nil {
@@ -114,10 +124,17 @@ func (s *Supervisor) Run(ctx context.Context) (res Result, err error) {
 		}
 	}()
 	if err := r.loop(ctx, r.start); err != nil {
-		return r.res, err
+		return r.result(), err
 	}
-	r.res.Summary = r.summary()
-	return r.res, nil
+	res = r.result()
+	res.Summary = r.summary()
+	return res, nil
+}
+
+// result is what the run did so far, without its summary.
+func (r *run) result() Result {
+	return Result{Outcome: r.decision.outcome, Reason: r.decision.reason, Action: r.decision.action,
+		Apps: r.decision.apps, Deleted: r.podDeleted}
 }
 
 // loop runs the states from st until one returns none, or an error.
@@ -131,43 +148,41 @@ func (r *run) loop(ctx context.Context, st state) error {
 
 // salvage ends a run whose loop panicked. Under restartPolicy Never
 // nothing restarts the supervisor and nothing else stops the sidecar: the
-// Job would hang for good. So it waits for the apps it holds to exit (their
-// statuses no longer trusted), then applies the on-unknown action to the
-// sidecars, and says so; the pod's phase stays the apps' to decide (exit
-// 0). A second panic leaves the sidecar as it is.
+// Job would hang for good. So it waits for the apps it watches to exit
+// (their statuses no longer trusted), then applies the on-unknown action
+// to the sidecars, and says so; the pod's phase stays the apps' to decide
+// (exit 0). A second panic leaves the sidecar as it is.
 func (r *run) salvage(ctx context.Context, p any) (res Result, err error) {
 	r.log.Error().Str("panic", fmt.Sprint(p)).Str("stack", string(debug.Stack())).
 		Msg("the supervisor failed (a bug: please report it): waiting for the apps it holds, then applying the on-unknown action")
 	defer func() {
 		if q := recover(); q != nil {
 			r.log.Error().Str("panic", fmt.Sprint(q)).Msg("the supervisor failed again while recovering: the sidecar is left as it is")
-			res, err = r.res, fmt.Errorf("the supervisor failed twice (a bug): %v; %v", p, q)
+			res, err = r.result(), fmt.Errorf("the supervisor failed twice (a bug): %v; %v", p, q)
 		}
 	}()
-	for _, a := range r.apps.apps {
-		if a.proc == nil || a.done {
+	for _, w := range r.watched {
+		if !r.apps.running(w.id()) {
 			continue
 		}
 		select {
-		case <-a.proc.Done():
+		case <-w.proc.Done():
 		case <-ctx.Done():
-			r.res.Deleted = true
-			r.res.Summary = "the supervisor failed (" + fmt.Sprint(p) + "); pod deleted: sidecar left to the kubelet"
-			return r.res, nil
+			r.podDeleted = true
+			res = r.result()
+			res.Summary = "the supervisor failed (" + fmt.Sprint(p) + "); pod deleted: sidecar left to the kubelet"
+			return res, nil
 		}
 	}
-	r.res.Outcome, r.res.Action = Unknown, r.cfg.OnUnknown
-	r.res.Reason = fmt.Sprintf("the supervisor failed (%v) and took every app as finished", p)
-	r.res.Apps = r.apps.final()
-	r.stopping = false
-	r.log.Info().Stringer("outcome", r.res.Outcome).Stringer("action", r.res.Action).Str("reason", r.res.Reason).Msg("decision")
-	if r.res.Action.Kind != ActionNone {
+	r.decideUnknown(p)
+	if r.decision.action.Kind != ActionNone {
 		if err := r.loop(ctx, r.stop); err != nil {
-			return r.res, err
+			return r.result(), err
 		}
 	}
-	r.res.Summary = r.summary()
-	return r.res, nil
+	res = r.result()
+	res.Summary = r.summary()
+	return res, nil
 }
 
 // start checks the pod shares its PID namespace, then discovers.
@@ -198,7 +213,7 @@ func (r *run) start(ctx context.Context) (state, error) {
 // deleted ends the run on SIGTERM: the kubelet is stopping every container,
 // the sidecar included, so nothing is done to it.
 func (r *run) deleted(ctx context.Context) (state, error) {
-	r.res.Deleted = true
+	r.podDeleted = true
 	r.log.Info().Msg("pod is being deleted (SIGTERM): leaving the sidecar to the kubelet")
 	return nil, nil
 }
@@ -223,17 +238,18 @@ func (r *run) note(s string) { r.notes = append(r.notes, s) }
 // summary is the one-line account for the termination message.
 func (r *run) summary() string {
 	var b strings.Builder
+	d := r.decision
 	switch {
-	case r.res.Apps == nil && !r.res.Deleted:
+	case d.apps == nil && !r.podDeleted:
 		// Nothing was waited for (a native sidecar).
-	case r.res.Deleted && r.res.Apps == nil:
+	case r.podDeleted && d.apps == nil:
 		b.WriteString("pod deleted before the apps finished: sidecar left to the kubelet")
-	case r.res.Deleted && !r.stopping:
-		fmt.Fprintf(&b, "%s: %s; pod deleted: sidecar left to the kubelet", r.res.Outcome, r.res.Reason)
-	case r.res.Deleted:
-		fmt.Fprintf(&b, "%s: %s; action %s%s; pod deleted while stopping: sidecar left to the kubelet", r.res.Outcome, r.res.Reason, r.res.Action, r.ownActions())
+	case r.podDeleted && !r.stopping:
+		fmt.Fprintf(&b, "%s: %s; pod deleted: sidecar left to the kubelet", d.outcome, d.reason)
+	case r.podDeleted:
+		fmt.Fprintf(&b, "%s: %s; action %s%s; pod deleted while stopping: sidecar left to the kubelet", d.outcome, d.reason, d.action, r.ownActions())
 	default:
-		fmt.Fprintf(&b, "%s: %s; action %s%s", r.res.Outcome, r.res.Reason, r.res.Action, r.ownActions())
+		fmt.Fprintf(&b, "%s: %s; action %s%s", d.outcome, d.reason, d.action, r.ownActions())
 	}
 	for _, n := range r.notes {
 		if b.Len() > 0 {

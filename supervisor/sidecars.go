@@ -1,7 +1,6 @@
 package supervisor
 
 import (
-	"fmt"
 	"net/url"
 	"slices"
 	"strconv"
@@ -50,16 +49,6 @@ type httpStop struct {
 // beforeQuit: an HTTP action whose path is quit is preceded by a POST of
 // path, on the same host and port, its answer awaited.
 type beforeQuit struct{ quit, path string }
-
-// beforeURL is what must be POSTed before the action u, or nil.
-func (s *sidecar) beforeURL(u *url.URL) *url.URL {
-	if s.known == nil || s.known.before == nil || u.Path != s.known.before.quit {
-		return nil
-	}
-	b := *u
-	b.Path, b.RawPath, b.RawQuery = s.known.before.path, "", ""
-	return &b
-}
 
 // istio is the sidecar the settings ON_SUCCESS, ON_FAILURE and ON_UNKNOWN
 // are about (and any sidecar the table does not know).
@@ -184,69 +173,4 @@ func (k *knownSidecar) stopURL(args []string) *url.URL {
 		}
 	}
 	return &url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(port), Path: q.path}
-}
-
-// knownAction is how a known sidecar other than Istio's is stopped, where
-// SUPERVISOR_SIDECAR_ACTIONS does not say: its HTTP stop where it has one
-// (it works across uids, a signal does not), else SIGTERM on success and
-// the outcome's action otherwise.
-func (r *run) knownAction(s *sidecar) Action {
-	if u := s.known.stopURL(s.args); u != nil {
-		return Action{Kind: ActionHTTP, URL: u}
-	}
-	if r.res.Outcome == Success {
-		return Action{Kind: ActionSignal, Signal: exitwatch.SIGTERM}
-	}
-	return r.res.Action
-}
-
-// expectExit says, for a known sidecar sent sig, what it will exit with
-// when not 0, and how to make it 0.
-func (s *sidecar) expectExit(sig exitwatch.Signal) (code int, fix string) {
-	k := s.known
-	if k == nil || sig != exitwatch.SIGTERM || k.termExit == 0 {
-		return 0, ""
-	}
-	if _, ok := flag(s.args, k.zeroFlag); ok {
-		return 0, ""
-	}
-	return k.termExit, k.fix
-}
-
-// reportExits says which sidecars exited non-zero (or, where the kernel
-// cannot tell, will) after the apps succeeded: under restartPolicy Never
-// the pod is then Failed, under OnFailure the kubelet restarts them.
-func (r *run) reportExits(sidecars []*sidecar) {
-	if r.res.Outcome != Success {
-		return
-	}
-	for _, s := range sidecars {
-		code, fix := 0, ""
-		st := s.proc.Status()
-		switch {
-		case st.Known:
-			code = st.ContainerCode()
-			if _, f := s.expectExit(exitwatch.SIGTERM); code != 0 {
-				fix = f
-			}
-		case s.sent != 0:
-			code, fix = s.expectExit(s.sent)
-		}
-		if code == 0 {
-			continue
-		}
-		then := "the pod will be Failed"
-		if r.cfg.RestartPolicy == OnFailure {
-			then = "the kubelet will restart it"
-		}
-		msg := fmt.Sprintf("%s exited %d: %s", s.container, code, then)
-		if !st.Known {
-			msg = fmt.Sprintf("%s will exit %d: %s", s.container, code, then)
-		}
-		if fix != "" {
-			msg += "; " + fix
-		}
-		r.log.Warn().Str("container", s.container).Int("exit_code", code).Str("fix", fix).Msg("sidecar exited non-zero after the apps succeeded")
-		r.note(msg)
-	}
 }

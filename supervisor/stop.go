@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
-	"os"
-	"syscall"
 	"time"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/supervisor/exitwatch"
@@ -14,64 +11,34 @@ import (
 	"github.com/sidecar-supervisor/sidecar-supervisor/procscan"
 )
 
-// sidecar is one sidecar main process being stopped.
-type sidecar struct {
-	container string
-	main      procscan.Process
-	proc      exitwatch.Proc
-	gone      bool
-	// known is what the table (sidecars.go) knows of it, or nil; args its
-	// command line, read only for a known sidecar whose stop depends on
-	// its flags.
-	known *knownSidecar
-	args  []string
-	// handlerSeen: the child that shows a known sidecar handles SIGTERM
-	// (knownSidecar.handlerWith) has been seen.
-	handlerSeen bool
-	// sent is the last signal it was sent.
-	sent exitwatch.Signal
-}
-
-// newSidecar holds c's main process as a sidecar, and reads what the table
-// needs of it.
-func (r *run) newSidecar(c procscan.Container, proc exitwatch.Proc) *sidecar {
-	s := &sidecar{container: c.Name, main: c.Main, proc: proc, known: knownAs(c.Name, c.Main)}
-	if k := s.known; k != nil && (k.zeroFlag != "" || k.quit != nil && (k.quit.portFlag != "" || k.quit.enableFlag != "")) {
-		if args, err := r.scan.Args(c.Main.PID); err == nil {
-			s.args = args
-		}
-	}
-	// Read now, while the apps run, rather than on the stop's path (about
-	// a millisecond under load: task/*/children of each thread); if the
-	// child has not started yet, the stop reads again (unready).
-	r.seeHandler(s)
-	return s
-}
-
 // maxStopRounds bounds how often sidecars that come back (restarted, or
 // started late) during the stop are stopped again.
 const maxStopRounds = 3
 
-// stop applies the action to every sidecar and sees them exit, escalating
-// to SIGKILL after StopTimeout. Sidecars that appear meanwhile (one that
-// was restarted, or started late) are stopped too, in a few more rounds.
+// stop finds the sidecars, plans their stop (planStop), does it (act) and
+// sees them exit, escalating to SIGKILL after StopTimeout (watchExits).
+// Sidecars that appear meanwhile (one that was restarted, or started late)
+// are stopped too, in a few more rounds, each planned anew.
 func (r *run) stop(ctx context.Context) (state, error) {
+	// Not yet: a stop begun again (salvage) has not acted either.
+	r.stopping = false
 	sidecars, next, err := r.findSidecars(ctx)
 	if next != nil || err != nil || len(sidecars) == 0 {
 		return next, err
 	}
 	r.stopping = true
 	begun := time.Now()
-	handled := map[int]bool{}
+	acted := map[int]bool{} // the PIDs a round has acted on
 	for round := 1; ; round++ {
 		for _, s := range sidecars {
-			handled[s.main.PID] = true
+			acted[s.main.PID] = true
 		}
-		if next := r.act(ctx, sidecars); next != nil {
+		plan := planStop(r.decision.outcome, &r.cfg, sidecars)
+		if next := r.act(ctx, plan); next != nil {
 			closeAll(sidecars)
 			return next, nil
 		}
-		next, err := r.watchSidecars(ctx, sidecars, begun)
+		next, err := r.watchExits(ctx, plan, begun)
 		if next == nil && err == nil {
 			r.reportExits(sidecars)
 		}
@@ -88,14 +55,15 @@ func (r *run) stop(ctx context.Context) (state, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read /proc: %w", err)
 		}
-		sidecars = r.holdSidecars(pod, handled)
+		sidecars = r.trackSidecars(pod, acted)
 		if len(sidecars) == 0 {
 			break
 		}
 		for _, s := range sidecars {
 			r.log.Warn().Int("pid", s.main.PID).Str("comm", s.main.Comm).Str("container", s.container).
+				Str("restart_policy", string(r.cfg.RestartPolicy)).
 				Msg("a sidecar appeared while stopping: started late, or restarted by the kubelet (then it is a native sidecar: set " +
-					EnvPrefix + "NATIVE_SIDECAR=true; or the pod's restartPolicy is not " + string(r.cfg.RestartPolicy) + ")")
+					EnvPrefix + "NATIVE_SIDECAR=true; or the pod's restartPolicy is not " + EnvPrefix + "RESTART_POLICY)")
 		}
 		if round == maxStopRounds {
 			closeAll(sidecars)
@@ -111,174 +79,14 @@ func (r *run) stop(ctx context.Context) (state, error) {
 // and logged, not an error of the run.
 var errGaveUp = errors.New("sidecar survived SIGKILL")
 
-func closeAll(sidecars []*sidecar) {
-	for _, s := range sidecars {
-		s.proc.Close()
-	}
-}
-
-// actionFor is a sidecar's action: its own, if SIDECAR_ACTIONS names it
-// (by process or container name); a known sidecar's own stop (sidecars.go)
-// unless it is Istio's; else the outcome's.
-func (r *run) actionFor(s *sidecar) Action {
-	for name, a := range r.cfg.SidecarActions {
-		if s.main.Matches([]string{name}) || s.container == name {
-			return a
-		}
-	}
-	if s.known != nil && s.known.name != istio {
-		return r.knownAction(s)
-	}
-	return r.res.Action
-}
-
-// act applies each sidecar's action: one POST per distinct URL (a failed
-// one falls back to SIGTERM), signals through each pidfd, a graceful one
-// only once the sidecar handles it (awaitHandler; all within one
-// SidecarStartTimeout). It returns the deleted state if the pod is
-// deleted meanwhile.
-func (r *run) act(ctx context.Context, sidecars []*sidecar) state {
-	posted := map[string]bool{} // URL -> the POST worked
-	handlerDeadline := time.Now().Add(r.cfg.SidecarStartTimeout)
-	for _, s := range sidecars {
-		act := r.actionFor(s)
-		if act != r.res.Action {
-			r.own = append(r.own, s.container+": "+act.String())
-		}
-		if act.Kind == ActionHTTP {
-			u := act.URL.String()
-			ok, done := posted[u]
-			if !done {
-				if b := s.beforeURL(act.URL); b != nil {
-					r.postBefore(ctx, b, s)
-				}
-				code, stopped, err := r.postUntilAnswered(ctx, act.URL, s)
-				if ctx.Err() != nil {
-					return r.deleted
-				}
-				ok = stopped || err == nil && code >= 200 && code <= 299
-				posted[u] = ok
-				if ok {
-					// status 0: the answer was lost, the sidecar stopped.
-					r.log.Info().Str("url", act.URL.Redacted()).Int("status", code).Str("method", "http").
-						Str("container", s.container).Msg("sidecar asked to stop")
-				} else {
-					reason := fmt.Sprintf("status %d", code)
-					if err != nil {
-						reason = err.Error()
-					}
-					r.log.Warn().Str("url", act.URL.Redacted()).Str("reason", reason).Msg("http action failed: falling back to SIGTERM")
-					r.note("POST failed (" + reason + "), sent SIGTERM")
-				}
-			}
-			if ok {
-				continue
-			}
-			act = Action{Kind: ActionSignal, Signal: exitwatch.SIGTERM}
-		}
-		switch act.Kind {
-		case ActionSignal:
-			if act.Signal.Graceful() {
-				if next := r.awaitHandler(ctx, s, act.Signal, handlerDeadline); next != nil {
-					return next
-				}
-			}
-			r.signal(s, act.Signal)
-		case ActionNone:
-			r.log.Info().Int("pid", s.main.PID).Str("container", s.container).Msg("sidecar left running: its action is none")
-			s.gone = true
-		}
-	}
-	return nil
-}
-
-// exitsWithin reports whether s exits within d.
-func (r *run) exitsWithin(ctx context.Context, s *sidecar, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-s.proc.Done():
-		return true
-	case <-ctx.Done():
-	case <-t.C:
-	}
-	return false
-}
-
-// lostAnswerWait is how long a sidecar that got the POST but closed the
-// connection without an answer is given to exit before it is sent again.
-const lostAnswerWait = time.Second
-
-// postUntilAnswered POSTs an HTTP action until it is answered or s exits,
-// for at most HTTPTimeout from the first try. stopped means s exited
-// meanwhile: the action worked, whatever the answer. Two failures are
-// tried again: a refused connection (nothing listens yet: a sidecar still
-// starting), every ScanInterval; and a request that reached the sidecar
-// and got no answer (the connection closed or reset), once the sidecar is
-// still up lostAnswerWait later. pilot-agent's and cloud-sql-proxy's quit
-// can exit before their 200 is flushed (then s exits, and that is the
-// stop), but pilot-agent also drops a /quitquitquit that comes in the
-// first ~100 ms after its status port opens (its handler panics on an
-// agent not yet made, the connection closes, and it runs on; seen on the
-// e2e cluster with apps of milliseconds): asked again, it quits. The stop
-// endpoints are idempotent. A sidecar that got a request and is still up
-// at the bound is given HTTPTimeout more to exit before the caller falls
-// back.
-func (r *run) postUntilAnswered(ctx context.Context, u *url.URL, s *sidecar) (code int, stopped bool, err error) {
-	deadline := time.Now().Add(r.cfg.HTTPTimeout)
-	reached, logged := false, map[bool]bool{}
-	for {
-		code, err = r.post(ctx, u, time.Until(deadline))
-		if err == nil || ctx.Err() != nil {
-			return code, false, err
-		}
-		refused := errors.Is(err, syscall.ECONNREFUSED)
-		wait := min(r.cfg.ScanInterval, time.Until(deadline))
-		if !refused {
-			reached = true
-			if r.exitsWithin(ctx, s, min(lostAnswerWait, time.Until(deadline))) {
-				return 0, true, nil
-			}
-			wait = 0
-		}
-		if gone(s) {
-			return 0, true, nil
-		}
-		if ctx.Err() != nil || time.Until(deadline) <= 0 {
-			break
-		}
-		if !logged[refused] {
-			logged[refused] = true
-			msg := "http action not answered yet: trying again until it is"
-			if !refused {
-				msg = "http action got no answer and the sidecar runs on: sending it again"
-			}
-			r.log.Info().Str("url", u.Redacted()).Err(err).Str("timeout", r.cfg.HTTPTimeout.String()).Msg(msg)
-		}
-		if wait > 0 {
-			t := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return 0, false, ctx.Err()
-			case <-t.C:
-			}
-		}
-	}
-	if ctx.Err() == nil && reached && r.exitsWithin(ctx, s, r.cfg.HTTPTimeout) {
-		return 0, true, nil
-	}
-	return code, false, err
-}
-
-// findSidecars holds the sidecars' main processes, waiting up to
+// findSidecars takes the sidecars' main processes, waiting up to
 // SidecarStartTimeout for one to appear if none runs yet.
 func (r *run) findSidecars(ctx context.Context) ([]*sidecar, state, error) {
-	// The sidecars held since discovery, if still up, spare a scan of the
+	// The sidecars found by discovery, if still up, spare a scan of the
 	// whole of /proc on the way to the stop (28 ms with 1,000 processes in
 	// the pod); any started since are found by the scan after the stop.
 	var alive []*sidecar
-	for _, s := range r.held {
+	for _, s := range r.takeFound() {
 		select {
 		case <-s.proc.Done():
 			s.proc.Close()
@@ -286,7 +94,6 @@ func (r *run) findSidecars(ctx context.Context) ([]*sidecar, state, error) {
 			alive = append(alive, s)
 		}
 	}
-	r.held = nil
 	if len(alive) > 0 {
 		return alive, nil, nil
 	}
@@ -300,7 +107,7 @@ func (r *run) findSidecars(ctx context.Context) ([]*sidecar, state, error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("read /proc: %w", err)
 		}
-		if out := r.holdSidecars(pod, nil); len(out) > 0 {
+		if out := r.trackSidecars(pod, nil); len(out) > 0 {
 			return out, nil, nil
 		}
 		if !waiting {
@@ -321,10 +128,10 @@ func (r *run) findSidecars(ctx context.Context) ([]*sidecar, state, error) {
 	}
 }
 
-// holdSidecars opens a pidfd on every sidecar main process not in skip.
-// One that is gone already is skipped; one that cannot be held is logged
-// and skipped (it cannot be signalled safely either).
-func (r *run) holdSidecars(pod procscan.Pod, skip map[int]bool) []*sidecar {
+// trackSidecars opens a pidfd on every sidecar main process not in skip.
+// One that is gone already is skipped; one that cannot be tracked is
+// logged and skipped (it cannot be signalled safely either).
+func (r *run) trackSidecars(pod procscan.Pod, skip map[int]bool) []*sidecar {
 	var out []*sidecar
 	for _, c := range pod.Of(procscan.Sidecar) {
 		// A container first seen as something else (an app's, an ignored
@@ -332,7 +139,7 @@ func (r *run) holdSidecars(pod procscan.Pod, skip map[int]bool) []*sidecar {
 		if kind, _ := r.kindOf(c); skip[c.Main.PID] || kind != procscan.Sidecar {
 			continue
 		}
-		proc, err := r.watch.Hold(process(c.Main))
+		proc, err := r.watch.Track(process(c.Main))
 		if errors.Is(err, exitwatch.ErrGone) {
 			continue
 		}
@@ -340,88 +147,45 @@ func (r *run) holdSidecars(pod procscan.Pod, skip map[int]bool) []*sidecar {
 			r.log.Error().Err(err).Int("pid", c.Main.PID).Str("container", c.Name).Msg("cannot hold sidecar")
 			continue
 		}
-		out = append(out, r.newSidecar(c, proc))
+		out = append(out, newSidecar(c, proc, r.scan))
 	}
 	return out
 }
 
-func (r *run) signal(s *sidecar, sig exitwatch.Signal) {
-	err := s.proc.Signal(sig)
-	if err == nil {
-		s.sent = sig
+// reportExits says which sidecars exited non-zero (or, where the kernel
+// cannot tell, will) after the apps succeeded: under restartPolicy Never
+// the pod is then Failed, under OnFailure the kubelet restarts them.
+func (r *run) reportExits(sidecars []*sidecar) {
+	if r.decision.outcome != Success {
+		return
 	}
-	ev := r.log.Info()
-	msg := "sidecar signalled"
-	switch {
-	case errors.Is(err, exitwatch.ErrGone):
-		msg = "sidecar already gone"
-	case errors.Is(err, os.ErrPermission):
-		ev = r.log.Error().Err(err).Str("fix", "run the supervisor as the sidecar's uid (istio-proxy: 1337), or use an http(s) action")
-		msg = "cannot signal sidecar: not permitted"
-		r.note("not permitted to signal " + s.main.Comm)
-	case err != nil:
-		ev = r.log.Error().Err(err)
-		msg = "cannot signal sidecar"
-	}
-	ev.Int("pid", s.main.PID).Str("comm", s.main.Comm).Str("container", s.container).
-		Stringer("signal", sig).Str("method", "pidfd").Msg(msg)
-}
-
-// watchSidecars waits for every sidecar to exit: SIGKILL after StopTimeout,
-// then killWait more before giving up.
-func (r *run) watchSidecars(ctx context.Context, sidecars []*sidecar, begun time.Time) (state, error) {
-	exits := make(chan *sidecar, len(sidecars))
-	watchCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	for _, s := range sidecars {
-		go func(s *sidecar) {
-			select {
-			case <-s.proc.Done():
-				exits <- s
-			case <-watchCtx.Done():
+		code, fix := 0, ""
+		st := s.proc.Status()
+		switch {
+		case st.Known:
+			code = st.ContainerCode()
+			if _, f := s.expectExit(exitwatch.SIGTERM); code != 0 {
+				fix = f
 			}
-		}(s)
-	}
-	timer := time.NewTimer(r.cfg.StopTimeout)
-	defer timer.Stop()
-	killed := false
-	left := len(sidecars)
-	for _, s := range sidecars {
-		if s.gone { // left running on purpose
-			left--
+		case s.sent != 0:
+			code, fix = s.expectExit(s.sent)
 		}
-	}
-	for left > 0 {
-		select {
-		case <-ctx.Done():
-			return r.deleted, nil
-		case s := <-exits:
-			left--
-			s.gone = true
-			r.log.Info().Int("pid", s.main.PID).Str("comm", s.main.Comm).Str("container", s.container).
-				Dur("elapsed", time.Since(begun)).Msg("sidecar stopped")
-		case <-timer.C:
-			if killed {
-				for _, s := range sidecars {
-					if !s.gone {
-						r.log.Error().Int("pid", s.main.PID).Str("container", s.container).Dur("elapsed", time.Since(begun)).
-							Msg("sidecar still running after SIGKILL: giving up")
-						r.note(fmt.Sprintf("%s still running after SIGKILL", s.main.Comm))
-					}
-				}
-				return nil, errGaveUp
-			}
-			killed = true
-			for _, s := range sidecars {
-				if !s.gone {
-					r.log.Warn().Int("pid", s.main.PID).Str("container", s.container).Str("timeout", r.cfg.StopTimeout.String()).
-						Msg("sidecar did not stop in time: sending SIGKILL")
-					r.note(fmt.Sprintf("%s did not stop within %s, sent SIGKILL", s.main.Comm, r.cfg.StopTimeout))
-					r.signal(s, exitwatch.SIGKILL)
-				}
-			}
-			timer.Reset(killWait)
+		if code == 0 {
+			continue
 		}
+		then := "the pod will be Failed"
+		if r.cfg.RestartPolicy == OnFailure {
+			then = "the kubelet will restart it"
+		}
+		msg := fmt.Sprintf("%s exited %d: %s", s.container, code, then)
+		if !st.Known {
+			msg = fmt.Sprintf("%s will exit %d: %s", s.container, code, then)
+		}
+		if fix != "" {
+			msg += "; " + fix
+		}
+		r.log.Warn().Str("container", s.container).Int("exit_code", code).Str("fix", fix).Msg("sidecar exited non-zero after the apps succeeded")
+		r.note(msg)
 	}
-	return nil, nil
 }

@@ -11,6 +11,14 @@ import (
 	"github.com/sidecar-supervisor/sidecar-supervisor/supervisor/exitwatch"
 )
 
+// watchedApp is an app instance's main process, watched by its pidfd.
+type watchedApp struct {
+	main procscan.Process
+	proc exitwatch.Proc
+}
+
+func (w watchedApp) id() instance { return instanceOf(w.main) }
+
 // wait blocks until the apps are done as the restart policy means it:
 // under Never, every app container has exited once; under OnFailure, every
 // app container has exited 0, its failed attempts having been restarted.
@@ -19,22 +27,22 @@ import (
 func (r *run) wait(ctx context.Context) (state, error) {
 	waitCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	exits := make(chan *app)
-	watch := func(a *app) {
+	exits := make(chan watchedApp)
+	watch := func(w watchedApp) {
 		go func() {
 			select {
-			case <-a.proc.Done():
+			case <-w.proc.Done():
 				select {
-				case exits <- a:
+				case exits <- w:
 				case <-waitCtx.Done():
 				}
 			case <-waitCtx.Done():
 			}
 		}()
 	}
-	for _, a := range r.apps.apps {
-		if !a.done {
-			watch(a)
+	for _, w := range r.watched {
+		if r.apps.running(w.id()) {
+			watch(w)
 		}
 	}
 	var tick *time.Ticker
@@ -45,8 +53,8 @@ func (r *run) wait(ctx context.Context) (state, error) {
 	}()
 	for {
 		expired, expiry := r.apps.settle(time.Now())
-		for _, a := range expired {
-			r.log.Warn().Str("container", a.container).Msg("no restart came: taking the app as finished, status unknown")
+		for _, container := range expired {
+			r.log.Warn().Str("container", container).Msg("no restart came: taking the app as finished, status unknown")
 		}
 		if r.apps.finished() {
 			return r.decide, nil
@@ -73,15 +81,15 @@ func (r *run) wait(ctx context.Context) (state, error) {
 		select {
 		case <-ctx.Done():
 			return r.deleted, nil
-		case a := <-exits:
-			if !a.done { // else collectExits had it first
-				r.exited(a, a.proc.Status())
+		case w := <-exits:
+			if r.apps.running(w.id()) { // else collectExits had it first
+				r.exited(w.id(), &w.main, w.proc.Status())
 			}
 		case <-tickC:
 			var pod procscan.Pod
 			if pod, err = r.scan.Scan(); err == nil {
-				for _, a := range r.adopt(pod) {
-					watch(a)
+				for _, w := range r.adopt(pod) {
+					watch(w)
 				}
 			}
 		case <-expireC:
@@ -102,42 +110,47 @@ func (r *run) wait(ctx context.Context) (state, error) {
 // failed is that app's restart, not another app, and taking it for another
 // would leave the failed one awaiting a restart that already came.
 func (r *run) collectExits() {
-	for _, a := range r.apps.apps {
-		if a.done || a.proc == nil {
+	for _, w := range r.watched {
+		if !r.apps.running(w.id()) {
 			continue
 		}
 		select {
-		case <-a.proc.Done():
-			r.exited(a, a.proc.Status())
+		case <-w.proc.Done():
+			r.exited(w.id(), &w.main, w.proc.Status())
 		default:
 		}
 	}
 }
 
-// exited records an app instance's end, and says what it means under
-// OnFailure: a failed instance will be restarted by the kubelet, and one
-// with an unknown status may be; both wait for a restart.
-func (r *run) exited(a *app, s exitwatch.Status) {
-	failed, unknown, wait := r.apps.exited(a, s, time.Now())
+// exited records the end of the app instance id, whose main process was
+// main if it was watched (else nil), and logs it (logEnd).
+func (r *run) exited(id instance, main *procscan.Process, s exitwatch.Status) {
+	r.logEnd(r.apps.exited(id, s, time.Now()), main, s)
+}
+
+// logEnd says an app instance ended, and what it means under OnFailure: a
+// failed instance will be restarted by the kubelet, and one with an
+// unknown status may be; both wait for a restart.
+func (r *run) logEnd(e ending, main *procscan.Process, s exitwatch.Status) {
 	ev := r.log.Info()
 	if !s.Known {
 		ev = r.log.Warn()
 	}
-	ev = ev.Str("container", a.container)
-	if a.proc != nil {
-		ev = ev.Int("pid", a.main.PID).Str("comm", a.main.Comm).Str("method", string(r.watch.Method()))
+	ev = ev.Str("container", e.container)
+	if main != nil {
+		ev = ev.Int("pid", main.PID).Str("comm", main.Comm).Str("method", string(r.watch.Method()))
 	}
 	logStatus(ev, s).Msg("app exited")
 	switch {
-	case failed:
-		r.log.Info().Str("container", a.container).Int("restart", a.restarts+1).
-			Dur("backoff", backoff(a.restarts+1)).Dur("wait", wait).
+	case e.failed:
+		r.log.Info().Str("container", e.container).Int("restart", e.restart).
+			Dur("backoff", backoff(e.restart)).Dur("wait", e.wait).
 			Msg("app failed under restartPolicy OnFailure: the kubelet restarts it, the sidecar stays up")
-	case unknown:
+	case e.unknown:
 		// What the kubelet would do if it failed: restart it after its
 		// back-off; and the time it takes to notice and start it.
-		r.log.Warn().Str("container", a.container).Int("restart", a.restarts+1).
-			Dur("backoff", backoff(a.restarts+1)).Dur("margin", r.cfg.RestartMargin).Dur("wait", wait).
+		r.log.Warn().Str("container", e.container).Int("restart", e.restart).
+			Dur("backoff", backoff(e.restart)).Dur("margin", r.cfg.RestartMargin).Dur("wait", e.wait).
 			Str("timeout", r.cfg.RestartTimeout.String()).
 			Msg("app status unknown under restartPolicy OnFailure: waiting for a restart before taking it as finished")
 	}

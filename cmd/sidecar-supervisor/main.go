@@ -24,6 +24,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 	"time"
 
@@ -119,18 +120,7 @@ func status(environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sidecar-supervisor status: bad configuration: %v\n", err)
 		return exitBadConfig
 	}
-	scanner, err := procscan.NewScanner("/proc")
-	if err != nil {
-		fmt.Fprintf(stderr, "sidecar-supervisor status: %v\n", err)
-		return exitCannotRun
-	}
-	self, err := scanner.Self()
-	if err != nil {
-		fmt.Fprintf(stderr, "sidecar-supervisor status: %v\n", err)
-		return exitCannotRun
-	}
-	rules := procscan.Rules{Sidecar: cfg.SidecarProcesses, Ignore: cfg.IgnoreProcesses}
-	scan, _, err := supervisor.NewProcScanner(scanner, self, rules, cfg.Apps, cfg.Sidecars)
+	scan, _, err := openScanner(cfg)
 	if err == nil {
 		var pod procscan.Pod
 		if pod, err = scan.Scan(); err == nil {
@@ -153,12 +143,8 @@ func status(environ []string, stdout, stderr io.Writer) int {
 func hold(cfg supervisor.Config, log zerolog.Logger) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	scanner, err := procscan.NewScanner("/proc")
-	if err != nil {
-		log.Error().Err(err).Msg("hold: cannot read /proc; not holding")
-		return exitCannotRun
-	}
-	self, err := scanner.Self()
+	// The supervisor's own containers (a Job's supervisor) are not apps.
+	scan, _, err := openScanner(cfg, supervisor.HoldName)
 	if err != nil {
 		log.Error().Err(err).Msg("hold: cannot read /proc; not holding")
 		return exitCannotRun
@@ -170,13 +156,6 @@ func hold(cfg supervisor.Config, log zerolog.Logger) int {
 		return exitCannotRun
 	}
 	defer watch.Close()
-	// The supervisor's own containers (a Job's supervisor) are not apps.
-	rules := procscan.Rules{Sidecar: cfg.SidecarProcesses, Ignore: append(cfg.IgnoreProcesses, supervisor.HoldName)}
-	scan, _, err := supervisor.NewProcScanner(scanner, self, rules, cfg.Apps, cfg.Sidecars)
-	if err != nil {
-		log.Error().Err(err).Msg("hold: cannot read /proc; not holding")
-		return exitCannotRun
-	}
 	// A preStop hook's output is shown nowhere unless it fails: say what
 	// happened in the sidecar's own log too (kubectl logs istio-proxy).
 	log = log.Output(io.MultiWriter(logWriter(cfg, os.Stderr), logWriter(cfg, sidecarLog(scan))))
@@ -217,11 +196,7 @@ func sidecarLog(scan *supervisor.ProcScanner) io.Writer {
 
 // supervise wires the real scanner and kernel into the run loop.
 func supervise(ctx context.Context, cfg supervisor.Config, log zerolog.Logger) (supervisor.Result, error) {
-	scanner, err := procscan.NewScanner("/proc")
-	if err != nil {
-		return supervisor.Result{}, err
-	}
-	self, err := scanner.Self()
+	scan, own, err := openScanner(cfg)
 	if err != nil {
 		return supervisor.Result{}, err
 	}
@@ -246,14 +221,30 @@ func supervise(ctx context.Context, cfg supervisor.Config, log zerolog.Logger) (
 			Stringer("on_unknown", cfg.OnUnknown).
 			Msg("app exit statuses cannot be read: exits are seen, statuses are unknown and get the on-unknown action")
 	}
-	rules := procscan.Rules{Sidecar: cfg.SidecarProcesses, Ignore: cfg.IgnoreProcesses}
-	scan, own, err := supervisor.NewProcScanner(scanner, self, rules, cfg.Apps, cfg.Sidecars)
-	if err != nil {
-		return supervisor.Result{}, fmt.Errorf("read /proc: %w", err)
-	}
 	logNames(log, own, cfg)
 	sup := supervisor.New(cfg, log, scan, watch, nil)
 	return sup.Run(ctx)
+}
+
+// openScanner is the pod as every mode reads it: /proc, the supervisor's
+// own PID in it, and the rules that tell its containers apart (ignore adds
+// names to SUPERVISOR_IGNORE_PROCESSES). own is the supervisor's own
+// container's Kubernetes identity, where the kubelet's mount shows it.
+func openScanner(cfg supervisor.Config, ignore ...string) (scan *supervisor.ProcScanner, own procscan.Kube, err error) {
+	procs, err := procscan.NewScanner("/proc")
+	if err != nil {
+		return nil, own, err
+	}
+	self, err := procs.Self()
+	if err != nil {
+		return nil, own, err
+	}
+	rules := procscan.Rules{Sidecar: cfg.SidecarProcesses, Ignore: append(slices.Clip(cfg.IgnoreProcesses), ignore...)}
+	scan, own, err = supervisor.NewProcScanner(procs, self, rules, cfg.Apps, cfg.Sidecars)
+	if err != nil {
+		return nil, own, fmt.Errorf("read /proc: %w", err)
+	}
+	return scan, own, nil
 }
 
 // logNames says once how containers are told apart.

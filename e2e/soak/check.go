@@ -113,7 +113,7 @@ type logLine struct {
 }
 
 // The supervisor's messages for a sidecar sent its action
-// (supervisor/stop.go).
+// (supervisor/act.go).
 const (
 	msgSignalled = "sidecar signalled"
 	msgAsked     = "sidecar asked to stop"

@@ -12,11 +12,12 @@
 //
 // New probes the kernel with real calls (never its version: seccomp can
 // block a call the version says exists), chooses the method (auto takes the
-// first that works, in that order) and says why. Watch holds an app, whose
-// status is wanted; Hold holds a sidecar, whose exit alone matters (a pidfd
+// first that works, in that order) and says why. Watch takes an app, whose
+// status is wanted; Track a sidecar, whose exit alone matters (a pidfd
 // whatever the method). Both take a PID with its start time, and refuse a
-// PID recycled since the scan that found it; a held process is signalled
-// through its pidfd, so a signal can never reach a newcomer with its PID.
+// PID recycled since the scan that found it; a process so taken is
+// signalled through its pidfd, so a signal can never reach a newcomer with
+// its PID.
 //
 // This file holds what every platform shares; the Linux parts are in
 // _linux.go files, and exitwatch_other.go makes the package build (and
@@ -60,10 +61,10 @@ type Process struct {
 }
 
 // ErrGone means the process exited (and was reaped) before it could be
-// held or signalled: an expected event, not a failure.
+// taken or signalled: an expected event, not a failure.
 var ErrGone = errors.New("process is gone")
 
-// Proc is a process held by a pidfd: signals reach exactly it, and its exit
+// Proc is a process kept by a pidfd: signals reach exactly it, and its exit
 // is reported once.
 type Proc interface {
 	PID() int

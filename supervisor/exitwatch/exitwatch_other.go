@@ -15,11 +15,11 @@ func New(cfg Config) (*Watcher, Choice, error) {
 	return nil, Choice{}, fmt.Errorf("watching another container's processes needs Linux: %w", errors.ErrUnsupported)
 }
 
-// Method, Watch, Hold and Close exist so that the package builds.
+// Method, Watch, Track and Close exist so that the package builds.
 func (w *Watcher) Method() Method { return None }
 
 func (w *Watcher) Watch(p Process) (Proc, error) { return nil, errors.ErrUnsupported }
 
-func (w *Watcher) Hold(p Process) (Proc, error) { return nil, errors.ErrUnsupported }
+func (w *Watcher) Track(p Process) (Proc, error) { return nil, errors.ErrUnsupported }
 
 func (w *Watcher) Close() error { return nil }

@@ -104,7 +104,7 @@ func TestPidfdSignal(t *testing.T) {
 	sup := probe(t)
 	k := newKernel(t, sup.ExitInfo)
 	p, _ := grandchild(t, "0")
-	proc, err := k.Hold(p)
+	proc, err := k.Track(p)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Watcher holds processes by pidfd, and under the ptrace method traces the
+// Watcher keeps processes by pidfd, and under the ptrace method traces the
 // apps' main threads too.
 type Watcher struct {
 	method Method
@@ -51,7 +51,7 @@ func New(cfg Config) (*Watcher, Choice, error) {
 // Method is how the watcher reads app exit statuses.
 func (w *Watcher) Method() Method { return w.method }
 
-// Watch holds an app's main process, checking it is still the process that
+// Watch takes an app's main process, checking it is still the process that
 // was scanned, and watches its exit and status.
 func (w *Watcher) Watch(p Process) (Proc, error) {
 	switch w.method {
@@ -88,10 +88,10 @@ func (w *Watcher) Watch(p Process) (Proc, error) {
 	return &unknownProc{Proc: proc, reason: fmt.Sprintf("ptrace refused (%v)", err)}, nil
 }
 
-// Hold holds a process whose exit matters more than its status (a
+// Track takes a process whose exit matters more than its status (a
 // sidecar), by pidfd whatever the method; with the pidfd method its status
 // comes too, at no cost (a sidecar that exits non-zero fails the pod).
-func (w *Watcher) Hold(p Process) (Proc, error) {
+func (w *Watcher) Track(p Process) (Proc, error) {
 	return w.pidfds.open(p, w.method == Pidfd, "its exit status cannot be read here")
 }
 
