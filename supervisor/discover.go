@@ -45,55 +45,17 @@ func (r *run) discover(ctx context.Context) (state, error) {
 	began := time.Now()
 	deadline := time.NewTimer(bound)
 	defer deadline.Stop()
-	tick := time.NewTicker(r.cfg.ScanInterval)
-	defer tick.Stop()
-	var fast <-chan time.Time
-	last, err := r.scan.LastPID()
-	if err == nil && r.cfg.ScanInterval > fastInterval {
-		t := time.NewTicker(fastInterval)
-		defer t.Stop()
-		fast = t.C
-	}
-	starting := map[instance]time.Time{} // containers being set up, when first seen
-	scan := func() error {
-		pod, err := r.scan.Scan()
-		if err != nil {
-			return fmt.Errorf("read /proc: %w", err)
+	lk := r.newLook()
+	defer lk.stop()
+	onAfter := func(c procscan.Container, now time.Time) {
+		if after && c.Kube.Known() && slices.Contains(r.cfg.AfterApps, c.Kube.Name) {
+			after = false
+			left := bound - now.Sub(began)
+			bound, clock = now.Sub(began)+min(left, r.cfg.AppStartTimeout), "APP_START_TIMEOUT"
+			deadline.Reset(min(left, r.cfg.AppStartTimeout))
+			r.log.Info().Str("container", c.Name).Str("timeout", r.cfg.AppStartTimeout.String()).
+				Msg("a container started after the apps is seen: each app has been started or has failed to start; the missing ones are looked for until APP_START_TIMEOUT")
 		}
-		now := time.Now()
-		live := map[instance]bool{}
-		for _, c := range pod.Containers {
-			if after && c.Kube.Known() && slices.Contains(r.cfg.AfterApps, c.Kube.Name) {
-				after = false
-				left := bound - now.Sub(began)
-				bound, clock = now.Sub(began)+min(left, r.cfg.AppStartTimeout), "APP_START_TIMEOUT"
-				deadline.Reset(min(left, r.cfg.AppStartTimeout))
-				r.log.Info().Str("container", c.Name).Str("timeout", r.cfg.AppStartTimeout.String()).
-					Msg("a container started after the apps is seen: each app has been started or has failed to start; the missing ones are looked for until APP_START_TIMEOUT")
-			}
-			if c.Kind == procscan.Starting && c.HasMain {
-				k := instanceOf(c.Main)
-				live[k] = true
-				if _, ok := starting[k]; !ok {
-					starting[k] = now
-				}
-			}
-		}
-		for k := range starting {
-			if !live[k] {
-				delete(starting, k)
-			}
-		}
-		r.adopt(pod)
-		return nil
-	}
-	hot := func(now time.Time) bool {
-		for _, t := range starting {
-			if now.Sub(t) < startingHot {
-				return true
-			}
-		}
-		return false
 	}
 	for r.apps.short() > 0 {
 		r.publish("looking for the apps: waiting for " + r.waitingFor())
@@ -114,24 +76,100 @@ func (r *run) discover(ctx context.Context) (state, error) {
 			r.log.Warn().Int("expected", want).Int("seen", seen).Strs("missing", missing).Str("timeout", bound.Round(time.Millisecond).String()).
 				Msg("app containers missing: they finished before the supervisor started, or never started")
 			return r.wait, nil
-		case <-tick.C:
-			if err := scan(); err != nil {
+		case now := <-lk.tick.C:
+			if _, err := lk.scan(now, onAfter); err != nil {
 				return nil, err
 			}
-		case now := <-fast:
-			n, err := r.scan.LastPID()
-			if (err != nil || n == last) && !hot(now) {
-				continue // nothing new (a failed read leaves it to the tick)
+		case now := <-lk.fast:
+			if !lk.moved(now) {
+				continue
 			}
-			if err == nil {
-				last = n
-			}
-			if err := scan(); err != nil {
+			if _, err := lk.scan(now, onAfter); err != nil {
 				return nil, err
 			}
 		}
 	}
 	return r.wait, nil
+}
+
+// look is how the run looks for containers: a scan every ScanInterval
+// (tick), and, where the kernel's last PID can be read, a read of it every
+// fastInterval (fast) that scans at once when it has moved, or while a
+// container seen being set up is still hot (startingHot). Discovery looks
+// for the apps this way, and the wait for their restarts: a restart is as
+// visible as a first start, adopted while the runtime's init stands in
+// for it, however short the run that follows.
+type look struct {
+	r        *run
+	tick     *time.Ticker
+	fastT    *time.Ticker
+	fast     <-chan time.Time
+	last     int
+	starting map[instance]time.Time // containers being set up, when first seen
+}
+
+func (r *run) newLook() *look {
+	lk := &look{r: r, tick: time.NewTicker(r.cfg.ScanInterval), starting: map[instance]time.Time{}}
+	last, err := r.scan.LastPID()
+	if err == nil && r.cfg.ScanInterval > fastInterval {
+		lk.last = last
+		lk.fastT = time.NewTicker(fastInterval)
+		lk.fast = lk.fastT.C
+	}
+	return lk
+}
+
+func (lk *look) stop() {
+	lk.tick.Stop()
+	if lk.fastT != nil {
+		lk.fastT.Stop()
+	}
+}
+
+// moved reports whether a fast tick at now calls for a scan: the last PID
+// moved, or a container being set up is hot. A failed read leaves it to
+// the tick.
+func (lk *look) moved(now time.Time) bool {
+	n, err := lk.r.scan.LastPID()
+	if err == nil && n != lk.last {
+		lk.last = n
+		return true
+	}
+	for _, t := range lk.starting {
+		if now.Sub(t) < startingHot {
+			return true
+		}
+	}
+	return false
+}
+
+// scan reads the pod, keeps the containers being set up, calls each
+// container's see (may be nil) and adopts what is new: the apps it could
+// watch are returned.
+func (lk *look) scan(now time.Time, see func(procscan.Container, time.Time)) ([]watchedApp, error) {
+	pod, err := lk.r.scan.Scan()
+	if err != nil {
+		return nil, fmt.Errorf("read /proc: %w", err)
+	}
+	live := map[instance]bool{}
+	for _, c := range pod.Containers {
+		if see != nil {
+			see(c, now)
+		}
+		if c.Kind == procscan.Starting && c.HasMain {
+			k := instanceOf(c.Main)
+			live[k] = true
+			if _, ok := lk.starting[k]; !ok {
+				lk.starting[k] = now
+			}
+		}
+	}
+	for k := range lk.starting {
+		if !live[k] {
+			delete(lk.starting, k)
+		}
+	}
+	return lk.r.adopt(pod), nil
 }
 
 // adopt starts watching the app containers not seen before (watched),

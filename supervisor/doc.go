@@ -20,14 +20,16 @@
 //	    expected application containers have been seen, within
 //	    AppStartTimeout, watching each app's main process the moment it is seen
 //	    (from the runtime's init on, once the kubelet's mount names it an app)
-//	    and keeping a pidfd on each sidecar's. This is the only phase that polls /proc
-//	    (every ScanInterval, and at once when the kernel's last PID moves).
+//	    and keeping a pidfd on each sidecar's. This phase polls /proc
+//	    (every ScanInterval, and at once when the kernel's last PID moves),
+//	    with the wait for a restart under OnFailure.
 //	    A supervisor placed before the apps (AfterApps) counts
 //	    AppStartTimeout only from the sighting of a container the kubelet
 //	    starts after them: until then an app's image may be being pulled.
 //	  - wait (wait.go) blocks on the apps' exits, without polling, until every
-//	    app is done as the restart policy means it; under OnFailure it scans
-//	    again while a restart is awaited. Which instances run, await a restart
+//	    app is done as the restart policy means it; under OnFailure, while a
+//	    restart is awaited, it looks at the pod as discovery does (look,
+//	    discover.go), so a restart is seen from the runtime's init on. Which instances run, await a restart
 //	    or count is kept by a pure type, the ledger (restarts.go), which the
 //	    loop asks by instance (a main process's PID and start time).
 //	  - decide (decide.go) maps the statuses to an action through one table

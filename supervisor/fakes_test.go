@@ -89,6 +89,19 @@ func (f *fakePod) setUnhandled(pid int, v bool) {
 	f.unhandled[pid] = v
 }
 
+// remove takes the container of that ID out of the pod (it has exited
+// and the runtime removed it).
+func (f *fakePod) remove(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, c := range f.containers {
+		if c.ID == id {
+			f.containers = append(f.containers[:i:i], f.containers[i+1:]...)
+			return
+		}
+	}
+}
+
 func (f *fakePod) add(c procscan.Container) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -152,3 +152,37 @@ func TestOnFailureUnseenRestartFailed(t *testing.T) {
 		}
 	})
 }
+
+// TestOnFailureShortRestartSeen: issue 32. A restart visible for a few tens
+// of milliseconds (the runtime's init, then a run that fails at once),
+// between two SCAN_INTERVAL scans, is seen all the same: the wait for it
+// looks as discovery does (the kernel's last PID every 2 ms). Missed, it
+// made the next restart come a back-off step later than counted, and with
+// statuses unknown the sidecar was stopped under that run (the soak: 1 to 2
+// Jobs in 38).
+func TestOnFailureShortRestartSeen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := testConfig(t, "SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_SCAN_INTERVAL=100ms",
+			"SUPERVISOR_RESTART_MARGIN=1s", "SUPERVISOR_RESTART_TIMEOUT=5m30s")
+		h := start(t, cfg, container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+		h.proc(10).exit(unknownStatus())
+		// The kubelet's restart comes at once, and is gone 20 ms later:
+		// well within one 100 ms scan interval.
+		time.Sleep(10 * time.Millisecond)
+		h.pod.add(container(procscan.App, "app-r1", 11))
+		time.Sleep(20 * time.Millisecond)
+		synctest.Wait()
+		p := h.kernel.proc(11)
+		if p == nil {
+			t.Fatalf("the restart that lived 20 ms was not seen; log:\n%s", h.logged())
+		}
+		h.pod.remove("app-r1")
+		p.exit(unknownStatus())
+		ended := time.Now()
+		// Its end awaits the second restart: the back-off (10 s) and the
+		// margin, not the first one's margin alone.
+		noSignalUntil(t, h, ended.Add(backoff(2)+cfg.RestartMargin-just))
+		h.finish(Unknown, "SIGTERM 100")
+		h.signalledAt(0, ended.Add(backoff(2)+cfg.RestartMargin), "the second restart's back-off and the margin after the unseen-no-more run")
+	})
+}

@@ -2,7 +2,6 @@ package supervisor
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -45,10 +44,15 @@ func (r *run) wait(ctx context.Context) (state, error) {
 			watch(w)
 		}
 	}
-	var tick *time.Ticker
+	// While a restart is awaited, the pod is looked at as discovery does
+	// (look): a restart that runs for a millisecond and fails is seen, from
+	// the runtime's init on, like a first start; a run missed would make
+	// the next restart come a back-off step later than counted, and the
+	// sidecar be stopped under it when statuses are unknown.
+	var lk *look
 	defer func() {
-		if tick != nil {
-			tick.Stop()
+		if lk != nil {
+			lk.stop()
 		}
 	}()
 	for {
@@ -60,16 +64,16 @@ func (r *run) wait(ctx context.Context) (state, error) {
 			return r.decide, nil
 		}
 		r.publish("waiting for " + r.waitingFor())
-		// Scan only while a restart is awaited.
-		var tickC <-chan time.Time
+		// Look only while a restart is awaited.
+		var tickC, fastC <-chan time.Time
 		if r.apps.seeking() {
-			if tick == nil {
-				tick = time.NewTicker(r.cfg.ScanInterval)
+			if lk == nil {
+				lk = r.newLook()
 			}
-			tickC = tick.C
-		} else if tick != nil {
-			tick.Stop()
-			tick = nil
+			tickC, fastC = lk.tick.C, lk.fast
+		} else if lk != nil {
+			lk.stop()
+			lk = nil
 		}
 		var expire *time.Timer
 		var expireC <-chan time.Time
@@ -85,11 +89,20 @@ func (r *run) wait(ctx context.Context) (state, error) {
 			if r.apps.running(w.id()) { // else collectExits had it first
 				r.exited(w.id(), &w.main, w.proc.Status())
 			}
-		case <-tickC:
-			var pod procscan.Pod
-			if pod, err = r.scan.Scan(); err == nil {
-				for _, w := range r.adopt(pod) {
+		case now := <-tickC:
+			var adopted []watchedApp
+			if adopted, err = lk.scan(now, nil); err == nil {
+				for _, w := range adopted {
 					watch(w)
+				}
+			}
+		case now := <-fastC:
+			if lk.moved(now) {
+				var adopted []watchedApp
+				if adopted, err = lk.scan(now, nil); err == nil {
+					for _, w := range adopted {
+						watch(w)
+					}
 				}
 			}
 		case <-expireC:
@@ -98,7 +111,7 @@ func (r *run) wait(ctx context.Context) (state, error) {
 			expire.Stop()
 		}
 		if err != nil {
-			return nil, fmt.Errorf("read /proc: %w", err)
+			return nil, err
 		}
 	}
 }
