@@ -151,6 +151,7 @@ func (r *run) watchExits(ctx context.Context, plan stopPlan, begun time.Time) (s
 			// wait before an awaited sidecar's.
 			left--
 			delete(up, s)
+			r.journalGone(s.main, s.container)
 			r.log.Info().Int("pid", s.main.PID).Str("comm", s.main.Comm).Str("container", s.container).
 				Dur("elapsed", time.Since(begun)).Msg("sidecar stopped")
 		case <-timer.C:

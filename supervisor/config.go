@@ -3,6 +3,7 @@ package supervisor
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"sort"
@@ -52,6 +53,27 @@ type Config struct {
 	TerminationMessagePath string           `env:"TERMINATION_MESSAGE_PATH" envDefault:"/dev/termination-log" accepts:"path" meaning:"where the one-line summary goes; if the file does not exist nothing is written"`
 	LogLevel               zerolog.Level    `env:"LOG_LEVEL" envDefault:"info" accepts:"trace, debug, info, warn, error, disabled" meaning:"log level"`
 	LogFormat              string           `env:"LOG_FORMAT" envDefault:"json" accepts:"json, console" meaning:"log format (stderr)"`
+	StateDir               string           `env:"STATE_DIR" accepts:"path" meaning:"a directory (an emptyDir) to keep the supervisor's journal and its ready file in; empty: none. With it, a supervisor the kubelet restarts carries on where the killed one stopped: the apps it had seen and how they ended, the sidecars it had stopped. The injection template sets it"`
+	Shape                  Shape            `env:"SHAPE" envDefault:"container" accepts:"container, native" meaning:"how the supervisor runs in the pod. container: a regular container, which exits once the sidecars are stopped. native: a sidecar container (an init container with restartPolicy Always, Kubernetes 1.29+), which the kubelet restarts on any death and stops itself after the regular containers: once the sidecars are stopped it idles until then"`
+}
+
+// Shape is how the supervisor runs in the pod (SUPERVISOR_SHAPE).
+type Shape string
+
+// The shapes.
+const (
+	ShapeContainer Shape = "container"
+	ShapeNative    Shape = "native"
+)
+
+// UnmarshalText accepts container or native.
+func (s *Shape) UnmarshalText(b []byte) error {
+	switch v := Shape(strings.ToLower(string(b))); v {
+	case ShapeContainer, ShapeNative:
+		*s = v
+		return nil
+	}
+	return errors.New("want container or native")
 }
 
 // SidecarActions maps a sidecar process name to its own action.
@@ -279,6 +301,12 @@ func (c *Config) Validate(vars map[string]string) []error {
 	case "json", "console":
 	default:
 		bad("LOG_FORMAT", "want json or console")
+	}
+	if c.StateDir != "" && !filepath.IsAbs(c.StateDir) {
+		bad("STATE_DIR", "want an absolute path (an emptyDir's mount)")
+	}
+	if c.Shape == ShapeNative && c.StateDir == "" {
+		bad("SHAPE", "native needs "+EnvPrefix+"STATE_DIR: the kubelet restarts a native sidecar, and its ready file (the startup probe's) is kept there")
 	}
 	sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
 	return errs

@@ -24,7 +24,7 @@ func TestConfigDefaults(t *testing.T) {
 		OnUnknown: Action{Kind: ActionSignal, Signal: exitwatch.SIGTERM}, HTTPTimeout: 5 * time.Second, DeletionGrace: 2 * time.Second,
 		ScanInterval: 100 * time.Millisecond, TerminationMessagePath: "/dev/termination-log", ExitStatus: exitwatch.Auto,
 		RestartPolicy: Never, RestartTimeout: 330 * time.Second, RestartMargin: 15 * time.Second, HoldTimeout: 20 * time.Second,
-		LogLevel: zerolog.InfoLevel, LogFormat: "json",
+		LogLevel: zerolog.InfoLevel, LogFormat: "json", Shape: ShapeContainer,
 	}
 	if diff := cmp.Diff(want, cfg); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)
@@ -108,6 +108,9 @@ func TestConfigBad(t *testing.T) {
 		{"SUPERVISOR_SCAN_INTERVAL=0", `SUPERVISOR_SCAN_INTERVAL="0": want a positive duration`},
 		{"SUPERVISOR_LOG_LEVEL=loud", `SUPERVISOR_LOG_LEVEL="loud": want trace, debug, info, warn, error or disabled`},
 		{"SUPERVISOR_LOG_FORMAT=xml", `SUPERVISOR_LOG_FORMAT="xml": want json or console`},
+		{"SUPERVISOR_STATE_DIR=state", `SUPERVISOR_STATE_DIR="state": want an absolute path`},
+		{"SUPERVISOR_SHAPE=sidecar", `SUPERVISOR_SHAPE="sidecar": want container or native`},
+		{"SUPERVISOR_SHAPE=native", `SUPERVISOR_SHAPE="native": native needs SUPERVISOR_STATE_DIR`},
 		{"SUPERVISOR_EXIT_STATUS=strace", `SUPERVISOR_EXIT_STATUS="strace": want auto, pidfd, ptrace or none`},
 		{"SUPERVISOR_RESTART_POLICY=Sometimes", `SUPERVISOR_RESTART_POLICY="Sometimes": want Never, OnFailure or Always`},
 		{"SUPERVISOR_RESTART_TIMEOUT=0s", `SUPERVISOR_RESTART_TIMEOUT="0s": want a positive duration`},

@@ -201,7 +201,9 @@ func (r *run) adopt(pod procscan.Pod) []watchedApp {
 		r.kinds[c.ID] = procscan.App // adopted, with or without its main process
 		if !c.HasMain {
 			s := exitwatch.Status{Reason: "its main process had exited before the supervisor saw it"}
-			old, replaces, end := r.apps.startedExited(c.Main.PID, c.Name, c.Kube.Name, s, time.Now())
+			now := time.Now()
+			old, replaces, end := r.apps.startedExited(c.Main.PID, c.Name, c.Kube.Name, s, now)
+			r.journalSeen(c.Main.PID, c, s, now)
 			if replaces {
 				r.logRestart(c, old)
 			}
@@ -210,13 +212,16 @@ func (r *run) adopt(pod procscan.Pod) []watchedApp {
 		}
 		id := instanceOf(c.Main)
 		if was, ok := r.apps.rename(id, c.Name); ok {
+			r.journalMoved(id, c.Name)
 			// A process the runtime moved into its container since it was
 			// adopted is the same instance, not a new container.
 			r.log.Info().Int("pid", c.Main.PID).Str("container", c.Name).Str("was", was).
 				Msg("app seen in another cgroup: the same instance, moved by the runtime")
 			continue
 		}
-		if old, replaces := r.apps.started(id, c.Name, c.Kube.Name); replaces {
+		old, replaces := r.apps.started(id, c.Name, c.Kube.Name)
+		r.journalApp(id, c)
+		if replaces {
 			r.logRestart(c, old)
 		}
 		proc, err := r.watch.Watch(process(c.Main))
@@ -274,6 +279,7 @@ func (r *run) trackSidecar(c procscan.Container) {
 		return // gone, or not trackable: the stop's scan will tell
 	}
 	r.found = append(r.found, newSidecar(c, proc, r.scan))
+	r.journalSidecar(c.Main, c.Name)
 	r.log.Info().Int("pid", c.Main.PID).Str("comm", c.Main.Comm).Str("container", c.Name).Msg("sidecar found")
 }
 

@@ -80,6 +80,23 @@ func startWith(t *testing.T, cfg Config, set func(*harness), containers ...procs
 	h.pod.containers = append([]procscan.Container{
 		container(procscan.Pause, "pause", 1), container(procscan.Self, "supervisor", 2),
 	}, containers...)
+	h.launch(cfg)
+	return h
+}
+
+// rerun starts another Supervisor on h's pod and kernel, as the kubelet
+// starts a killed one again: a harness of its own (its log, its result),
+// the same processes.
+func rerun(t *testing.T, h *harness, cfg Config) *harness {
+	t.Helper()
+	h2 := &harness{t: t, pod: h.pod, kernel: h.kernel, log: &bytes.Buffer{}, code: 200, result: make(chan runResult, 1)}
+	h2.launch(cfg)
+	return h2
+}
+
+// launch runs a Supervisor with cfg over h's fakes, in the background.
+func (h *harness) launch(cfg Config) {
+	t := h.t
 	post := func(ctx context.Context, u *url.URL, timeout time.Duration) (int, error) {
 		h.postMu.Lock()
 		defer h.postMu.Unlock()
@@ -107,7 +124,6 @@ func startWith(t *testing.T, cfg Config, set func(*harness), containers ...procs
 		res, err := s.Run(ctx)
 		h.result <- runResult{res, err}
 	}()
-	return h
 }
 
 // inBubble reports whether the caller runs in a synctest bubble, where

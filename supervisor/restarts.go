@@ -223,6 +223,18 @@ func (l *ledger) running(id instance) bool {
 	return a != nil && !a.done
 }
 
+// runningInstances are the instances that have not ended, by main process.
+func (l *ledger) runningInstances() []instance {
+	var out []instance
+	for id, a := range l.byMain {
+		if !a.done {
+			out = append(out, id)
+		}
+	}
+	slices.SortFunc(out, func(a, b instance) int { return a.pid - b.pid })
+	return out
+}
+
 // exited records the end of the running instance id at now, with s. Under
 // OnFailure a failed instance awaits its restart (failed), as does one
 // whose status is unknown (unknown), for wait:

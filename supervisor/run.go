@@ -102,6 +102,12 @@ type run struct {
 
 	// progress.go: the progress last written (publish).
 	published string
+
+	// resume.go: journal keeps the run's facts in SUPERVISOR_STATE_DIR
+	// (nil: none); resumed, what was taken over from an earlier
+	// supervisor's.
+	journal *journal
+	resumed resumed
 }
 
 type state func(ctx context.Context) (state, error)
@@ -113,6 +119,7 @@ func (s *Supervisor) Run(ctx context.Context) (res Result, err error) {
 	r := &run{Supervisor: s, apps: newLedger(s.cfg.RestartPolicy, s.cfg.WantApps(), s.cfg.RestartTimeout, s.cfg.RestartMargin),
 		kinds: map[string]procscan.Kind{}, warned: map[int]bool{}}
 	defer func() {
+		r.journal.close()
 		for _, w := range r.watched {
 			w.proc.Close()
 		}
@@ -206,7 +213,15 @@ func (r *run) start(ctx context.Context) (state, error) {
 		r.log.Info().Msg("restartPolicy Always: an app's exit never stops the sidecar; idle until the pod is deleted")
 		return r.idle, nil
 	}
+	r.resume(pod)
 	r.adopt(pod)
+	if r.cfg.StateDir != "" {
+		// Looking from now on: the native shape's startup probe lets the
+		// kubelet start the apps.
+		if err := ready(r.cfg.StateDir, true); err != nil {
+			r.log.Warn().Err(err).Str("dir", r.cfg.StateDir).Msg("cannot write the ready file: a startup probe on it fails")
+		}
+	}
 	return r.discover, nil
 }
 

@@ -56,6 +56,9 @@ func NewProcScanner(procs *procscan.Scanner, self int, rules procscan.Rules, app
 // Named reports whether the kubelet's names can be read here.
 func (p *ProcScanner) Named() bool { return p.Names.PodUID != "" }
 
+// PodUID is the pod's UID, where the kubelet's names can be read ("" else).
+func (p *ProcScanner) PodUID() string { return p.Names.PodUID }
+
 // Scan reads /proc and classifies its processes, by name where it can. It
 // keeps a few values per container, whatever the pod's process count
 // (procscan.Scanner.Scan): under restartPolicy Never, a supervisor killed

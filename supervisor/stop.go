@@ -97,6 +97,20 @@ func (r *run) findSidecars(ctx context.Context) ([]*sidecar, state, error) {
 	if len(alive) > 0 {
 		return alive, nil, nil
 	}
+	if r.resumed.sidecarsGone {
+		// The supervisor before stopped them all and saw them exit: one
+		// running now came back, else there is nothing to wait for.
+		pod, err := r.scan.Scan()
+		if err != nil {
+			return nil, nil, fmt.Errorf("read /proc: %w", err)
+		}
+		if out := r.trackSidecars(pod, nil); len(out) > 0 {
+			return out, nil, nil
+		}
+		r.log.Info().Msg("the sidecars were stopped before the supervisor was restarted: nothing left to stop")
+		r.note("sidecars stopped before the supervisor's restart")
+		return nil, nil, nil
+	}
 	deadline := time.NewTimer(r.cfg.SidecarStartTimeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(r.cfg.ScanInterval)

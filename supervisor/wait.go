@@ -138,7 +138,9 @@ func (r *run) collectExits() {
 // exited records the end of the app instance id, whose main process was
 // main if it was watched (else nil), and logs it (logEnd).
 func (r *run) exited(id instance, main *procscan.Process, s exitwatch.Status) {
-	r.logEnd(r.apps.exited(id, s, time.Now()), main, s)
+	now := time.Now()
+	r.logEnd(r.apps.exited(id, s, now), main, s)
+	r.journalEnd(id, s, now)
 }
 
 // logEnd says an app instance ended, and what it means under OnFailure: a

@@ -70,10 +70,17 @@ func main() {
 		fmt.Fprintf(os.Stderr, "sidecar-supervisor %s installed as %s\n", version, dst)
 	case mode == "status" && len(args) == 1:
 		os.Exit(status(os.Environ(), os.Stdout, os.Stderr))
+	case mode == "ready" && len(args) == 1:
+		// The native shape's startup probe: the running supervisor has
+		// made its first scan (SUPERVISOR_STATE_DIR's ready file).
+		if err := supervisor.Ready(os.Getenv(supervisor.EnvPrefix + "STATE_DIR")); err != nil {
+			fmt.Fprintf(os.Stderr, "sidecar-supervisor ready: %v\n", err)
+			os.Exit(exitCannotRun)
+		}
 	case mode == "version" && len(args) == 1:
 		fmt.Println(version)
 	default:
-		fmt.Fprintf(os.Stderr, "usage: sidecar-supervisor [hold | install DIR | status | version]\n")
+		fmt.Fprintf(os.Stderr, "usage: sidecar-supervisor [hold | install DIR | status | ready | version]\n")
 		os.Exit(exitBadConfig)
 	}
 }
@@ -108,6 +115,13 @@ func run(mode string, environ []string, stderr io.Writer) int {
 	}
 	report(log, cfg, res.Summary)
 	log.Info().Str("summary", res.Summary).Msg("done")
+	if cfg.Shape == supervisor.ShapeNative && ctx.Err() == nil {
+		// A native sidecar that exits is started again by the kubelet
+		// while the pod runs: it waits to be stopped with the pod's other
+		// sidecars, after the regular containers.
+		log.Info().Msg("idle until the kubelet stops the pod's sidecars")
+		<-ctx.Done()
+	}
 	return exitOK
 }
 

@@ -1,0 +1,200 @@
+package supervisor
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/procscan"
+)
+
+// Issue 32: a supervisor killed and started again by the kubelet carries on
+// from the journal the killed one kept in SUPERVISOR_STATE_DIR. The killed
+// one is a run cancelled at that point (its journal is written as each
+// fact happens, so a kill leaves what a cancel does); the next one runs on
+// the same pod and processes.
+
+func stateConfig(t *testing.T, env ...string) Config {
+	return testConfig(t, append([]string{"SUPERVISOR_STATE_DIR=" + t.TempDir()}, env...)...)
+}
+
+// kill ends h's run where it is, and waits for it.
+func kill(t *testing.T, h *harness) {
+	t.Helper()
+	h.cancel()
+	if _, err := h.wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestResumeAppRunning: killed while the app runs, the next supervisor
+// watches the same app instance again at once (no new look for it), and
+// stops the sidecar on its exit.
+func TestResumeAppRunning(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := stateConfig(t)
+		h := start(t, cfg, container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+		waitLog(t, h, `"message":"app found"`)
+		synctest.Wait() // the run looks now
+		if err := Ready(cfg.StateDir); err != nil {
+			t.Errorf("no ready file once looking: %v", err)
+		}
+		kill(t, h)
+		h2 := rerun(t, h, cfg)
+		waitLog(t, h2, `"apps":1,"ended":0,"ended_unwatched":0,"watched":1`)
+		h2.proc(10).exit(exited(0))
+		res := h2.finish(Success, "SIGTERM 100")
+		if strings.Contains(h2.logged(), `"message":"app found"`) {
+			t.Errorf("the app was looked for again; log:\n%s", h2.logged())
+		}
+		if !strings.HasPrefix(res.Summary, "success: app exit 0") {
+			t.Errorf("summary %q", res.Summary)
+		}
+	})
+}
+
+// TestResumeStatusKept: two apps; the first exits 0, the supervisor is
+// killed, the second exits 0: success, the first one's status read back
+// from the journal (without it, the first app would be looked for in vain
+// and counted unknown).
+func TestResumeStatusKept(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := stateConfig(t, "SUPERVISOR_APP_CONTAINERS=2")
+		h := start(t, cfg, container(procscan.App, "a1", 10), container(procscan.App, "a2", 11),
+			container(procscan.Sidecar, "pilot-agent", 100))
+		waitLog(t, h, `"container":"a2","uid":0,"method":"fake","message":"app found"`)
+		h.proc(10).exit(exited(0))
+		waitLog(t, h, `"container":"a1","pid":10,"comm":"a1","method":"fake","exit_code":0,"message":"app exited"`)
+		kill(t, h)
+		h.pod.remove("a1") // gone with its container
+		h2 := rerun(t, h, cfg)
+		waitLog(t, h2, `"apps":2,"ended":1,"ended_unwatched":0,"watched":1`)
+		began := time.Now()
+		h2.proc(11).exit(exited(0))
+		res := h2.finish(Success, "SIGTERM 100")
+		h2.signalledAt(0, began, "at the second app's exit")
+		if !strings.HasPrefix(res.Summary, "success: all 2 app containers exit 0") {
+			t.Errorf("summary %q", res.Summary)
+		}
+	})
+}
+
+// TestResumeEndedUnwatched: the app ends while no supervisor runs: no one
+// in the pod can read its status any more. The next supervisor takes it as
+// ended, status unknown, at once (no look for an app it knows it saw).
+func TestResumeEndedUnwatched(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := stateConfig(t)
+		h := start(t, cfg, container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+		waitLog(t, h, `"message":"app found"`)
+		kill(t, h)
+		h.proc(10).exit(exited(0))
+		h.pod.remove("app")
+		began := time.Now()
+		h2 := rerun(t, h, cfg)
+		res := h2.finish(Unknown, "SIGTERM 100")
+		h2.signalledAt(0, began, "at once")
+		if !strings.Contains(res.Summary, "it ended while no supervisor watched it") {
+			t.Errorf("summary %q does not say why the status is unknown", res.Summary)
+		}
+	})
+}
+
+// TestResumeAfterStop: the sidecar was stopped and seen to exit before the
+// supervisor died (the native shape's restart, or a kill in its last
+// moments): the next one finds nothing to stop and waits for nothing
+// (without the journal: SIDECAR_START_TIMEOUT for a sidecar to appear).
+func TestResumeAfterStop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := stateConfig(t)
+		h := start(t, cfg, container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+		h.proc(10).exit(exited(0))
+		h.finish(Success, "SIGTERM 100")
+		h.pod.remove("app")
+		h.pod.remove("pilot-agent")
+		began := time.Now()
+		h2 := rerun(t, h, cfg)
+		res, err := h2.wait()
+		if err != nil || res.Outcome != Success {
+			t.Fatalf("res %+v err %v; log:\n%s", res, err, h2.logged())
+		}
+		if d := time.Since(began); d != 0 {
+			t.Errorf("the restarted supervisor took %v, want no wait at all", d)
+		}
+		if !strings.Contains(res.Summary, "sidecars stopped before the supervisor's restart") {
+			t.Errorf("summary %q", res.Summary)
+		}
+		if got := h.kernel.sent(); len(got) != 1 {
+			t.Errorf("signals %v: the restarted supervisor signalled again", got)
+		}
+	})
+}
+
+// TestResumeOnFailure: under OnFailure the app failed once (seen), the
+// supervisor is killed, the restart runs and succeeds: the next supervisor
+// adopts the restart as the same slot's, and the outcome is success (the
+// failed run superseded), not a second app nor an unknown.
+func TestResumeOnFailure(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := stateConfig(t, "SUPERVISOR_RESTART_POLICY=OnFailure")
+		h := start(t, cfg, container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+		h.proc(10).exit(exited(1))
+		waitLog(t, h, `"message":"app failed under restartPolicy OnFailure: the kubelet restarts it, the sidecar stays up"`)
+		kill(t, h)
+		h.pod.remove("app")
+		h.pod.add(container(procscan.App, "app-r1", 11))
+		h2 := rerun(t, h, cfg)
+		waitLog(t, h2, `"message":"app restarted by the kubelet: watching the new container"`)
+		h2.proc(11).exit(exited(0))
+		res := h2.finish(Success, "SIGTERM 100")
+		if !strings.HasPrefix(res.Summary, "success: app-r1 exit 0") {
+			t.Errorf("summary %q", res.Summary)
+		}
+	})
+}
+
+// TestResumeContradicted: a journal /proc contradicts (it says an app
+// ended whose process runs) is ignored whole: the run starts over, as a
+// first one, and says why.
+func TestResumeContradicted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := stateConfig(t)
+		head := journalHead("", cfg)
+		end := entry{Kind: "end", ID: &entryInstance{PID: 10, Start: 10}, Status: &entryStatus{Known: true}, At: 1}
+		app := entry{Kind: "app", ID: &entryInstance{PID: 10, Start: 10}, Container: "app"}
+		j, err := createJournal(cfg.StateDir, head, []entry{app, end})
+		if err != nil {
+			t.Fatal(err)
+		}
+		j.close()
+		h := start(t, cfg, container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+		waitLog(t, h, `"reason":"it says process 10 ended, and it runs","message":"the journal of an earlier supervisor is ignored: starting over"`)
+		waitLog(t, h, `"message":"app found"`)
+		h.proc(10).exit(exited(3))
+		h.finish(Failure, "SIGKILL 100")
+	})
+}
+
+// TestReadyFile: the ready file is removed at the start and written once
+// the first scan is done; without a state directory, ready says why.
+func TestReadyFile(t *testing.T) {
+	if err := Ready(""); err == nil || !strings.Contains(err.Error(), "SUPERVISOR_STATE_DIR is not set") {
+		t.Errorf("Ready(\"\") = %v", err)
+	}
+	dir := t.TempDir()
+	if err := Ready(dir); err == nil {
+		t.Error("ready without a file")
+	}
+	if err := os.WriteFile(filepath.Join(dir, readyFile), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := Ready(dir); err != nil {
+		t.Errorf("Ready with the file: %v", err)
+	}
+	if err := ready(dir, false); err != nil || Ready(dir) == nil {
+		t.Errorf("ready(false) = %v, and the file stays", err)
+	}
+}
