@@ -33,6 +33,10 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
 	"k8s.io/apiserver/pkg/cel/environment"
 	"k8s.io/utils/ptr"
+
+	"istio.io/istio/pilot/pkg/features"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/inject/injector"
 )
 
 // The MutatingAdmissionPolicy of deploy/admission, checked without a cluster:
@@ -502,6 +506,8 @@ func admissionCases() []admissionCase {
 	csql.Args = []string{"--quitquitquit", "--admin-port=9091", "p:r:i"}
 	proxy := ctr(proxyName)
 	proxy.SecurityContext = &corev1.SecurityContext{RunAsUser: ptr.To[int64](1337)}
+	otherProxy := ctr(proxyName)
+	otherProxy.SecurityContext = &corev1.SecurityContext{RunAsUser: ptr.To[int64](1500), RunAsGroup: ptr.To[int64](1500)}
 	rootProxy := ctr(proxyName)
 	rootProxy.SecurityContext = &corev1.SecurityContext{RunAsUser: ptr.To[int64](0)}
 	nativeProxy := ctr(proxyName)
@@ -575,6 +581,9 @@ func admissionCases() []admissionCase {
 		{name: "istio-proxy as root: every outcome quits", pod: never, webhook: appending(rootProxy),
 			want: first(policyEnv("Never", "SUPERVISOR_APP_CONTAINERS", "1", "SUPERVISOR_APPS", "app", afterAppsVar, proxyName,
 				"SUPERVISOR_ON_SUCCESS", quitURL15020, "SUPERVISOR_ON_FAILURE", quitURL15020, "SUPERVISOR_ON_UNKNOWN", quitURL15020), "app", proxyName)},
+		{name: "istio-proxy of another uid: the supervisor's too", pod: never, webhook: appending(otherProxy),
+			want: podShape{Containers: []string{supervisorName, "app", proxyName}, ShareProcessNamespace: true, SupervisorUser: "1500",
+				SupervisorEnv: policyEnv("Never", "SUPERVISOR_APP_CONTAINERS", "1", "SUPERVISOR_APPS", "app", afterAppsVar, proxyName, "SUPERVISOR_ON_SUCCESS", quitURL15020)}},
 		{name: "istio-proxy first (holdApplicationUntilProxyStarts): the supervisor last", pod: never,
 			webhook: func(p *corev1.Pod) { p.Spec.Containers = append([]corev1.Container{proxy}, p.Spec.Containers...) },
 			want:    last(policyEnv("Never", "SUPERVISOR_APP_CONTAINERS", "1", "SUPERVISOR_APPS", "app", "SUPERVISOR_ON_SUCCESS", quitURL15020), proxyName, "app")},
@@ -748,4 +757,71 @@ func checkAdmissionOrder(t *testing.T, spec corev1.PodSpec) {
 			}
 		}
 	}
+}
+
+// TestAdmissionWithIstiosInjector: Istio's own injector (istiod's webhook,
+// Istio's charts rendered with our values) as the webhook between the
+// policy's two runs, as on a cluster where both are installed.
+func TestAdmissionWithIstiosInjector(t *testing.T) {
+	setNativeSidecarMode(t, features.NativeSidecarModeDisabled)
+	p, b := readPolicy(t)
+	c := compilePolicy(t, p, environment.DefaultCompatibilityVersion(), environment.StoredExpressions)
+	ns := namespaceFor(nil)
+	// A mesh whose pilot-agents serve their status port on 15099: the
+	// ProxyConfig istiod hands istio-proxy says so.
+	in, err := injector.RenderHelm(map[string]any{
+		"meshConfig": map[string]any{"defaultConfig": map[string]any{"statusPort": 15099}},
+		"global":     map[string]any{"proxy": map[string]any{"statusPort": 15099}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook := newWebhook(t, in)
+	istio := func(p *corev1.Pod) { *p = *admit(t, hook, p) }
+	pod := labelled(jobPod(corev1.RestartPolicyNever, ctr("app")), "sidecar.istio.io/inject", "true")
+
+	t.Run("Istio's sidecar template alone", func(t *testing.T) {
+		got, err := c.admitted(t, p, b, ns, annotated(pod, "inject.istio.io/templates", "sidecar"), istio)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := podShape{InitContainers: []string{"istio-init"}, Containers: []string{supervisorName, "app", proxyName}, ShareProcessNamespace: true, SupervisorUser: "1337",
+			SupervisorEnv: policyEnv("Never", "SUPERVISOR_APP_CONTAINERS", "1", "SUPERVISOR_APPS", "app", afterAppsVar, proxyName,
+				"SUPERVISOR_ON_SUCCESS", "http://127.0.0.1:15099/quitquitquit")}
+		if diff := cmp.Diff(want, shapeOf(got.Spec)); diff != "" {
+			t.Errorf("pod (-want +got):\n%s", diff)
+		}
+		checkSupervisorBasics(t, got.Spec, wantBasics(false))
+		checkAdmissionOrder(t, got.Spec)
+		checkUnique(t, got.Spec)
+	})
+	t.Run("with the supervisor template: its supervisor, not a second", func(t *testing.T) {
+		got, err := c.admitted(t, p, b, ns, pod, istio)
+		if err != nil {
+			t.Fatal(err)
+		}
+		without := pod.DeepCopy()
+		istio(without)
+		if diff := cmp.Diff(without, got); diff != "" {
+			t.Errorf("the policy changed the template's pod (-without +with):\n%s", diff)
+		}
+		if env := shapeOf(got.Spec).SupervisorEnv; env == nil || env["SUPERVISOR_ON_SUCCESS"] != "http://127.0.0.1:15099/quitquitquit" {
+			t.Errorf("no supervisor from the template, or not its settings: %v", env)
+		}
+	})
+	t.Run("native istio-proxy: nothing", func(t *testing.T) {
+		native := annotated(pod, "inject.istio.io/templates", "sidecar", "sidecar.istio.io/nativeSidecar", "true")
+		got, err := c.admitted(t, p, b, ns, native, istio)
+		if err != nil {
+			t.Fatal(err)
+		}
+		without := native.DeepCopy()
+		istio(without)
+		if findInit(without.Spec, proxyName) == nil {
+			t.Fatalf("Istio did not make istio-proxy a native sidecar: %v", shapeOf(without.Spec))
+		}
+		if diff := cmp.Diff(without, got); diff != "" {
+			t.Errorf("the policy changed the pod (-without +with):\n%s", diff)
+		}
+	})
 }
