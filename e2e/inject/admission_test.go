@@ -704,6 +704,21 @@ func TestAdmissionPolicy(t *testing.T) {
 				return
 			}
 			checkSupervisorBasics(t, got.Spec, wantBasics(tc.ptrace))
+			// What it adds passes Pod Security restricted (ptrace: privileged
+			// only, as asked).
+			want := []string{"", "", ""}
+			if tc.ptrace {
+				want = []string{"refused", "refused", ""}
+			}
+			verdicts := podSecurity(t, got.Spec)
+			for i := range verdicts {
+				if verdicts[i] != "" && want[i] == "refused" {
+					verdicts[i] = "refused"
+				}
+			}
+			if diff := cmp.Diff(want, verdicts); diff != "" {
+				t.Errorf("the supervisor's Pod Security verdicts for %v (-want +got):\n%s", securityLevels, diff)
+			}
 			checkAdmissionOrder(t, got.Spec)
 			checkUnique(t, got.Spec)
 			// Everything else of the pod is as the webhooks left it.
