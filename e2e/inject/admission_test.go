@@ -531,6 +531,7 @@ func admissionCases() []admissionCase {
 		statusKey   = annotationPrefix + "status"
 		hostPIDWhy  = "not added: a hostPID pod cannot share its process namespace (the API server refuses a pod with both); stop the sidecars from the app, or use native sidecars"
 		unsharedWhy = "not added: the pod sets shareProcessNamespace: false, which the supervisor needs true; stop the sidecars from the app, or use native sidecars"
+		windowsWhy  = "not added: a Windows pod; the supervisor and the shared process namespace it needs are Linux only"
 		vaultInject = "vault.hashicorp.com/agent-inject"
 		vaultQuit   = "vault.hashicorp.com/agent-enable-quit"
 		vaultStatus = "vault.hashicorp.com/agent-inject-status"
@@ -612,6 +613,11 @@ func admissionCases() []admissionCase {
 		{name: "shareProcessNamespace false: the reason only", pod: annotated(withPod(never, func(p *corev1.Pod) { p.Spec.ShareProcessNamespace = ptr.To(false) }), "team", "a"),
 			webhook: appending(daprd),
 			want:    podShape{Containers: []string{"app", "daprd"}}, annotations: map[string]string{statusKey: unsharedWhy, "team": "a"}},
+		{name: "a Windows pod: the reason only", pod: withPod(never, func(p *corev1.Pod) { p.Spec.OS = &corev1.PodOS{Name: corev1.Windows} }), webhook: appending(daprd),
+			want: podShape{Containers: []string{"app", "daprd"}}, annotations: map[string]string{statusKey: windowsWhy}},
+		{name: "a pod for Windows nodes: the reason only", pod: withPod(never, func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{"kubernetes.io/os": "windows"} }),
+			webhook: appending(daprd),
+			want:    podShape{Containers: []string{"app", "daprd"}}, annotations: map[string]string{statusKey: windowsWhy}},
 		{name: "hostPID with vault-k8s: not even its quit", pod: withPod(vaultPod, func(p *corev1.Pod) { p.Spec.HostPID = true }), webhook: vaultHook,
 			want:        podShape{InitContainers: []string{"vault-agent-init"}, Containers: []string{"app", "vault-agent"}},
 			annotations: map[string]string{statusKey: hostPIDWhy, vaultStatus: "injected"}},

@@ -614,6 +614,9 @@ func (a *admissionEnv) leftAlone(t *testing.T) {
 		// The control: a pod the policy serves, so that the comparison is
 		// seen to tell.
 		{name: "control: a Job pod with cloud-sql-proxy, served", pod: jobPodProbe(appContainer(), csql), served: true},
+		// A Windows pod: validation refuses shareProcessNamespace there.
+		{name: "a Windows Job pod with cloud-sql-proxy", pod: edit(jobPodProbe(appContainer(), csql), func(p *corev1.Pod) { p.Spec.OS = &corev1.PodOS{Name: corev1.Windows} }),
+			status: "not added: a Windows pod; the supervisor and the shared process namespace it needs are Linux only"},
 		{name: "a hostPID Job pod with cloud-sql-proxy", pod: edit(jobPodProbe(appContainer(), csql), func(p *corev1.Pod) { p.Spec.HostPID = true }),
 			status: "not added: a hostPID pod cannot share its process namespace (the API server refuses a pod with both); stop the sidecars from the app, or use native sidecars"},
 		{name: "a Job pod with cloud-sql-proxy and shareProcessNamespace false", pod: edit(jobPodProbe(appContainer(), csql), func(p *corev1.Pod) { p.Spec.ShareProcessNamespace = ptr.To(false) }),
