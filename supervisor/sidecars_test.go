@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -102,4 +103,31 @@ func TestSidecarOwnStop(t *testing.T) {
 			t.Errorf("summary %q does not name cloud-sql-proxy's own action", res.Summary)
 		}
 	})
+}
+
+// TestDeployKnowsSidecars: the ways of installing that list the sidecars
+// the supervisor knows (to leave them out of the apps, and to find the pods
+// to serve) list exactly DefaultSidecars, in its order: the Istio injection
+// template's default and the admission policy's "known" variable (e2e/inject
+// evaluates the policy's list; this holds the text to the table).
+func TestDeployKnowsSidecars(t *testing.T) {
+	names := DefaultSidecars()
+	quoted := make([]string, len(names))
+	for i, n := range names {
+		quoted[i] = "'" + n + "'"
+	}
+	for _, f := range []struct{ path, want string }{
+		{"../deploy/istio/supervisor.tmpl", `"` + strings.Join(names, ",") + `"`},
+		{"../deploy/admission/policy.yaml", strings.Join(quoted, ",")},
+	} {
+		b, err := os.ReadFile(f.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The policy's list spans lines: compare without blanks.
+		text := strings.Join(strings.Fields(string(b)), "")
+		if !strings.Contains(text, f.want) {
+			t.Errorf("%s does not list the known sidecars %s", f.path, f.want)
+		}
+	}
 }

@@ -263,16 +263,40 @@ func (c *Cluster) BuildIstioProxyImage(ctx context.Context) (Image, error) {
 // deploy/job-cloud-sql-proxy.yaml uses, found without a pull), and returns
 // both.
 func (c *Cluster) CloudSQLProxyImage(ctx context.Context) (ref, alias string, err error) {
-	out, err := c.runScript(ctx, "cluster-images.sh", "cloud-sql-proxy")
+	ref, alias, err = c.importImage(ctx, "cloud-sql-proxy", "CLOUD_SQL_PROXY")
+	if err == nil && alias == "" {
+		err = errors.New("cluster-images.sh cloud-sql-proxy printed no alias")
+	}
+	return ref, alias, err
+}
+
+// StandInsImage builds (or finds in the cache) the image of podsim's
+// sidecar stand-ins (the Vault agent as /usr/local/bin/vault, with
+// busybox's sh; daprd as /daprd; e2e/images/standins), imports it into the
+// node and returns its name.
+func (c *Cluster) StandInsImage(ctx context.Context) (string, error) {
+	ref, _, err := c.importImage(ctx, "standins", "STANDINS")
+	return ref, err
+}
+
+// importImage builds image name with cluster-images.sh, which prints
+// <key>_IMAGE, _ARCHIVE and (for some) _ALIASES, and imports it into the
+// node under its name and its alias.
+func (c *Cluster) importImage(ctx context.Context, name, key string) (ref, alias string, err error) {
+	out, err := c.runScript(ctx, "cluster-images.sh", name)
 	if err != nil {
 		return "", "", fmt.Errorf("cluster-images.sh: %w", err)
 	}
 	env := parseEnv(out)
-	ref, archive, alias := env["CLOUD_SQL_PROXY_IMAGE"], env["CLOUD_SQL_PROXY_ARCHIVE"], env["CLOUD_SQL_PROXY_ALIASES"]
-	if ref == "" || archive == "" || alias == "" {
-		return "", "", fmt.Errorf("cluster-images.sh cloud-sql-proxy printed no reference, archive or alias: %q", out)
+	ref, archive, alias := env[key+"_IMAGE"], env[key+"_ARCHIVE"], env[key+"_ALIASES"]
+	if ref == "" || archive == "" {
+		return "", "", fmt.Errorf("cluster-images.sh %s printed no reference or archive: %q", name, out)
 	}
-	if err := c.ImportImage(ctx, archive, alias); err != nil {
+	var aliases []string
+	if alias != "" {
+		aliases = append(aliases, alias)
+	}
+	if err := c.ImportImage(ctx, archive, aliases...); err != nil {
 		return "", "", err
 	}
 	return ref, alias, nil

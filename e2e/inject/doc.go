@@ -10,7 +10,10 @@
 //     Istio's own charts from our Helm values file and IstioOperator overlay;
 //   - the kustomize components deploy/kustomize/supervisor (Jobs, CronJobs)
 //     and deploy/kustomize/hold (Deployments, StatefulSets, DaemonSets),
-//     built with kustomize's Go API.
+//     built with kustomize's Go API;
+//   - the MutatingAdmissionPolicy deploy/admission, compiled and run by the
+//     API server's own code (k8s.io/apiserver's CEL compiler, matcher and
+//     JSON patcher), its webhook-added sidecars seen on its second run.
 //
 // Every result is decoded strictly into the Kubernetes API types and checked
 // for the same structure: for Jobs, the supervisor present or absent as it

@@ -39,4 +39,11 @@
 // Every namespace gets the istio-ca-root-cert ConfigMap istiod would publish
 // (a throw-away self-signed root): istio-proxy mounts it. No istiod runs;
 // pilot-agent retries it forever and the stand-in envoy makes it ready.
+//
+// TestAdmission runs deploy/admission's MutatingAdmissionPolicy, bound to
+// its own namespaces only, with a second webhook served the same way: the
+// tests' own vault-k8s- and Dapr-shaped sidecar injectors
+// (injectors_test.go), whose sidecars are podsim's stand-ins
+// (e2e/images/standins). On a 1.34 or 1.35 cluster
+// (SUPERVISOR_E2E_KUBERNETES_VERSION) it takes the policy's v1beta1 copy.
 package k8sjobs

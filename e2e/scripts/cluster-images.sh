@@ -11,13 +11,15 @@
 #                like Google's image; also tagged with the name
 #                deploy/job-cloud-sql-proxy.yaml uses (its version from
 #                versions.env), so that manifest runs unchanged
+#   standins     podsim's stand-ins for the Vault agent and daprd (e2e/cmd/podsim),
+#                with busybox's sh, at the paths their injectors run them from
 #
 # Each is cached under $CACHE/images/<name>-<hash of its Containerfile and
 # context files>. Prints <NAME>_IMAGE=<ref> and <NAME>_ARCHIVE=<path> lines
-# (NAME: PAUSE, BUSYBOX, ISTIO_PROXY, CLOUD_SQL_PROXY) and <NAME>_ALIASES=<refs>
+# (NAME: PAUSE, BUSYBOX, ISTIO_PROXY, CLOUD_SQL_PROXY, STANDINS) and <NAME>_ALIASES=<refs>
 # for busybox and cloud-sql-proxy; logs go to stderr.
 #
-#   cluster-images.sh [pause|busybox|istio-proxy|cloud-sql-proxy]...
+#   cluster-images.sh [pause|busybox|istio-proxy|cloud-sql-proxy|standins]...
 #                     (default: pause, busybox and istio-proxy)
 . "$(dirname "$0")/lib.sh"
 
@@ -30,6 +32,7 @@ ISTIO_PROXY_IMAGE=localhost/sidecar-supervisor-e2e/proxyv2:e2e
 CLOUD_SQL_PROXY_IMAGE=localhost/sidecar-supervisor-e2e/cloud-sql-proxy:$CLOUD_SQL_PROXY_VERSION
 # Google's image is tagged without the module version's "v".
 CLOUD_SQL_PROXY_ALIASES=gcr.io/cloud-sql-connectors/cloud-sql-proxy:${CLOUD_SQL_PROXY_VERSION#v}
+STANDINS_IMAGE=localhost/sidecar-supervisor-e2e/standins:e2e
 
 cluster_images_main() {
 	local want=("$@") n
@@ -40,7 +43,8 @@ cluster_images_main() {
 		busybox) image_busybox ;;
 		istio-proxy) image_istio_proxy ;;
 		cloud-sql-proxy) image_cloud_sql_proxy ;;
-		*) die "unknown image $n (want pause, busybox, istio-proxy or cloud-sql-proxy)" ;;
+		standins) image_standins ;;
+		*) die "unknown image $n (want pause, busybox, istio-proxy, cloud-sql-proxy or standins)" ;;
 		esac
 	done
 }
@@ -138,6 +142,20 @@ image_cloud_sql_proxy() {
 	rm -rf "$ctx"
 	printf 'CLOUD_SQL_PROXY_IMAGE=%s\nCLOUD_SQL_PROXY_ARCHIVE=%s\nCLOUD_SQL_PROXY_ALIASES=%s\n' \
 		"$CLOUD_SQL_PROXY_IMAGE" "$out" "$CLOUD_SQL_PROXY_ALIASES"
+}
+
+image_standins() {
+	apt_install busybox-static
+	local ctx out
+	ctx="$(stage_dir standins)"
+	install -m 0755 /bin/busybox "$ctx/busybox"
+	(cd "$E2E_DIR" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$ctx/podsim" ./cmd/podsim) ||
+		die "go build ./cmd/podsim failed"
+	printf 'root:x:0:0:root:/:/sbin/nologin\nvault:x:100:1000:vault:/home/vault:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' >"$ctx/passwd"
+	printf 'root:x:0:\nvault:x:1000:\nnonroot:x:65532:\n' >"$ctx/group"
+	out="$(build_cached standins "$STANDINS_IMAGE" "$ctx")"
+	rm -rf "$ctx"
+	printf 'STANDINS_IMAGE=%s\nSTANDINS_ARCHIVE=%s\n' "$STANDINS_IMAGE" "$out"
 }
 
 cluster_images_main "$@"

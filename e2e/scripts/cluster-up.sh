@@ -89,7 +89,18 @@ cluster_up_main() {
 	wait_for containerd 30 ctr_cmd version
 	import_images
 
+	# MutatingAdmissionPolicy (deploy/admission): GA and on by default from
+	# 1.36 (admissionregistration.k8s.io/v1); on 1.34 and 1.35 a beta, off
+	# by default, served as v1beta1 once both its feature gate and its API
+	# version are turned on.
+	local admission_flags=()
+	case "$KUBERNETES_VERSION" in
+	v1.34.* | v1.35.*)
+		admission_flags=(--feature-gates MutatingAdmissionPolicy=true
+			--runtime-config admissionregistration.k8s.io/v1beta1=true) ;;
+	esac
 	start_daemon kube-apiserver "$KUBE_APISERVER" \
+		"${admission_flags[@]}" \
 		--etcd-servers "http://127.0.0.1:$ETCD_CLIENT_PORT" \
 		--bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
 		--tls-cert-file "$CLUSTER_DIR/pki/apiserver.crt" --tls-private-key-file "$CLUSTER_DIR/pki/apiserver.key" \

@@ -76,10 +76,10 @@ func ClusterInstall(proxyImage string) (Install, error) {
 	return in, nil
 }
 
-// Served is Istio's injector serving a real API server, as istiod does: over
-// HTTPS on a loopback port of this host (where the e2e cluster's API server
-// runs), registered as a MutatingWebhookConfiguration for the namespaces
-// labelled Label=Value.
+// Served is a mutating admission webhook serving a real API server (Istio's
+// injector, as istiod does; or a test's own): over HTTPS on a loopback port
+// of this host (where the e2e cluster's API server runs), registered as a
+// MutatingWebhookConfiguration for the namespaces labelled Label=Value.
 type Served struct {
 	// URL is the webhook's address.
 	URL string
@@ -113,24 +113,52 @@ func Serve(ctx context.Context, client kubernetes.Interface, in Install, owner s
 	if err != nil {
 		return nil, err
 	}
+	// As istiod's chart registers its own: reinvocationPolicy Never, pods
+	// labelled sidecar.istio.io/inject=false left out.
+	return ServeWebhook(ctx, client, hook, Registration{
+		Owner:              owner,
+		Name:               "sidecar-injector",
+		ReinvocationPolicy: admissionregistrationv1.NeverReinvocationPolicy,
+		ObjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+			Key: "sidecar.istio.io/inject", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"false"},
+		}}},
+	}, errorLog)
+}
+
+// Registration is how a webhook served by ServeWebhook is registered: for
+// pods, CREATE, failurePolicy Fail, no side effects, in the namespaces
+// labelled with the Served's Label and Value only.
+type Registration struct {
+	// Owner names the caller (configurations a killed run of the same
+	// owner left are removed); Name the webhook within it.
+	Owner, Name        string
+	ReinvocationPolicy admissionregistrationv1.ReinvocationPolicyType
+	ObjectSelector     *metav1.LabelSelector
+}
+
+// ServeWebhook serves the mutating admission webhook h over HTTPS on a
+// loopback port and registers it with the API server as reg says. Close
+// undoes it.
+func ServeWebhook(ctx context.Context, client kubernetes.Interface, h http.Handler, reg Registration, errorLog *log.Logger) (*Served, error) {
 	id := make([]byte, 6)
 	if _, err := rand.Read(id); err != nil {
 		return nil, err
 	}
 	s := &Served{
-		Label:  "sidecar-supervisor-e2e/" + owner + "-injection",
+		Label:  "sidecar-supervisor-e2e/" + reg.Owner + "-" + reg.Name,
 		Value:  hex.EncodeToString(id),
 		client: client,
 		done:   make(chan error, 1),
 	}
+	var err error
 	if s.RootPEM, err = selfSignedPEM("sidecar-supervisor e2e istio root", nil); err != nil {
 		return nil, err
 	}
-	caPEM, err := s.listen(hook, errorLog)
+	caPEM, err := s.listen(h, errorLog)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.register(ctx, owner, caPEM); err != nil {
+	if err := s.register(ctx, reg, caPEM); err != nil {
 		return nil, errors.Join(err, s.Close())
 	}
 	return s, nil
@@ -170,12 +198,11 @@ func (s *Served) listen(h http.Handler, errorLog *log.Logger) ([]byte, error) {
 	return certPEM, nil
 }
 
-// register registers the webhook as istiod's chart registers its own (pods,
-// CREATE, failurePolicy Fail, reinvocationPolicy Never, no side effects, pods
-// labelled sidecar.istio.io/inject=false left out), for the namespaces
-// labelled with this run's value only.
-func (s *Served) register(ctx context.Context, owner string, caPEM []byte) error {
+// register registers the webhook as reg says, for the namespaces labelled
+// with this run's value only.
+func (s *Served) register(ctx context.Context, reg Registration, caPEM []byte) error {
 	api := s.client.AdmissionregistrationV1().MutatingWebhookConfigurations()
+	owner := reg.Owner + "-" + reg.Name
 	// A configuration left by a killed run points at a dead port; it selects
 	// only that run's namespaces, but goes all the same.
 	if err := api.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{
@@ -184,7 +211,7 @@ func (s *Served) register(ctx context.Context, owner string, caPEM []byte) error
 		return fmt.Errorf("remove old webhook configurations: %w", err)
 	}
 	fail := admissionregistrationv1.Fail
-	never := admissionregistrationv1.NeverReinvocationPolicy
+	reinvocation := reg.ReinvocationPolicy
 	none := admissionregistrationv1.SideEffectClassNone
 	cfg := &admissionregistrationv1.MutatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{
@@ -192,7 +219,7 @@ func (s *Served) register(ctx context.Context, owner string, caPEM []byte) error
 			Labels: map[string]string{webhookOwnerLabel: owner},
 		},
 		Webhooks: []admissionregistrationv1.MutatingWebhook{{
-			Name:         "sidecar-injector." + owner + ".sidecar-supervisor.io",
+			Name:         reg.Name + "." + reg.Owner + ".sidecar-supervisor.io",
 			ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: &s.URL, CABundle: caPEM},
 			Rules: []admissionregistrationv1.RuleWithOperations{{
 				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
@@ -200,19 +227,17 @@ func (s *Served) register(ctx context.Context, owner string, caPEM []byte) error
 					APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"},
 				},
 			}},
-			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{s.Label: s.Value}},
-			ObjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
-				Key: "sidecar.istio.io/inject", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"false"},
-			}}},
+			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{s.Label: s.Value}},
+			ObjectSelector:          reg.ObjectSelector,
 			FailurePolicy:           &fail,
-			ReinvocationPolicy:      &never,
+			ReinvocationPolicy:      &reinvocation,
 			SideEffects:             &none,
 			AdmissionReviewVersions: []string{"v1"},
 			TimeoutSeconds:          ptr.To[int32](10),
 		}},
 	}
 	if _, err := api.Create(ctx, cfg, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("register the injection webhook: %w", err)
+		return fmt.Errorf("register the webhook %s: %w", cfg.Name, err)
 	}
 	s.config = cfg.Name
 	return nil
@@ -236,24 +261,16 @@ func (s *Served) Close() error {
 	return errors.Join(errs...)
 }
 
-// PrepareNamespace puts the namespace ns under the injector (the run's
+// PrepareNamespace puts the namespace ns under Istio's injector (the run's
 // label) and gives it the istio-ca-root-cert ConfigMap. It returns once the
-// API server sends the namespace's pods to the injector: it loads webhook
-// configurations and namespace labels through informers, so both take
-// effect a moment after they are written.
+// API server sends the namespace's pods to the injector.
 func (s *Served) PrepareNamespace(ctx context.Context, ns string) error {
-	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, s.Label, s.Value)
-	if _, err := s.client.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-		return fmt.Errorf("label namespace %s: %w", ns, err)
-	}
 	if _, err := s.client.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: "istio-ca-root-cert"},
 		Data:       map[string]string{"root-cert.pem": string(s.RootPEM)},
 	}, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create istio-ca-root-cert in %s: %w", ns, err)
 	}
-	// A pod created as a dry run: admission webhooks run, nothing is stored
-	// and no image is needed.
 	probe := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "injection-probe-", Labels: map[string]string{"sidecar.istio.io/inject": "true"}},
 		Spec: corev1.PodSpec{
@@ -261,27 +278,58 @@ func (s *Served) PrepareNamespace(ctx context.Context, ns string) error {
 			Containers:    []corev1.Container{{Name: "app", Image: "busybox", Command: []string{"true"}}},
 		},
 	}
+	return s.Select(ctx, ns, probe, func(p *corev1.Pod) bool { return HasContainer(p.Spec, ProxyContainer) })
+}
+
+// Select puts the namespace ns under the webhook (the run's label) and
+// returns once the API server sends it the namespace's pods: probe, created
+// as a dry run, comes back as served says the webhook makes it. The API
+// server loads webhook configurations and namespace labels through
+// informers, so both take effect a moment after they are written.
+func (s *Served) Select(ctx context.Context, ns string, probe *corev1.Pod, served func(*corev1.Pod) bool) error {
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, s.Label, s.Value)
+	if _, err := s.client.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("label namespace %s: %w", ns, err)
+	}
+	return WaitDryRun(ctx, s.client, ns, probe, served)
+}
+
+// WaitDryRun creates probe in ns as a dry run (admission runs, nothing is
+// stored, no image is needed) until the pod the API server would store
+// satisfies ok, for at most 30 s: what admission configuration written
+// moments ago needs to take effect.
+func WaitDryRun(ctx context.Context, client kubernetes.Interface, ns string, probe *corev1.Pod, ok func(*corev1.Pod) bool) error {
 	var last string
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		got, err := s.client.CoreV1().Pods(ns).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		got, err := client.CoreV1().Pods(ns).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err != nil {
 			last = err.Error()
 			return false, nil
 		}
+		if ok(got) {
+			return true, nil
+		}
 		var names []string
 		for _, c := range got.Spec.Containers {
 			names = append(names, c.Name)
-			if c.Name == ProxyContainer {
-				return true, nil
-			}
 		}
 		last = fmt.Sprintf("containers %v", names)
 		return false, nil
 	})
 	if err != nil {
-		return fmt.Errorf("pods in %s not injected within 30s (last: %s): %w", ns, last, err)
+		return fmt.Errorf("pods in %s not admitted as expected within 30s (last: %s): %w", ns, last, err)
 	}
 	return nil
+}
+
+// HasContainer reports whether spec has a (regular) container named name.
+func HasContainer(spec corev1.PodSpec, name string) bool {
+	for _, c := range spec.Containers {
+		if c.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // selfSignedPEM makes a self-signed certificate valid for a day, for
