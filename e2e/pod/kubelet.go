@@ -77,10 +77,7 @@ func (p *Pod) runInits(ctx context.Context) error {
 		go func() { io.Copy(log, r); r.Close(); close(copied) }()
 		code, _ := proc.Wait()
 		proc.KillAll()
-		select {
-		case <-copied:
-		case <-time.After(5 * time.Second):
-		}
+		awaitLog(copied, log)
 		if code != 0 {
 			return fmt.Errorf("init container %s exited %d", c.Name, code)
 		}
@@ -144,13 +141,8 @@ func (p *Pod) supervise(ctx context.Context, i int, started chan struct{}) {
 		// leaves behind in its container.
 		proc.KillAll()
 		// Everything the container wrote is in its log before it reads as
-		// terminated (as kubectl logs has it all then). Nothing of the
-		// container holds the pipe any more; the bound is for a process
-		// that escaped it.
-		select {
-		case <-copied:
-		case <-time.After(time.Second):
-		}
+		// terminated (as kubectl logs has it all then).
+		awaitLog(copied, p.logs[i])
 		p.update(i, func(s *ContainerStatus) { s.Running, s.ExitCode, s.Signal, s.PID = false, code, sig, 0 })
 		restart := false
 		switch {
@@ -173,6 +165,25 @@ func (p *Pod) supervise(ctx context.Context, i int, started chan struct{}) {
 		if p.isDeleting() {
 			return
 		}
+	}
+}
+
+// logCopyBound bounds the wait for the rest of a container's output once
+// its main process has exited and the rest of its cgroup is killed. Nothing
+// of the container holds the pipe then: the copy ends as soon as the killed
+// processes are gone, however long that takes on a loaded machine. The
+// bound is for a process that escaped the container; the log says so then,
+// rather than lose its end quietly.
+const logCopyBound = time.Minute
+
+// awaitLog waits until a container's output is all in its log.
+func awaitLog(copied <-chan struct{}, log *logBuffer) {
+	t := time.NewTimer(logCopyBound)
+	defer t.Stop()
+	select {
+	case <-copied:
+	case <-t.C:
+		log.Write([]byte(fmt.Sprintf("[log truncated: its pipe is still held %s after the container ended]\n", logCopyBound)))
 	}
 }
 
