@@ -18,6 +18,7 @@ func (p *Pod) Delete(ctx context.Context) Status {
 	// container that starts after this sees the flag (supervise).
 	p.mu.Lock()
 	p.deleting = true
+	p.notifyLocked() // a container held back by StartAfter starts no more
 	var running []int
 	for i := range p.status {
 		if p.status[i].Running {
@@ -71,6 +72,7 @@ func (p *Pod) Delete(ctx context.Context) Status {
 func (p *Pod) Close() error {
 	p.mu.Lock()
 	p.deleting = true
+	p.notifyLocked()
 	p.mu.Unlock()
 	for i := range p.Spec.Containers {
 		if proc := p.proc(i); proc != nil {

@@ -17,8 +17,7 @@ func (p *Pod) run(ctx context.Context) {
 	if err := p.runInits(ctx); err != nil {
 		p.mu.Lock()
 		p.initErr = err
-		close(p.changed)
-		p.changed = make(chan struct{})
+		p.notifyLocked()
 		p.mu.Unlock()
 		return
 	}
@@ -59,7 +58,7 @@ func (p *Pod) run(ctx context.Context) {
 func (p *Pod) runInits(ctx context.Context) error {
 	for i := range p.Spec.InitContainers {
 		c := &p.Spec.InitContainers[i]
-		log := &logBuffer{name: c.Name, stream: p.Spec.Log}
+		log := &logBuffer{name: c.Name, stream: p.Spec.Log, written: p.notify}
 		p.mu.Lock()
 		p.initLogs = append(p.initLogs, log)
 		p.mu.Unlock()
@@ -97,6 +96,9 @@ func (p *Pod) supervise(ctx context.Context, i int, started chan struct{}) {
 		case <-ctx.Done():
 			return
 		}
+	}
+	if !p.awaitStart(ctx, i) {
+		return
 	}
 	for attempt := 0; ; attempt++ {
 		r, w, err := os.Pipe()
@@ -168,6 +170,33 @@ func (p *Pod) supervise(ctx context.Context, i int, started chan struct{}) {
 	}
 }
 
+// awaitStart holds container i's first start back until its StartAfter
+// returns, and reports whether it is to start: not once the pod is being
+// deleted, nor when StartAfter failed (a failed start, then).
+func (p *Pod) awaitStart(ctx context.Context, i int) bool {
+	c := &p.Spec.Containers[i]
+	if c.StartAfter == nil {
+		return true
+	}
+	gctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		// The deletion's start ends the wait, as it ends an image pull.
+		p.Await(gctx, p.isDeleting)
+		cancel()
+	}()
+	err := c.StartAfter(gctx, p)
+	if p.isDeleting() || ctx.Err() != nil {
+		return false
+	}
+	if err != nil {
+		p.logs[i].Write([]byte(fmt.Sprintf("[start held back: %v]\n", err)))
+		p.update(i, func(s *ContainerStatus) { s.Started, s.Running, s.ExitCode = true, false, 128 })
+		return false
+	}
+	return true
+}
+
 // logCopyBound bounds the wait for the rest of a container's output once
 // its main process has exited and the rest of its cgroup is killed. Nothing
 // of the container holds the pipe then: the copy ends as soon as the killed
@@ -190,8 +219,20 @@ func awaitLog(copied <-chan struct{}, log *logBuffer) {
 func (p *Pod) update(i int, f func(*ContainerStatus)) {
 	p.mu.Lock()
 	f(&p.status[i])
+	p.notifyLocked()
+	p.mu.Unlock()
+}
+
+// notifyLocked wakes every waiter (WaitFor, Await); p.mu is held.
+func (p *Pod) notifyLocked() {
 	close(p.changed)
 	p.changed = make(chan struct{})
+}
+
+// notify is notifyLocked for a log's writer.
+func (p *Pod) notify() {
+	p.mu.Lock()
+	p.notifyLocked()
 	p.mu.Unlock()
 }
 

@@ -71,12 +71,24 @@ func hookLog(hook string, out []byte) []byte {
 type logBuffer struct {
 	name   string
 	stream io.Writer
-	mu     sync.Mutex
-	buf    bytes.Buffer
-	line   []byte
+	// written, if set, is called after each write (Pod.notify).
+	written func()
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	line    []byte
 }
 
 func (l *logBuffer) Write(b []byte) (int, error) {
+	l.write(b)
+	// Outside l.mu: Pod.Logs reads an init container's log under the
+	// pod's lock, which written takes.
+	if l.written != nil {
+		l.written()
+	}
+	return len(b), nil
+}
+
+func (l *logBuffer) write(b []byte) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.buf.Write(b)
@@ -91,7 +103,6 @@ func (l *logBuffer) Write(b []byte) (int, error) {
 			l.line = l.line[i+1:]
 		}
 	}
-	return len(b), nil
 }
 
 func (l *logBuffer) String() string {

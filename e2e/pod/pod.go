@@ -103,6 +103,13 @@ type Container struct {
 	// OwnPIDNamespace leaves the container out of the pod's PID namespace,
 	// as shareProcessNamespace: false does.
 	OwnPIDNamespace bool
+	// StartAfter, when set, holds the container's first start back until
+	// it returns, as a slow image pull does, but ended by an event the
+	// test names instead of a clock (Pod.Await waits for one in the pod);
+	// the containers after it wait too. ctx ends when the pod is deleted
+	// or closed. An error fails the start (exit code 128, as a failed
+	// start).
+	StartAfter func(ctx context.Context, p *Pod) error
 	// StartDelay holds the container's start back, as a slow image pull
 	// does; the containers after it wait too.
 	StartDelay time.Duration
@@ -182,7 +189,9 @@ type Pod struct {
 	// Backend-private state.
 	BackendState any
 
-	mu       sync.Mutex
+	mu sync.Mutex
+	// changed is closed, and made anew, at each change of the status, each
+	// write to a container's log and the deletion's start (Await).
 	changed  chan struct{}
 	status   []ContainerStatus
 	procs    []Process
@@ -239,7 +248,7 @@ func Start(ctx context.Context, b Backend, spec Spec) (*Pod, error) {
 	p.logs = make([]*logBuffer, n)
 	for i, c := range spec.Containers {
 		p.status[i].Name, p.status[i].Native, p.status[i].Ephemeral = c.Name, c.Native, c.Ephemeral
-		p.logs[i] = &logBuffer{name: c.Name, stream: spec.Log}
+		p.logs[i] = &logBuffer{name: c.Name, stream: spec.Log, written: p.notify}
 	}
 	for _, c := range append(append([]Container{}, spec.InitContainers...), spec.Containers...) {
 		// The file a container writes its termination message to, or the

@@ -282,3 +282,53 @@ func TestPodNativeAndEphemeral(t *testing.T) {
 		})
 	}
 }
+
+// TestPodStartAfter: a container held back by StartAfter starts only once
+// it returns, and the containers after it wait too; one still held back
+// when the pod is closed never starts, and Close does not wait for it.
+func TestPodStartAfter(t *testing.T) {
+	tl := needTools(t)
+	done := func(name string) func(context.Context, *Pod) error {
+		return func(ctx context.Context, p *Pod) error {
+			_, err := p.WaitFor(ctx, func(s Status) bool { c := s.Container(name); return c.Started && !c.Running })
+			return err
+		}
+	}
+	never := func(ctx context.Context, p *Pod) error { <-ctx.Done(); return ctx.Err() }
+	for _, b := range backends(t, tl) {
+		t.Run(b.Name(), func(t *testing.T) {
+			p := startPod(t, b, Spec{Name: "after", Containers: []Container{
+				{Name: "first", Argv: []string{tl.Podsim, "app", "--exit", "3"}},
+				{Name: "second", Argv: []string{tl.Podsim, "app", "--sleep", "1h"}, StartAfter: done("first")},
+				{Name: "third", Argv: []string{tl.Podsim, "app", "--sleep", "1h"}},
+				{Name: "held", Argv: []string{tl.Podsim, "app"}, StartAfter: never},
+			}})
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			early := ""
+			if _, err := p.WaitFor(ctx, func(s Status) bool {
+				first, second, third := s.Container("first"), s.Container("second"), s.Container("third")
+				if (second.Started && first.Running) || (third.Started && !second.Started) {
+					early = s.String()
+				}
+				return third.Running
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if early != "" {
+				t.Errorf("a container started before the one it waits for: %s", early)
+			}
+			if c := p.Status().Container("first"); c.ExitCode != 3 {
+				t.Errorf("first %+v, want exit 3", c)
+			}
+			begun := time.Now()
+			if err := p.Close(); err != nil {
+				t.Errorf("close with a container held back: %v", err)
+			}
+			if c := p.Status().Container("held"); c.Started {
+				t.Errorf("held %+v: started although StartAfter never returned", c)
+			}
+			t.Logf("closed in %s", time.Since(begun).Round(time.Millisecond))
+		})
+	}
+}

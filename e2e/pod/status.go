@@ -136,6 +136,26 @@ func (p *Pod) WaitFor(ctx context.Context, cond func(Status) bool) (Status, erro
 	}
 }
 
+// Await waits until cond holds, or ctx ends. It checks cond at once, then
+// at each change of the pod's status, each write to a container's log (a
+// condition on Logs holds as soon as the line is there) and the start of
+// the pod's deletion: an event, never a poll.
+func (p *Pod) Await(ctx context.Context, cond func() bool) error {
+	for {
+		p.mu.Lock()
+		ch := p.changed
+		p.mu.Unlock()
+		if cond() {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("pod %s: %w; status: %s", p.Spec.Name, ctx.Err(), p.Status())
+		}
+	}
+}
+
 // WaitPhase waits for a terminal phase (Succeeded or Failed).
 func (p *Pod) WaitPhase(ctx context.Context) (Status, error) {
 	return p.WaitFor(ctx, func(s Status) bool { return s.Phase == Succeeded || s.Phase == Failed })
