@@ -98,3 +98,86 @@ func rmdirRetry(dir string) error {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// runcCgroupDirs lists the pod's cgroup directory in every hierarchy this
+// process is in: runc makes the containers' cgroups relative to its own
+// (which is ours) in each of them.
+func runcCgroupDirs(pod string) ([]string, error) {
+	self, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return nil, err
+	}
+	mounts, err := cgroupMounts()
+	if err != nil {
+		return nil, err
+	}
+	var dirs []string
+	for _, line := range strings.Split(strings.TrimSpace(string(self)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if mnt := mounts.find(parts[1]); mnt != "" {
+			dirs = append(dirs, filepath.Join(mnt, parts[2], pod))
+		}
+		// Else a hierarchy not mounted here, which runc cannot use either.
+	}
+	return dirs, nil
+}
+
+// cgroupMount is a mounted cgroup hierarchy: its mount point and mount
+// options, which name its controllers ("cpu", "name=systemd"); none for
+// cgroup2.
+type cgroupMount struct {
+	dir  string
+	v2   bool
+	opts map[string]bool
+}
+
+type cgroupMountList []cgroupMount
+
+// find returns where the hierarchy of a /proc/self/cgroup line's
+// controller list ("" for cgroup2) is mounted, or "".
+func (l cgroupMountList) find(controllers string) string {
+	for _, m := range l {
+		if controllers == "" {
+			if m.v2 {
+				return m.dir
+			}
+			continue
+		}
+		all := !m.v2
+		for _, c := range strings.Split(controllers, ",") {
+			all = all && m.opts[c]
+		}
+		if all {
+			return m.dir
+		}
+	}
+	return ""
+}
+
+func cgroupMounts() (cgroupMountList, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var l cgroupMountList
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		for i, fld := range fields {
+			// "... - FSTYPE SOURCE SUPEROPTS"
+			if fld != "-" || i+3 >= len(fields) || (fields[i+1] != "cgroup" && fields[i+1] != "cgroup2") {
+				continue
+			}
+			m := cgroupMount{dir: fields[4], v2: fields[i+1] == "cgroup2", opts: map[string]bool{}}
+			for _, o := range strings.Split(fields[i+3], ",") {
+				m.opts[o] = true
+			}
+			l = append(l, m)
+		}
+	}
+	return l, sc.Err()
+}
