@@ -138,7 +138,7 @@ func (n Namespaces) Start(ctx context.Context, p *Pod, c *Container, attempt int
 		}
 		bind = inst + ":" + target
 	}
-	cmd, err := n.enter(p, c, cg, bind, 0, c.Argv, stdout)
+	cmd, err := n.enter(p, c, cg, bind, 0, false, c.Argv, stdout)
 	if err != nil {
 		return nil, err
 	}
@@ -167,41 +167,51 @@ func (n Namespaces) Exec(ctx context.Context, p *Pod, c *Container, attempt int,
 			main = proc.PID()
 		}
 	}
-	cmd, err := n.enter(p, c, st.cgroupDir(c, attempt), "", main, argv, w)
+	cmd, err := n.enter(p, c, st.cgroupDir(c, attempt), "", main, true, argv, w)
 	w.Close()
 	if err != nil {
 		return nil, err
 	}
 	outc := make(chan []byte, 1)
 	go func() {
-		var b strings.Builder
-		buf := make([]byte, 4096)
-		for {
-			n, err := r.Read(buf)
-			b.Write(buf[:n])
-			if err != nil {
-				break
-			}
-		}
-		outc <- []byte(b.String())
+		b, _ := io.ReadAll(r)
+		outc <- b
 	}()
 	waitc := make(chan error, 1)
-	go func() { waitc <- cmd.Wait() }()
+	go func() {
+		// The process leads a process group of its own: once it has exited,
+		// what it started (a hook's child left behind) is killed with the
+		// group, and the output's pipe closes. It is reaped only after the
+		// kill, so that the group's id cannot be another's meanwhile.
+		pid := cmd.Process.Pid
+		var info unix.Siginfo
+		for unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil) == unix.EINTR {
+		}
+		syscall.Kill(-pid, syscall.SIGKILL)
+		waitc <- cmd.Wait()
+	}()
 	select {
 	case err := <-waitc:
+		t := time.NewTimer(execOutputBound)
+		defer t.Stop()
 		select {
 		case out := <-outc:
 			return out, err
-		case <-time.After(time.Second):
-			// A child of the hook holds the pipe open: return without it.
-			return nil, err
+		case <-t.C:
+			return nil, errors.Join(err, fmt.Errorf("exec %v: its output still open %s after it exited (a process of it outside its group)", argv, execOutputBound))
 		}
 	case <-ctx.Done():
-		cmd.Process.Kill()
+		cmd.Process.Kill() // and then its group, as above
 		<-waitc
 		return nil, fmt.Errorf("hook %v: %w", argv, ctx.Err())
 	}
 }
+
+// execOutputBound bounds the wait for an exec's output once its process
+// group is killed: nothing of it holds the pipe then, and the rest of the
+// output comes at once, however loaded the machine. Only a process that
+// left the group could hold it.
+const execOutputBound = time.Minute
 
 // enter starts podsim enter in the pod's namespaces from a throw-away
 // locked thread: setns changes the calling thread, and the thread is
@@ -209,8 +219,9 @@ func (n Namespaces) Exec(ctx context.Context, p *Pod, c *Container, attempt int,
 // bind, "SRC:DST" or "", is the container's termination-message mount.
 // joinMnt, a host PID or 0, is whose mount namespace the process joins
 // (through nsenter: a Go program, multi-threaded, cannot setns one) instead
-// of making mounts of its own.
-func (n Namespaces) enter(p *Pod, c *Container, cgroup, bind string, joinMnt int, argv []string, out *os.File) (*exec.Cmd, error) {
+// of making mounts of its own. group makes the process the leader of a new
+// process group (an exec's, which Exec kills as a whole).
+func (n Namespaces) enter(p *Pod, c *Container, cgroup, bind string, joinMnt int, group bool, argv []string, out *os.File) (*exec.Cmd, error) {
 	dir := c.Dir
 	if dir == "" {
 		dir = "/"
@@ -283,6 +294,7 @@ func (n Namespaces) enter(p *Pod, c *Container, cgroup, bind string, joinMnt int
 		if c.OwnPIDNamespace {
 			cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWPID
 		}
+		cmd.SysProcAttr.Setpgid = group
 		err := cmd.Start()
 		res <- result{cmd, err}
 	}()

@@ -225,8 +225,10 @@ func (r Runc) Exec(ctx context.Context, p *Pod, c *Container, attempt int, argv 
 		}
 		return cmd.Process.Kill()
 	}
-	// A child of the hook may hold the output open: do not wait for it.
-	cmd.WaitDelay = time.Second
+	// Once runc exec has returned, the rest of the output comes at once,
+	// however loaded the machine: the bound is for a child of the hook
+	// that would hold it open (Wait then fails with exec.ErrWaitDelay).
+	cmd.WaitDelay = execOutputBound
 	err := cmd.Run()
 	os.Remove(pidFile)
 	if ctx.Err() != nil {
