@@ -50,12 +50,13 @@ func CgroupRoot() (string, error) {
 }
 
 // killCgroup kills every process in a cgroup v2 directory: cgroup.kill
-// (Linux 5.14+), else one by one.
+// (Linux 5.14+), else one by one until cgroup.procs is empty (a process
+// forked meanwhile is killed on the next round), for at most killBound.
 func killCgroup(dir string) {
 	if err := os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0); err == nil {
 		return
 	}
-	for i := 0; i < 10; i++ {
+	for end := time.Now().Add(killBound); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
 		b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
 		if err != nil || len(strings.TrimSpace(string(b))) == 0 {
 			return
@@ -65,9 +66,11 @@ func killCgroup(dir string) {
 				syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// killBound bounds killCgroup's rounds without cgroup.kill: a hang guard.
+const killBound = 30 * time.Second
 
 // removeCgroupTree removes a pod's cgroup directories, waiting (bounded) for
 // killed processes to leave them.
