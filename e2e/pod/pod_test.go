@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func requireRoot(t *testing.T) {
@@ -63,8 +66,8 @@ func TestPodShape(t *testing.T) {
 	for _, b := range backends(t, tl) {
 		t.Run(b.Name(), func(t *testing.T) {
 			p := startPod(t, b, Spec{Name: "shape", Containers: []Container{
-				{Name: "app", Argv: []string{tl.Podsim, "app", "--sleep", "1m"}, UID: 1000, GID: 1000},
-				{Name: "viewer", Argv: []string{tl.Podsim, "app", "--sleep", "1m"}, UID: 1337, GID: 1337},
+				{Name: "app", Argv: []string{tl.Podsim, "app", "--sleep", "1h"}, UID: 1000, GID: 1000},
+				{Name: "viewer", Argv: []string{tl.Podsim, "app", "--sleep", "1h"}, UID: 1337, GID: 1337},
 			}})
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
@@ -157,8 +160,10 @@ func TestPodRestartAndDelete(t *testing.T) {
 	tl := needTools(t)
 	for _, b := range backends(t, tl) {
 		t.Run(b.Name(), func(t *testing.T) {
+			// The grace only bounds the wait for the server's exit on SIGTERM:
+			// long, so that a slow exit is not taken for an ignored SIGTERM.
 			p := startPod(t, b, Spec{Name: "restart", RestartPolicy: OnFailure, RestartBackoff: 50 * time.Millisecond,
-				TerminationGracePeriod: 5 * time.Second, Containers: []Container{
+				TerminationGracePeriod: time.Minute, Containers: []Container{
 					{Name: "flaky", Argv: []string{tl.Podsim, "app", "--sleep", "50ms", "--exit", "1"}},
 					{Name: "server", Argv: []string{tl.Podsim, "app", "--sleep", "1h"}},
 				}})
@@ -184,22 +189,24 @@ func TestPodRestartAndDelete(t *testing.T) {
 
 // TestPodNames: every container instance has the kubelet's
 // termination-message mount, <root>/pods/<pod UID>/containers/<name>/<8
-// hex>, a new file for each restart; with NoNames none has.
+// hex>, a new file for each restart; with NoNames none has. Each run of
+// flaky waits on a cue until its mount has been read.
 func TestPodNames(t *testing.T) {
 	tl := needTools(t)
 	for _, b := range backends(t, tl) {
 		for _, noNames := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/nonames=%v", b.Name(), noNames), func(t *testing.T) {
+				cue, mount := newCue(t)
 				p := startPod(t, b, Spec{Name: "names", RestartPolicy: OnFailure, RestartBackoff: 50 * time.Millisecond, NoNames: noNames,
-					TerminationGracePeriod: 5 * time.Second, Containers: []Container{
-						{Name: "flaky", Argv: []string{tl.Podsim, "app", "--sleep", "300ms", "--exit", "1"}},
+					Containers: []Container{
+						{Name: "flaky", Argv: []string{tl.Podsim, "app", "--fifo", cue, "--exit", "1"}, Mounts: []Mount{mount}},
 						{Name: "server", Argv: []string{tl.Podsim, "app", "--sleep", "1h"}},
 					}})
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				defer cancel()
 				seen := map[string]bool{}
-				for len(seen) < 2 && ctx.Err() == nil {
-					st, err := p.WaitFor(ctx, func(s Status) bool { return s.Container("flaky").Running })
+				for run := 0; run < 2; run++ {
+					st, err := p.WaitFor(ctx, func(s Status) bool { c := s.Container("flaky"); return c.Running && c.Restarts == run })
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -215,7 +222,11 @@ func TestPodNames(t *testing.T) {
 						t.Fatalf("flaky's mount %q lacks %q", mount, want)
 					}
 					seen[mount] = true
-					p.WaitFor(ctx, func(s Status) bool { return !s.Container("flaky").Running })
+					release(t, cue)
+					// The run is over before the next one waits on the cue.
+					if _, err := p.WaitFor(ctx, func(s Status) bool { c := s.Container("flaky"); return !c.Running || c.Restarts > run }); err != nil {
+						t.Fatal(err)
+					}
 				}
 				if len(seen) < 2 {
 					t.Errorf("the restart did not get a file of its own: %v", seen)
@@ -225,6 +236,47 @@ func TestPodNames(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// newCue makes a FIFO for `podsim app --fifo`, at one path on the host and
+// in every container (the runc backend's need the returned mount): the
+// app runs until release.
+func newCue(t *testing.T) (path string, mount Mount) {
+	t.Helper()
+	dir := t.TempDir()
+	path = filepath.Join(dir, "cue")
+	if err := unix.Mkfifo(path, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	return path, Mount{Host: dir, Container: dir}
+}
+
+// release ends the run of the app waiting on the cue: it opens the FIFO
+// for writing, which waits for the app to open it for reading, and closes
+// it. The wait is bounded (a hang guard).
+func release(t *testing.T, cue string) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		f, err := os.OpenFile(cue, os.O_WRONLY, 0)
+		if err == nil {
+			err = f.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		// Unblock the opener with a reader of our own.
+		if f, err := os.OpenFile(cue, os.O_RDONLY|unix.O_NONBLOCK, 0); err == nil {
+			<-done
+			f.Close()
+		}
+		t.Fatalf("nothing waited on the cue %s within a minute", cue)
 	}
 }
 
@@ -252,13 +304,16 @@ func TestPodNativeAndEphemeral(t *testing.T) {
 	tl := needTools(t)
 	for _, b := range backends(t, tl) {
 		t.Run(b.Name(), func(t *testing.T) {
+			// The app runs until the native sidecar has been restarted and
+			// the ephemeral container runs.
+			cue, mount := newCue(t)
 			p := startPod(t, b, Spec{Name: "native", RestartPolicy: Never, RestartBackoff: 50 * time.Millisecond,
-				TerminationGracePeriod: 5 * time.Second, Containers: []Container{
+				Containers: []Container{
 					{Name: "logship", Native: true, Argv: []string{tl.Podsim, "app", "--sleep", "300ms"}},
-					{Name: "app", Argv: []string{tl.Podsim, "app", "--sleep", "2s"}},
+					{Name: "app", Argv: []string{tl.Podsim, "app", "--fifo", cue}, Mounts: []Mount{mount}},
 					{Name: "debugger", Ephemeral: true, Argv: []string{tl.Podsim, "app", "--sleep", "1h"}},
 				}})
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			if _, err := p.WaitFor(ctx, func(s Status) bool { return s.Container("app").Running }); err != nil {
 				t.Fatal(err)
@@ -266,6 +321,10 @@ func TestPodNativeAndEphemeral(t *testing.T) {
 			if err := p.StartEphemeral(ctx, "debugger"); err != nil {
 				t.Fatal(err)
 			}
+			if _, err := p.WaitFor(ctx, func(s Status) bool { return s.Container("logship").Restarts >= 1 }); err != nil {
+				t.Fatal(err)
+			}
+			release(t, cue)
 			st, err := p.WaitFor(ctx, func(s Status) bool { return s.Phase == Succeeded || s.Phase == Failed })
 			if err != nil {
 				t.Fatal(err)
