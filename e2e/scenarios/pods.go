@@ -6,9 +6,7 @@
 package scenarios
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -16,8 +14,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/istioproxy"
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/istioproxy/record"
@@ -122,66 +118,6 @@ type Built struct {
 	Proxy *istioproxy.Proxy
 	// cues are the host paths of the cued apps' FIFOs, by app name.
 	cues map[string]string
-}
-
-// cue makes app a's FIFO at host path and returns the arguments that make
-// podsim app wait on it (at path as the container sees it).
-func (b *Built) cue(a App, host, path string) ([]string, error) {
-	if !a.Cued {
-		return nil, nil
-	}
-	if err := unix.Mkfifo(host, 0o666); err != nil {
-		return nil, fmt.Errorf("mkfifo %s: %w", host, err)
-	}
-	// Apps run as several uids.
-	if err := os.Chmod(host, 0o666); err != nil {
-		return nil, err
-	}
-	if b.cues == nil {
-		b.cues = map[string]string{}
-	}
-	b.cues[a.Name] = host
-	return []string{"--fifo", path}, nil
-}
-
-// handlerCue makes the stand-in's handler cue when d asks for one, and
-// returns its environment.
-func (b *Built) handlerCue(d Desc, host, path string) ([]string, error) {
-	if !d.ProxyHandlerCued {
-		return nil, nil
-	}
-	if _, err := b.cue(App{Name: HandlerCue, Cued: true}, host, path); err != nil {
-		return nil, err
-	}
-	return []string{"PILOT_HANDLER_CUE=" + path}, nil
-}
-
-// Release lets the cued app name end: it opens the app's FIFO for writing
-// and closes it, which waits (up to 30s) for the app to be waiting on it.
-func (b Built) Release(name string) error {
-	path, ok := b.cues[name]
-	if !ok {
-		return fmt.Errorf("app %q is not cued", name)
-	}
-	done := make(chan error, 1)
-	go func() {
-		f, err := os.OpenFile(path, os.O_WRONLY, 0) // blocks until the app reads
-		if err == nil {
-			err = f.Close()
-		}
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(30 * time.Second):
-		// Unblock the opener with a reader of our own.
-		if f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK, 0); err == nil {
-			<-done
-			f.Close()
-		}
-		return fmt.Errorf("app %s never waited for its cue within 30s", name)
-	}
 }
 
 // DefaultRealDrain is the real pilot-agent's terminationDrainDuration when
@@ -435,60 +371,4 @@ func assemble(d Desc, dir string, apps []pod.Container, proxy, supervisor *pod.C
 	}
 	spec.Containers = append(spec.Containers, injected...)
 	return spec
-}
-
-// Record reads a record file (the stand-in's or an app's): one event per
-// line, with any leading timestamp cut off.
-func Record(path string) []string {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		out = append(out, sc.Text())
-	}
-	return out
-}
-
-// LogLine is one line of the supervisor's JSON log.
-type LogLine map[string]any
-
-// Msg is the line's message.
-func (l LogLine) Msg() string { s, _ := l["message"].(string); return s }
-
-// Str is a field as text.
-func (l LogLine) Str(k string) string {
-	switch v := l[k].(type) {
-	case string:
-		return v
-	case nil:
-		return ""
-	default:
-		return fmt.Sprint(v)
-	}
-}
-
-// ParseLog reads the supervisor's JSON log lines out of its container's
-// output (other lines are skipped).
-func ParseLog(out string) []LogLine {
-	var lines []LogLine
-	for _, s := range strings.Split(out, "\n") {
-		var l LogLine
-		if json.Unmarshal([]byte(s), &l) == nil && l.Msg() != "" {
-			lines = append(lines, l)
-		}
-	}
-	return lines
-}
-
-// Messages lists the log's messages in order.
-func Messages(lines []LogLine) []string {
-	var out []string
-	for _, l := range lines {
-		out = append(out, l.Msg())
-	}
-	return out
 }
