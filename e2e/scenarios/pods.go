@@ -45,6 +45,9 @@ type App struct {
 	// the pod's last container, find it first however slowly the machine
 	// starts containers, instead of betting on a --sleep.
 	Cued bool
+	// DrainCued: on SIGTERM the app drains (calling what its --get names)
+	// until the test releases DrainCue(Name), then exits (--term-exit).
+	DrainCued bool
 	// CgroupDelay keeps every run's main process that long out of its
 	// container's cgroup, in the pod already (pod.Container.CgroupDelay;
 	// namespaces backend only).
@@ -71,11 +74,15 @@ type Desc struct {
 	// the stand-in envoy's ENVOY_STANDIN_READY_DELAY under the real
 	// pilot-agent, the stand-in's PILOT_READY_DELAY.
 	ProxyReadyDelay time.Duration
-	// ProxyStartDelay starts istio-proxy late (after the apps).
-	ProxyStartDelay time.Duration
+	// ProxyStartAfter holds istio-proxy's start back, and the supervisor's
+	// after it, until it returns (pod.Container.StartAfter).
+	ProxyStartAfter func(context.Context, *pod.Pod) error
 	// ProxyHandlerCued: the stand-in asks for SIGTERM (signal.Notify) and
 	// starts envoy only once the test releases HandlerCue (Built.Release).
 	ProxyHandlerCued bool
+	// ProxyDrainCued: the stand-in's drain lasts until the test releases
+	// ProxyDrainCue (Built.Release), instead of ProxyDrain.
+	ProxyDrainCued bool
 	// HoldApp puts istio-proxy first with a postStart hook that waits for
 	// its readiness, as Istio's holdApplicationUntilProxyStarts does.
 	HoldApp bool
@@ -98,8 +105,12 @@ type Desc struct {
 }
 
 // HandlerCue is the name Built.Release takes for the stand-in's handler
-// (Desc.ProxyHandlerCued).
-const HandlerCue = "pilot-agent-handler"
+// (Desc.ProxyHandlerCued), ProxyDrainCue for the end of its drain
+// (Desc.ProxyDrainCued).
+const (
+	HandlerCue    = "pilot-agent-handler"
+	ProxyDrainCue = "pilot-agent-drain"
+)
 
 // Built is a pod spec ready to start, and where its records land.
 type Built struct {
@@ -210,7 +221,7 @@ func BuildNamespaces(d Desc, tl pod.Tools) (Built, error) {
 	b := Built{Dir: dir, Shared: dir, Backend: pod.Namespaces{Podsim: tl.Podsim}}
 	var apps []pod.Container
 	for _, a := range d.Apps {
-		cue, err := b.cue(a, filepath.Join(dir, a.Name+".cue"), filepath.Join(dir, a.Name+".cue"))
+		cue, err := b.appCues(a, dir, dir)
 		if err != nil {
 			return Built{}, err
 		}
@@ -222,7 +233,7 @@ func BuildNamespaces(d Desc, tl pod.Tools) (Built, error) {
 	switch d.Proxy {
 	case StandIn:
 		b.PilotRecord = filepath.Join(dir, "pilot-agent.record")
-		cue, err := b.handlerCue(d, filepath.Join(dir, HandlerCue+".cue"), filepath.Join(dir, HandlerCue+".cue"))
+		cue, err := b.proxyCues(d, dir, dir)
 		if err != nil {
 			return Built{}, err
 		}
@@ -272,13 +283,7 @@ func BuildNamespaces(d Desc, tl pod.Tools) (Built, error) {
 func supervisorEnv(d Desc) []string {
 	var env []string
 	if !d.NoAppNames {
-		var names []string
-		for _, a := range d.Apps {
-			if !a.Native && !a.Ephemeral {
-				names = append(names, a.Name)
-			}
-		}
-		env = append(env, "SUPERVISOR_APPS="+strings.Join(names, ","))
+		env = append(env, "SUPERVISOR_APPS="+strings.Join(appNames(d), ","))
 	}
 	return append(env, d.SupervisorEnv...)
 }
@@ -349,7 +354,7 @@ func assemble(d Desc, dir string, apps []pod.Container, proxy, supervisor *pod.C
 			proxy.UID, proxy.GID = ProxyUID, ProxyUID
 		}
 		proxy.NoNewPrivs, proxy.Caps = true, []int{}
-		proxy.StartDelay = d.ProxyStartDelay
+		proxy.StartAfter = d.ProxyStartAfter
 		if !d.HoldApp {
 			proxy.PostStart = nil
 		}
@@ -371,4 +376,15 @@ func assemble(d Desc, dir string, apps []pod.Container, proxy, supervisor *pod.C
 	}
 	spec.Containers = append(spec.Containers, injected...)
 	return spec
+}
+
+// appNames are d's app containers (neither native sidecars nor ephemeral).
+func appNames(d Desc) []string {
+	var names []string
+	for _, a := range d.Apps {
+		if !a.Native && !a.Ephemeral {
+			names = append(names, a.Name)
+		}
+	}
+	return names
 }

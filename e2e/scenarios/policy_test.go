@@ -15,21 +15,20 @@ import (
 // Issue 5's cases on both backends: every restart policy and the moving
 // parts of a pod's life.
 
-// policyEnv keeps the supervisor's bounds short.
-var policyEnv = []string{"SUPERVISOR_STOP_TIMEOUT=5s", "SUPERVISOR_SIDECAR_START_TIMEOUT=2s", "SUPERVISOR_APP_START_TIMEOUT=2s"}
-
-// runBuilt starts b, waits for a terminal phase within d, and returns the
-// status; cleanup prints everything on failure.
-func runBuilt(t *testing.T, built Built, within time.Duration) (*pod.Pod, pod.Status) {
+// runBuilt starts built, releases the one run of each cued app once the
+// supervisor has found it (releaseRuns), waits (bounded) for a terminal
+// phase and returns the status; cleanup prints everything on failure.
+func runBuilt(t *testing.T, built Built) (*pod.Pod, pod.Status) {
 	t.Helper()
 	p := Start(t, built)
-	ctx, cancel := context.WithTimeout(context.Background(), within)
-	defer cancel()
-	st, err := p.WaitPhase(ctx)
-	if err != nil {
-		t.Fatal(err)
+	for _, c := range built.Spec.Containers {
+		if _, ok := built.cues[c.Name]; ok {
+			if err := releaseRuns(p, built, c.Name, 1, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
-	return p, st
+	return p, waitPhase(t, p, eventBound)
 }
 
 // withStamps makes every app record the time of each of its runs' end
@@ -83,18 +82,23 @@ func signalledAt(p *pod.Pod) time.Time {
 
 // TestOnFailurePod: under restartPolicy OnFailure the app fails twice and
 // is restarted in place by the kubelet; the sidecar lives through both
-// restarts and is stopped gracefully once the third run succeeds.
+// restarts and is stopped gracefully once the third run succeeds. Each run
+// ends once the supervisor has found it.
 func TestOnFailurePod(t *testing.T) {
 	for _, b := range Builders(t) {
 		t.Run(b.Name, func(t *testing.T) {
 			built, err := b.Build(Desc{Name: "onfailure", Policy: pod.OnFailure,
-				Apps:          []App{{Name: "app", Args: []string{"--sleep", "1s", "--fail-first", "2"}}},
-				SupervisorEnv: append([]string{"SUPERVISOR_RESTART_POLICY=OnFailure"}, policyEnv...)})
+				Apps:          []App{{Name: "app", Cued: true, Args: []string{"--fail-first", "2"}}},
+				SupervisorEnv: append([]string{"SUPERVISOR_RESTART_POLICY=OnFailure"}, patient...)})
 			if err != nil {
 				t.Fatal(err)
 			}
 			stampFiles := withStamps(&built, []string{"app"})
-			p, st := runBuilt(t, built, 2*time.Minute)
+			p := Start(t, built)
+			if err := releaseRuns(p, built, "app", 3, nil); err != nil {
+				t.Fatal(err)
+			}
+			st := waitPhase(t, p, eventBound)
 			if st.Phase != pod.Succeeded {
 				t.Errorf("phase %s, want Succeeded", st.Phase)
 			}
@@ -111,7 +115,7 @@ func TestOnFailurePod(t *testing.T) {
 			if n := countOf(msgs, "app restarted by the kubelet: watching the new container"); n != 2 {
 				t.Errorf("supervisor saw %d restarts, want 2: %q", n, msgs)
 			}
-			checkInvariants(t, appEnds(stampFiles), signalledAt(p), 3)
+			checkInvariants(t, p, appEnds(stampFiles), 3)
 		})
 	}
 }
@@ -134,12 +138,12 @@ func TestAlwaysPod(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			built, err := b.Build(Desc{Name: "always", Policy: pod.Always,
 				Apps:          []App{{Name: "app", Args: []string{"--sleep", "300ms"}}},
-				SupervisorEnv: append([]string{"SUPERVISOR_RESTART_POLICY=Always"}, policyEnv...), Grace: 10 * time.Second})
+				SupervisorEnv: append([]string{"SUPERVISOR_RESTART_POLICY=Always"}, patient...), Grace: eventBound})
 			if err != nil {
 				t.Fatal(err)
 			}
 			p := Start(t, built)
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			ctx, cancel := context.WithTimeout(context.Background(), eventBound)
 			defer cancel()
 			// The app exits 0 and is restarted, again and again.
 			if _, err := p.WaitFor(ctx, func(s pod.Status) bool { return s.Container("app").Restarts >= 3 }); err != nil {
@@ -166,12 +170,12 @@ func TestNativeSidecarPod(t *testing.T) {
 	for _, b := range Builders(t) {
 		t.Run(b.Name, func(t *testing.T) {
 			built, err := b.Build(Desc{Name: "native", Apps: []App{{Name: "app", Args: []string{"--sleep", "1h"}}},
-				SupervisorEnv: append([]string{"SUPERVISOR_NATIVE_SIDECAR=true"}, policyEnv...)})
+				SupervisorEnv: append([]string{"SUPERVISOR_NATIVE_SIDECAR=true"}, patient...)})
 			if err != nil {
 				t.Fatal(err)
 			}
 			p := Start(t, built)
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			ctx, cancel := context.WithTimeout(context.Background(), eventBound)
 			defer cancel()
 			st, err := p.WaitFor(ctx, func(s pod.Status) bool { c := s.Container("supervisor"); return c.Started && !c.Running })
 			if err != nil {
@@ -195,14 +199,14 @@ func TestNativeSidecarPod(t *testing.T) {
 func TestSeveralSidecars(t *testing.T) {
 	for _, b := range Builders(t) {
 		t.Run(b.Name, func(t *testing.T) {
-			built, err := b.Build(Desc{Name: "sidecars", Apps: []App{{Name: "app", Args: []string{"--sleep", "1s"}}},
+			built, err := b.Build(Desc{Name: "sidecars", Apps: []App{{Name: "app", Cued: true}},
 				SupervisorEnv: append([]string{"SUPERVISOR_SIDECAR_PROCESSES=pilot-agent,cloud-sql-proxy",
-					"SUPERVISOR_SIDECAR_ACTIONS=cloud-sql-proxy=SIGINT"}, policyEnv...)})
+					"SUPERVISOR_SIDECAR_ACTIONS=cloud-sql-proxy=SIGINT"}, patient...)})
 			if err != nil {
 				t.Fatal(err)
 			}
 			sqlRecord := addSidecar(t, &built, "cloud-sql-proxy")
-			_, st := runBuilt(t, built, time.Minute)
+			_, st := runBuilt(t, built)
 			if st.Phase != pod.Succeeded {
 				t.Errorf("phase %s", st)
 			}
@@ -250,16 +254,19 @@ func addSidecar(t *testing.T, b *Built, name string) string {
 
 // TestMissingApp: an expected app container never appears (it finished
 // before the supervisor started, or never started): after the bounded wait,
-// the unknown action.
+// the unknown action. The app that is there runs until found (the
+// supervisor's first scan, before the look's clock starts), then fails.
 func TestMissingApp(t *testing.T) {
 	for _, b := range Builders(t) {
 		t.Run(b.Name, func(t *testing.T) {
-			built, err := b.Build(Desc{Name: "missing", Apps: []App{{Name: "app", Args: []string{"--sleep", "1s", "--exit", "3"}}},
-				SupervisorEnv: append([]string{"SUPERVISOR_APP_CONTAINERS=2", "SUPERVISOR_APPS=app,worker"}, policyEnv...)})
+			built, err := b.Build(Desc{Name: "missing", Apps: []App{{Name: "app", Cued: true, Args: []string{"--exit", "3"}}},
+				SupervisorEnv: append(append([]string{}, patient...), "SUPERVISOR_APP_CONTAINERS=2", "SUPERVISOR_APPS=app,worker",
+					// The look for worker, which never comes, ends: the outcome.
+					"SUPERVISOR_APP_START_TIMEOUT=2s")})
 			if err != nil {
 				t.Fatal(err)
 			}
-			p, st := runBuilt(t, built, time.Minute)
+			p, st := runBuilt(t, built)
 			msg := p.TerminationMessage("supervisor")
 			// The app that was seen failed: that outweighs the missing one.
 			if !strings.HasPrefix(msg, "failure: ") || !strings.Contains(msg, "never seen within SUPERVISOR_APP_START_TIMEOUT") {
@@ -278,16 +285,16 @@ func TestMissingApp(t *testing.T) {
 func TestAppDoneBeforeSupervisor(t *testing.T) {
 	for _, b := range Builders(t) {
 		t.Run(b.Name, func(t *testing.T) {
-			built, err := b.Build(Desc{Name: "early", Apps: []App{{Name: "app", Args: []string{"--exit", "3"}}}, SupervisorEnv: policyEnv})
+			built, err := b.Build(Desc{Name: "early", Apps: []App{{Name: "app", Args: []string{"--exit", "3"}}},
+				// The look for the app, which has ended: the outcome.
+				SupervisorEnv: append(append([]string{}, patient...), "SUPERVISOR_APP_START_TIMEOUT=2s")})
 			if err != nil {
 				t.Fatal(err)
 			}
-			for i := range built.Spec.Containers {
-				if c := &built.Spec.Containers[i]; c.Name == "supervisor" {
-					c.StartDelay = time.Second // a slow image pull
-				}
-			}
-			p, st := runBuilt(t, built, time.Minute)
+			// As after a slow image pull: the supervisor starts once the app
+			// has ended.
+			container(&built.Spec, "supervisor").StartAfter = terminated("app")
+			p, st := runBuilt(t, built)
 			if msg := p.TerminationMessage("supervisor"); !strings.HasPrefix(msg, "unknown: ") {
 				t.Errorf("termination message %q, want the unknown outcome", msg)
 			}
@@ -306,12 +313,13 @@ func TestAppDoneBeforeSupervisor(t *testing.T) {
 func TestNoSidecarPod(t *testing.T) {
 	for _, b := range Builders(t) {
 		t.Run(b.Name, func(t *testing.T) {
-			built, err := b.Build(Desc{Name: "nosidecar", Proxy: NoProxy, Apps: []App{{Name: "app", Args: []string{"--sleep", "1s"}}},
-				SupervisorEnv: policyEnv})
+			built, err := b.Build(Desc{Name: "nosidecar", Proxy: NoProxy, Apps: []App{{Name: "app", Cued: true}},
+				// The wait for a sidecar, which never comes, ends: the outcome.
+				SupervisorEnv: append(append([]string{}, patient...), "SUPERVISOR_SIDECAR_START_TIMEOUT=2s")})
 			if err != nil {
 				t.Fatal(err)
 			}
-			p, st := runBuilt(t, built, time.Minute)
+			p, st := runBuilt(t, built)
 			if st.Phase != pod.Succeeded || st.Container("supervisor").ExitCode != 0 {
 				t.Errorf("status %s", st)
 			}
@@ -323,23 +331,26 @@ func TestNoSidecarPod(t *testing.T) {
 }
 
 // TestOrphansOutliveMain: the app's main process exits 0 while a child of
-// it would run on; the container is done (the runtime kills the rest), and
-// the supervisor acts on the main process's exit, without waiting for the
-// child.
+// it would run on for an hour; the container is done (the runtime kills
+// the rest), and the supervisor acts on the main process's exit, without
+// waiting for the child (runBuilt's bound would end the test first).
 func TestOrphansOutliveMain(t *testing.T) {
 	for _, b := range Builders(t) {
 		t.Run(b.Name, func(t *testing.T) {
-			built, err := b.Build(Desc{Name: "orphans", Apps: []App{{Name: "app", Args: []string{"--sleep", "1s", "--orphan", "1m"}}},
-				SupervisorEnv: policyEnv})
+			built, err := b.Build(Desc{Name: "orphans", Apps: []App{{Name: "app", Cued: true, Args: []string{"--orphan", "1h"}}},
+				SupervisorEnv: patient})
 			if err != nil {
 				t.Fatal(err)
 			}
 			begun := time.Now()
-			_, st := runBuilt(t, built, 30*time.Second)
+			p, st := runBuilt(t, built)
 			if st.Phase != pod.Succeeded {
 				t.Errorf("status %s", st)
 			}
-			t.Logf("pod done in %.1fs (the orphan would have run 60s)", time.Since(begun).Seconds())
+			if msg := p.TerminationMessage("supervisor"); !strings.HasPrefix(msg, "success: app exit 0") {
+				t.Errorf("termination message %q, want the app's exit 0 read", msg)
+			}
+			t.Logf("pod done in %.1fs (the orphan would have run an hour)", time.Since(begun).Seconds())
 		})
 	}
 }

@@ -97,8 +97,7 @@ func TestRealPilot(t *testing.T) {
 			t.Run(b.Name+"/"+tt.name, func(t *testing.T) {
 				d := tt.desc
 				d.Name, d.Proxy, d.HoldApp = "job", RealPilot, !tt.neverReady
-				// Past any drain, also on a loaded machine (the last setting wins).
-				d.SupervisorEnv = append(append(append([]string{}, fast...), "SUPERVISOR_STOP_TIMEOUT=15s"), d.SupervisorEnv...)
+				d.SupervisorEnv = append(append([]string{}, patient...), d.SupervisorEnv...)
 				p, built := run(t, b, d)
 				// pilot-agent is up (envoy started, its signal handlers in
 				// place) before any app ends: the cases are about a running
@@ -246,7 +245,7 @@ func TestRealPilotStartingAsAppEnds(t *testing.T) {
 		for i := 0; i < rounds; i++ {
 			t.Run(b.Name+"/"+strconv.Itoa(i), func(t *testing.T) {
 				d := Desc{Name: "job", Proxy: RealPilot, Apps: []App{{Name: "app", Cued: true, UID: 1000}}}
-				d.SupervisorEnv = append(append([]string{}, fast...), "SUPERVISOR_STOP_TIMEOUT=15s")
+				d.SupervisorEnv = append([]string{}, patient...)
 				p, built := run(t, b, d)
 				releaseApps(t, p, built, d.Apps)
 				st := waitPhase(t, p, time.Minute)
