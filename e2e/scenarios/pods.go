@@ -374,7 +374,12 @@ func assemble(d Desc, dir string, apps []pod.Container, proxy, supervisor *pod.C
 		supervisor.OwnPIDNamespace = d.SupervisorOwnPIDNS
 		spec.Containers = append(spec.Containers, *supervisor)
 	}
-	spec.Containers = append(spec.Containers, injected...)
+	for _, c := range injected {
+		if !d.NoSupervisor {
+			c.StartAfter = appsFound(appNames(d))
+		}
+		spec.Containers = append(spec.Containers, c)
+	}
 	return spec
 }
 
