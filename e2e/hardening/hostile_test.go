@@ -48,7 +48,7 @@ func TestHostilePod(t *testing.T) {
 		// Time to exec a decoy into the app's container between the
 		// sidecar's SIGTERM and the stop's next scan.
 		ProxyDrain: 2 * time.Second,
-		SupervisorEnv: append(append([]string{}, fast...),
+		SupervisorEnv: append(append([]string{}, patient...),
 			"SUPERVISOR_APP_CONTAINERS=1", "SUPERVISOR_IGNORE_PROCESSES=bystander"),
 	}, tl)
 	if err != nil {

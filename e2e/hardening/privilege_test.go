@@ -80,7 +80,7 @@ func TestPrivileges(t *testing.T) {
 			}
 			d := scenarios.Desc{Name: "noprivs",
 				Apps: []scenarios.App{{Name: "app", Args: []string{"--sleep", "2s"}, UID: 1000}},
-				SupervisorEnv: append(append([]string{}, fast...), "SUPERVISOR_APP_CONTAINERS=1",
+				SupervisorEnv: append(append([]string{}, patient...), "SUPERVISOR_APP_CONTAINERS=1",
 					"SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit")}
 			built, err := b.Build(d)
 			if err != nil {
@@ -119,7 +119,7 @@ func TestPrivileges(t *testing.T) {
 		t.Run(b.Name+"/ptrace, root with SYS_PTRACE and KILL only", func(t *testing.T) {
 			d := scenarios.Desc{Name: "ptrace",
 				Apps: []scenarios.App{{Name: "app", Args: []string{"--sleep", "2s", "--exit", "3"}, UID: 1000}},
-				SupervisorEnv: append(append([]string{}, fast...), "SUPERVISOR_APP_CONTAINERS=1",
+				SupervisorEnv: append(append([]string{}, patient...), "SUPERVISOR_APP_CONTAINERS=1",
 					"SUPERVISOR_EXIT_STATUS=ptrace")}
 			built, err := b.Build(d)
 			if err != nil {
@@ -244,7 +244,7 @@ func TestHTTPActionNetwork(t *testing.T) {
 	straceBin := strace(t)
 	b, err := scenarios.BuildNamespaces(scenarios.Desc{Name: "http",
 		Apps: []scenarios.App{{Name: "app", Args: []string{"--sleep", "1s"}, UID: 1000}},
-		SupervisorEnv: append(append([]string{}, fast...), "SUPERVISOR_APP_CONTAINERS=1",
+		SupervisorEnv: append(append([]string{}, patient...), "SUPERVISOR_APP_CONTAINERS=1",
 			"SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit")}, tl)
 	if err != nil {
 		t.Fatal(err)
