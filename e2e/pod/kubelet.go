@@ -90,13 +90,6 @@ func (p *Pod) supervise(ctx context.Context, i int, started chan struct{}) {
 	c := &p.Spec.Containers[i]
 	once := sync.OnceFunc(func() { close(started) })
 	defer once()
-	if c.StartDelay > 0 {
-		select {
-		case <-time.After(c.StartDelay):
-		case <-ctx.Done():
-			return
-		}
-	}
 	if !p.awaitStart(ctx, i) {
 		return
 	}

@@ -110,9 +110,6 @@ type Container struct {
 	// or closed. An error fails the start (exit code 128, as a failed
 	// start).
 	StartAfter func(ctx context.Context, p *Pod) error
-	// StartDelay holds the container's start back, as a slow image pull
-	// does; the containers after it wait too.
-	StartDelay time.Duration
 	// Native makes it a native sidecar (an init container with
 	// restartPolicy Always, Kubernetes 1.29+): it starts before the
 	// containers after it in Spec.Containers without holding them back, is
