@@ -1,6 +1,7 @@
 package pod
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -21,8 +22,10 @@ import (
 // joinMnt, a host PID or 0, is whose mount namespace the process joins
 // (through nsenter: a Go program, multi-threaded, cannot setns one) instead
 // of making mounts of its own. group makes the process the leader of a new
-// process group (an exec's, which Exec kills as a whole).
-func (n Namespaces) enter(p *Pod, c *Container, cgroup, bind string, joinMnt int, group bool, argv []string, out *os.File) (*exec.Cmd, error) {
+// process group (an exec's, which Exec kills as a whole). hold, if set, is
+// run while the process waits, in the pod's PID namespace, to join its
+// cgroup (Container.CgroupHold); it joins once hold returns.
+func (n Namespaces) enter(p *Pod, c *Container, cgroup, bind string, joinMnt int, group bool, argv []string, out *os.File, hold func() error) (*exec.Cmd, error) {
 	dir := c.Dir
 	if dir == "" {
 		dir = "/"
@@ -43,6 +46,23 @@ func (n Namespaces) enter(p *Pod, c *Container, cgroup, bind string, joinMnt int
 	}
 	if c.CgroupDelay > 0 {
 		args = append(args, "--cgroup-delay", c.CgroupDelay.String())
+	}
+	cue := ""
+	if hold != nil {
+		// Private to this attempt; enter reads it, as root, before it
+		// joins its cgroup.
+		f, err := os.CreateTemp(p.Dir, "cgroup-hold-")
+		if err != nil {
+			return nil, err
+		}
+		cue = f.Name()
+		f.Close()
+		os.Remove(cue)
+		if err := unix.Mkfifo(cue, 0o600); err != nil {
+			return nil, fmt.Errorf("mkfifo %s: %w", cue, err)
+		}
+		defer os.Remove(cue)
+		args = append(args, "--cgroup-cue", cue)
 	}
 	// enter closes fd 3 when it executes argv: Start returns only then, so
 	// that a container seen from the pod already runs its command, as its
@@ -104,6 +124,17 @@ func (n Namespaces) enter(p *Pod, c *Container, cgroup, bind string, joinMnt int
 	if r.err != nil {
 		return r.cmd, r.err
 	}
+	if hold != nil {
+		err := hold()
+		if err == nil {
+			err = openCue(cue)
+		}
+		if err != nil {
+			r.cmd.Process.Kill()
+			r.cmd.Wait()
+			return nil, fmt.Errorf("podsim enter %v: held out of its cgroup: %w", argv, err)
+		}
+	}
 	eof := make(chan struct{})
 	go func() { io.Copy(io.Discard, execR); close(eof) }()
 	select {
@@ -114,4 +145,20 @@ func (n Namespaces) enter(p *Pod, c *Container, cgroup, bind string, joinMnt int
 		return nil, fmt.Errorf("podsim enter %v: no exec within 30s", argv)
 	}
 	return r.cmd, nil
+}
+
+// openCue lets the process waiting on the FIFO cue go on: it opens the FIFO
+// for writing and closes it. A reader already blocked in its open counts
+// as there for a non-blocking open; the reader comes at once (enter opens
+// it first thing), so the tries are bounded (a hang guard).
+func openCue(cue string) error {
+	for end := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		f, err := os.OpenFile(cue, os.O_WRONLY|unix.O_NONBLOCK, 0)
+		if err == nil {
+			return f.Close()
+		}
+		if !errors.Is(err, unix.ENXIO) || time.Now().After(end) {
+			return fmt.Errorf("open cue %s: %w", cue, err)
+		}
+	}
 }

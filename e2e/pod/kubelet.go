@@ -171,13 +171,9 @@ func (p *Pod) awaitStart(ctx context.Context, i int) bool {
 	if c.StartAfter == nil {
 		return true
 	}
-	gctx, cancel := context.WithCancel(ctx)
+	// The deletion's start ends the wait, as it ends an image pull.
+	gctx, cancel := p.untilDeleted(ctx)
 	defer cancel()
-	go func() {
-		// The deletion's start ends the wait, as it ends an image pull.
-		p.Await(gctx, p.isDeleting)
-		cancel()
-	}()
 	err := c.StartAfter(gctx, p)
 	if p.isDeleting() || ctx.Err() != nil {
 		return false
@@ -188,6 +184,16 @@ func (p *Pod) awaitStart(ctx context.Context, i int) bool {
 		return false
 	}
 	return true
+}
+
+// untilDeleted is ctx, ended also by the start of the pod's deletion.
+func (p *Pod) untilDeleted(ctx context.Context) (context.Context, context.CancelFunc) {
+	dctx, cancel := context.WithCancel(ctx)
+	go func() {
+		p.Await(dctx, p.isDeleting)
+		cancel()
+	}()
+	return dctx, cancel
 }
 
 // logCopyBound bounds the wait for the rest of a container's output once

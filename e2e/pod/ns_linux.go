@@ -137,7 +137,15 @@ func (n Namespaces) Start(ctx context.Context, p *Pod, c *Container, attempt int
 		}
 		bind = inst + ":" + target
 	}
-	cmd, err := n.enter(p, c, cg, bind, 0, false, c.Argv, stdout)
+	var hold func() error
+	if c.CgroupHold != nil {
+		hold = func() error {
+			hctx, cancel := p.untilDeleted(ctx)
+			defer cancel()
+			return c.CgroupHold(hctx, p, attempt)
+		}
+	}
+	cmd, err := n.enter(p, c, cg, bind, 0, false, c.Argv, stdout, hold)
 	if err != nil {
 		return nil, err
 	}
@@ -166,7 +174,7 @@ func (n Namespaces) Exec(ctx context.Context, p *Pod, c *Container, attempt int,
 			main = proc.PID()
 		}
 	}
-	cmd, err := n.enter(p, c, st.cgroupDir(c, attempt), "", main, true, argv, w)
+	cmd, err := n.enter(p, c, st.cgroupDir(c, attempt), "", main, true, argv, w, nil)
 	w.Close()
 	if err != nil {
 		return nil, err

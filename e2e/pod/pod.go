@@ -128,6 +128,11 @@ type Container struct {
 	// container's cgroup before it enters the pod's PID namespace, so the
 	// runc backend has no such window.
 	CgroupDelay time.Duration
+	// CgroupHold, when set, holds each attempt's main process out of its
+	// cgroup, as CgroupDelay does (after it), until it returns: the window
+	// ends on what the test waits for, not on a clock (namespaces backend
+	// only). ctx ends with the pod's deletion; an error fails the start.
+	CgroupHold func(ctx context.Context, p *Pod, attempt int) error
 	// PostStart runs in the container after it starts; the next container
 	// starts only once it returns (how Istio holds the application until
 	// the proxy is ready).
