@@ -52,6 +52,10 @@ type App struct {
 	// container's cgroup, in the pod already (pod.Container.CgroupDelay;
 	// namespaces backend only).
 	CgroupDelay time.Duration
+	// CgroupHold holds every run's main process out of its container's
+	// cgroup until it returns (pod.Container.CgroupHold; namespaces
+	// backend only).
+	CgroupHold func(ctx context.Context, p *pod.Pod, attempt int) error
 	// Native and Ephemeral make it a native sidecar or an ephemeral
 	// container (pod.Container): not an app, not named in SUPERVISOR_APPS.
 	Native, Ephemeral bool
@@ -227,7 +231,7 @@ func BuildNamespaces(d Desc, tl pod.Tools) (Built, error) {
 		}
 		argv := append([]string{tl.Podsim, "app", "--record", filepath.Join(dir, a.Name+".record")}, cue...)
 		apps = append(apps, pod.Container{Name: a.Name, Argv: append(argv, a.Args...), UID: a.UID, GID: a.UID, CgroupDelay: a.CgroupDelay,
-			Native: a.Native, Ephemeral: a.Ephemeral})
+			CgroupHold: a.CgroupHold, Native: a.Native, Ephemeral: a.Ephemeral})
 	}
 	var proxy *pod.Container
 	switch d.Proxy {

@@ -161,33 +161,52 @@ func checkInvariants(t *testing.T, p *pod.Pod, ends []time.Time, runs int) {
 	}
 }
 
-// TestRestartNotYetMoved: issue 15's pod, with every start's main process
-// held 800ms (eight scans) in the pod's PID namespace before it joins its
-// container's cgroup. Under OnFailure app1 fails once, then app0 fails,
-// aimed at the time app1's restart is still out of its cgroup, and fails
-// once more; the sidecar must outlive every run. Before the fix the
-// supervisor took app1's restart for app1's, then, in its real cgroup, for
-// a new container filling app0's slot: its one exit 0 counted for both, and
-// istio-proxy was stopped while app0 still had runs to go. On the runc
-// backend (runc places its init in the cgroup first) the same pod runs
-// without the window.
+// TestRestartNotYetMoved: issue 15's pod. Under OnFailure app1 fails once,
+// and its restart's main process, in the pod's PID namespace already, is
+// held out of its container's cgroup while the supervisor scans (it awaits
+// that restart), app0 fails, the supervisor logs that, and scans again;
+// app0 then fails once more. The sidecar must outlive every run. Before
+// the fix the supervisor took app1's restart for app1's, then, in its real
+// cgroup, for a new container filling app0's slot: its one exit 0 counted
+// for both, and istio-proxy was stopped while app0 still had runs to go.
+// Every start is also held 800ms out of its cgroup (CgroupDelay). On the
+// runc backend (runc places its init in the cgroup first) there is no
+// such window: the same runs come, app0's first failure after app1's.
 //
-// Every run is cued and released only once the supervisor has found it, so
-// none can be missed. The window itself is the simulated runtime's clock:
-// app0's failure is aimed into it (the kubelet's 200ms back-off, then
-// 400ms into the 800ms), not bound to it; a run that misses it tests less,
-// and cannot fail. (The supervisor's unit test
-// TestOnFailureOneProcessTwoCgroups pins the interleaving exactly.)
+// Every run is cued and released only once the supervisor has found it;
+// the window is held until the scans are seen (the supervisor's read
+// system calls, /proc/PID/io: while it awaits a restart it reads nothing
+// but /proc), not for a time.
 func TestRestartNotYetMoved(t *testing.T) {
 	names := []string{"app0", "app1"}
 	for _, b := range Builders(t) {
 		t.Run(b.Name, func(t *testing.T) {
+			var built Built
+			var sup int // the supervisor's host PID (namespaces backend)
+			// The hold of app1's restart, run by the kubelet while the
+			// process is out of its cgroup.
+			hold := func(ctx context.Context, p *pod.Pod, attempt int) error {
+				if attempt != 1 {
+					return nil
+				}
+				if err := scanned(ctx, sup); err != nil {
+					return err
+				}
+				if err := built.Release("app0"); err != nil {
+					return err
+				}
+				if err := awaitLog(p, 1, about("app exited", "app0")); err != nil {
+					return err
+				}
+				return scanned(ctx, sup)
+			}
 			apps := []App{
 				{Name: "app0", Cued: true, Args: []string{"--fail-first", "2"}, CgroupDelay: 800 * time.Millisecond},
-				{Name: "app1", Cued: true, Args: []string{"--fail-first", "1"}, CgroupDelay: 800 * time.Millisecond},
+				{Name: "app1", Cued: true, Args: []string{"--fail-first", "1"}, CgroupDelay: 800 * time.Millisecond, CgroupHold: hold},
 			}
 			env := append([]string{"SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_APP_CONTAINERS=2", "SUPERVISOR_DELETION_GRACE=0s"}, patient...)
-			built, err := b.Build(Desc{Name: "notmoved", Policy: pod.OnFailure, Apps: apps, SupervisorEnv: env})
+			var err error
+			built, err = b.Build(Desc{Name: "notmoved", Policy: pod.OnFailure, Apps: apps, SupervisorEnv: env})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -196,17 +215,18 @@ func TestRestartNotYetMoved(t *testing.T) {
 			if err := awaitLog(p, 1, about("app found", "app0")); err != nil {
 				t.Fatal(err)
 			}
+			sup = p.Status().Container("supervisor").PID
+			_, namespaces := built.Backend.(pod.Namespaces)
 			if err := releaseRun(p, built, "app1", 1, nil); err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), eventBound)
-			defer cancel()
-			if _, err := p.WaitFor(ctx, func(s pod.Status) bool { c := s.Container("app1"); return c.Started && !c.Running }); err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(600 * time.Millisecond) // aimed into app1's restart's window
-			if err := built.Release("app0"); err != nil {
-				t.Fatal(err)
+			if !namespaces {
+				if err := awaitLog(p, 1, about("app exited", "app1")); err != nil {
+					t.Fatal(err)
+				}
+				if err := built.Release("app0"); err != nil {
+					t.Fatal(err)
+				}
 			}
 			errs := make(chan error, 2)
 			go func() { errs <- releaseRun(p, built, "app1", 2, nil) }()
@@ -235,7 +255,66 @@ func TestRestartNotYetMoved(t *testing.T) {
 			if runs != 5 {
 				t.Errorf("%d app runs, want 5 (app0 three, app1 two): %s", runs, st)
 			}
+			if namespaces {
+				// The interleaving held: app0's failure was logged before
+				// app1's restart, held out of its cgroup, was found.
+				failed, found, n := -1, -1, 0
+				for i, l := range ParseLog(p.Logs("supervisor")) {
+					if failed < 0 && about("app exited", "app0")(l) {
+						failed = i
+					}
+					if about("app found", "app1")(l) {
+						if n++; n == 2 {
+							found = i
+						}
+					}
+				}
+				if failed < 0 || found < 0 || failed > found {
+					t.Errorf("app0's failure (line %d) not logged before app1's restart was found (line %d)", failed, found)
+				}
+			}
 			checkInvariants(t, p, appEnds(stampFiles), runs)
 		})
 	}
+}
+
+// scanned returns once the process pid (the supervisor awaiting a
+// restart) has made enough read system calls for a few scans of the pod's
+// /proc (three files of each of its processes each), within eventBound.
+func scanned(ctx context.Context, pid int) error {
+	ctx, cancel := context.WithTimeout(ctx, eventBound)
+	defer cancel()
+	first, err := syscr(pid)
+	if err != nil {
+		return err
+	}
+	for {
+		n, err := syscr(pid)
+		if err != nil {
+			return err
+		}
+		if n-first >= 100 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pid %d made %d reads in %s: no scan seen: %w", pid, n-first, eventBound, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// syscr is how many read system calls process pid has made
+// (/proc/PID/io).
+func syscr(pid int) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "syscr: "); ok {
+			return strconv.ParseUint(v, 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/io: no syscr line", pid)
 }
