@@ -69,7 +69,7 @@ func TestPodShape(t *testing.T) {
 				{Name: "app", Argv: []string{tl.Podsim, "app", "--sleep", "1h"}, UID: 1000, GID: 1000},
 				{Name: "viewer", Argv: []string{tl.Podsim, "app", "--sleep", "1h"}, UID: 1337, GID: 1337},
 			}})
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			if _, err := p.WaitRunning(ctx, "viewer", 0); err != nil {
 				t.Fatal(err)
@@ -135,7 +135,7 @@ func TestPodPhases(t *testing.T) {
 		for _, tt := range tests {
 			t.Run(b.Name()+"/"+tt.name, func(t *testing.T) {
 				p := startPod(t, b, Spec{Name: "phases", RestartPolicy: tt.policy, Containers: tt.ctrs})
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 				defer cancel()
 				st, err := p.WaitPhase(ctx)
 				if err != nil {
@@ -167,7 +167,7 @@ func TestPodRestartAndDelete(t *testing.T) {
 					{Name: "flaky", Argv: []string{tl.Podsim, "app", "--sleep", "50ms", "--exit", "1"}},
 					{Name: "server", Argv: []string{tl.Podsim, "app", "--sleep", "1h"}},
 				}})
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			if _, err := p.WaitFor(ctx, func(s Status) bool { return s.Container("flaky").Restarts >= 2 }); err != nil {
 				t.Fatal(err)

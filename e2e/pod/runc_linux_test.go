@@ -52,11 +52,11 @@ func TestRuncSecurity(t *testing.T) {
 	tl := needTools(t)
 	b := runcBackend(t, tl)
 	p := startPod(t, b, Spec{Name: "security", Containers: []Container{
-		{Name: "root", Argv: []string{tl.Podsim, "app", "--sleep", "1m"}},
-		{Name: "default", Argv: []string{tl.Podsim, "app", "--sleep", "1m"}, UID: 1000, GID: 1000},
-		{Name: "locked", Argv: []string{tl.Podsim, "app", "--sleep", "1m"}, UID: 1337, GID: 1337, Caps: []int{}, NoNewPrivs: true},
+		{Name: "root", Argv: []string{tl.Podsim, "app", "--sleep", "1h"}},
+		{Name: "default", Argv: []string{tl.Podsim, "app", "--sleep", "1h"}, UID: 1000, GID: 1000},
+		{Name: "locked", Argv: []string{tl.Podsim, "app", "--sleep", "1h"}, UID: 1337, GID: 1337, Caps: []int{}, NoNewPrivs: true},
 	}})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if _, err := p.WaitRunning(ctx, "locked", 0); err != nil {
 		t.Fatal(err)
@@ -107,7 +107,7 @@ func TestRuncFilesystem(t *testing.T) {
 		app("message", "--record", "/dev/termination-log", "--exit", "4"),
 		app("readonly", "--record", "/readonly.record"),
 	}})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	st, err := p.WaitPhase(ctx)
 	if err != nil {
