@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,8 +19,14 @@ import (
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/scripts"
 )
 
-// fast makes the supervisor's bounds short enough for tests.
-var fast = []string{"SUPERVISOR_STOP_TIMEOUT=3s", "SUPERVISOR_SIDECAR_START_TIMEOUT=10s", "SUPERVISOR_APP_START_TIMEOUT=20s"}
+// patient sets every supervisor bound the tests do not test far out of
+// reach: each stands between an event a test expects (an app seen, a
+// sidecar's exit after its signal, its handler) and a fallback, so it is
+// only a hang guard, and a loaded machine must never reach it.
+var patient = []string{"SUPERVISOR_STOP_TIMEOUT=2m", "SUPERVISOR_SIDECAR_START_TIMEOUT=2m", "SUPERVISOR_APP_START_TIMEOUT=2m"}
+
+// eventBound bounds the tests' waits for an event: a hang guard.
+const eventBound = 2 * time.Minute
 
 // needRoot skips a test that cannot run without root: the pod simulation
 // makes namespaces and cgroups. CI runs as root.
@@ -84,22 +91,44 @@ func waitTerminated(t *testing.T, p *pod.Pod, name string, within time.Duration)
 	return st.Container(name)
 }
 
-// waitLog polls the named container's log until a JSON line has message
-// msg (the supervisor's log is the only event there is for it), within a
-// bound. It returns that line.
-func waitLog(t *testing.T, p *pod.Pod, name, msg string, within time.Duration) scenarios.LogLine {
+// waitLogFor waits (bounded) for a line of the supervisor's log with message
+// msg about container: the pod wakes the wait at each line written
+// (pod.Pod.Await).
+func waitLogFor(t *testing.T, p *pod.Pod, msg, container string) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		for _, l := range scenarios.ParseLog(p.Logs(name)) {
-			if l.Msg() == msg {
-				return l
+	ctx, cancel := context.WithTimeout(context.Background(), eventBound)
+	defer cancel()
+	if err := p.Await(ctx, func() bool {
+		for _, l := range logLines(p.Logs("supervisor"), msg) {
+			if l.Str("container") == container {
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never logged %q within %s", name, msg, within)
+		return false
+	}); err != nil {
+		t.Fatalf("no %q about %s in the supervisor's log: %v", msg, container, err)
+	}
+}
+
+// startLast moves the named container to the end of spec, after the
+// supervisor, held back by after (pod.Container.StartAfter): a container
+// the supervisor does not find at its start.
+func startLast(spec *pod.Spec, name string, after func(context.Context, *pod.Pod) error) {
+	c := *container(spec, name)
+	spec.Containers = slices.DeleteFunc(spec.Containers, func(x pod.Container) bool { return x.Name == name })
+	c.StartAfter = after
+	spec.Containers = append(spec.Containers, c)
+}
+
+// gate is a pod.Container.StartAfter that returns once open is closed.
+func gate(open <-chan struct{}) func(context.Context, *pod.Pod) error {
+	return func(ctx context.Context, _ *pod.Pod) error {
+		select {
+		case <-open:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -44,11 +44,12 @@ func TestHostilePod(t *testing.T) {
 
 	b, err := scenarios.BuildNamespaces(scenarios.Desc{
 		Name: "hostile",
-		Apps: []scenarios.App{{Name: "app", UID: scenarios.ProxyUID}},
-		// Time to exec a decoy into the app's container between the
-		// sidecar's SIGTERM and the stop's next scan.
-		ProxyDrain: 2 * time.Second,
-		SupervisorEnv: append(append([]string{}, fast...),
+		// The app runs until the supervisor has found it.
+		Apps: []scenarios.App{{Name: "app", UID: scenarios.ProxyUID, Cued: true}},
+		// The sidecar drains until a decoy has been exec'd into the app's
+		// container, before the stop's next scan.
+		ProxyDrainCued: true,
+		SupervisorEnv: append(append([]string{}, patient...),
 			"SUPERVISOR_APP_CONTAINERS=1", "SUPERVISOR_IGNORE_PROCESSES=bystander"),
 	}, tl)
 	if err != nil {
@@ -57,7 +58,7 @@ func TestHostilePod(t *testing.T) {
 	rec := func(name string) string { return filepath.Join(b.Dir, name+".record") }
 	app := container(&b.Spec, "app")
 	app.Argv = []string{tl.Podsim, "hostile", "--comm", oddComm, "--argv0", oddArgv0,
-		"--decoy", "pilot-agent", "--decoy", fakeStat, "--sleep", "4s", "--record", rec("app")}
+		"--decoy", "pilot-agent", "--decoy", fakeStat, "--fifo", argOf(app.Argv, "--fifo"), "--record", rec("app")}
 	insertBefore(&b.Spec, "istio-proxy", pod.Container{
 		Name: "bystander", UID: scenarios.ProxyUID, GID: scenarios.ProxyUID, NoNewPrivs: true, Caps: []int{},
 		Argv: []string{tl.Podsim, "hostile", "--comm", "bystander", "--decoy", "pilot-agent", "--decoy", "pilot-agent",
@@ -66,12 +67,14 @@ func TestHostilePod(t *testing.T) {
 	sup := container(&b.Spec, "supervisor")
 	trace := filepath.Join(b.Dir, "supervisor.strace")
 	sup.Argv = straceArgs(straceBin, trace, sup.Argv...)
-	// The exec'd decoys go in before the supervisor's first scan.
-	sup.StartDelay = 1500 * time.Millisecond
+	// The exec'd decoys go in before the supervisor's first scan: it starts
+	// once they run.
+	execd := make(chan struct{})
+	sup.StartAfter = gate(execd)
 	termLog := sup.TerminationMessage
 
 	p := scenarios.Start(t, b)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*eventBound)
 	defer cancel()
 	// kubectl exec: a pilot-agent with PPID 0 in the app container and in
 	// the bystander, running until the end of the test.
@@ -84,6 +87,10 @@ func TestHostilePod(t *testing.T) {
 		go p.Exec(execCtx, c, tl.Podsim, "hostile", "--comm", "pilot-agent", "--argv0", "pilot-agent",
 			"--record", rec("exec-"+c))
 	}
+	for _, c := range []string{"app", "bystander"} {
+		waitUntil(t, eventBound, "the decoy exec'd into "+c, func() bool { return started(scenarios.Record(rec("exec-" + c))) })
+	}
+	close(execd)
 	appPID := nsPID(t, p.Status().Container("app").PID)
 	proxy, err := p.WaitRunning(ctx, "istio-proxy", 0)
 	if err != nil {
@@ -96,7 +103,7 @@ func TestHostilePod(t *testing.T) {
 	}
 	// The supervisor is strace's child, in the pod's PID namespace too.
 	var supPID int
-	for deadline := time.Now().Add(10 * time.Second); supPID == 0; {
+	for deadline := time.Now().Add(eventBound); supPID == 0; {
 		for _, c := range children(st.PID) {
 			if commOf(c) == "sidecar-supervi" {
 				supPID = nsPID(t, c)
@@ -116,13 +123,21 @@ func TestHostilePod(t *testing.T) {
 	// refuses an exec into a stopped container; this stands in, every
 	// time, for a process exec'd just before the main process exited,
 	// which the runtime kills only after the supervisor may have looked.)
-	waitUntil(t, time.Minute, "the sidecar's SIGTERM", func() bool {
+	waitLogFor(t, p, "app found", "app")
+	if err := b.Release("app"); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, eventBound, "the sidecar's SIGTERM", func() bool {
 		return slices.Contains(scenarios.Record(b.PilotRecord), "signal SIGTERM")
 	})
 	go p.Exec(execCtx, "app", tl.Podsim, "hostile", "--comm", "pilot-agent", "--argv0", "pilot-agent",
 		"--record", rec("late-app"))
+	waitUntil(t, eventBound, "the late decoy", func() bool { return started(scenarios.Record(rec("late-app"))) })
+	if err := b.Release(scenarios.ProxyDrainCue); err != nil {
+		t.Fatal(err)
+	}
 
-	sst := waitTerminated(t, p, "supervisor", time.Minute)
+	sst := waitTerminated(t, p, "supervisor", eventBound)
 	if sst.ExitCode != 0 {
 		t.Errorf("supervisor exit %d, want 0", sst.ExitCode)
 	}
@@ -320,4 +335,9 @@ func sidecarFile(file string) bool {
 	tid, rest, ok := strings.Cut(strings.TrimPrefix(file, "task/"), "/")
 	_, err := strconv.Atoi(tid)
 	return strings.HasPrefix(file, "task/") && ok && err == nil && rest == "children"
+}
+
+// started says whether a podsim hostile record has its start line.
+func started(rec []string) bool {
+	return slices.ContainsFunc(rec, func(l string) bool { return strings.HasPrefix(l, "start ") })
 }

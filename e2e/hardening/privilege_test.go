@@ -39,13 +39,13 @@ func credsOf(t *testing.T, pid int) creds {
 // returns its host PID.
 func supervisorProc(t *testing.T, p *pod.Pod) int {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), eventBound)
 	defer cancel()
 	st, err := p.WaitRunning(ctx, "supervisor", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 30*time.Second, "supervisor process", func() bool { return commOf(st.PID) == "sidecar-supervi" })
+	waitUntil(t, eventBound, "supervisor process", func() bool { return commOf(st.PID) == "sidecar-supervi" })
 	return st.PID
 }
 
@@ -71,7 +71,8 @@ func capMask(caps ...int) string {
 //
 // Both, sampled every 2ms: no socket of its is ever listening (TCP LISTEN,
 // an unconnected UDP socket, a unix socket that accepts), against the
-// pod's /proc/net tables, and its descriptors stay few.
+// pod's /proc/net tables, and its descriptors stay few. The app runs until
+// all that has been read and the supervisor has found it.
 func TestPrivileges(t *testing.T) {
 	for _, b := range scenarios.Builders(t) {
 		t.Run(b.Name+"/pidfd, uid 1337, no capabilities", func(t *testing.T) {
@@ -79,8 +80,8 @@ func TestPrivileges(t *testing.T) {
 				t.Skip("the kernel has no PIDFD_INFO_EXIT (Linux 6.15+): the supervisor's no-privilege mode needs it")
 			}
 			d := scenarios.Desc{Name: "noprivs",
-				Apps: []scenarios.App{{Name: "app", Args: []string{"--sleep", "2s"}, UID: 1000}},
-				SupervisorEnv: append(append([]string{}, fast...), "SUPERVISOR_APP_CONTAINERS=1",
+				Apps: []scenarios.App{{Name: "app", Cued: true, UID: 1000}},
+				SupervisorEnv: append(append([]string{}, patient...), "SUPERVISOR_APP_CONTAINERS=1",
 					"SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit")}
 			built, err := b.Build(d)
 			if err != nil {
@@ -94,9 +95,10 @@ func TestPrivileges(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			releaseWatched(t, p, built, s)
 			waitPhaseOf(t, p, "supervisor")
 			s.Stop()
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			ctx, cancel := context.WithTimeout(context.Background(), eventBound)
 			defer cancel()
 			st, err := p.WaitPhase(ctx)
 			if err != nil {
@@ -118,8 +120,8 @@ func TestPrivileges(t *testing.T) {
 		})
 		t.Run(b.Name+"/ptrace, root with SYS_PTRACE and KILL only", func(t *testing.T) {
 			d := scenarios.Desc{Name: "ptrace",
-				Apps: []scenarios.App{{Name: "app", Args: []string{"--sleep", "2s", "--exit", "3"}, UID: 1000}},
-				SupervisorEnv: append(append([]string{}, fast...), "SUPERVISOR_APP_CONTAINERS=1",
+				Apps: []scenarios.App{{Name: "app", Cued: true, Args: []string{"--exit", "3"}, UID: 1000}},
+				SupervisorEnv: append(append([]string{}, patient...), "SUPERVISOR_APP_CONTAINERS=1",
 					"SUPERVISOR_EXIT_STATUS=ptrace")}
 			built, err := b.Build(d)
 			if err != nil {
@@ -139,6 +141,7 @@ func TestPrivileges(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			releaseWatched(t, p, built, s)
 			st := waitPhaseOf(t, p, "supervisor")
 			s.Stop()
 
@@ -166,8 +169,26 @@ func TestPrivileges(t *testing.T) {
 // status then.
 func waitPhaseOf(t *testing.T, p *pod.Pod, name string) pod.Status {
 	t.Helper()
-	waitTerminated(t, p, name, time.Minute)
+	waitTerminated(t, p, name, eventBound)
 	return p.Status()
+}
+
+// minSamples is how many samples of the supervisor checkSockets wants.
+const minSamples = 20
+
+// releaseWatched releases the cued app once the supervisor has found it
+// and the sampler has taken minSamples samples of it.
+func releaseWatched(t *testing.T, p *pod.Pod, b scenarios.Built, s *sampler) {
+	t.Helper()
+	waitLogFor(t, p, "app found", "app")
+	waitUntil(t, eventBound, fmt.Sprintf("%d samples of the supervisor", minSamples), func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.samples >= minSamples
+	})
+	if err := b.Release("app"); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // checkSockets asserts the sampler saw the supervisor often, that the pod's
@@ -180,7 +201,7 @@ func checkSockets(t *testing.T, s *sampler, podListening map[string]string) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.samples < 20 {
+	if s.samples < minSamples {
 		t.Errorf("only %d samples of the supervisor's descriptors", s.samples)
 	}
 	for inode, what := range s.listens {
@@ -243,8 +264,8 @@ func TestHTTPActionNetwork(t *testing.T) {
 	tl := pod.MustTools(t)
 	straceBin := strace(t)
 	b, err := scenarios.BuildNamespaces(scenarios.Desc{Name: "http",
-		Apps: []scenarios.App{{Name: "app", Args: []string{"--sleep", "1s"}, UID: 1000}},
-		SupervisorEnv: append(append([]string{}, fast...), "SUPERVISOR_APP_CONTAINERS=1",
+		Apps: []scenarios.App{{Name: "app", Cued: true, UID: 1000}},
+		SupervisorEnv: append(append([]string{}, patient...), "SUPERVISOR_APP_CONTAINERS=1",
 			"SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit")}, tl)
 	if err != nil {
 		t.Fatal(err)
@@ -253,6 +274,11 @@ func TestHTTPActionNetwork(t *testing.T) {
 	trace := filepath.Join(b.Dir, "supervisor.strace")
 	sup.Argv = straceArgs(straceBin, trace, sup.Argv...)
 	p := scenarios.Start(t, b)
+	// The app ends once the supervisor, slowed down by strace, has found it.
+	waitLogFor(t, p, "app found", "app")
+	if err := b.Release("app"); err != nil {
+		t.Fatal(err)
+	}
 	if st := waitPhaseOf(t, p, "supervisor"); st.Container("supervisor").ExitCode != 0 {
 		t.Fatalf("pod %s", st)
 	}

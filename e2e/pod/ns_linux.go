@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -138,7 +137,15 @@ func (n Namespaces) Start(ctx context.Context, p *Pod, c *Container, attempt int
 		}
 		bind = inst + ":" + target
 	}
-	cmd, err := n.enter(p, c, cg, bind, 0, c.Argv, stdout)
+	var hold func() error
+	if c.CgroupHold != nil {
+		hold = func() error {
+			hctx, cancel := p.untilDeleted(ctx)
+			defer cancel()
+			return c.CgroupHold(hctx, p, attempt)
+		}
+	}
+	cmd, err := n.enter(p, c, cg, bind, 0, false, c.Argv, stdout, hold)
 	if err != nil {
 		return nil, err
 	}
@@ -167,141 +174,51 @@ func (n Namespaces) Exec(ctx context.Context, p *Pod, c *Container, attempt int,
 			main = proc.PID()
 		}
 	}
-	cmd, err := n.enter(p, c, st.cgroupDir(c, attempt), "", main, argv, w)
+	cmd, err := n.enter(p, c, st.cgroupDir(c, attempt), "", main, true, argv, w, nil)
 	w.Close()
 	if err != nil {
 		return nil, err
 	}
 	outc := make(chan []byte, 1)
 	go func() {
-		var b strings.Builder
-		buf := make([]byte, 4096)
-		for {
-			n, err := r.Read(buf)
-			b.Write(buf[:n])
-			if err != nil {
-				break
-			}
-		}
-		outc <- []byte(b.String())
+		b, _ := io.ReadAll(r)
+		outc <- b
 	}()
 	waitc := make(chan error, 1)
-	go func() { waitc <- cmd.Wait() }()
+	go func() {
+		// The process leads a process group of its own: once it has exited,
+		// what it started (a hook's child left behind) is killed with the
+		// group, and the output's pipe closes. It is reaped only after the
+		// kill, so that the group's id cannot be another's meanwhile.
+		pid := cmd.Process.Pid
+		var info unix.Siginfo
+		for unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil) == unix.EINTR {
+		}
+		syscall.Kill(-pid, syscall.SIGKILL)
+		waitc <- cmd.Wait()
+	}()
 	select {
 	case err := <-waitc:
+		t := time.NewTimer(execOutputBound)
+		defer t.Stop()
 		select {
 		case out := <-outc:
 			return out, err
-		case <-time.After(time.Second):
-			// A child of the hook holds the pipe open: return without it.
-			return nil, err
+		case <-t.C:
+			return nil, errors.Join(err, fmt.Errorf("exec %v: its output still open %s after it exited (a process of it outside its group)", argv, execOutputBound))
 		}
 	case <-ctx.Done():
-		cmd.Process.Kill()
+		cmd.Process.Kill() // and then its group, as above
 		<-waitc
 		return nil, fmt.Errorf("hook %v: %w", argv, ctx.Err())
 	}
 }
 
-// enter starts podsim enter in the pod's namespaces from a throw-away
-// locked thread: setns changes the calling thread, and the thread is
-// discarded (never unlocked) afterwards.
-// bind, "SRC:DST" or "", is the container's termination-message mount.
-// joinMnt, a host PID or 0, is whose mount namespace the process joins
-// (through nsenter: a Go program, multi-threaded, cannot setns one) instead
-// of making mounts of its own.
-func (n Namespaces) enter(p *Pod, c *Container, cgroup, bind string, joinMnt int, argv []string, out *os.File) (*exec.Cmd, error) {
-	dir := c.Dir
-	if dir == "" {
-		dir = "/"
-	}
-	args := []string{"enter", "--cgroup", cgroup, "--uid", strconv.Itoa(c.UID), "--gid", strconv.Itoa(c.GID), "--dir", dir}
-	if c.Caps != nil {
-		s := []string{"none"}
-		for _, cp := range c.Caps {
-			s = append(s, strconv.Itoa(cp))
-		}
-		args = append(args, "--caps", strings.Join(s, ","))
-	}
-	if c.NoNewPrivs {
-		args = append(args, "--no-new-privs")
-	}
-	if bind != "" {
-		args = append(args, "--bind", bind)
-	}
-	if c.CgroupDelay > 0 {
-		args = append(args, "--cgroup-delay", c.CgroupDelay.String())
-	}
-	// enter closes fd 3 when it executes argv: Start returns only then, so
-	// that a container seen from the pod already runs its command, as its
-	// uid (runc's pid file likewise comes after the execve).
-	execR, execW, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	defer execR.Close()
-	args = append(append(args, "--exec-fd", "3", "--"), argv...)
-	type result struct {
-		cmd *exec.Cmd
-		err error
-	}
-	res := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		// No UnlockOSThread: this thread joins the pod's namespaces and must
-		// end with this goroutine.
-		type nsKind struct {
-			name string
-			flag int
-		}
-		join := []nsKind{{"net", unix.CLONE_NEWNET}, {"ipc", unix.CLONE_NEWIPC}, {"uts", unix.CLONE_NEWUTS}}
-		if !c.OwnPIDNamespace {
-			join = append(join, nsKind{"pid", unix.CLONE_NEWPID})
-		}
-		for _, ns := range join {
-			fd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/%s", p.PausePID, ns.name), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-			if err != nil {
-				res <- result{err: fmt.Errorf("open pod %s namespace: %w", ns.name, err)}
-				return
-			}
-			err = unix.Setns(fd, ns.flag)
-			unix.Close(fd)
-			if err != nil {
-				res <- result{err: fmt.Errorf("join pod %s namespace: %w", ns.name, err)}
-				return
-			}
-		}
-		cmd := exec.Command(n.Podsim, args...)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS}
-		if joinMnt > 0 {
-			cmd = exec.Command("nsenter", append([]string{fmt.Sprintf("--mount=/proc/%d/ns/mnt", joinMnt), "--", n.Podsim, "enter", "--in-mounts"}, args[1:]...)...)
-			cmd.SysProcAttr = &syscall.SysProcAttr{}
-		}
-		cmd.Env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, c.Env...)
-		cmd.Stdout, cmd.Stderr = out, out
-		cmd.ExtraFiles = []*os.File{execW}
-		if c.OwnPIDNamespace {
-			cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWPID
-		}
-		err := cmd.Start()
-		res <- result{cmd, err}
-	}()
-	r := <-res
-	execW.Close()
-	if r.err != nil {
-		return r.cmd, r.err
-	}
-	eof := make(chan struct{})
-	go func() { io.Copy(io.Discard, execR); close(eof) }()
-	select {
-	case <-eof:
-	case <-time.After(30 * time.Second):
-		r.cmd.Process.Kill()
-		r.cmd.Wait()
-		return nil, fmt.Errorf("podsim enter %v: no exec within 30s", argv)
-	}
-	return r.cmd, nil
-}
+// execOutputBound bounds the wait for an exec's output once its process
+// group is killed: nothing of it holds the pipe then, and the rest of the
+// output comes at once, however loaded the machine. Only a process that
+// left the group could hold it.
+const execOutputBound = time.Minute
 
 // Teardown implements Backend: SIGKILL to pause ends every process of the
 // pod's PID namespace; then the cgroups go.
@@ -377,90 +294,3 @@ func (p *nsProc) Signal(sig syscall.Signal) error {
 }
 
 func (p *nsProc) KillAll() { killCgroup(p.cgroup) }
-
-// CgroupRoot is where pods' cgroups are made: a cgroup v2 hierarchy (the
-// unified one on a hybrid host), under this process's own cgroup.
-func CgroupRoot() (string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	mnt := ""
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		for i, fld := range fields {
-			if fld == "-" && i+1 < len(fields) && fields[i+1] == "cgroup2" {
-				mnt = fields[4]
-			}
-		}
-		if mnt != "" {
-			break
-		}
-	}
-	if mnt == "" {
-		return "", errors.New("no cgroup2 filesystem mounted: the pod simulation needs cgroup v2 (mount -t cgroup2 none /sys/fs/cgroup/unified)")
-	}
-	self, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		return "", err
-	}
-	own := "/"
-	for _, line := range strings.Split(string(self), "\n") {
-		if strings.HasPrefix(line, "0::") {
-			own = strings.TrimPrefix(line, "0::")
-		}
-	}
-	return filepath.Join(mnt, own), nil
-}
-
-// killCgroup kills every process in a cgroup v2 directory: cgroup.kill
-// (Linux 5.14+), else one by one.
-func killCgroup(dir string) {
-	if err := os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0); err == nil {
-		return
-	}
-	for i := 0; i < 10; i++ {
-		b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
-		if err != nil || len(strings.TrimSpace(string(b))) == 0 {
-			return
-		}
-		for _, f := range strings.Fields(string(b)) {
-			if pid, err := strconv.Atoi(f); err == nil {
-				syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// removeCgroupTree removes a pod's cgroup directories, waiting (bounded) for
-// killed processes to leave them.
-func removeCgroupTree(dir string) error {
-	entries, _ := os.ReadDir(dir)
-	var errs []error
-	for _, e := range entries {
-		if e.IsDir() {
-			sub := filepath.Join(dir, e.Name())
-			killCgroup(sub)
-			errs = append(errs, rmdirRetry(sub))
-		}
-	}
-	errs = append(errs, rmdirRetry(dir))
-	return errors.Join(errs...)
-}
-
-func rmdirRetry(dir string) error {
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		err := syscall.Rmdir(dir)
-		if err == nil || errors.Is(err, syscall.ENOENT) {
-			return nil
-		}
-		if !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
-			return fmt.Errorf("remove cgroup %s: %w", dir, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}

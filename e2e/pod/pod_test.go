@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func requireRoot(t *testing.T) {
@@ -63,10 +66,10 @@ func TestPodShape(t *testing.T) {
 	for _, b := range backends(t, tl) {
 		t.Run(b.Name(), func(t *testing.T) {
 			p := startPod(t, b, Spec{Name: "shape", Containers: []Container{
-				{Name: "app", Argv: []string{tl.Podsim, "app", "--sleep", "1m"}, UID: 1000, GID: 1000},
-				{Name: "viewer", Argv: []string{tl.Podsim, "app", "--sleep", "1m"}, UID: 1337, GID: 1337},
+				{Name: "app", Argv: []string{tl.Podsim, "app", "--sleep", "1h"}, UID: 1000, GID: 1000},
+				{Name: "viewer", Argv: []string{tl.Podsim, "app", "--sleep", "1h"}, UID: 1337, GID: 1337},
 			}})
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			if _, err := p.WaitRunning(ctx, "viewer", 0); err != nil {
 				t.Fatal(err)
@@ -132,7 +135,7 @@ func TestPodPhases(t *testing.T) {
 		for _, tt := range tests {
 			t.Run(b.Name()+"/"+tt.name, func(t *testing.T) {
 				p := startPod(t, b, Spec{Name: "phases", RestartPolicy: tt.policy, Containers: tt.ctrs})
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 				defer cancel()
 				st, err := p.WaitPhase(ctx)
 				if err != nil {
@@ -157,12 +160,14 @@ func TestPodRestartAndDelete(t *testing.T) {
 	tl := needTools(t)
 	for _, b := range backends(t, tl) {
 		t.Run(b.Name(), func(t *testing.T) {
+			// The grace only bounds the wait for the server's exit on SIGTERM:
+			// long, so that a slow exit is not taken for an ignored SIGTERM.
 			p := startPod(t, b, Spec{Name: "restart", RestartPolicy: OnFailure, RestartBackoff: 50 * time.Millisecond,
-				TerminationGracePeriod: 5 * time.Second, Containers: []Container{
+				TerminationGracePeriod: time.Minute, Containers: []Container{
 					{Name: "flaky", Argv: []string{tl.Podsim, "app", "--sleep", "50ms", "--exit", "1"}},
 					{Name: "server", Argv: []string{tl.Podsim, "app", "--sleep", "1h"}},
 				}})
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			if _, err := p.WaitFor(ctx, func(s Status) bool { return s.Container("flaky").Restarts >= 2 }); err != nil {
 				t.Fatal(err)
@@ -184,22 +189,24 @@ func TestPodRestartAndDelete(t *testing.T) {
 
 // TestPodNames: every container instance has the kubelet's
 // termination-message mount, <root>/pods/<pod UID>/containers/<name>/<8
-// hex>, a new file for each restart; with NoNames none has.
+// hex>, a new file for each restart; with NoNames none has. Each run of
+// flaky waits on a cue until its mount has been read.
 func TestPodNames(t *testing.T) {
 	tl := needTools(t)
 	for _, b := range backends(t, tl) {
 		for _, noNames := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/nonames=%v", b.Name(), noNames), func(t *testing.T) {
+				cue, mount := newCue(t)
 				p := startPod(t, b, Spec{Name: "names", RestartPolicy: OnFailure, RestartBackoff: 50 * time.Millisecond, NoNames: noNames,
-					TerminationGracePeriod: 5 * time.Second, Containers: []Container{
-						{Name: "flaky", Argv: []string{tl.Podsim, "app", "--sleep", "300ms", "--exit", "1"}},
+					Containers: []Container{
+						{Name: "flaky", Argv: []string{tl.Podsim, "app", "--fifo", cue, "--exit", "1"}, Mounts: []Mount{mount}},
 						{Name: "server", Argv: []string{tl.Podsim, "app", "--sleep", "1h"}},
 					}})
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				defer cancel()
 				seen := map[string]bool{}
-				for len(seen) < 2 && ctx.Err() == nil {
-					st, err := p.WaitFor(ctx, func(s Status) bool { return s.Container("flaky").Running })
+				for run := 0; run < 2; run++ {
+					st, err := p.WaitFor(ctx, func(s Status) bool { c := s.Container("flaky"); return c.Running && c.Restarts == run })
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -215,7 +222,11 @@ func TestPodNames(t *testing.T) {
 						t.Fatalf("flaky's mount %q lacks %q", mount, want)
 					}
 					seen[mount] = true
-					p.WaitFor(ctx, func(s Status) bool { return !s.Container("flaky").Running })
+					release(t, cue)
+					// The run is over before the next one waits on the cue.
+					if _, err := p.WaitFor(ctx, func(s Status) bool { c := s.Container("flaky"); return !c.Running || c.Restarts > run }); err != nil {
+						t.Fatal(err)
+					}
 				}
 				if len(seen) < 2 {
 					t.Errorf("the restart did not get a file of its own: %v", seen)
@@ -225,6 +236,47 @@ func TestPodNames(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// newCue makes a FIFO for `podsim app --fifo`, at one path on the host and
+// in every container (the runc backend's need the returned mount): the
+// app runs until release.
+func newCue(t *testing.T) (path string, mount Mount) {
+	t.Helper()
+	dir := t.TempDir()
+	path = filepath.Join(dir, "cue")
+	if err := unix.Mkfifo(path, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	return path, Mount{Host: dir, Container: dir}
+}
+
+// release ends the run of the app waiting on the cue: it opens the FIFO
+// for writing, which waits for the app to open it for reading, and closes
+// it. The wait is bounded (a hang guard).
+func release(t *testing.T, cue string) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		f, err := os.OpenFile(cue, os.O_WRONLY, 0)
+		if err == nil {
+			err = f.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		// Unblock the opener with a reader of our own.
+		if f, err := os.OpenFile(cue, os.O_RDONLY|unix.O_NONBLOCK, 0); err == nil {
+			<-done
+			f.Close()
+		}
+		t.Fatalf("nothing waited on the cue %s within a minute", cue)
 	}
 }
 
@@ -252,13 +304,16 @@ func TestPodNativeAndEphemeral(t *testing.T) {
 	tl := needTools(t)
 	for _, b := range backends(t, tl) {
 		t.Run(b.Name(), func(t *testing.T) {
+			// The app runs until the native sidecar has been restarted and
+			// the ephemeral container runs.
+			cue, mount := newCue(t)
 			p := startPod(t, b, Spec{Name: "native", RestartPolicy: Never, RestartBackoff: 50 * time.Millisecond,
-				TerminationGracePeriod: 5 * time.Second, Containers: []Container{
+				Containers: []Container{
 					{Name: "logship", Native: true, Argv: []string{tl.Podsim, "app", "--sleep", "300ms"}},
-					{Name: "app", Argv: []string{tl.Podsim, "app", "--sleep", "2s"}},
+					{Name: "app", Argv: []string{tl.Podsim, "app", "--fifo", cue}, Mounts: []Mount{mount}},
 					{Name: "debugger", Ephemeral: true, Argv: []string{tl.Podsim, "app", "--sleep", "1h"}},
 				}})
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			if _, err := p.WaitFor(ctx, func(s Status) bool { return s.Container("app").Running }); err != nil {
 				t.Fatal(err)
@@ -266,6 +321,10 @@ func TestPodNativeAndEphemeral(t *testing.T) {
 			if err := p.StartEphemeral(ctx, "debugger"); err != nil {
 				t.Fatal(err)
 			}
+			if _, err := p.WaitFor(ctx, func(s Status) bool { return s.Container("logship").Restarts >= 1 }); err != nil {
+				t.Fatal(err)
+			}
+			release(t, cue)
 			st, err := p.WaitFor(ctx, func(s Status) bool { return s.Phase == Succeeded || s.Phase == Failed })
 			if err != nil {
 				t.Fatal(err)
@@ -279,6 +338,56 @@ func TestPodNativeAndEphemeral(t *testing.T) {
 			if c := st.Container("debugger"); !c.Running {
 				t.Errorf("ephemeral container %+v: want still running (it does not hold the phase)", c)
 			}
+		})
+	}
+}
+
+// TestPodStartAfter: a container held back by StartAfter starts only once
+// it returns, and the containers after it wait too; one still held back
+// when the pod is closed never starts, and Close does not wait for it.
+func TestPodStartAfter(t *testing.T) {
+	tl := needTools(t)
+	done := func(name string) func(context.Context, *Pod) error {
+		return func(ctx context.Context, p *Pod) error {
+			_, err := p.WaitFor(ctx, func(s Status) bool { c := s.Container(name); return c.Started && !c.Running })
+			return err
+		}
+	}
+	never := func(ctx context.Context, p *Pod) error { <-ctx.Done(); return ctx.Err() }
+	for _, b := range backends(t, tl) {
+		t.Run(b.Name(), func(t *testing.T) {
+			p := startPod(t, b, Spec{Name: "after", Containers: []Container{
+				{Name: "first", Argv: []string{tl.Podsim, "app", "--exit", "3"}},
+				{Name: "second", Argv: []string{tl.Podsim, "app", "--sleep", "1h"}, StartAfter: done("first")},
+				{Name: "third", Argv: []string{tl.Podsim, "app", "--sleep", "1h"}},
+				{Name: "held", Argv: []string{tl.Podsim, "app"}, StartAfter: never},
+			}})
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			early := ""
+			if _, err := p.WaitFor(ctx, func(s Status) bool {
+				first, second, third := s.Container("first"), s.Container("second"), s.Container("third")
+				if (second.Started && first.Running) || (third.Started && !second.Started) {
+					early = s.String()
+				}
+				return third.Running
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if early != "" {
+				t.Errorf("a container started before the one it waits for: %s", early)
+			}
+			if c := p.Status().Container("first"); c.ExitCode != 3 {
+				t.Errorf("first %+v, want exit 3", c)
+			}
+			begun := time.Now()
+			if err := p.Close(); err != nil {
+				t.Errorf("close with a container held back: %v", err)
+			}
+			if c := p.Status().Container("held"); c.Started {
+				t.Errorf("held %+v: started although StartAfter never returned", c)
+			}
+			t.Logf("closed in %s", time.Since(begun).Round(time.Millisecond))
 		})
 	}
 }

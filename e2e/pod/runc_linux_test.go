@@ -52,11 +52,11 @@ func TestRuncSecurity(t *testing.T) {
 	tl := needTools(t)
 	b := runcBackend(t, tl)
 	p := startPod(t, b, Spec{Name: "security", Containers: []Container{
-		{Name: "root", Argv: []string{tl.Podsim, "app", "--sleep", "1m"}},
-		{Name: "default", Argv: []string{tl.Podsim, "app", "--sleep", "1m"}, UID: 1000, GID: 1000},
-		{Name: "locked", Argv: []string{tl.Podsim, "app", "--sleep", "1m"}, UID: 1337, GID: 1337, Caps: []int{}, NoNewPrivs: true},
+		{Name: "root", Argv: []string{tl.Podsim, "app", "--sleep", "1h"}},
+		{Name: "default", Argv: []string{tl.Podsim, "app", "--sleep", "1h"}, UID: 1000, GID: 1000},
+		{Name: "locked", Argv: []string{tl.Podsim, "app", "--sleep", "1h"}, UID: 1337, GID: 1337, Caps: []int{}, NoNewPrivs: true},
 	}})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if _, err := p.WaitRunning(ctx, "locked", 0); err != nil {
 		t.Fatal(err)
@@ -107,7 +107,7 @@ func TestRuncFilesystem(t *testing.T) {
 		app("message", "--record", "/dev/termination-log", "--exit", "4"),
 		app("readonly", "--record", "/readonly.record"),
 	}})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	st, err := p.WaitPhase(ctx)
 	if err != nil {
@@ -136,19 +136,33 @@ func TestRuncFilesystem(t *testing.T) {
 func TestRuncLeftovers(t *testing.T) {
 	tl := needTools(t)
 	b := runcBackend(t, tl)
+	// parent runs until its processes have been counted.
+	cue, mount := newCue(t)
 	p := startPod(t, b, Spec{Name: "leftovers", Containers: []Container{
 		{Name: "viewer", Argv: []string{tl.Podsim, "app", "--sleep", "1h"}},
-		{Name: "parent", Argv: []string{tl.Podsim, "app", "--sleep", "1s", "--orphan", "1h", "--kill", "15"}},
+		{Name: "parent", Argv: []string{tl.Podsim, "app", "--fifo", cue, "--orphan", "1h", "--kill", "15"}, Mounts: []Mount{mount}},
 	}})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if _, err := p.WaitRunning(ctx, "parent", 0); err != nil {
 		t.Fatal(err)
 	}
-	out, err := p.Exec(ctx, "viewer", tl.Podsim, "ps")
-	if n := strings.Count(string(out), "/../parent\n"); err != nil || n != 2 {
-		t.Fatalf("parent's container holds %d processes, want 2 (the app and its orphan-to-be); ps: %v\n%s", n, err, out)
+	// The app starts its orphan-to-be after its own start: look until
+	// both are there (the app waits on its cue meanwhile).
+	for {
+		out, err := p.Exec(ctx, "viewer", tl.Podsim, "ps")
+		if err != nil {
+			t.Fatalf("ps: %v\n%s", err, out)
+		}
+		n := strings.Count(string(out), "/../parent\n")
+		if n == 2 {
+			break
+		}
+		if n > 2 || ctx.Err() != nil {
+			t.Fatalf("parent's container holds %d processes, want 2 (the app and its orphan-to-be); ps:\n%s", n, out)
+		}
 	}
+	release(t, cue)
 	st, err := p.WaitFor(ctx, func(s Status) bool { c := s.Container("parent"); return c.Started && !c.Running })
 	if err != nil {
 		t.Fatal(err)
@@ -156,7 +170,7 @@ func TestRuncLeftovers(t *testing.T) {
 	if c := st.Container("parent"); c.ExitCode != 143 {
 		t.Errorf("parent killed by SIGTERM: exit %d, want 143", c.ExitCode)
 	}
-	out, err = p.Exec(ctx, "viewer", tl.Podsim, "ps")
+	out, err := p.Exec(ctx, "viewer", tl.Podsim, "ps")
 	if err != nil {
 		t.Fatalf("ps: %v\n%s", err, out)
 	}

@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -80,7 +79,7 @@ func TestDeployExamples(t *testing.T) {
 						waitRecordStart(t, filepath.Join(built.Shared, s.RecordFile()))
 					}
 					releaseApps(t, p, built, d.Apps)
-					st := waitPhase(t, p, time.Minute)
+					st := waitPhase(t, p, eventBound)
 					if st.Phase != o.phase || st.Container("app").ExitCode != o.code ||
 						st.Container(s.name()).ExitCode != 0 || st.Container("supervisor").ExitCode != 0 {
 						t.Errorf("status %s, want %s with app %d and %s, supervisor 0", st, o.phase, o.code, s.name())

@@ -2,6 +2,8 @@ package scenarios
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -9,20 +11,33 @@ import (
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/pod"
 )
 
-// drainApp is an app that needs 8 s to finish after SIGTERM and keeps
-// calling through the sidecar (its readiness port) meanwhile.
-var drainApp = App{Name: "app", UID: 1000, Args: []string{"--sleep", "1h", "--on-term", "8s", "--term-exit", "0",
+// drainApp is an app that, once SIGTERM comes, drains until the test ends
+// its drain (App.DrainCued), calling through the sidecar (its readiness
+// port) every 200ms meanwhile, and then exits 0.
+var drainApp = App{Name: "app", UID: 1000, DrainCued: true, Args: []string{"--sleep", "1h", "--term-exit", "0",
 	"--get", "http://127.0.0.1:15021/healthz/ready"}}
 
 // deletePod deletes p as the kubelet does and returns the status and how
 // long the deletion took.
 func deletePod(t *testing.T, p *pod.Pod) (pod.Status, time.Duration) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*eventBound)
 	defer cancel()
 	begun := time.Now()
 	st := p.Delete(ctx)
 	return st, time.Since(begun)
+}
+
+// deleting starts p's deletion as the kubelet does, in the background: the
+// status comes on the channel once every container has stopped.
+func deleting(p *pod.Pod) <-chan pod.Status {
+	out := make(chan pod.Status, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*eventBound)
+		defer cancel()
+		out <- p.Delete(ctx)
+	}()
+	return out
 }
 
 // gets sorts the app's recorded calls made while draining.
@@ -38,11 +53,25 @@ func gets(record []string) (ok, failed int) {
 	return
 }
 
-// TestHoldDrain: a Deployment's pod is deleted while its app needs 8 s to
-// drain through the sidecar. With the hold every call of the drain works;
-// without it the sidecar is gone after its 5 s drain and the last calls
-// fail.
+// waitRecord polls (bounded) a record file until cond holds for it.
+func waitRecord(t *testing.T, file, what string, cond func([]string) bool) {
+	t.Helper()
+	for deadline := time.Now().Add(eventBound); !cond(Record(file)); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s in %s within %s:\n%s", what, file, eventBound, strings.Join(Record(file), "\n"))
+		}
+	}
+}
+
+// TestHoldDrain: a Deployment's pod is deleted while its app drains
+// through the sidecar for as long as the test lets it. With the hold the
+// sidecar gets no SIGTERM while the app drains, and every call works;
+// without it the sidecar is gone after its 5 s drain and the app's calls
+// fail. The app's drain ends, with the hold, once it has made 5 calls
+// through the held sidecar; without it, once istio-proxy has exited and a
+// call has failed.
 func TestHoldDrain(t *testing.T) {
+	const calls = 5
 	for _, b := range Builders(t) {
 		for _, hold := range []bool{true, false} {
 			name := b.Name + "/without hold"
@@ -52,29 +81,52 @@ func TestHoldDrain(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				tl := pod.MustTools(t)
 				// HoldApp: the app starts once the proxy is ready, so the
-				// deletion finds both up (as in any pod that was Ready).
+				// deletion finds both up (as in any pod that was Ready). The
+				// grace period only bounds the deletion.
 				built, err := b.Build(Desc{Name: "deploy", Policy: pod.Always, NoSupervisor: true, Apps: []App{drainApp},
-					ProxyDrain: 5 * time.Second, Grace: 30 * time.Second, HoldApp: true})
+					ProxyDrain: 5 * time.Second, Grace: eventBound, HoldApp: true})
 				if err != nil {
 					t.Fatal(err)
 				}
 				if hold {
-					if built, err = WithHold(built, tl, 20*time.Second); err != nil {
+					// Not the outcome here: the hold ends with the app's exit.
+					if built, err = WithHold(built, tl, eventBound); err != nil {
 						t.Fatal(err)
 					}
 				}
 				p := Start(t, built)
 				waitUp(t, p, built)
-				st, took := deletePod(t, p)
-				rec := Record(appRecord(built, "app"))
+				deleted := deleting(p)
+				recFile := appRecord(built, "app")
+				if hold {
+					waitRecord(t, recFile, fmt.Sprintf("%d calls through the sidecar", calls), func(rec []string) bool {
+						ok, _ := gets(rec)
+						return ok >= calls
+					})
+					if rec := Record(built.PilotRecord); slices.Contains(rec, "signal SIGTERM") || !p.Status().Container("istio-proxy").Running {
+						t.Errorf("the sidecar was stopped while the app drained: record %q, %s", rec, p.Status())
+					}
+				} else {
+					ctx, cancel := context.WithTimeout(context.Background(), eventBound)
+					defer cancel()
+					if _, err := p.WaitFor(ctx, func(s pod.Status) bool { c := s.Container("istio-proxy"); return c.Started && !c.Running }); err != nil {
+						t.Fatalf("istio-proxy did not stop while the app drained: %v", err)
+					}
+					waitRecord(t, recFile, "failed call", func(rec []string) bool { _, failed := gets(rec); return failed > 0 })
+				}
+				if err := built.Release(DrainCue("app")); err != nil {
+					t.Fatal(err)
+				}
+				st := <-deleted
+				rec := Record(recFile)
 				ok, failed := gets(rec)
-				t.Logf("deletion took %.1fs; calls during the app's drain: %d ok, %d failed", took.Seconds(), ok, failed)
+				t.Logf("calls during the app's drain: %d ok, %d failed", ok, failed)
 				if c := st.Container("app"); c.ExitCode != 0 {
 					t.Errorf("app exit %d, want 0 (it finished its drain)", c.ExitCode)
 				}
 				if hold {
-					if failed != 0 || ok < 20 {
-						t.Errorf("with the hold: %d calls ok, %d failed; want all (about 40) ok:\n%s", ok, failed, strings.Join(rec, "\n"))
+					if failed != 0 || ok < calls {
+						t.Errorf("with the hold: %d calls ok, %d failed; want all ok:\n%s", ok, failed, strings.Join(rec, "\n"))
 					}
 					if c := st.Container("istio-proxy"); c.ExitCode != 0 {
 						t.Errorf("istio-proxy exit %d, want 0", c.ExitCode)
@@ -82,23 +134,24 @@ func TestHoldDrain(t *testing.T) {
 					if l := p.Logs("istio-proxy"); !strings.Contains(l, "hold released after") {
 						t.Errorf("istio-proxy's log does not say the hold was released:\n%s", l)
 					}
-				} else if failed == 0 {
-					t.Errorf("without the hold no call failed (%d ok): the test does not show the problem:\n%s", ok, strings.Join(rec, "\n"))
 				}
 			})
 		}
 	}
 }
 
-// TestHoldBound: an app that never exits holds the sidecar only for
-// SUPERVISOR_HOLD_TIMEOUT; the hook says it gave up.
+// TestHoldBound: an app that drains for good holds the sidecar only for
+// SUPERVISOR_HOLD_TIMEOUT (3 s, the outcome); the hook says it gave up,
+// and the sidecar drains and exits 0 while the app still runs. The test
+// then ends the app's drain (its grace period, long, only bounds the
+// deletion).
 func TestHoldBound(t *testing.T) {
 	for _, b := range Builders(t) {
 		t.Run(b.Name, func(t *testing.T) {
 			tl := pod.MustTools(t)
 			built, err := b.Build(Desc{Name: "stuck", Policy: pod.Always, NoSupervisor: true,
-				Apps:       []App{{Name: "app", Args: []string{"--sleep", "1h", "--on-term", "1h"}}},
-				ProxyDrain: time.Second, Grace: 12 * time.Second, HoldApp: true})
+				Apps:       []App{{Name: "app", DrainCued: true, Args: []string{"--sleep", "1h"}}},
+				ProxyDrain: time.Second, Grace: eventBound, HoldApp: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -107,18 +160,29 @@ func TestHoldBound(t *testing.T) {
 			}
 			p := Start(t, built)
 			waitUp(t, p, built)
-			st, took := deletePod(t, p)
-			t.Logf("deletion took %.1fs (hold 3s, drain 1s, grace 12s)", took.Seconds())
+			deleted := deleting(p)
+			ctx, cancel := context.WithTimeout(context.Background(), eventBound)
+			defer cancel()
+			st, err := p.WaitFor(ctx, func(s pod.Status) bool { c := s.Container("istio-proxy"); return c.Started && !c.Running })
+			if err != nil {
+				t.Fatalf("istio-proxy did not stop while the app drained: %v", err)
+			}
+			if !st.Container("app").Running {
+				t.Errorf("the app ended before istio-proxy: %s", st)
+			}
+			if err := built.Release(DrainCue("app")); err != nil {
+				t.Fatal(err)
+			}
+			st = <-deleted
 			if l := p.Logs("istio-proxy"); !strings.Contains(l, "hold gave up after") {
 				t.Errorf("istio-proxy's log does not say the hold gave up:\n%s", l)
 			}
-			// The sidecar stopped on its own after the hold and its drain;
-			// only the app had to be killed at the end of the grace period.
+			// The sidecar stopped on its own after the hold and its drain.
 			if c := st.Container("istio-proxy"); c.ExitCode != 0 {
 				t.Errorf("istio-proxy exit %d, want 0: it should not wait for the grace period", c.ExitCode)
 			}
-			if c := st.Container("app"); c.ExitCode != 137 {
-				t.Errorf("app exit %d, want 137 (killed at the end of the grace period)", c.ExitCode)
+			if c := st.Container("app"); c.ExitCode != 143 {
+				t.Errorf("app exit %d, want 143 (its drain ended by the test)", c.ExitCode)
 			}
 		})
 	}
@@ -132,8 +196,11 @@ func TestHoldQuick(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			tl := pod.MustTools(t)
 			for _, job := range []bool{false, true} {
+				// The grace period and the hold's bound only guard against a
+				// hang: a container still running at the end of either would
+				// show as killed (137).
 				d := Desc{Name: "quick", Apps: []App{{Name: "app", Args: []string{"--sleep", "1h"}}},
-					ProxyDrain: 500 * time.Millisecond, Grace: 30 * time.Second, HoldApp: true}
+					ProxyDrain: 500 * time.Millisecond, Grace: eventBound, HoldApp: true}
 				if !job {
 					d.Policy, d.NoSupervisor = pod.Always, true
 				}
@@ -142,7 +209,7 @@ func TestHoldQuick(t *testing.T) {
 					t.Fatal(err)
 				}
 				if !job {
-					if built, err = WithHold(built, tl, 20*time.Second); err != nil {
+					if built, err = WithHold(built, tl, eventBound); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -173,7 +240,7 @@ func TestHoldQuick(t *testing.T) {
 // as a Ready pod is.
 func waitUp(t *testing.T, p *pod.Pod, b Built) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), eventBound)
 	defer cancel()
 	if _, err := p.WaitRunning(ctx, "istio-proxy", 0); err != nil {
 		t.Fatal(err)

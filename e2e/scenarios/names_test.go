@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/pod"
 )
@@ -42,30 +41,58 @@ func TestNamedPods(t *testing.T) {
 		// A native sidecar of the pod's own beside the classic istio-proxy:
 		// not an app (the kubelet stops it only after the apps, so waiting
 		// for it would hang the Job), and not stopped by the supervisor.
-		// It is restarted while the app runs: each new instance, a new
-		// container of the same name, is never taken for an app either.
+		// It is restarted while the supervisor still looks for an app (late
+		// starts only then): each new instance, a new container of the same
+		// name, is seen and never taken for an app either. Each instance of
+		// logship runs until the supervisor has logged it.
 		t.Run(b.Name+"/native sidecar, restarted", func(t *testing.T) {
 			d := Desc{Name: "native", Apps: []App{
-				{Name: "logship", Native: true, Args: []string{"--sleep", "300ms"}},
+				{Name: "logship", Native: true, Cued: true},
 				{Name: "app", Cued: true, UID: 1000},
-			}, SupervisorEnv: append([]string{}, fast...)}
-			p, built := run(t, b, d)
-			waitLogFor(t, p, "app found", "app")
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if _, err := p.WaitFor(ctx, func(s pod.Status) bool { return s.Container("logship").Restarts >= 2 }); err != nil {
+				{Name: "late", Cued: true, UID: 1000},
+			}, SupervisorEnv: append([]string{}, patient...)}
+			built, err := b.Build(d)
+			if err != nil {
 				t.Fatal(err)
 			}
+			open := make(chan struct{})
+			startLast(&built.Spec, "late", gate(open))
+			p := Start(t, built)
+			// An instance is known by its main process's PID: the supervisor
+			// may log one twice (runc, cgroup v1: as its cgroups change while
+			// it is set up, or as it exits).
+			const instances = 3
+			leftAlone := func() int {
+				pids := map[string]bool{}
+				for _, l := range logFor(p, "container neither waited for nor stopped", "logship") {
+					pids[l.Str("pid")] = true
+				}
+				return len(pids)
+			}
+			for k := 1; k <= instances; k++ {
+				ctx, cancel := context.WithTimeout(context.Background(), eventBound)
+				err := p.Await(ctx, func() bool { return leftAlone() >= k })
+				cancel()
+				if err != nil {
+					t.Fatalf("instance %d of the native sidecar not logged as left alone: %v", k, err)
+				}
+				if k < instances {
+					if err := built.Release("logship"); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			close(open)
 			releaseApps(t, p, built, d.Apps[1:])
-			st := waitPhase(t, p, time.Minute)
+			st := waitPhase(t, p, eventBound)
 			succeeded(t, st)
+			if c := st.Container("logship"); c.Restarts != instances-1 {
+				t.Errorf("logship %+v, want %d restarts", c, instances-1)
+			}
 			if len(logFor(p, "app found", "logship")) != 0 {
 				t.Errorf("the native sidecar was taken for an app")
 			}
-			if len(logFor(p, "container neither waited for nor stopped", "logship")) == 0 {
-				t.Errorf("the native sidecar was not logged as left alone:\n%s", p.Logs("supervisor"))
-			}
-			if msg := p.TerminationMessage("supervisor"); !strings.HasPrefix(msg, "success: app exit 0") {
+			if msg := p.TerminationMessage("supervisor"); !strings.HasPrefix(msg, "success: all 2 app containers exit 0") {
 				t.Errorf("termination message %q", msg)
 			}
 		})
@@ -76,16 +103,16 @@ func TestNamedPods(t *testing.T) {
 			d := Desc{Name: "debug", Apps: []App{
 				{Name: "app", Cued: true, UID: 1000},
 				{Name: "debugger", Ephemeral: true, Args: []string{"--sleep", "1h"}},
-			}, SupervisorEnv: append([]string{}, fast...)}
+			}, SupervisorEnv: append([]string{}, patient...)}
 			p, built := run(t, b, d)
 			waitLogFor(t, p, "app found", "app")
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), eventBound)
 			defer cancel()
 			if err := p.StartEphemeral(ctx, "debugger"); err != nil {
 				t.Fatal(err)
 			}
 			releaseApps(t, p, built, d.Apps[:1])
-			st := waitPhase(t, p, time.Minute)
+			st := waitPhase(t, p, eventBound)
 			succeeded(t, st)
 			if len(logFor(p, "app found", "debugger")) != 0 {
 				t.Errorf("the debug container was taken for an app")
@@ -100,10 +127,10 @@ func TestNamedPods(t *testing.T) {
 		t.Run(b.Name+"/onfailure restarts by name", func(t *testing.T) {
 			names := []string{"a0", "a1"}
 			d := Desc{Name: "restarts", Policy: pod.OnFailure, Apps: []App{
-				{Name: "a0", Args: []string{"--fail-first", "2", "--sleep", "1500ms"}},
-				{Name: "a1", Args: []string{"--sleep", "6s"}},
+				{Name: "a0", Cued: true, Args: []string{"--fail-first", "2"}},
+				{Name: "a1", Cued: true},
 				{Name: "debugger", Ephemeral: true, Args: []string{"--sleep", "1h"}},
-			}, SupervisorEnv: append([]string{"SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_DELETION_GRACE=0s"}, policyEnv...)}
+			}, SupervisorEnv: append([]string{"SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_DELETION_GRACE=0s"}, patient...)}
 			built, err := b.Build(d)
 			if err != nil {
 				t.Fatal(err)
@@ -111,9 +138,17 @@ func TestNamedPods(t *testing.T) {
 			stamps := withStamps(&built, names)
 			p := Start(t, built)
 			waitLogFor(t, p, "app found", "a0")
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), eventBound)
 			defer cancel()
 			if err := p.StartEphemeral(ctx, "debugger"); err != nil {
+				t.Fatal(err)
+			}
+			// Every run ends once the supervisor has found it: a0's three,
+			// then a1's one.
+			if err := releaseRuns(p, built, "a0", 3, nil); err != nil {
+				t.Fatal(err)
+			}
+			if err := releaseRuns(p, built, "a1", 1, nil); err != nil {
 				t.Fatal(err)
 			}
 			st, err := p.WaitPhase(ctx)
@@ -133,7 +168,7 @@ func TestNamedPods(t *testing.T) {
 			if n := len(logFor(p, "app restarted by the kubelet: watching the new container", "a0")); n != 2 {
 				t.Errorf("%d restarts of a0 seen, want 2:\n%s", n, p.Logs("supervisor"))
 			}
-			checkInvariants(t, appEnds(stamps), signalledAt(p), 4)
+			checkInvariants(t, p, appEnds(stamps), 4)
 		})
 		// `kubectl exec ... sidecar-supervisor status` while the app runs:
 		// every container by name and kind, and what the supervisor waits for.
@@ -141,10 +176,10 @@ func TestNamedPods(t *testing.T) {
 			d := Desc{Name: "status", Apps: []App{
 				{Name: "logship", Native: true, Args: []string{"--sleep", "1h"}},
 				{Name: "app", Cued: true, UID: 1000},
-			}, SupervisorEnv: append([]string{}, fast...)}
+			}, SupervisorEnv: append([]string{}, patient...)}
 			p, built := run(t, b, d)
 			waitLogFor(t, p, "app found", "app")
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), eventBound)
 			defer cancel()
 			sup := built.Spec.Containers[len(built.Spec.Containers)-1]
 			out, err := p.Exec(ctx, "supervisor", sup.Argv[0], "status")
@@ -159,16 +194,16 @@ func TestNamedPods(t *testing.T) {
 				}
 			}
 			releaseApps(t, p, built, d.Apps[1:])
-			succeeded(t, waitPhase(t, p, time.Minute))
+			succeeded(t, waitPhase(t, p, eventBound))
 		})
 		// Where names cannot be read (another runtime), today's rules stand,
 		// and the supervisor says so once.
 		t.Run(b.Name+"/without names", func(t *testing.T) {
 			d := Desc{Name: "nonames", NoNames: true, Apps: []App{{Name: "app", Cued: true, UID: 1000}},
-				SupervisorEnv: append([]string{}, fast...)}
+				SupervisorEnv: append([]string{}, patient...)}
 			p, built := run(t, b, d)
 			releaseApps(t, p, built, d.Apps)
-			st := waitPhase(t, p, time.Minute)
+			st := waitPhase(t, p, eventBound)
 			succeeded(t, st)
 			msgs := Messages(ParseLog(p.Logs("supervisor")))
 			if !slices.ContainsFunc(msgs, func(m string) bool { return strings.HasPrefix(m, "container names cannot be read here") }) {

@@ -6,9 +6,7 @@
 package scenarios
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -16,8 +14,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/istioproxy"
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/istioproxy/record"
@@ -49,10 +45,17 @@ type App struct {
 	// the pod's last container, find it first however slowly the machine
 	// starts containers, instead of betting on a --sleep.
 	Cued bool
+	// DrainCued: on SIGTERM the app drains (calling what its --get names)
+	// until the test releases DrainCue(Name), then exits (--term-exit).
+	DrainCued bool
 	// CgroupDelay keeps every run's main process that long out of its
 	// container's cgroup, in the pod already (pod.Container.CgroupDelay;
 	// namespaces backend only).
 	CgroupDelay time.Duration
+	// CgroupHold holds every run's main process out of its container's
+	// cgroup until it returns (pod.Container.CgroupHold; namespaces
+	// backend only).
+	CgroupHold func(ctx context.Context, p *pod.Pod, attempt int) error
 	// Native and Ephemeral make it a native sidecar or an ephemeral
 	// container (pod.Container): not an app, not named in SUPERVISOR_APPS.
 	Native, Ephemeral bool
@@ -75,11 +78,15 @@ type Desc struct {
 	// the stand-in envoy's ENVOY_STANDIN_READY_DELAY under the real
 	// pilot-agent, the stand-in's PILOT_READY_DELAY.
 	ProxyReadyDelay time.Duration
-	// ProxyStartDelay starts istio-proxy late (after the apps).
-	ProxyStartDelay time.Duration
+	// ProxyStartAfter holds istio-proxy's start back, and the supervisor's
+	// after it, until it returns (pod.Container.StartAfter).
+	ProxyStartAfter func(context.Context, *pod.Pod) error
 	// ProxyHandlerCued: the stand-in asks for SIGTERM (signal.Notify) and
 	// starts envoy only once the test releases HandlerCue (Built.Release).
 	ProxyHandlerCued bool
+	// ProxyDrainCued: the stand-in's drain lasts until the test releases
+	// ProxyDrainCue (Built.Release), instead of ProxyDrain.
+	ProxyDrainCued bool
 	// HoldApp puts istio-proxy first with a postStart hook that waits for
 	// its readiness, as Istio's holdApplicationUntilProxyStarts does.
 	HoldApp bool
@@ -102,8 +109,12 @@ type Desc struct {
 }
 
 // HandlerCue is the name Built.Release takes for the stand-in's handler
-// (Desc.ProxyHandlerCued).
-const HandlerCue = "pilot-agent-handler"
+// (Desc.ProxyHandlerCued), ProxyDrainCue for the end of its drain
+// (Desc.ProxyDrainCued).
+const (
+	HandlerCue    = "pilot-agent-handler"
+	ProxyDrainCue = "pilot-agent-drain"
+)
 
 // Built is a pod spec ready to start, and where its records land.
 type Built struct {
@@ -122,66 +133,6 @@ type Built struct {
 	Proxy *istioproxy.Proxy
 	// cues are the host paths of the cued apps' FIFOs, by app name.
 	cues map[string]string
-}
-
-// cue makes app a's FIFO at host path and returns the arguments that make
-// podsim app wait on it (at path as the container sees it).
-func (b *Built) cue(a App, host, path string) ([]string, error) {
-	if !a.Cued {
-		return nil, nil
-	}
-	if err := unix.Mkfifo(host, 0o666); err != nil {
-		return nil, fmt.Errorf("mkfifo %s: %w", host, err)
-	}
-	// Apps run as several uids.
-	if err := os.Chmod(host, 0o666); err != nil {
-		return nil, err
-	}
-	if b.cues == nil {
-		b.cues = map[string]string{}
-	}
-	b.cues[a.Name] = host
-	return []string{"--fifo", path}, nil
-}
-
-// handlerCue makes the stand-in's handler cue when d asks for one, and
-// returns its environment.
-func (b *Built) handlerCue(d Desc, host, path string) ([]string, error) {
-	if !d.ProxyHandlerCued {
-		return nil, nil
-	}
-	if _, err := b.cue(App{Name: HandlerCue, Cued: true}, host, path); err != nil {
-		return nil, err
-	}
-	return []string{"PILOT_HANDLER_CUE=" + path}, nil
-}
-
-// Release lets the cued app name end: it opens the app's FIFO for writing
-// and closes it, which waits (up to 30s) for the app to be waiting on it.
-func (b Built) Release(name string) error {
-	path, ok := b.cues[name]
-	if !ok {
-		return fmt.Errorf("app %q is not cued", name)
-	}
-	done := make(chan error, 1)
-	go func() {
-		f, err := os.OpenFile(path, os.O_WRONLY, 0) // blocks until the app reads
-		if err == nil {
-			err = f.Close()
-		}
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(30 * time.Second):
-		// Unblock the opener with a reader of our own.
-		if f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK, 0); err == nil {
-			<-done
-			f.Close()
-		}
-		return fmt.Errorf("app %s never waited for its cue within 30s", name)
-	}
 }
 
 // DefaultRealDrain is the real pilot-agent's terminationDrainDuration when
@@ -274,19 +225,19 @@ func BuildNamespaces(d Desc, tl pod.Tools) (Built, error) {
 	b := Built{Dir: dir, Shared: dir, Backend: pod.Namespaces{Podsim: tl.Podsim}}
 	var apps []pod.Container
 	for _, a := range d.Apps {
-		cue, err := b.cue(a, filepath.Join(dir, a.Name+".cue"), filepath.Join(dir, a.Name+".cue"))
+		cue, err := b.appCues(a, dir, dir)
 		if err != nil {
 			return Built{}, err
 		}
 		argv := append([]string{tl.Podsim, "app", "--record", filepath.Join(dir, a.Name+".record")}, cue...)
 		apps = append(apps, pod.Container{Name: a.Name, Argv: append(argv, a.Args...), UID: a.UID, GID: a.UID, CgroupDelay: a.CgroupDelay,
-			Native: a.Native, Ephemeral: a.Ephemeral})
+			CgroupHold: a.CgroupHold, Native: a.Native, Ephemeral: a.Ephemeral})
 	}
 	var proxy *pod.Container
 	switch d.Proxy {
 	case StandIn:
 		b.PilotRecord = filepath.Join(dir, "pilot-agent.record")
-		cue, err := b.handlerCue(d, filepath.Join(dir, HandlerCue+".cue"), filepath.Join(dir, HandlerCue+".cue"))
+		cue, err := b.proxyCues(d, dir, dir)
 		if err != nil {
 			return Built{}, err
 		}
@@ -336,13 +287,7 @@ func BuildNamespaces(d Desc, tl pod.Tools) (Built, error) {
 func supervisorEnv(d Desc) []string {
 	var env []string
 	if !d.NoAppNames {
-		var names []string
-		for _, a := range d.Apps {
-			if !a.Native && !a.Ephemeral {
-				names = append(names, a.Name)
-			}
-		}
-		env = append(env, "SUPERVISOR_APPS="+strings.Join(names, ","))
+		env = append(env, "SUPERVISOR_APPS="+strings.Join(appNames(d), ","))
 	}
 	return append(env, d.SupervisorEnv...)
 }
@@ -413,7 +358,7 @@ func assemble(d Desc, dir string, apps []pod.Container, proxy, supervisor *pod.C
 			proxy.UID, proxy.GID = ProxyUID, ProxyUID
 		}
 		proxy.NoNewPrivs, proxy.Caps = true, []int{}
-		proxy.StartDelay = d.ProxyStartDelay
+		proxy.StartAfter = d.ProxyStartAfter
 		if !d.HoldApp {
 			proxy.PostStart = nil
 		}
@@ -433,62 +378,22 @@ func assemble(d Desc, dir string, apps []pod.Container, proxy, supervisor *pod.C
 		supervisor.OwnPIDNamespace = d.SupervisorOwnPIDNS
 		spec.Containers = append(spec.Containers, *supervisor)
 	}
-	spec.Containers = append(spec.Containers, injected...)
+	for _, c := range injected {
+		if !d.NoSupervisor {
+			c.StartAfter = appsFound(appNames(d))
+		}
+		spec.Containers = append(spec.Containers, c)
+	}
 	return spec
 }
 
-// Record reads a record file (the stand-in's or an app's): one event per
-// line, with any leading timestamp cut off.
-func Record(path string) []string {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		out = append(out, sc.Text())
-	}
-	return out
-}
-
-// LogLine is one line of the supervisor's JSON log.
-type LogLine map[string]any
-
-// Msg is the line's message.
-func (l LogLine) Msg() string { s, _ := l["message"].(string); return s }
-
-// Str is a field as text.
-func (l LogLine) Str(k string) string {
-	switch v := l[k].(type) {
-	case string:
-		return v
-	case nil:
-		return ""
-	default:
-		return fmt.Sprint(v)
-	}
-}
-
-// ParseLog reads the supervisor's JSON log lines out of its container's
-// output (other lines are skipped).
-func ParseLog(out string) []LogLine {
-	var lines []LogLine
-	for _, s := range strings.Split(out, "\n") {
-		var l LogLine
-		if json.Unmarshal([]byte(s), &l) == nil && l.Msg() != "" {
-			lines = append(lines, l)
+// appNames are d's app containers (neither native sidecars nor ephemeral).
+func appNames(d Desc) []string {
+	var names []string
+	for _, a := range d.Apps {
+		if !a.Native && !a.Ephemeral {
+			names = append(names, a.Name)
 		}
 	}
-	return lines
-}
-
-// Messages lists the log's messages in order.
-func Messages(lines []LogLine) []string {
-	var out []string
-	for _, l := range lines {
-		out = append(out, l.Msg())
-	}
-	return out
+	return names
 }

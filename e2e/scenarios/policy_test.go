@@ -2,9 +2,6 @@ package scenarios
 
 import (
 	"context"
-	"fmt"
-	"math/rand"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -18,21 +15,20 @@ import (
 // Issue 5's cases on both backends: every restart policy and the moving
 // parts of a pod's life.
 
-// policyEnv keeps the supervisor's bounds short.
-var policyEnv = []string{"SUPERVISOR_STOP_TIMEOUT=5s", "SUPERVISOR_SIDECAR_START_TIMEOUT=2s", "SUPERVISOR_APP_START_TIMEOUT=2s"}
-
-// runBuilt starts b, waits for a terminal phase within d, and returns the
-// status; cleanup prints everything on failure.
-func runBuilt(t *testing.T, built Built, within time.Duration) (*pod.Pod, pod.Status) {
+// runBuilt starts built, releases the one run of each cued app once the
+// supervisor has found it (releaseRuns), waits (bounded) for a terminal
+// phase and returns the status; cleanup prints everything on failure.
+func runBuilt(t *testing.T, built Built) (*pod.Pod, pod.Status) {
 	t.Helper()
 	p := Start(t, built)
-	ctx, cancel := context.WithTimeout(context.Background(), within)
-	defer cancel()
-	st, err := p.WaitPhase(ctx)
-	if err != nil {
-		t.Fatal(err)
+	for _, c := range built.Spec.Containers {
+		if _, ok := built.cues[c.Name]; ok {
+			if err := releaseRuns(p, built, c.Name, 1, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
-	return p, st
+	return p, waitPhase(t, p, eventBound)
 }
 
 // withStamps makes every app record the time of each of its runs' end
@@ -86,18 +82,23 @@ func signalledAt(p *pod.Pod) time.Time {
 
 // TestOnFailurePod: under restartPolicy OnFailure the app fails twice and
 // is restarted in place by the kubelet; the sidecar lives through both
-// restarts and is stopped gracefully once the third run succeeds.
+// restarts and is stopped gracefully once the third run succeeds. Each run
+// ends once the supervisor has found it.
 func TestOnFailurePod(t *testing.T) {
 	for _, b := range Builders(t) {
 		t.Run(b.Name, func(t *testing.T) {
 			built, err := b.Build(Desc{Name: "onfailure", Policy: pod.OnFailure,
-				Apps:          []App{{Name: "app", Args: []string{"--sleep", "1s", "--fail-first", "2"}}},
-				SupervisorEnv: append([]string{"SUPERVISOR_RESTART_POLICY=OnFailure"}, policyEnv...)})
+				Apps:          []App{{Name: "app", Cued: true, Args: []string{"--fail-first", "2"}}},
+				SupervisorEnv: append([]string{"SUPERVISOR_RESTART_POLICY=OnFailure"}, patient...)})
 			if err != nil {
 				t.Fatal(err)
 			}
 			stampFiles := withStamps(&built, []string{"app"})
-			p, st := runBuilt(t, built, 2*time.Minute)
+			p := Start(t, built)
+			if err := releaseRuns(p, built, "app", 3, nil); err != nil {
+				t.Fatal(err)
+			}
+			st := waitPhase(t, p, eventBound)
 			if st.Phase != pod.Succeeded {
 				t.Errorf("phase %s, want Succeeded", st.Phase)
 			}
@@ -114,7 +115,7 @@ func TestOnFailurePod(t *testing.T) {
 			if n := countOf(msgs, "app restarted by the kubelet: watching the new container"); n != 2 {
 				t.Errorf("supervisor saw %d restarts, want 2: %q", n, msgs)
 			}
-			checkInvariants(t, appEnds(stampFiles), signalledAt(p), 3)
+			checkInvariants(t, p, appEnds(stampFiles), 3)
 		})
 	}
 }
@@ -137,12 +138,12 @@ func TestAlwaysPod(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			built, err := b.Build(Desc{Name: "always", Policy: pod.Always,
 				Apps:          []App{{Name: "app", Args: []string{"--sleep", "300ms"}}},
-				SupervisorEnv: append([]string{"SUPERVISOR_RESTART_POLICY=Always"}, policyEnv...), Grace: 10 * time.Second})
+				SupervisorEnv: append([]string{"SUPERVISOR_RESTART_POLICY=Always"}, patient...), Grace: eventBound})
 			if err != nil {
 				t.Fatal(err)
 			}
 			p := Start(t, built)
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			ctx, cancel := context.WithTimeout(context.Background(), eventBound)
 			defer cancel()
 			// The app exits 0 and is restarted, again and again.
 			if _, err := p.WaitFor(ctx, func(s pod.Status) bool { return s.Container("app").Restarts >= 3 }); err != nil {
@@ -169,12 +170,12 @@ func TestNativeSidecarPod(t *testing.T) {
 	for _, b := range Builders(t) {
 		t.Run(b.Name, func(t *testing.T) {
 			built, err := b.Build(Desc{Name: "native", Apps: []App{{Name: "app", Args: []string{"--sleep", "1h"}}},
-				SupervisorEnv: append([]string{"SUPERVISOR_NATIVE_SIDECAR=true"}, policyEnv...)})
+				SupervisorEnv: append([]string{"SUPERVISOR_NATIVE_SIDECAR=true"}, patient...)})
 			if err != nil {
 				t.Fatal(err)
 			}
 			p := Start(t, built)
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			ctx, cancel := context.WithTimeout(context.Background(), eventBound)
 			defer cancel()
 			st, err := p.WaitFor(ctx, func(s pod.Status) bool { c := s.Container("supervisor"); return c.Started && !c.Running })
 			if err != nil {
@@ -198,14 +199,14 @@ func TestNativeSidecarPod(t *testing.T) {
 func TestSeveralSidecars(t *testing.T) {
 	for _, b := range Builders(t) {
 		t.Run(b.Name, func(t *testing.T) {
-			built, err := b.Build(Desc{Name: "sidecars", Apps: []App{{Name: "app", Args: []string{"--sleep", "1s"}}},
+			built, err := b.Build(Desc{Name: "sidecars", Apps: []App{{Name: "app", Cued: true}},
 				SupervisorEnv: append([]string{"SUPERVISOR_SIDECAR_PROCESSES=pilot-agent,cloud-sql-proxy",
-					"SUPERVISOR_SIDECAR_ACTIONS=cloud-sql-proxy=SIGINT"}, policyEnv...)})
+					"SUPERVISOR_SIDECAR_ACTIONS=cloud-sql-proxy=SIGINT"}, patient...)})
 			if err != nil {
 				t.Fatal(err)
 			}
 			sqlRecord := addSidecar(t, &built, "cloud-sql-proxy")
-			_, st := runBuilt(t, built, time.Minute)
+			_, st := runBuilt(t, built)
 			if st.Phase != pod.Succeeded {
 				t.Errorf("phase %s", st)
 			}
@@ -253,16 +254,19 @@ func addSidecar(t *testing.T, b *Built, name string) string {
 
 // TestMissingApp: an expected app container never appears (it finished
 // before the supervisor started, or never started): after the bounded wait,
-// the unknown action.
+// the unknown action. The app that is there runs until found (the
+// supervisor's first scan, before the look's clock starts), then fails.
 func TestMissingApp(t *testing.T) {
 	for _, b := range Builders(t) {
 		t.Run(b.Name, func(t *testing.T) {
-			built, err := b.Build(Desc{Name: "missing", Apps: []App{{Name: "app", Args: []string{"--sleep", "1s", "--exit", "3"}}},
-				SupervisorEnv: append([]string{"SUPERVISOR_APP_CONTAINERS=2", "SUPERVISOR_APPS=app,worker"}, policyEnv...)})
+			built, err := b.Build(Desc{Name: "missing", Apps: []App{{Name: "app", Cued: true, Args: []string{"--exit", "3"}}},
+				SupervisorEnv: append(append([]string{}, patient...), "SUPERVISOR_APP_CONTAINERS=2", "SUPERVISOR_APPS=app,worker",
+					// The look for worker, which never comes, ends: the outcome.
+					"SUPERVISOR_APP_START_TIMEOUT=2s")})
 			if err != nil {
 				t.Fatal(err)
 			}
-			p, st := runBuilt(t, built, time.Minute)
+			p, st := runBuilt(t, built)
 			msg := p.TerminationMessage("supervisor")
 			// The app that was seen failed: that outweighs the missing one.
 			if !strings.HasPrefix(msg, "failure: ") || !strings.Contains(msg, "never seen within SUPERVISOR_APP_START_TIMEOUT") {
@@ -281,16 +285,16 @@ func TestMissingApp(t *testing.T) {
 func TestAppDoneBeforeSupervisor(t *testing.T) {
 	for _, b := range Builders(t) {
 		t.Run(b.Name, func(t *testing.T) {
-			built, err := b.Build(Desc{Name: "early", Apps: []App{{Name: "app", Args: []string{"--exit", "3"}}}, SupervisorEnv: policyEnv})
+			built, err := b.Build(Desc{Name: "early", Apps: []App{{Name: "app", Args: []string{"--exit", "3"}}},
+				// The look for the app, which has ended: the outcome.
+				SupervisorEnv: append(append([]string{}, patient...), "SUPERVISOR_APP_START_TIMEOUT=2s")})
 			if err != nil {
 				t.Fatal(err)
 			}
-			for i := range built.Spec.Containers {
-				if c := &built.Spec.Containers[i]; c.Name == "supervisor" {
-					c.StartDelay = time.Second // a slow image pull
-				}
-			}
-			p, st := runBuilt(t, built, time.Minute)
+			// As after a slow image pull: the supervisor starts once the app
+			// has ended.
+			container(&built.Spec, "supervisor").StartAfter = terminated("app")
+			p, st := runBuilt(t, built)
 			if msg := p.TerminationMessage("supervisor"); !strings.HasPrefix(msg, "unknown: ") {
 				t.Errorf("termination message %q, want the unknown outcome", msg)
 			}
@@ -309,12 +313,13 @@ func TestAppDoneBeforeSupervisor(t *testing.T) {
 func TestNoSidecarPod(t *testing.T) {
 	for _, b := range Builders(t) {
 		t.Run(b.Name, func(t *testing.T) {
-			built, err := b.Build(Desc{Name: "nosidecar", Proxy: NoProxy, Apps: []App{{Name: "app", Args: []string{"--sleep", "1s"}}},
-				SupervisorEnv: policyEnv})
+			built, err := b.Build(Desc{Name: "nosidecar", Proxy: NoProxy, Apps: []App{{Name: "app", Cued: true}},
+				// The wait for a sidecar, which never comes, ends: the outcome.
+				SupervisorEnv: append(append([]string{}, patient...), "SUPERVISOR_SIDECAR_START_TIMEOUT=2s")})
 			if err != nil {
 				t.Fatal(err)
 			}
-			p, st := runBuilt(t, built, time.Minute)
+			p, st := runBuilt(t, built)
 			if st.Phase != pod.Succeeded || st.Container("supervisor").ExitCode != 0 {
 				t.Errorf("status %s", st)
 			}
@@ -326,174 +331,26 @@ func TestNoSidecarPod(t *testing.T) {
 }
 
 // TestOrphansOutliveMain: the app's main process exits 0 while a child of
-// it would run on; the container is done (the runtime kills the rest), and
-// the supervisor acts on the main process's exit, without waiting for the
-// child.
+// it would run on for an hour; the container is done (the runtime kills
+// the rest), and the supervisor acts on the main process's exit, without
+// waiting for the child (runBuilt's bound would end the test first).
 func TestOrphansOutliveMain(t *testing.T) {
 	for _, b := range Builders(t) {
 		t.Run(b.Name, func(t *testing.T) {
-			built, err := b.Build(Desc{Name: "orphans", Apps: []App{{Name: "app", Args: []string{"--sleep", "1s", "--orphan", "1m"}}},
-				SupervisorEnv: policyEnv})
+			built, err := b.Build(Desc{Name: "orphans", Apps: []App{{Name: "app", Cued: true, Args: []string{"--orphan", "1h"}}},
+				SupervisorEnv: patient})
 			if err != nil {
 				t.Fatal(err)
 			}
 			begun := time.Now()
-			_, st := runBuilt(t, built, 30*time.Second)
+			p, st := runBuilt(t, built)
 			if st.Phase != pod.Succeeded {
 				t.Errorf("status %s", st)
 			}
-			t.Logf("pod done in %.1fs (the orphan would have run 60s)", time.Since(begun).Seconds())
-		})
-	}
-}
-
-// TestRandomPods runs generated Job pods (restart policy, number of apps,
-// how long each runs, how each ends, restarts under OnFailure) and checks on
-// each the two invariants from the harness's own record of container starts
-// and ends, and the stand-in's receipt time of its first signal: the
-// sidecar is never stopped while an app runs or is about to be restarted,
-// and it is stopped within the configured bounds of the last app's end.
-func TestRandomPods(t *testing.T) {
-	seed := time.Now().UnixNano()
-	if s := os.Getenv("RANDOM_PODS_SEED"); s != "" {
-		seed, _ = strconv.ParseInt(s, 10, 64)
-	}
-	t.Logf("seed %d (RANDOM_PODS_SEED to repeat)", seed)
-	r := rand.New(rand.NewSource(seed))
-	bs := Builders(t)
-	for i := 0; i < 8; i++ {
-		b := bs[i%len(bs)]
-		policy := pod.Never
-		if r.Intn(2) == 0 {
-			policy = pod.OnFailure
-		}
-		var apps []App
-		var names []string
-		for a := 0; a < 1+r.Intn(2); a++ {
-			args := []string{"--sleep", fmt.Sprintf("%dms", 800+r.Intn(1200))}
-			switch r.Intn(3) {
-			case 0:
-				args = append(args, "--exit", "3")
-			case 1:
-				args = append(args, "--kill", "9")
+			if msg := p.TerminationMessage("supervisor"); !strings.HasPrefix(msg, "success: app exit 0") {
+				t.Errorf("termination message %q, want the app's exit 0 read", msg)
 			}
-			if policy == pod.OnFailure {
-				args = append([]string{"--fail-first", strconv.Itoa(r.Intn(3))}, args...)
-				args = noFailure(args)
-			}
-			name := fmt.Sprintf("app%d", a)
-			app := App{Name: name, Args: args}
-			if r.Intn(2) == 0 {
-				// Seen in no container of the pod for a while at each
-				// start (issue 15; the namespaces backend only).
-				app.CgroupDelay = time.Duration(50+r.Intn(350)) * time.Millisecond
-			}
-			apps = append(apps, app)
-			names = append(names, name)
-		}
-		desc := fmt.Sprintf("%s %v", policy, apps)
-		t.Run(fmt.Sprintf("%d-%s", i, b.Name), func(t *testing.T) {
-			env := append([]string{"SUPERVISOR_RESTART_POLICY=" + string(policy), fmt.Sprintf("SUPERVISOR_APP_CONTAINERS=%d", len(apps)),
-				"SUPERVISOR_DELETION_GRACE=0s"}, policyEnv...)
-			built, err := b.Build(Desc{Name: "random", Policy: policy, Apps: apps, SupervisorEnv: env})
-			if err != nil {
-				t.Fatal(err)
-			}
-			stampFiles := withStamps(&built, names)
-			p, st := runBuilt(t, built, 2*time.Minute)
-			t.Logf("%s: %s", desc, st)
-			runs := 0
-			for _, c := range st.Containers {
-				if slices.Contains(names, c.Name) {
-					runs += 1 + c.Restarts
-				}
-			}
-			checkInvariants(t, appEnds(stampFiles), signalledAt(p), runs)
-		})
-	}
-}
-
-// noFailure makes an OnFailure app's last run succeed: its failures are the
-// first --fail-first runs only (the Job controller would delete a pod that
-// never succeeds, ending the run another way).
-func noFailure(args []string) []string {
-	out := args[:0]
-	for i := 0; i < len(args); i++ {
-		if (args[i] == "--exit" || args[i] == "--kill") && i+1 < len(args) {
-			i++
-			continue
-		}
-		out = append(out, args[i])
-	}
-	return out
-}
-
-// checkInvariants: the supervisor's first signal to the sidecar came after
-// the end of every app run, restarts included (had it come while an app ran
-// or before a restart, that run would have ended after it), and within the
-// bounds of the last end. runs is how many runs there were, so that none
-// is missing from the stamps.
-func checkInvariants(t *testing.T, ends []time.Time, signalled time.Time, runs int) {
-	t.Helper()
-	if signalled.IsZero() {
-		t.Fatal("the supervisor never signalled the sidecar")
-	}
-	if len(ends) != runs {
-		t.Fatalf("%d app runs stamped their end, want %d", len(ends), runs)
-	}
-	last := slices.MaxFunc(ends, func(a, b time.Time) int { return a.Compare(b) })
-	// The log's time is cut to the millisecond.
-	if signalled.Add(time.Millisecond).Before(last) {
-		t.Errorf("sidecar signalled at %s, before the last app run ended at %s",
-			signalled.Format("15:04:05.000000"), last.Format("15:04:05.000000"))
-	}
-	// Bound: every app is seen (SUPERVISOR_APP_CONTAINERS are all there), so
-	// only the reap, the pidfd wake-up and scheduling on a loaded machine
-	// stand between; 2 s is far above all three.
-	if late := signalled.Sub(last); late > 2*time.Second {
-		t.Errorf("sidecar signalled %s after the last app run ended", late)
-	}
-}
-
-// TestRestartNotYetMoved: issue 15's pod, with every restart's main process
-// held 800ms (eight scans) in the pod's PID namespace before it joins its
-// container's cgroup. Under OnFailure app1 fails once, then app0 fails
-// (300ms later, while app1's restart is still out of its cgroup) and fails
-// once more (app1 starts 800ms after app0, the first start waiting too);
-// the sidecar must outlive every run. Before the fix the
-// supervisor took app1's restart for app1's, then, in its real cgroup, for
-// a new container filling app0's slot: its one exit 0 counted for both, and
-// istio-proxy was stopped while app0 still had runs to go. On the runc
-// backend (runc places its init in the cgroup first) the same pod runs
-// without the window.
-func TestRestartNotYetMoved(t *testing.T) {
-	names := []string{"app0", "app1"}
-	for _, b := range Builders(t) {
-		t.Run(b.Name, func(t *testing.T) {
-			apps := []App{
-				{Name: "app0", Args: []string{"--fail-first", "2", "--sleep", "2600ms"}, CgroupDelay: 800 * time.Millisecond},
-				{Name: "app1", Args: []string{"--fail-first", "1", "--sleep", "1500ms"}, CgroupDelay: 800 * time.Millisecond},
-			}
-			env := append([]string{"SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_APP_CONTAINERS=2", "SUPERVISOR_DELETION_GRACE=0s"}, policyEnv...)
-			built, err := b.Build(Desc{Name: "notmoved", Policy: pod.OnFailure, Apps: apps, SupervisorEnv: env})
-			if err != nil {
-				t.Fatal(err)
-			}
-			stampFiles := withStamps(&built, names)
-			p, st := runBuilt(t, built, 2*time.Minute)
-			if st.Phase != pod.Succeeded {
-				t.Fatalf("phase %s, want Succeeded: %s", st.Phase, st)
-			}
-			runs := 0
-			for _, c := range st.Containers {
-				if slices.Contains(names, c.Name) {
-					runs += 1 + c.Restarts
-				}
-			}
-			if runs != 5 {
-				t.Errorf("%d app runs, want 5 (app0 three, app1 two): %s", runs, st)
-			}
-			checkInvariants(t, appEnds(stampFiles), signalledAt(p), runs)
+			t.Logf("pod done in %.1fs (the orphan would have run an hour)", time.Since(begun).Seconds())
 		})
 	}
 }

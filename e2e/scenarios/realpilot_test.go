@@ -17,9 +17,10 @@ import (
 // it), on every backend. Unless a case says otherwise the app is held until
 // the proxy is ready, by Istio's `pilot-agent wait` postStart hook.
 func TestRealPilot(t *testing.T) {
-	// The bounds on the stop are loose (a machine shared with other test
-	// runs slows pilot-agent's shutdown down several times over); the
-	// drain's lower bound is what the cases are about.
+	// The drain's lower bound on the stop is what the cases are about; no
+	// upper bound: a machine shared with other test runs slows pilot-agent's
+	// shutdown down several times over, and envoy's record, the exit codes
+	// and the summary tell a drain, its absence and a SIGKILL apart.
 	const drain = time.Second
 	tests := []struct {
 		name string
@@ -33,10 +34,10 @@ func TestRealPilot(t *testing.T) {
 		drainedAhead bool
 		// neverReady: the app is not held and envoy is never ready.
 		neverReady bool
-		// the supervisor's "sidecar stopped" elapsed, within [min, max]
-		stopMin, stopMax time.Duration
-		summary          string
-		supervisor       []string // log messages, in order (a subsequence)
+		// the supervisor's "sidecar stopped" elapsed, at least
+		stopMin    time.Duration
+		summary    string
+		supervisor []string // log messages, in order (a subsequence)
 		// quitRace: pilot-agent's /quitquitquit handler writes its 200 and
 		// starts the shutdown before returning, so the process may exit
 		// before the answer is flushed (istio.io/istio
@@ -50,7 +51,7 @@ func TestRealPilot(t *testing.T) {
 			name:  "app exits 0: SIGTERM, pilot-agent drains and exits 0",
 			desc:  Desc{Apps: []App{{Name: "app", Cued: true, UID: 1000}}},
 			phase: pod.Succeeded, codes: map[string]int{"app": 0, "istio-proxy": 0, "supervisor": 0},
-			drained: true, stopMin: drain, stopMax: drain + 8*time.Second,
+			drained: true, stopMin: drain,
 			summary:    "success: app exit 0; action SIGTERM; sidecar stopped",
 			supervisor: []string{"starting", "app found", "app exited", "decision", "sidecar signalled", "sidecar stopped", "done"},
 		},
@@ -58,7 +59,6 @@ func TestRealPilot(t *testing.T) {
 			name:  "app exits 3: SIGKILL, istio-proxy 137",
 			desc:  Desc{Apps: []App{{Name: "app", Cued: true, Args: []string{"--exit", "3"}, UID: 1000}}},
 			phase: pod.Failed, codes: map[string]int{"app": 3, "istio-proxy": 137, "supervisor": 0},
-			stopMax: 2 * time.Second,
 			summary: "failure: app exit 3; action SIGKILL",
 		},
 		{
@@ -69,7 +69,6 @@ func TestRealPilot(t *testing.T) {
 				SupervisorEnv: []string{"SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit"}},
 			phase: pod.Succeeded, codes: map[string]int{"app": 0, "istio-proxy": 0, "supervisor": 0},
 			drainedAhead: true,
-			stopMax:      3 * time.Second, // well under the drain
 			summary:      "success: app exit 0; action POST http://127.0.0.1:15020/quitquitquit; sidecar stopped",
 			supervisor:   []string{"decision", "sidecar drained ahead of its quit", "sidecar asked to stop", "sidecar stopped"},
 			quitRace:     true,
@@ -77,9 +76,10 @@ func TestRealPilot(t *testing.T) {
 		{
 			name: "app done before the proxy is ready",
 			desc: Desc{Apps: []App{{Name: "app", Cued: true, UID: 1000}},
-				ProxyReadyDelay: 20 * time.Second},
+				// Never ready within the test.
+				ProxyReadyDelay: time.Hour},
 			phase: pod.Succeeded, codes: map[string]int{"app": 0, "istio-proxy": 0, "supervisor": 0},
-			drained: true, neverReady: true, stopMin: drain, stopMax: drain + 8*time.Second,
+			drained: true, neverReady: true, stopMin: drain,
 			summary: "success: app exit 0; action SIGTERM; sidecar stopped",
 		},
 		{
@@ -87,7 +87,7 @@ func TestRealPilot(t *testing.T) {
 			desc: Desc{Apps: []App{{Name: "quick", Cued: true, UID: 1000},
 				{Name: "slow", Cued: true, UID: 1000}}},
 			phase: pod.Succeeded, codes: map[string]int{"quick": 0, "slow": 0, "istio-proxy": 0, "supervisor": 0},
-			drained: true, stopMin: drain, stopMax: drain + 8*time.Second,
+			drained: true, stopMin: drain,
 			summary:    "success: all 2 app containers exit 0",
 			supervisor: []string{"app exited", "app exited", "decision", "sidecar signalled", "sidecar stopped"},
 		},
@@ -97,15 +97,14 @@ func TestRealPilot(t *testing.T) {
 			t.Run(b.Name+"/"+tt.name, func(t *testing.T) {
 				d := tt.desc
 				d.Name, d.Proxy, d.HoldApp = "job", RealPilot, !tt.neverReady
-				// Past any drain, also on a loaded machine (the last setting wins).
-				d.SupervisorEnv = append(append(append([]string{}, fast...), "SUPERVISOR_STOP_TIMEOUT=15s"), d.SupervisorEnv...)
+				d.SupervisorEnv = append(append([]string{}, patient...), d.SupervisorEnv...)
 				p, built := run(t, b, d)
 				// pilot-agent is up (envoy started, its signal handlers in
 				// place) before any app ends: the cases are about a running
 				// proxy, ready or not.
 				waitEnvoy(t, built)
 				releaseApps(t, p, built, d.Apps)
-				st := waitPhase(t, p, time.Minute)
+				st := waitPhase(t, p, eventBound)
 				checkEnd(t, st, tt.phase, tt.codes)
 				events, err := built.Proxy.Record()
 				if err != nil {
@@ -155,9 +154,9 @@ func TestRealPilot(t *testing.T) {
 					t.Fatalf("%d \"sidecar stopped\" lines, want 1", len(stopped))
 				}
 				elapsed, err := strconv.ParseFloat(stopped[0].Str("elapsed"), 64)
-				if took := time.Duration(elapsed * float64(time.Second)); err != nil || took < tt.stopMin || took > tt.stopMax {
-					t.Errorf("sidecar stopped after %q s, want within [%v, %v] (terminationDrainDuration %v)",
-						stopped[0].Str("elapsed"), tt.stopMin, tt.stopMax, built.Proxy.TerminationDrainDuration)
+				if took := time.Duration(elapsed * float64(time.Second)); err != nil || took < tt.stopMin {
+					t.Errorf("sidecar stopped after %q s, want at least %v (terminationDrainDuration %v)",
+						stopped[0].Str("elapsed"), tt.stopMin, built.Proxy.TerminationDrainDuration)
 				}
 				summary, want := tt.summary, tt.supervisor
 				msg, msgs := p.TerminationMessage("supervisor"), Messages(logs)
@@ -183,7 +182,7 @@ func TestRealPilot(t *testing.T) {
 // released on the start alone could end before a drain could reach it.)
 func waitEnvoy(t *testing.T, b Built) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(eventBound)
 	for time.Now().Before(deadline) {
 		events, _ := b.Proxy.Record()
 		for _, e := range record.OfKind(events, record.Listen) {
@@ -211,7 +210,7 @@ func TestRealPilotControl(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			p, built := run(t, b, Desc{Name: "control", Proxy: RealPilot, HoldApp: true, NoSupervisor: true,
 				Apps: []App{{Name: "app", UID: 1000}}})
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), eventBound)
 			defer cancel()
 			if _, err := p.WaitFor(ctx, func(s pod.Status) bool { c := s.Container("app"); return c.Started && !c.Running }); err != nil {
 				t.Fatal(err)
@@ -251,10 +250,10 @@ func TestRealPilotStartingAsAppEnds(t *testing.T) {
 		for i := 0; i < rounds; i++ {
 			t.Run(b.Name+"/"+strconv.Itoa(i), func(t *testing.T) {
 				d := Desc{Name: "job", Proxy: RealPilot, Apps: []App{{Name: "app", Cued: true, UID: 1000}}}
-				d.SupervisorEnv = append(append([]string{}, fast...), "SUPERVISOR_STOP_TIMEOUT=15s")
+				d.SupervisorEnv = append([]string{}, patient...)
 				p, built := run(t, b, d)
 				releaseApps(t, p, built, d.Apps)
-				st := waitPhase(t, p, time.Minute)
+				st := waitPhase(t, p, eventBound)
 				if st.Phase != pod.Succeeded || st.Container("istio-proxy").ExitCode != 0 {
 					t.Errorf("phase %s, istio-proxy exit %d; want Succeeded and 0 (%s)", st.Phase, st.Container("istio-proxy").ExitCode, st)
 				}

@@ -51,7 +51,7 @@ func BuildRunc(d Desc, tl pod.Tools, runc string) (Built, error) {
 		if err := InstallTool(tl.Podsim, rootfs(a.Name), "bin/podsim"); err != nil {
 			return Built{}, err
 		}
-		cue, err := b.cue(a, filepath.Join(shared, a.Name+".cue"), SharedMount+"/"+a.Name+".cue")
+		cue, err := b.appCues(a, shared, SharedMount)
 		if err != nil {
 			return Built{}, err
 		}
@@ -91,7 +91,7 @@ func BuildRunc(d Desc, tl pod.Tools, runc string) (Built, error) {
 			return Built{}, err
 		}
 		b.PilotRecord = filepath.Join(shared, "pilot-agent.record")
-		cue, err := b.handlerCue(d, filepath.Join(shared, HandlerCue+".cue"), SharedMount+"/"+HandlerCue+".cue")
+		cue, err := b.proxyCues(d, shared, SharedMount)
 		if err != nil {
 			return Built{}, err
 		}

@@ -18,44 +18,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// run builds d for b and starts it (Start).
-func run(t *testing.T, b Builder, d Desc) (*pod.Pod, Built) {
-	t.Helper()
-	built, err := b.Build(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return Start(t, built), built
-}
-
-// checkEnd fails the test unless the pod ended in phase, each container
-// named in codes with its exit code there.
-func checkEnd(t *testing.T, st pod.Status, phase pod.Phase, codes map[string]int) {
-	t.Helper()
-	if st.Phase != phase {
-		t.Errorf("phase %s, want %s (%s)", st.Phase, phase, st)
-	}
-	for name, code := range codes {
-		if got := st.Container(name).ExitCode; got != code {
-			t.Errorf("%s exit %d, want %d", name, got, code)
-		}
-	}
-}
-
-func waitPhase(t *testing.T, p *pod.Pod, within time.Duration) pod.Status {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), within)
-	defer cancel()
-	st, err := p.WaitPhase(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st
-}
-
-// fast makes the supervisor's bounds short enough for tests.
-var fast = []string{"SUPERVISOR_STOP_TIMEOUT=3s", "SUPERVISOR_SIDECAR_START_TIMEOUT=10s", "SUPERVISOR_APP_START_TIMEOUT=10s"}
-
 // TestJobs is the core table: a Job pod (restartPolicy Never) with the
 // stand-in pilot-agent, on every backend.
 func TestJobs(t *testing.T) {
@@ -101,11 +63,14 @@ func TestJobs(t *testing.T) {
 		},
 		{
 			name: "sidecar starts after the app is done",
-			desc: Desc{Apps: []App{{Name: "app"}}, ProxyStartDelay: 1500 * time.Millisecond},
-			// The supervisor comes after istio-proxy in the spec, so it
-			// starts late too: the app has already finished by then.
+			// istio-proxy starts once the app has ended, and the supervisor,
+			// after it in the spec, later still: the look for the app ends
+			// (the outcome, unknown: SIGTERM).
+			desc: Desc{Apps: []App{{Name: "app"}}, ProxyStartAfter: terminated("app"),
+				SupervisorEnv: []string{"SUPERVISOR_APP_START_TIMEOUT=2s"}},
 			phase: pod.Succeeded, codes: map[string]int{"app": 0, "istio-proxy": 0},
-			record: []string{"signal SIGTERM", "exit 0"},
+			record:  []string{"signal SIGTERM", "exit 0"},
+			summary: "unknown: ",
 		},
 		{
 			name: "sidecar ignores SIGTERM",
@@ -176,14 +141,14 @@ func TestJobs(t *testing.T) {
 			t.Run(b.Name+"/"+tt.name, func(t *testing.T) {
 				d := tt.desc
 				d.Name = "job"
-				d.SupervisorEnv = append(append([]string{}, fast...), d.SupervisorEnv...)
+				d.SupervisorEnv = append(append([]string{}, patient...), d.SupervisorEnv...)
 				p, built := run(t, b, d)
 				if slices.ContainsFunc(d.Apps, func(a App) bool { return a.Cued }) {
 					// Signals reach a stand-in with its handlers in place.
 					waitStandIn(t, built)
 				}
 				releaseApps(t, p, built, d.Apps)
-				st := waitPhase(t, p, time.Minute)
+				st := waitPhase(t, p, eventBound)
 				checkEnd(t, st, tt.phase, tt.codes)
 				rec := Record(built.PilotRecord)
 				if len(rec) == 0 || !strings.HasPrefix(rec[0], "start ") {
@@ -208,25 +173,15 @@ func TestJobs(t *testing.T) {
 	}
 }
 
-func isSubsequence(want, got []string) bool {
-	i := 0
-	for _, g := range got {
-		if i < len(want) && g == want[i] {
-			i++
-		}
-	}
-	return i == len(want)
-}
-
 // TestTwoAppsOrder: while the second app runs, the sidecar is untouched.
 func TestTwoAppsOrder(t *testing.T) {
 	for _, b := range Builders(t) {
 		t.Run(b.Name, func(t *testing.T) {
-			p, built := run(t, b, Desc{Name: "two", SupervisorEnv: fast, Apps: []App{
+			p, built := run(t, b, Desc{Name: "two", SupervisorEnv: patient, Apps: []App{
 				// quick ends once the supervisor has found it.
 				{Name: "quick", Cued: true}, {Name: "slow", Args: []string{"--sleep", "1h"}}}})
 			releaseApps(t, p, built, []App{{Name: "quick", Cued: true}})
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), eventBound)
 			defer cancel()
 			if _, err := p.WaitFor(ctx, func(s pod.Status) bool {
 				q := s.Container("quick")
@@ -244,91 +199,12 @@ func TestTwoAppsOrder(t *testing.T) {
 			if err := p.Signal("slow", syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
-			st := waitPhase(t, p, 30*time.Second)
+			st := waitPhase(t, p, eventBound)
 			if st.Container("istio-proxy").ExitCode != 137 || st.Phase != pod.Failed {
 				t.Errorf("after slow was killed by SIGKILL: %s, want istio-proxy 137 and Failed", st)
 			}
 		})
 	}
-}
-
-// waitStandIn waits (bounded) for the stand-in pilot-agent's start line.
-func waitStandIn(t *testing.T, b Built) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if rec := Record(b.PilotRecord); len(rec) > 0 && strings.HasPrefix(rec[0], "start ") {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("the stand-in pilot-agent never recorded its start in %s", b.PilotRecord)
-}
-
-// touched is what the stand-in recorded besides its start: the signals and
-// requests it got. (Its start line may come after a quick supervisor has
-// already exited.)
-func touched(rec []string) []string {
-	var out []string
-	for _, l := range rec {
-		if !strings.HasPrefix(l, "start ") {
-			out = append(out, l)
-		}
-	}
-	return out
-}
-
-// releaseApps waits until the supervisor has found every cued app, then
-// releases them in order, each once the supervisor has seen the one before
-// exit.
-func releaseApps(t *testing.T, p *pod.Pod, b Built, apps []App) {
-	t.Helper()
-	var cued []string
-	for _, a := range apps {
-		if a.Cued {
-			cued = append(cued, a.Name)
-		}
-	}
-	for _, name := range cued {
-		waitLogFor(t, p, "app found", name)
-	}
-	for i, name := range cued {
-		if i > 0 {
-			waitLogFor(t, p, "app exited", cued[i-1])
-		}
-		if err := b.Release(name); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-// waitLogFor waits (bounded) for a message about a container in the
-// supervisor's log.
-func waitLogFor(t *testing.T, p *pod.Pod, msg, container string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		for _, l := range ParseLog(p.Logs("supervisor")) {
-			if l.Msg() == msg && l.Str("container") == container {
-				return
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("no %q for container %s in the supervisor's log", msg, container)
-}
-
-// waitLog waits (bounded) for a message in the supervisor's log.
-func waitLog(t *testing.T, p *pod.Pod, msg string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if slices.Contains(Messages(ParseLog(p.Logs("supervisor"))), msg) {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("no %q in the supervisor's log", msg)
 }
 
 // TestBadSetting: exit 2 before touching anything, naming the variable.
@@ -337,7 +213,7 @@ func TestBadSetting(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			p, built := run(t, b, Desc{Name: "bad", Apps: []App{{Name: "app", Args: []string{"--sleep", "1h"}}},
 				SupervisorEnv: []string{"SUPERVISOR_STOP_TIMEOUT=soon"}})
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), eventBound)
 			defer cancel()
 			st, err := p.WaitFor(ctx, func(s pod.Status) bool { c := s.Container("supervisor"); return c.Started && !c.Running })
 			if err != nil {
@@ -362,7 +238,7 @@ func TestNotShared(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			p, _ := run(t, b, Desc{Name: "unshared", Apps: []App{{Name: "app", Args: []string{"--sleep", "1h"}}},
 				SupervisorOwnPIDNS: true})
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), eventBound)
 			defer cancel()
 			st, err := p.WaitFor(ctx, func(s pod.Status) bool { c := s.Container("supervisor"); return c.Started && !c.Running })
 			if err != nil {
@@ -391,7 +267,7 @@ func TestSupervisorTerminated(t *testing.T) {
 			if err := p.Signal("supervisor", syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), eventBound)
 			defer cancel()
 			st, err := p.WaitFor(ctx, func(s pod.Status) bool { return !s.Container("supervisor").Running })
 			if err != nil {
@@ -409,17 +285,22 @@ func TestSupervisorTerminated(t *testing.T) {
 
 // TestPodDeletion: the kubelet SIGTERMs every container at once; the app
 // dies of it. That is no Job failure: the supervisor must not SIGKILL the
-// draining proxy.
+// draining proxy. Its own SIGTERM tells it so: SUPERVISOR_DELETION_GRACE
+// (how long after an app's death by SIGTERM it may come) is long here, as
+// the kubelet signals each container from a goroutine of its own, in any
+// order and with any delay between them; the supervisor exits on its
+// SIGTERM at once, so that costs nothing. The grace period too only bounds
+// the drain.
 func TestPodDeletion(t *testing.T) {
 	for _, b := range Builders(t) {
 		t.Run(b.Name, func(t *testing.T) {
 			p, built := run(t, b, Desc{Name: "delete", Apps: []App{{Name: "app", Args: []string{"--sleep", "1h"}}},
-				ProxyEnv: []string{"PILOT_DRAIN=1s"}, Grace: 10 * time.Second})
+				ProxyEnv: []string{"PILOT_DRAIN=1s"}, Grace: eventBound, SupervisorEnv: []string{"SUPERVISOR_DELETION_GRACE=1m"}})
 			waitLog(t, p, "app found")
 			// The stand-in records its start once its signal handlers are in
 			// place; a SIGTERM before that (a loaded machine) kills it: 143.
 			waitStandIn(t, built)
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*eventBound)
 			defer cancel()
 			st := p.Delete(ctx)
 			if c := st.Container("istio-proxy"); c.ExitCode != 0 {
@@ -435,12 +316,22 @@ func TestPodDeletion(t *testing.T) {
 	}
 }
 
-// TestControl: without the supervisor the pod never completes.
+// TestControl: without the supervisor the pod never completes: once the
+// app is done and istio-proxy up, it is given 3s more to (wrongly)
+// complete.
 func TestControl(t *testing.T) {
 	for _, b := range Builders(t) {
 		t.Run(b.Name, func(t *testing.T) {
 			p, _ := run(t, b, Desc{Name: "control", NoSupervisor: true, Apps: []App{{Name: "app"}}})
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), eventBound)
+			defer cancel()
+			if _, err := p.WaitFor(ctx, func(s pod.Status) bool {
+				app := s.Container("app")
+				return app.Started && !app.Running && s.Container("istio-proxy").Running
+			}); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel = context.WithTimeout(context.Background(), 3*time.Second)
 			defer cancel()
 			st, err := p.WaitPhase(ctx)
 			if err == nil {
@@ -465,14 +356,14 @@ func TestSidecarStartingAsAppEnds(t *testing.T) {
 	for _, b := range Builders(t) {
 		t.Run(b.Name, func(t *testing.T) {
 			d := Desc{Name: "job", Apps: []App{{Name: "app", Cued: true, UID: 1000}},
-				ProxyHandlerCued: true, SupervisorEnv: append([]string{}, fast...)}
+				ProxyHandlerCued: true, SupervisorEnv: append([]string{}, patient...)}
 			p, built := run(t, b, d)
 			releaseApps(t, p, built, d.Apps) // no waitStandIn: the point is to stop it early
 			waitLogFor(t, p, "sidecar would die of the signal now: waiting until it handles it", "istio-proxy")
 			if err := built.Release(HandlerCue); err != nil {
 				t.Fatal(err)
 			}
-			st := waitPhase(t, p, time.Minute)
+			st := waitPhase(t, p, eventBound)
 			if st.Phase != pod.Succeeded || st.Container("istio-proxy").ExitCode != 0 {
 				t.Errorf("phase %s, istio-proxy exit %d; want Succeeded and 0 (%s)", st.Phase, st.Container("istio-proxy").ExitCode, st)
 			}

@@ -36,7 +36,7 @@ type Sidecar struct {
 	// Injected: its injector adds it, after the pod's own containers and so
 	// after the supervisor (Dapr, Vault, Consul, Linkerd); else it is
 	// written by hand before the supervisor (cloud-sql-proxy). An injected
-	// one starts InjectedDelay after the supervisor.
+	// one starts once the supervisor has found the apps (appsFound).
 	Injected bool
 	// VaultConfig is the agent's JSON configuration, which vault-k8s passes
 	// base64-encoded in $VAULT_CONFIG for the container's shell to decode.
@@ -88,14 +88,31 @@ var sidecarImages = map[string]sidecarImage{
 	FluentBit: {path: "/fluent-bit/bin/fluent-bit", uid: 1000},
 }
 
-// InjectedDelay holds an injected sidecar's start back, as a kubelet
-// starting the next container does (creating it takes hundreds of
-// milliseconds), so that the supervisor has found the apps first. Without
-// it the supervisor's first scan may catch the Vault agent's container
-// while its shell has not exec'd vault yet, take that shell for an app, and
-// wait for it forever (today's supervisor classifies a container once, by
-// its main process's name at that moment).
-const InjectedDelay = time.Second
+// appsFound holds an injected sidecar's start back (pod.Container.StartAfter)
+// until the supervisor has logged "app found" for each of apps, as a kubelet
+// starting the next container takes hundreds of milliseconds to. Without it
+// the supervisor's first scan may catch the Vault agent's container while
+// its shell has not exec'd vault yet, take that shell for an app, and wait
+// for it forever (today's supervisor classifies a container once, by its
+// main process's name at that moment, where names cannot be read).
+func appsFound(apps []string) func(context.Context, *pod.Pod) error {
+	return func(ctx context.Context, p *pod.Pod) error {
+		return p.Await(ctx, func() bool {
+			found := map[string]bool{}
+			for _, l := range ParseLog(p.Logs("supervisor")) {
+				if l.Msg() == "app found" {
+					found[l.Str("container")] = true
+				}
+			}
+			for _, a := range apps {
+				if !found[a] {
+					return false
+				}
+			}
+			return true
+		})
+	}
+}
 
 // vaultShell is vault-k8s's container argument (agent-inject's
 // DefaultContainerArg), with the configuration's directory as %s.
@@ -218,9 +235,6 @@ func sidecarContainer(s Sidecar, tl pod.Tools, root, bin, shared string) (pod.Co
 		uid = s.UID
 	}
 	c := pod.Container{Name: s.name(), UID: uid, GID: uid, NoNewPrivs: true, Caps: []int{}}
-	if s.Injected {
-		c.StartDelay = InjectedDelay
-	}
 	env := append([]string{"STANDIN_RECORD=" + shared + "/" + s.RecordFile()}, s.Env...)
 	switch img.wrap {
 	case "dumb-init":

@@ -96,7 +96,7 @@ func TestCloudSQLProxy(t *testing.T) {
 		for _, tt := range tests {
 			t.Run(b.Name+"/"+tt.name, func(t *testing.T) {
 				p, _ := runCloudSQLProxy(t, b, tt.app, tt.flags, tt.uid, tt.env)
-				st := waitPhase(t, p, time.Minute)
+				st := waitPhase(t, p, eventBound)
 				if st.Phase != tt.phase {
 					t.Errorf("phase %s, want %s (%s)", st.Phase, tt.phase, st)
 				}
@@ -123,11 +123,16 @@ func TestCloudSQLProxy(t *testing.T) {
 // 65532) cannot be signalled by the supervisor (uid 1337, no
 // capabilities): with a signal for its action the supervisor gives up and
 // the pod never completes. Only its HTTP stop reaches it.
+//
+// The supervisor ends SUPERVISOR_STOP_TIMEOUT after its signals, plus its
+// 10 s wait after the SIGKILL (which fails too): the timeout is the path.
+// It is 20 s, well past pilot-agent's drain (1 s), whose exit 0 must come
+// first.
 func TestCloudSQLProxyOtherUser(t *testing.T) {
 	for _, b := range Builders(t) {
 		t.Run(b.Name, func(t *testing.T) {
-			p, _ := runCloudSQLProxy(t, b, nil, nil, 0, []string{"SUPERVISOR_STOP_TIMEOUT=5s"})
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			p, _ := runCloudSQLProxy(t, b, nil, nil, 0, []string{"SUPERVISOR_STOP_TIMEOUT=20s"})
+			ctx, cancel := context.WithTimeout(context.Background(), eventBound)
 			defer cancel()
 			st, err := p.WaitFor(ctx, func(s pod.Status) bool { c := s.Container("supervisor"); return c.Started && !c.Running })
 			if err != nil {
@@ -155,8 +160,8 @@ func runCloudSQLProxy(t *testing.T, b Builder, appArgs, flags []string, uid int,
 	d := Desc{Name: "job", Proxy: RealPilot, HoldApp: true,
 		Apps:     []App{{Name: "app", Cued: true, UID: 1000, Args: appArgs}},
 		Sidecars: []Sidecar{csp}}
-	d.SupervisorEnv = append(append(append([]string{}, fast...),
-		"SUPERVISOR_STOP_TIMEOUT=15s", "SUPERVISOR_SIDECAR_PROCESSES=pilot-agent,cloud-sql-proxy"), env...)
+	d.SupervisorEnv = append(append(append([]string{}, patient...),
+		"SUPERVISOR_SIDECAR_PROCESSES=pilot-agent,cloud-sql-proxy"), env...)
 	p, built := run(t, b, d)
 	waitEnvoy(t, built)
 	// cloud-sql-proxy listens once it handles SIGTERM (its signal.Notify
@@ -172,14 +177,14 @@ func runCloudSQLProxy(t *testing.T, b Builder, appArgs, flags []string, uid int,
 // /proc/PID/net/tcp shows (the pod's, shared by every container).
 func waitListening(t *testing.T, p *pod.Pod, container string, port int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(eventBound)
 	for time.Now().Before(deadline) {
 		if pid := p.Status().Container(container).PID; pid > 0 && listening(pid, port) {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatalf("%s never listened on port %d within 30s (%s)", container, port, p.Status())
+	t.Fatalf("%s never listened on port %d within %s (%s)", container, port, eventBound, p.Status())
 }
 
 // listening reports whether /proc/PID/net/tcp has a socket in state LISTEN
@@ -320,8 +325,8 @@ func TestStandInSidecars(t *testing.T) {
 				}
 				sc.UID = v.uid
 				t.Run(b.Name+"/"+sc.name()+"/"+v.name, func(t *testing.T) {
-					// Past fluent-bit's default Grace (5s).
-					env := append(append([]string{}, fast...), "SUPERVISOR_STOP_TIMEOUT=15s", "SUPERVISOR_APP_CONTAINERS=1",
+					// STOP_TIMEOUT past any stop, fluent-bit's 5 s Grace too.
+					env := append(append([]string{}, patient...), "SUPERVISOR_APP_CONTAINERS=1",
 						"SUPERVISOR_SIDECAR_PROCESSES=pilot-agent,"+c.process)
 					switch {
 					case v.http:
@@ -339,7 +344,7 @@ func TestStandInSidecars(t *testing.T) {
 					recFile := filepath.Join(built.Shared, sc.RecordFile())
 					waitRecordStart(t, recFile)
 					releaseApps(t, p, built, d.Apps)
-					st := waitPhase(t, p, time.Minute)
+					st := waitPhase(t, p, eventBound)
 					if st.Phase != v.phase {
 						t.Errorf("phase %s, want %s (%s)", st.Phase, v.phase, st)
 					}
@@ -361,18 +366,4 @@ func TestStandInSidecars(t *testing.T) {
 			}
 		}
 	}
-}
-
-// waitRecordStart waits (bounded) for a stand-in's start line: it has its
-// SIGTERM handler by then.
-func waitRecordStart(t *testing.T, file string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if rec := Record(file); len(rec) > 0 && strings.HasPrefix(rec[0], "start ") {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("the stand-in never recorded its start in %s", file)
 }

@@ -25,9 +25,13 @@ import (
 //	--children N    start N children that end with it
 //	--orphan D      start a child that outlives the app by D
 //	--on-term D     on SIGTERM, keep working D more (a drain), then end
+//	--on-term-until PATH
+//	                on SIGTERM, keep working until PATH (a FIFO) is opened
+//	                for writing and closed (a drain a test ends), then end
 //	--term-exit N   the exit code after a SIGTERM drain (default 143)
 //	--get URL       during the SIGTERM drain, GET URL every 200ms and
-//	                record each outcome ("get ok 200" / "get fail ...")
+//	                record each outcome ("get ok 200" / "get fail ..."); a
+//	                call fails on an error, or after 30s without an answer
 //	--record FILE   append events to FILE
 //	--fifo PATH     work until PATH (a FIFO) is opened for writing and
 //	                closed, then end (instead of --sleep): a benchmark's
@@ -47,6 +51,7 @@ func app(args []string) error {
 	children := fs.Int("children", 0, "")
 	orphan := fs.Duration("orphan", 0, "")
 	onTerm := fs.Duration("on-term", 0, "")
+	onTermUntil := fs.String("on-term-until", "", "")
 	termExit := fs.Int("term-exit", 143, "")
 	get := fs.String("get", "", "")
 	record := fs.String("record", "", "")
@@ -111,24 +116,11 @@ func app(args []string) error {
 	case <-woken:
 	case <-sigs:
 		rec.log("app signal SIGTERM")
-		if *onTerm == 0 {
+		if *onTerm == 0 && *onTermUntil == "" {
 			rec.log("app exit %d", *termExit)
 			exit(*termExit)
 		}
-		end := time.Now().Add(*onTerm)
-		for time.Now().Before(end) {
-			if *get != "" {
-				c := &http.Client{Timeout: time.Second}
-				resp, err := c.Get(*get)
-				if err != nil {
-					rec.log("get fail %v", err)
-				} else {
-					resp.Body.Close()
-					rec.log("get ok %d", resp.StatusCode)
-				}
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
+		drain(rec, *onTerm, *onTermUntil, *get)
 		rec.log("app exit %d", *termExit)
 		exit(*termExit)
 	}
@@ -148,6 +140,44 @@ func app(args []string) error {
 	fmt.Fprintf(os.Stdout, "app done\n")
 	exit(*code)
 	return nil
+}
+
+// drain is the app's work after SIGTERM: for d, or until the FIFO until is
+// written and closed; with get, a call to it every 200ms, each recorded.
+// A call is bounded by 30s only: on a loaded machine an answer may be
+// slow, and a refused connection (the sidecar gone) fails at once anyway.
+func drain(rec *recorder, d time.Duration, until, get string) {
+	done := make(chan struct{})
+	go func() {
+		if until != "" {
+			waitFIFO(until)
+		} else {
+			time.Sleep(d)
+		}
+		close(done)
+	}()
+	c := &http.Client{Timeout: 30 * time.Second}
+	for {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		if get != "" {
+			resp, err := c.Get(get)
+			if err != nil {
+				rec.log("get fail %v", err)
+			} else {
+				resp.Body.Close()
+				rec.log("get ok %d", resp.StatusCode)
+			}
+		}
+		select {
+		case <-done:
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // waitFIFO returns once a writer has opened and closed path (or written to

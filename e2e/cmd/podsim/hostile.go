@@ -36,13 +36,14 @@ const modeEnv = "PODSIM_MODE"
 //	                --churn-par at a time; records "churning N" before and
 //	                "churned N" after
 //	--churn-par P   (default 4)
-//	--churn-delay D wait D before the churn
-//	--churn-after F wait until file F exists before the churn (at most 5
+//	--churn-after F wait until file F exists before the churn (at most 10
 //	                minutes, then fail): a test's trigger
 //	--zombie D      reap each churned process only D after starting it: it
 //	                stays a zombie meanwhile, as a shell's background jobs do
 //	--sleep D       then exit with --exit N (after the churn); 0: run until
 //	                killed
+//	--fifo PATH     instead of --sleep: exit with --exit N once PATH (a
+//	                FIFO) is opened for writing and closed (a test's cue)
 //	--exit N
 //	--record FILE   append events: "start pid=P comm=%q argv0=%q",
 //	                "signal SIGTERM", "swarm N", "churning N",
@@ -59,10 +60,10 @@ func hostile(args []string) error {
 	swarm := fs.Int("swarm", 0, "")
 	churn := fs.Int("churn", 0, "")
 	churnPar := fs.Int("churn-par", 4, "")
-	churnDelay := fs.Duration("churn-delay", 0, "")
 	churnAfter := fs.String("churn-after", "", "")
 	zombie := fs.Duration("zombie", 0, "")
 	sleep := fs.Duration("sleep", 0, "")
+	fifo := fs.String("fifo", "", "")
 	code := fs.Int("exit", 0, "")
 	record := fs.String("record", "", "")
 	if err := fs.Parse(args); err != nil {
@@ -119,9 +120,8 @@ func hostile(args []string) error {
 		rec.log("swarm %d", *swarm)
 	}
 	if *churn > 0 {
-		time.Sleep(*churnDelay)
 		if *churnAfter != "" {
-			if err := waitFile(*churnAfter, 5*time.Minute); err != nil {
+			if err := waitFile(*churnAfter, 10*time.Minute); err != nil {
 				return err
 			}
 		}
@@ -131,15 +131,22 @@ func hostile(args []string) error {
 		}
 		rec.log("churned %d", *churn)
 	}
-	var timeout <-chan time.Time
-	if *sleep > 0 {
-		timeout = time.After(*sleep)
+	var end <-chan struct{}
+	switch {
+	case *fifo != "":
+		cued := make(chan struct{})
+		go func() { waitFIFO(*fifo); close(cued) }()
+		end = cued
+	case *sleep > 0:
+		slept := make(chan struct{})
+		time.AfterFunc(*sleep, func() { close(slept) })
+		end = slept
 	}
 	for {
 		select {
 		case s := <-sigs:
 			rec.log("signal %s", sigName(s.(syscall.Signal)))
-		case <-timeout:
+		case <-end:
 			rec.log("exit %d", *code)
 			for _, c := range children {
 				c.Process.Kill()

@@ -130,6 +130,7 @@ func enter(args []string) error {
 	inMounts := fs.Bool("in-mounts", false, "the process is in a container's mounts already (kubectl exec): make none")
 	bind := fs.String("bind", "", "SRC:DST: bind-mount the file SRC onto DST in the container's mounts (the kubelet's termination-message file)")
 	cgroupDelay := fs.Duration("cgroup-delay", 0, "stay this long in the creator's cgroup before joining --cgroup (a runtime that moves a process after creating it)")
+	cgroupCue := fs.String("cgroup-cue", "", "a FIFO: after --cgroup-delay, stay in the creator's cgroup until it is written and closed (the harness's hold)")
 	execFD := fs.Int("exec-fd", -1, "an inherited descriptor to close when the command is executed (or enter fails): the harness reads EOF on it")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -147,6 +148,13 @@ func enter(args []string) error {
 	}
 	if *cgroup != "" {
 		time.Sleep(*cgroupDelay)
+		if *cgroupCue != "" {
+			// Opening a FIFO blocks until a writer comes; the read, until
+			// it closes.
+			if b, err := os.ReadFile(*cgroupCue); err != nil {
+				return fmt.Errorf("cgroup cue: %w (read %q)", err, b)
+			}
+		}
 		if err := joinCgroup(*cgroup); err != nil {
 			return err
 		}

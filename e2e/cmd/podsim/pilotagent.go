@@ -64,6 +64,9 @@ import (
 //	PILOT_TIMESTAMPS   file to append "signal SIGTERM UNIX_NS" and
 //	                   "quitquitquit UNIX_NS" to, the time each was received
 //	                   (benchmarks; the record's format stays as it is)
+//	PILOT_DRAIN_CUE    a FIFO: the drain (instead of PILOT_DRAIN) lasts until
+//	                   the FIFO is written and closed: a test that must act
+//	                   while the sidecar drains ends it when done
 //	PILOT_HANDLER_CUE  a FIFO: it asks for SIGTERM (signal.Notify) only once
 //	                   the FIFO is written and closed, between its status
 //	                   server's start and envoy's, as the real one asks
@@ -83,6 +86,7 @@ func pilotAgent(args []string) error {
 	ignore := os.Getenv("PILOT_IGNORE_TERM") == "1"
 	stamps := newStamper(os.Getenv("PILOT_TIMESTAMPS"))
 	handlerCue := os.Getenv("PILOT_HANDLER_CUE")
+	drainCue := os.Getenv("PILOT_DRAIN_CUE")
 
 	var (
 		agentMade  atomic.Bool // envoy started: the real one's agent exists
@@ -240,6 +244,8 @@ func pilotAgent(args []string) error {
 			}
 			time.Sleep(time.Second)
 		}
+	case drainCue != "":
+		waitFIFO(drainCue)
 	default:
 		time.Sleep(drain)
 	}

@@ -1,0 +1,352 @@
+package pod
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// run is the kubelet's part: containers in order, postStart hooks between.
+func (p *Pod) run(ctx context.Context) {
+	defer close(p.done)
+	if err := p.runInits(ctx); err != nil {
+		p.mu.Lock()
+		p.initErr = err
+		p.notifyLocked()
+		p.mu.Unlock()
+		return
+	}
+	if slices.ContainsFunc(p.Spec.Containers, func(c Container) bool { return c.Native }) {
+		go p.stopNatives(ctx)
+	}
+	for i := range p.Spec.Containers {
+		if ctx.Err() != nil || p.isDeleting() {
+			break
+		}
+		if p.Spec.Containers[i].Ephemeral {
+			continue
+		}
+		started := make(chan struct{})
+		p.wg.Add(1)
+		go p.supervise(ctx, i, started)
+		<-started
+		c := &p.Spec.Containers[i]
+		if len(c.PostStart) > 0 && p.running(i) {
+			hctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+			out, err := p.Backend.Exec(hctx, p, c, p.attempt(i), c.PostStart)
+			cancel()
+			p.logs[i].Write(hookLog("postStart", out))
+			if err != nil {
+				// The kubelet kills a container whose postStart fails.
+				p.logs[i].Write([]byte(fmt.Sprintf("[postStart failed: %v]\n", err)))
+				if proc := p.proc(i); proc != nil {
+					proc.Signal(syscall.SIGKILL)
+				}
+			}
+		}
+	}
+	p.wg.Wait()
+}
+
+// runInits runs the init containers in order, each to completion; their
+// output goes to Logs under their names.
+func (p *Pod) runInits(ctx context.Context) error {
+	for i := range p.Spec.InitContainers {
+		c := &p.Spec.InitContainers[i]
+		log := &logBuffer{name: c.Name, stream: p.Spec.Log, written: p.notify}
+		p.mu.Lock()
+		p.initLogs = append(p.initLogs, log)
+		p.mu.Unlock()
+		r, w, err := os.Pipe()
+		if err != nil {
+			return err
+		}
+		proc, err := p.Backend.Start(ctx, p, c, 0, w)
+		w.Close()
+		if err != nil {
+			r.Close()
+			return fmt.Errorf("init container %s: %w", c.Name, err)
+		}
+		copied := make(chan struct{})
+		go func() { io.Copy(log, r); r.Close(); close(copied) }()
+		code, _ := proc.Wait()
+		proc.KillAll()
+		awaitLog(copied, log)
+		if code != 0 {
+			return fmt.Errorf("init container %s exited %d", c.Name, code)
+		}
+	}
+	return nil
+}
+
+// supervise runs container i, and restarts it as the policy says.
+func (p *Pod) supervise(ctx context.Context, i int, started chan struct{}) {
+	defer p.wg.Done()
+	c := &p.Spec.Containers[i]
+	once := sync.OnceFunc(func() { close(started) })
+	defer once()
+	if !p.awaitStart(ctx, i) {
+		return
+	}
+	for attempt := 0; ; attempt++ {
+		r, w, err := os.Pipe()
+		if err != nil {
+			p.logs[i].Write([]byte(fmt.Sprintf("[pipe: %v]\n", err)))
+			return
+		}
+		proc, err := p.Backend.Start(ctx, p, c, attempt, w)
+		w.Close()
+		if err != nil {
+			r.Close()
+			p.logs[i].Write([]byte(fmt.Sprintf("[start failed: %v]\n", err)))
+			p.update(i, func(s *ContainerStatus) { s.Started, s.Running, s.ExitCode = true, false, 128 })
+			once()
+			return
+		}
+		copied := make(chan struct{})
+		go func() {
+			defer close(copied)
+			defer r.Close()
+			io.Copy(p.logs[i], r)
+		}()
+		p.mu.Lock()
+		p.procs[i], p.attempts[i] = proc, attempt
+		p.mu.Unlock()
+		now := time.Now()
+		deleting := false
+		p.update(i, func(s *ContainerStatus) {
+			s.Started, s.Running, s.PID, s.Restarts, s.StartedAt = true, true, proc.PID(), attempt, now
+			deleting = p.deleting // under p.mu, as Delete reads the running set
+		})
+		if deleting {
+			// Delete began while this container was starting and did not
+			// count it as running: it gets its SIGTERM now, as the kubelet
+			// stops a container that comes up during a deletion. (A test
+			// can see a runc container's first output before Start returns.)
+			proc.Signal(syscall.SIGTERM)
+		}
+		once()
+		code, sig := proc.Wait()
+		// A shim with a shared PID namespace kills what the main process
+		// leaves behind in its container.
+		proc.KillAll()
+		// Everything the container wrote is in its log before it reads as
+		// terminated (as kubectl logs has it all then).
+		awaitLog(copied, p.logs[i])
+		p.update(i, func(s *ContainerStatus) { s.Running, s.ExitCode, s.Signal, s.PID = false, code, sig, 0 })
+		restart := false
+		switch {
+		case c.Ephemeral:
+		case c.Native:
+			restart = !p.isStoppingNative()
+		case p.Spec.RestartPolicy == Always:
+			restart = true
+		case p.Spec.RestartPolicy == OnFailure:
+			restart = code != 0
+		}
+		if !restart || p.isDeleting() || ctx.Err() != nil {
+			return
+		}
+		select {
+		case <-time.After(p.Spec.RestartBackoff):
+		case <-ctx.Done():
+			return
+		}
+		if p.isDeleting() {
+			return
+		}
+	}
+}
+
+// awaitStart holds container i's first start back until its StartAfter
+// returns, and reports whether it is to start: not once the pod is being
+// deleted, nor when StartAfter failed (a failed start, then).
+func (p *Pod) awaitStart(ctx context.Context, i int) bool {
+	c := &p.Spec.Containers[i]
+	if c.StartAfter == nil {
+		return true
+	}
+	// The deletion's start ends the wait, as it ends an image pull.
+	gctx, cancel := p.untilDeleted(ctx)
+	defer cancel()
+	err := c.StartAfter(gctx, p)
+	if p.isDeleting() || ctx.Err() != nil {
+		return false
+	}
+	if err != nil {
+		p.logs[i].Write([]byte(fmt.Sprintf("[start held back: %v]\n", err)))
+		p.update(i, func(s *ContainerStatus) { s.Started, s.Running, s.ExitCode = true, false, 128 })
+		return false
+	}
+	return true
+}
+
+// untilDeleted is ctx, ended also by the start of the pod's deletion.
+func (p *Pod) untilDeleted(ctx context.Context) (context.Context, context.CancelFunc) {
+	dctx, cancel := context.WithCancel(ctx)
+	go func() {
+		p.Await(dctx, p.isDeleting)
+		cancel()
+	}()
+	return dctx, cancel
+}
+
+// logCopyBound bounds the wait for the rest of a container's output once
+// its main process has exited and the rest of its cgroup is killed. Nothing
+// of the container holds the pipe then: the copy ends as soon as the killed
+// processes are gone, however long that takes on a loaded machine. The
+// bound is for a process that escaped the container; the log says so then,
+// rather than lose its end quietly.
+const logCopyBound = time.Minute
+
+// awaitLog waits until a container's output is all in its log.
+func awaitLog(copied <-chan struct{}, log *logBuffer) {
+	t := time.NewTimer(logCopyBound)
+	defer t.Stop()
+	select {
+	case <-copied:
+	case <-t.C:
+		log.Write([]byte(fmt.Sprintf("[log truncated: its pipe is still held %s after the container ended]\n", logCopyBound)))
+	}
+}
+
+func (p *Pod) update(i int, f func(*ContainerStatus)) {
+	p.mu.Lock()
+	f(&p.status[i])
+	p.notifyLocked()
+	p.mu.Unlock()
+}
+
+// notifyLocked wakes every waiter (WaitFor, Await); p.mu is held.
+func (p *Pod) notifyLocked() {
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// notify is notifyLocked for a log's writer.
+func (p *Pod) notify() {
+	p.mu.Lock()
+	p.notifyLocked()
+	p.mu.Unlock()
+}
+
+func (p *Pod) isStoppingNative() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stoppingNative
+}
+
+func (p *Pod) isDeleting() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.deleting
+}
+
+func (p *Pod) running(i int) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.status[i].Running
+}
+
+func (p *Pod) proc(i int) Process {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.procs[i]
+}
+
+func (p *Pod) attempt(i int) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.attempts[i]
+}
+
+func (p *Pod) index(name string) int {
+	for i, c := range p.Spec.Containers {
+		if c.Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// StartEphemeral starts the ephemeral container name (Container.Ephemeral)
+// in the running pod, as `kubectl debug` does, and returns once it runs.
+func (p *Pod) StartEphemeral(ctx context.Context, name string) error {
+	i := p.index(name)
+	if i < 0 || !p.Spec.Containers[i].Ephemeral {
+		return fmt.Errorf("no ephemeral container %q in pod %s", name, p.Spec.Name)
+	}
+	p.mu.Lock()
+	if p.deleting || p.status[i].Started {
+		p.mu.Unlock()
+		return fmt.Errorf("pod %s: ephemeral container %s cannot start now", p.Spec.Name, name)
+	}
+	p.wg.Add(1) // the pod's run is still waiting for its other containers
+	p.mu.Unlock()
+	started := make(chan struct{})
+	go p.supervise(p.runCtx, i, started)
+	select {
+	case <-started:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// stopNatives sends SIGTERM to the native sidecars once every other
+// container is done for good (the pod would be Succeeded or Failed but for
+// them), as the kubelet does.
+func (p *Pod) stopNatives(ctx context.Context) {
+	done := func(st Status) bool {
+		var rest []ContainerStatus
+		for _, c := range st.Containers {
+			if !c.Native {
+				rest = append(rest, c)
+			}
+		}
+		ph := phase(p.Spec.RestartPolicy, rest)
+		return ph == Succeeded || ph == Failed
+	}
+	if _, err := p.WaitFor(ctx, done); err != nil {
+		return
+	}
+	p.mu.Lock()
+	p.stoppingNative = true
+	var natives []Process
+	for i, c := range p.Spec.Containers {
+		if c.Native && p.status[i].Running {
+			natives = append(natives, p.procs[i])
+		}
+	}
+	p.mu.Unlock()
+	for _, proc := range natives {
+		proc.Signal(syscall.SIGTERM)
+	}
+}
+
+// Exec runs argv in a running container, like kubectl exec.
+func (p *Pod) Exec(ctx context.Context, name string, argv ...string) ([]byte, error) {
+	i := p.index(name)
+	if i < 0 {
+		return nil, fmt.Errorf("no container %q", name)
+	}
+	return p.Backend.Exec(ctx, p, &p.Spec.Containers[i], p.attempt(i), argv)
+}
+
+// Signal sends sig to a container's main process.
+func (p *Pod) Signal(name string, sig syscall.Signal) error {
+	i := p.index(name)
+	if i < 0 {
+		return fmt.Errorf("no container %q", name)
+	}
+	proc := p.proc(i)
+	if proc == nil {
+		return fmt.Errorf("container %q not started", name)
+	}
+	return proc.Signal(sig)
+}

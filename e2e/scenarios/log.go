@@ -1,0 +1,65 @@
+package scenarios
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+)
+
+// Record reads a record file (the stand-in's or an app's): one event per
+// line, with any leading timestamp cut off.
+func Record(path string) []string {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		out = append(out, sc.Text())
+	}
+	return out
+}
+
+// LogLine is one line of the supervisor's JSON log.
+type LogLine map[string]any
+
+// Msg is the line's message.
+func (l LogLine) Msg() string { s, _ := l["message"].(string); return s }
+
+// Str is a field as text.
+func (l LogLine) Str(k string) string {
+	switch v := l[k].(type) {
+	case string:
+		return v
+	case nil:
+		return ""
+	default:
+		return fmt.Sprint(v)
+	}
+}
+
+// ParseLog reads the supervisor's JSON log lines out of its container's
+// output (other lines are skipped).
+func ParseLog(out string) []LogLine {
+	var lines []LogLine
+	for _, s := range strings.Split(out, "\n") {
+		var l LogLine
+		if json.Unmarshal([]byte(s), &l) == nil && l.Msg() != "" {
+			lines = append(lines, l)
+		}
+	}
+	return lines
+}
+
+// Messages lists the log's messages in order.
+func Messages(lines []LogLine) []string {
+	var out []string
+	for _, l := range lines {
+		out = append(out, l.Msg())
+	}
+	return out
+}
