@@ -29,6 +29,25 @@ var buildTools = sync.OnceValues(func() (istioproxy.Tools, error) {
 	return istioproxy.BuildTools(ctx)
 })
 
+// The tests' bounds. Each guards against a hang and sits well past what the
+// expected path takes on a loaded machine; none is the thing tested. What a
+// test asserts comes from the order of events (the stand-in envoy's record,
+// pilot-agent's exit) or from a lower bound, which slowness cannot break.
+const (
+	// readyGuard bounds pilot-agent's start until ready.
+	readyGuard = 2 * time.Minute
+	// requestGuard bounds one HTTP request that must be answered.
+	requestGuard = 30 * time.Second
+	// exitGuard bounds pilot-agent's exit (and envoy's death after it)
+	// beyond the drain a test expects.
+	exitGuard = time.Minute
+	// longDrain is terminationDrainDuration where a test proves that
+	// pilot-agent did not drain: far past exitGuard, so that an exit that
+	// waited for it fails the wait, and one that did not is never slow
+	// enough to be taken for it.
+	longDrain = 5 * time.Minute
+)
+
 func requireRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -95,7 +114,7 @@ func startAgent(t *testing.T, cfg istioproxy.Config) *agent {
 	// namespace's locked thread, which outlives the process.
 	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	a := &agent{t: t, proxy: p, ns: newNetns(t), cmd: cmd, out: &lockedBuffer{}, done: make(chan struct{})}
-	a.http = a.ns.httpClient(3 * time.Second)
+	a.http = a.ns.httpClient(requestGuard)
 	cmd.Stdout, cmd.Stderr = a.out, a.out
 	a.ns.run(func() {
 		a.started = time.Now()
@@ -109,9 +128,9 @@ func startAgent(t *testing.T, cfg istioproxy.Config) *agent {
 }
 
 // watch waits for the started agent's process in the background. At the
-// end of the test it kills the process if it still runs (kill, given 10 s,
-// then SIGKILL), runs after (when not nil), and dumps the agent if the test
-// failed.
+// end of the test it kills the process if it still runs (kill, given
+// exitGuard, then SIGKILL), runs after (when not nil), and dumps the agent
+// if the test failed.
 func (a *agent) watch(name string, kill, after func()) {
 	go func() {
 		a.waitErr = a.cmd.Wait()
@@ -125,9 +144,9 @@ func (a *agent) watch(name string, kill, after func()) {
 			kill()
 			select {
 			case <-a.done:
-			case <-time.After(10 * time.Second):
+			case <-time.After(exitGuard):
 				_ = a.cmd.Process.Kill()
-				a.t.Errorf("%s (pid %d) did not end within 10s of its kill", name, a.cmd.Process.Pid)
+				a.t.Errorf("%s (pid %d) did not end within %s of its kill", name, a.cmd.Process.Pid, exitGuard)
 			}
 		}
 		if after != nil {
@@ -246,13 +265,13 @@ func (a *agent) envoyStart() record.Event {
 	return starts[0]
 }
 
-// assertDies waits (bounded) until pid is dead: gone or a zombie. pilot-agent
+// assertDies waits (exitGuard) until pid is dead: gone or a zombie. pilot-agent
 // SIGKILLs envoy but does not wait for it before exiting itself, so right
 // after pilot-agent's exit envoy may still be dying or be an unreaped
 // zombie that init collects later.
 func assertDies(t *testing.T, pid int, what string) {
 	t.Helper()
-	ctx := ctxTimeout(t, 5*time.Second)
+	ctx := ctxTimeout(t, exitGuard)
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -267,10 +286,26 @@ func assertDies(t *testing.T, pid int, what string) {
 		}
 		select {
 		case <-ctx.Done():
-			t.Errorf("%s (pid %d) still alive 5s after pilot-agent exited: %q", what, pid, b)
+			t.Errorf("%s (pid %d) still alive %s after pilot-agent exited: %q", what, pid, exitGuard, b)
 			return
 		case <-tick.C:
 		}
+	}
+}
+
+// checkDrainThenWait checks the one graceful drain d of a SIGTERM sent at
+// sent: it came after the SIGTERM, and pilot-agent exited no sooner than
+// drain after it, so it drained on the signal and then waited
+// terminationDrainDuration, as Istio's Agent.terminate does. Both are
+// orders of events (the stand-in's clock and ours are the host's): a slow
+// machine only moves them further apart.
+func (a *agent) checkDrainThenWait(d record.Event, sent time.Time, drain time.Duration) {
+	a.t.Helper()
+	if d.Time.Before(sent) {
+		a.t.Errorf("drain at %v, before the SIGTERM at %v", d.Time, sent)
+	}
+	if after := a.exited.Sub(d.Time); after < drain {
+		a.t.Errorf("pilot-agent exited %v after the drain, want at least terminationDrainDuration %v after it (a drain at the exit, not on SIGTERM?)", after, drain)
 	}
 }
 

@@ -20,10 +20,10 @@ import (
 // :15021 listener.
 func TestReady(t *testing.T) {
 	a := startAgent(t, istioproxy.Config{})
-	ready := a.waitReady(ctxTimeout(t, 30*time.Second))
+	ready := a.waitReady(ctxTimeout(t, readyGuard))
 	t.Logf("ready after %v", ready.Round(time.Millisecond))
 
-	ctx := ctxTimeout(t, 10*time.Second)
+	ctx := ctxTimeout(t, requestGuard)
 	if code, body, err := a.get(ctx, a.url(istioproxy.StatusPort, "/healthz/ready")); err != nil || code != http.StatusOK {
 		t.Errorf("pilot-agent :%d/healthz/ready = %d %q, %v; want 200", istioproxy.StatusPort, code, body, err)
 	}
@@ -96,7 +96,7 @@ func TestReady(t *testing.T) {
 // TestReadyAsRoot: the same layout works with the container running as root.
 func TestReadyAsRoot(t *testing.T) {
 	a := startAgent(t, istioproxy.Config{RunAsRoot: true})
-	a.waitReady(ctxTimeout(t, 30*time.Second))
+	a.waitReady(ctxTimeout(t, readyGuard))
 	if start := a.envoyStart(); start.UID == nil || *start.UID != 0 {
 		t.Errorf("envoy runs as uid %v, want 0", start.UID)
 	}
@@ -107,7 +107,7 @@ func TestReadyAsRoot(t *testing.T) {
 func TestNotReadyUntilEnvoyIs(t *testing.T) {
 	const delay = 1500 * time.Millisecond
 	a := startAgent(t, istioproxy.Config{EnvoyReadyDelay: delay})
-	ready := a.waitReady(ctxTimeout(t, 30*time.Second))
+	ready := a.waitReady(ctxTimeout(t, readyGuard))
 	if ready < delay {
 		t.Errorf("ready after %v, before the stand-in's %v delay", ready, delay)
 	}
@@ -133,18 +133,18 @@ func testSIGTERM(t *testing.T, drain time.Duration) {
 	if drain == 0 && want != istioproxy.DefaultTerminationDrainDuration {
 		t.Fatalf("default drain %v, want %v", want, istioproxy.DefaultTerminationDrainDuration)
 	}
-	a.waitReady(ctxTimeout(t, 30*time.Second))
+	a.waitReady(ctxTimeout(t, readyGuard))
 	envoy := a.envoyStart()
 
 	sent := a.signal(syscall.SIGTERM)
-	ws := a.waitExit(ctxTimeout(t, want+10*time.Second))
+	ws := a.waitExit(ctxTimeout(t, want+exitGuard))
 	took := a.exited.Sub(sent)
 	t.Logf("SIGTERM to exit: %v (terminationDrainDuration %v), %s", took.Round(time.Millisecond), want, exitDesc(ws))
 	if ws.Signaled() || ws.ExitStatus() != 0 {
 		t.Errorf("pilot-agent after SIGTERM: %s, want exit 0", exitDesc(ws))
 	}
-	if took < want || took > want+2*time.Second {
-		t.Errorf("SIGTERM to exit took %v, want terminationDrainDuration %v (+ <2s)", took, want)
+	if took < want {
+		t.Errorf("SIGTERM to exit took %v, less than terminationDrainDuration %v", took, want)
 	}
 	events := a.record()
 	drains := record.OfKind(events, record.Drain)
@@ -155,9 +155,7 @@ func testSIGTERM(t *testing.T, drain time.Duration) {
 	if !d.Graceful || !d.InboundOnly || d.SkipExit {
 		t.Errorf("drain %v: want graceful, inboundonly, no skip_exit", d)
 	}
-	if d.Time.Before(sent) || d.Time.After(sent.Add(time.Second)) {
-		t.Errorf("drain at %v, want within 1s after SIGTERM at %v", d.Time, sent)
-	}
+	a.checkDrainThenWait(d, sent, want)
 	req := record.AdminRequests(events, "/drain_listeners")
 	if len(req) != 1 || req[0].Method != http.MethodPost || req[0].Query != "inboundonly&graceful" {
 		t.Errorf("drain requests %v, want one POST /drain_listeners?inboundonly&graceful", req)
@@ -173,13 +171,15 @@ func testSIGTERM(t *testing.T, drain time.Duration) {
 }
 
 // TestQuitQuitQuit: POST :15020/quitquitquit answers 200 and pilot-agent
-// exits 0 at once, without draining envoy.
+// exits 0 at once, without draining envoy: no drain in the record, and an
+// exit well before terminationDrainDuration, made longDrain so that the
+// difference does not depend on the machine's speed.
 func TestQuitQuitQuit(t *testing.T) {
-	a := startAgent(t, istioproxy.Config{})
-	a.waitReady(ctxTimeout(t, 30*time.Second))
+	a := startAgent(t, istioproxy.Config{TerminationDrainDuration: longDrain})
+	a.waitReady(ctxTimeout(t, readyGuard))
 	envoy := a.envoyStart()
 
-	ctx := ctxTimeout(t, 10*time.Second)
+	ctx := ctxTimeout(t, requestGuard)
 	// Only POST is accepted.
 	if code, _, err := a.get(ctx, a.url(istioproxy.StatusPort, "/quitquitquit")); err != nil || code != http.StatusMethodNotAllowed {
 		t.Errorf("GET /quitquitquit = %d, %v; want 405", code, err)
@@ -189,14 +189,14 @@ func TestQuitQuitQuit(t *testing.T) {
 	if err != nil || code != http.StatusOK || body != "OK" {
 		t.Fatalf("POST /quitquitquit = %d %q, %v; want 200 \"OK\"", code, body, err)
 	}
-	ws := a.waitExit(ctxTimeout(t, 5*time.Second))
+	ws := a.waitExit(ctxTimeout(t, exitGuard))
 	took := a.exited.Sub(sent)
 	t.Logf("quitquitquit to exit: %v, %s", took.Round(time.Millisecond), exitDesc(ws))
 	if ws.Signaled() || ws.ExitStatus() != 0 {
 		t.Errorf("pilot-agent after quitquitquit: %s, want exit 0", exitDesc(ws))
 	}
-	if took > time.Second {
-		t.Errorf("quitquitquit to exit took %v, want < 1s", took)
+	if took >= longDrain {
+		t.Errorf("quitquitquit to exit took %v, want it well under terminationDrainDuration %v (no drain)", took, longDrain)
 	}
 	events := a.record()
 	if d := record.OfKind(events, record.Drain); len(d) != 0 {
@@ -212,16 +212,16 @@ func TestQuitQuitQuit(t *testing.T) {
 // gone and exits, as the container runtime would have killed it.
 func TestSIGKILL(t *testing.T) {
 	a := startAgent(t, istioproxy.Config{})
-	a.waitReady(ctxTimeout(t, 30*time.Second))
+	a.waitReady(ctxTimeout(t, readyGuard))
 	envoy := a.envoyStart()
 
 	a.signal(syscall.SIGKILL)
-	ws := a.waitExit(ctxTimeout(t, 5*time.Second))
+	ws := a.waitExit(ctxTimeout(t, exitGuard))
 	if !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
 		t.Errorf("pilot-agent after SIGKILL: %s, want killed by SIGKILL", exitDesc(ws))
 	}
 	// Bounded wait for the orphaned stand-in to record its exit.
-	ctx := ctxTimeout(t, 5*time.Second)
+	ctx := ctxTimeout(t, exitGuard)
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -234,7 +234,7 @@ func TestSIGKILL(t *testing.T) {
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("orphaned envoy pid %d did not exit within 5s", envoy.PID)
+			t.Fatalf("orphaned envoy pid %d did not exit within %s", envoy.PID, exitGuard)
 		case <-tick.C:
 		}
 	}
@@ -245,25 +245,26 @@ func TestSIGKILL(t *testing.T) {
 
 // TestEnvoyQuitQuitQuit: stopping envoy through its own admin API (some Job
 // sidecar killers do POST :15000/quitquitquit) makes envoy exit 0, and
-// pilot-agent follows it, exiting 0 with no drain.
+// pilot-agent follows it, exiting 0 with no drain (none in the record, and
+// well before a longDrain terminationDrainDuration).
 func TestEnvoyQuitQuitQuit(t *testing.T) {
-	a := startAgent(t, istioproxy.Config{})
-	a.waitReady(ctxTimeout(t, 30*time.Second))
+	a := startAgent(t, istioproxy.Config{TerminationDrainDuration: longDrain})
+	a.waitReady(ctxTimeout(t, readyGuard))
 
-	ctx := ctxTimeout(t, 10*time.Second)
+	ctx := ctxTimeout(t, requestGuard)
 	sent := time.Now()
 	code, body, err := a.do(ctx, http.MethodPost, a.url(istioproxy.AdminPort, "/quitquitquit"))
 	if err != nil || code != http.StatusOK {
 		t.Fatalf("POST envoy /quitquitquit = %d %q, %v; want 200", code, body, err)
 	}
-	ws := a.waitExit(ctxTimeout(t, 5*time.Second))
+	ws := a.waitExit(ctxTimeout(t, exitGuard))
 	took := a.exited.Sub(sent)
 	t.Logf("envoy quitquitquit to pilot-agent exit: %v, %s", took.Round(time.Millisecond), exitDesc(ws))
 	if ws.Signaled() || ws.ExitStatus() != 0 {
 		t.Errorf("pilot-agent after envoy's quitquitquit: %s, want exit 0", exitDesc(ws))
 	}
-	if took > time.Second {
-		t.Errorf("took %v, want < 1s", took)
+	if took >= longDrain {
+		t.Errorf("took %v, want it well under terminationDrainDuration %v (no drain)", took, longDrain)
 	}
 	events := a.record()
 	exits := record.OfKind(events, record.Exit)
@@ -277,12 +278,13 @@ func TestEnvoyQuitQuitQuit(t *testing.T) {
 
 // TestDrainThenSIGTERM: the native-sidecar shutdown. POST :15020/drain
 // drains envoy at once with skip_exit; a later SIGTERM then exits without
-// waiting terminationDrainDuration again.
+// waiting terminationDrainDuration again (longDrain: an exit that waited
+// for it cannot be mistaken for a slow one).
 func TestDrainThenSIGTERM(t *testing.T) {
-	a := startAgent(t, istioproxy.Config{TerminationDrainDuration: 3 * time.Second})
-	a.waitReady(ctxTimeout(t, 30*time.Second))
+	a := startAgent(t, istioproxy.Config{TerminationDrainDuration: longDrain})
+	a.waitReady(ctxTimeout(t, readyGuard))
 
-	ctx := ctxTimeout(t, 10*time.Second)
+	ctx := ctxTimeout(t, requestGuard)
 	if code, body, err := a.do(ctx, http.MethodPost, a.url(istioproxy.StatusPort, "/drain")); err != nil || code != http.StatusOK {
 		t.Fatalf("POST /drain = %d %q, %v; want 200", code, body, err)
 	}
@@ -291,7 +293,7 @@ func TestDrainThenSIGTERM(t *testing.T) {
 		t.Fatalf("drains after POST /drain: %v, want one graceful inboundonly skip_exit", drains)
 	}
 	sent := a.signal(syscall.SIGTERM)
-	ws := a.waitExit(ctxTimeout(t, 10*time.Second))
+	ws := a.waitExit(ctxTimeout(t, exitGuard))
 	took := a.exited.Sub(sent)
 	t.Logf("SIGTERM after /drain to exit: %v, %s", took.Round(time.Millisecond), exitDesc(ws))
 	if ws.Signaled() || ws.ExitStatus() != 0 {
