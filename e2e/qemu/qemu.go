@@ -57,8 +57,11 @@ type Config struct {
 	// unpacked, so large test binaries need more.
 	MemoryMiB int
 
-	// Timeout bounds the whole run, boot included: qemu is killed when it
-	// expires (or when ctx ends). Default 5 minutes.
+	// Timeout bounds the guest's run from qemu's start, boot and command:
+	// qemu is killed when it expires (or when ctx ends). What comes before
+	// (installing the default kernel, building the exit helper, writing the
+	// initramfs) is bounded by ctx alone: a cold build is work of unknown
+	// length, and the guest's clock must not race it. Default 5 minutes.
 	Timeout time.Duration
 	// CommandTimeout bounds the command inside the guest. When it expires
 	// the guest kills the command and reports Result.TimedOut, with its
@@ -119,7 +122,8 @@ const (
 // an error when the guest produced no status: qemu could not start, the
 // kernel panicked, /init's set-up failed, or Timeout or ctx expired (qemu is
 // then killed). The Result is filled as far as the run got, so the caller
-// can print its Console.
+// can print its Console. Timeout starts with qemu; ctx bounds the set-up
+// before it too.
 //
 // Run starts one qemu with one vCPU and waits for it; no process outlives
 // the call.
@@ -146,9 +150,6 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if cfg.CPUs == 0 {
 		cfg.CPUs = 1
 	}
-	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
-	defer cancel()
-
 	if cfg.Kernel == (Kernel{}) {
 		k, err := DefaultKernel(ctx)
 		if err != nil {
@@ -199,6 +200,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		"-initrd", initrd,
 		"-append", strings.Join(kargs, " "),
 	)
+	// The guest's clock starts here, with qemu (Config.Timeout).
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
 	cmd := exec.CommandContext(ctx, cfg.Kernel.QEMU, args...)
 	con := &consoleWriter{live: cfg.Console}
 	var qlog bytes.Buffer
