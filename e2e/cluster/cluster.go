@@ -24,17 +24,14 @@
 package cluster
 
 import (
-	"archive/tar"
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
-	"path"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -185,38 +182,6 @@ func (c *Cluster) stop() error {
 	return nil
 }
 
-// ImportImage imports an OCI (or docker) image archive into the node's
-// containerd, where the kubelet finds it without pulling (use an
-// imagePullPolicy of IfNotPresent or Never, and a tag other than latest).
-// Each alias becomes another name of the same image.
-func (c *Cluster) ImportImage(ctx context.Context, archive string, aliases ...string) error {
-	sock := c.Env["CONTAINERD_SOCK"]
-	ctr := func(args ...string) error {
-		args = append([]string{"--address", sock, "-n", "k8s.io"}, args...)
-		out, err := exec.CommandContext(ctx, "ctr", args...).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("ctr %s: %w: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
-		}
-		return nil
-	}
-	if err := ctr("images", "import", "--snapshotter", "overlayfs", archive); err != nil {
-		return err
-	}
-	if len(aliases) == 0 {
-		return nil
-	}
-	ref, err := archiveRef(archive)
-	if err != nil {
-		return err
-	}
-	for _, a := range aliases {
-		if err := ctr("images", "tag", "--force", ref, a); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // Kubectl runs the kubectl built at KUBERNETES_VERSION against the cluster and
 // returns its combined output.
 func (c *Cluster) Kubectl(ctx context.Context, args ...string) (string, error) {
@@ -226,81 +191,6 @@ func (c *Cluster) Kubectl(ctx context.Context, args ...string) (string, error) {
 		return string(out), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args[2:], " "), err, bytes.TrimSpace(out))
 	}
 	return string(out), nil
-}
-
-// Image is an image built for the cluster: its name and OCI archive.
-type Image struct {
-	Ref     string
-	Archive string
-}
-
-// BuildSupervisorImage builds (or finds in the cache) the product image from
-// the repo's Dockerfile with e2e/scripts/build-image.sh.
-func (c *Cluster) BuildSupervisorImage(ctx context.Context) (Image, error) {
-	out, err := c.runScript(ctx, "build-image.sh")
-	if err != nil {
-		return Image{}, fmt.Errorf("build-image.sh: %w", err)
-	}
-	env := parseEnv(out)
-	return Image{Ref: env["SUPERVISOR_IMAGE"], Archive: env["SUPERVISOR_IMAGE_ARCHIVE"]}, nil
-}
-
-// BuildIstioProxyImage builds (or finds in the cache) the istio-proxy image:
-// the real pilot-agent and the stand-in envoy.
-func (c *Cluster) BuildIstioProxyImage(ctx context.Context) (Image, error) {
-	out, err := c.runScript(ctx, "cluster-images.sh", "istio-proxy")
-	if err != nil {
-		return Image{}, fmt.Errorf("cluster-images.sh: %w", err)
-	}
-	env := parseEnv(out)
-	return Image{Ref: env["ISTIO_PROXY_IMAGE"], Archive: env["ISTIO_PROXY_ARCHIVE"]}, nil
-}
-
-// CloudSQLProxyImage builds (or finds in the cache) the cloud-sql-proxy
-// image: the real cloud-sql-proxy v2 of build-sidecars.sh in the layout of
-// Google's image. It imports it into the node under its local name and under
-// Google's (gcr.io/cloud-sql-connectors/cloud-sql-proxy:<version>, the name
-// deploy/job-cloud-sql-proxy.yaml uses, found without a pull), and returns
-// both.
-func (c *Cluster) CloudSQLProxyImage(ctx context.Context) (ref, alias string, err error) {
-	out, err := c.runScript(ctx, "cluster-images.sh", "cloud-sql-proxy")
-	if err != nil {
-		return "", "", fmt.Errorf("cluster-images.sh: %w", err)
-	}
-	env := parseEnv(out)
-	ref, archive, alias := env["CLOUD_SQL_PROXY_IMAGE"], env["CLOUD_SQL_PROXY_ARCHIVE"], env["CLOUD_SQL_PROXY_ALIASES"]
-	if ref == "" || archive == "" || alias == "" {
-		return "", "", fmt.Errorf("cluster-images.sh cloud-sql-proxy printed no reference, archive or alias: %q", out)
-	}
-	if err := c.ImportImage(ctx, archive, alias); err != nil {
-		return "", "", err
-	}
-	return ref, alias, nil
-}
-
-// ProductImages builds (or finds in the cache) the supervisor and istio-proxy
-// images, imports both into the node, and returns their names.
-func (c *Cluster) ProductImages(ctx context.Context) (supervisor, proxy string, err error) {
-	for _, b := range []struct {
-		build func(context.Context) (Image, error)
-		ref   *string
-	}{
-		{c.BuildSupervisorImage, &supervisor},
-		{c.BuildIstioProxyImage, &proxy},
-	} {
-		img, err := b.build(ctx)
-		if err != nil {
-			return "", "", err
-		}
-		if img.Ref == "" || img.Archive == "" {
-			return "", "", fmt.Errorf("image build printed no reference or archive: %+v", img)
-		}
-		if err := c.ImportImage(ctx, img.Archive); err != nil {
-			return "", "", err
-		}
-		*b.ref = img.Ref
-	}
-	return supervisor, proxy, nil
 }
 
 // RestartDaemon restarts the node's kubelet or containerd as a service
@@ -427,42 +317,5 @@ func lockFile(ctx context.Context, path string, how int, wait time.Duration) (*o
 			return nil, ctx.Err()
 		case <-time.After(200 * time.Millisecond):
 		}
-	}
-}
-
-// archiveRef returns the image name recorded in an OCI archive's index.json
-// (the org.opencontainers.image.ref.name annotation skopeo writes).
-func archiveRef(archive string) (string, error) {
-	f, err := os.Open(archive)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	tr := tar.NewReader(f)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return "", fmt.Errorf("%s has no index.json: not an OCI archive", archive)
-		}
-		if err != nil {
-			return "", fmt.Errorf("read %s: %w", archive, err)
-		}
-		if path.Clean(h.Name) != "index.json" {
-			continue
-		}
-		var index struct {
-			Manifests []struct {
-				Annotations map[string]string `json:"annotations"`
-			} `json:"manifests"`
-		}
-		if err := json.NewDecoder(tr).Decode(&index); err != nil {
-			return "", fmt.Errorf("%s: index.json: %w", archive, err)
-		}
-		for _, m := range index.Manifests {
-			if ref := m.Annotations["org.opencontainers.image.ref.name"]; ref != "" {
-				return ref, nil
-			}
-		}
-		return "", fmt.Errorf("%s: index.json names no image", archive)
 	}
 }
