@@ -56,7 +56,7 @@ cluster_restart_main() {
 
 	# As start_daemon in cluster-up.sh: $! is the daemon.
 	(daemon_exec "$CLUSTER_DIR/logs/$name.log" env -i "${envs[@]}" "${args[@]}") &
-	printf '%s\n' "$!" >"$CLUSTER_DIR/pids/$name.pid"
+	record_pid "$name" "$!"
 	await_exec "$!" "$name" "${args[0]}"
 	log "started $name again (pid $!)"
 

@@ -172,14 +172,14 @@ node_ready() {
 # start_daemon NAME BINARY ARGS...: start as a daemon (daemon_exec: it must
 # outlive the caller, e.g. a go test that hands the cluster to the next
 # package), with only PATH in its environment and output to logs/NAME.log;
-# pid to pids/NAME.pid. setsid in a background subshell is not a group
-# leader, so it execs in place and $! is the daemon.
+# pid to pids/NAME.pid (record_pid). setsid in a background subshell is not
+# a group leader, so it execs in place and $! is the daemon.
 start_daemon() {
 	local name="$1"
 	shift
 	log "starting $name"
 	(daemon_exec "$CLUSTER_DIR/logs/$name.log" env -i PATH="$DAEMON_PATH" "$@") &
-	printf '%s\n' "$!" >"$CLUSTER_DIR/pids/$name.pid"
+	record_pid "$name" "$!"
 	await_exec "$!" "$name" "$1"
 }
 
