@@ -46,6 +46,12 @@ HOST_PATHS=(/var/log/containers /var/lib/kubelet /var/lib/cni /run/containerd)
 # Daemons, in start order; stopped in reverse.
 CLUSTER_DAEMONS=(etcd containerd kube-apiserver kube-controller-manager kube-scheduler kubelet)
 
+# WAIT_LIMIT bounds each wait for a daemon or the node to serve (seconds):
+# a hang guard only. A daemon that dies is caught at once (pid_alive); one
+# that starts slowly, on two cores shared by two test runs, is waited for.
+# SUPERVISOR_E2E_READY_TIMEOUT overrides it.
+WAIT_LIMIT="${SUPERVISOR_E2E_READY_TIMEOUT:-600}"
+
 # DAEMON_PATH is the daemons' whole environment but what they are given:
 # containerd finds runc and its shim on it.
 DAEMON_PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin

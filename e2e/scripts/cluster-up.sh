@@ -36,7 +36,6 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/cluster-lib.sh"
 
-READY_TIMEOUT="${SUPERVISOR_E2E_READY_TIMEOUT:-180}"
 # The kubelet's log level: 3 shows, for each container it starts, whether it
 # mounted its /etc/hosts ("Creating hosts mount for container").
 KUBELET_VERBOSITY="${SUPERVISOR_E2E_KUBELET_VERBOSITY:-1}"
@@ -82,11 +81,11 @@ cluster_up_main() {
 		--initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
 		--initial-cluster "e2e=http://127.0.0.1:$ETCD_PEER_PORT" \
 		--logger zap --log-outputs stderr
-	wait_for etcd 30 curl -fsS "http://127.0.0.1:$ETCD_CLIENT_PORT/health"
+	wait_for etcd "$WAIT_LIMIT" curl -fsS "http://127.0.0.1:$ETCD_CLIENT_PORT/health"
 
 	make_bridge
 	start_daemon containerd /usr/bin/containerd --config "$CLUSTER_DIR/containerd/config.toml"
-	wait_for containerd 30 ctr_cmd version
+	wait_for containerd "$WAIT_LIMIT" ctr_cmd version
 	import_images
 
 	start_daemon kube-apiserver "$KUBE_APISERVER" \
@@ -103,7 +102,7 @@ cluster_up_main() {
 		--kubelet-preferred-address-types Hostname \
 		--kubelet-client-certificate "$CLUSTER_DIR/pki/admin.crt" --kubelet-client-key "$CLUSTER_DIR/pki/admin.key" \
 		--allow-privileged=true --profiling=false
-	wait_for kube-apiserver 90 kubectl_cmd get --raw /readyz
+	wait_for kube-apiserver "$WAIT_LIMIT" kubectl_cmd get --raw /readyz
 
 	start_daemon kube-controller-manager "$KUBE_CONTROLLER_MANAGER" \
 		--kubeconfig "$KUBECONFIG_PATH" \
@@ -124,9 +123,9 @@ cluster_up_main() {
 		--root-dir "$CLUSTER_DIR/kubelet" --cert-dir "$CLUSTER_DIR/kubelet/pki" \
 		--hostname-override "$NODE_NAME" --v "$KUBELET_VERBOSITY"
 
-	wait_for "node $NODE_NAME Ready" "$READY_TIMEOUT" node_ready
-	wait_for "ServiceAccount default" 60 kubectl_cmd -n default get serviceaccount default
-	wait_for "ConfigMap kube-root-ca.crt" 60 kubectl_cmd -n default get configmap kube-root-ca.crt
+	wait_for "node $NODE_NAME Ready" "$WAIT_LIMIT" node_ready
+	wait_for "ServiceAccount default" "$WAIT_LIMIT" kubectl_cmd -n default get serviceaccount default
+	wait_for "ConfigMap kube-root-ca.crt" "$WAIT_LIMIT" kubectl_cmd -n default get configmap kube-root-ca.crt
 	trap - EXIT TERM INT
 	log "cluster up in $((SECONDS - start))s (node Ready), state in $CLUSTER_DIR"
 	print_env
