@@ -15,6 +15,8 @@
 #
 # Idempotent: if the cluster in CLUSTER_DIR is already up and Ready, it is
 # reused as it is; leftovers of a dead one are removed (cluster-down.sh) first.
+# With SUPERVISOR_E2E_CLUSTER_IN_USE=1 (set by cluster.Open when another
+# test holds the cluster) an unhealthy cluster is waited for, never removed.
 # On failure it prints the tail of each daemon's log and tears down what it
 # started (SUPERVISOR_E2E_KEEP_CLUSTER=1 keeps it for a look).
 #
@@ -47,6 +49,16 @@ cluster_up_main() {
 	eval "$(bash "$E2E_DIR/scripts/cluster-images.sh" pause busybox)"
 	log "tools and images ready in $((SECONDS - start))s"
 
+	if [ "${SUPERVISOR_E2E_CLUSTER_IN_USE:-}" = 1 ] && ! cluster_healthy; then
+		# Another test holds the cluster (its users lock, cluster.Open):
+		# unhealthy for now (the node NotReady while a daemon restarts,
+		# say) is not dead. Wait for it; never tear down a cluster in use.
+		# A daemon that died ends the wait, and this start, at once.
+		[ -s "$KUBECONFIG_PATH" ] ||
+			die "the cluster in $CLUSTER_DIR is in use by another test, but its state is gone; not tearing it down"
+		log "the cluster in $CLUSTER_DIR is in use by another test and not healthy now: waiting for it"
+		wait_for "the cluster in use to be healthy" "$WAIT_LIMIT" cluster_healthy
+	fi
 	if cluster_healthy; then
 		local running
 		running="$(kubectl_cmd get node "$NODE_NAME" -o 'jsonpath={.status.nodeInfo.kubeletVersion}')"
