@@ -17,8 +17,10 @@
 // The cluster is shared: Start reuses a healthy cluster started by another
 // test or test binary (packages run in parallel under `go test ./...`), and the
 // last user's Stop tears it down. Two lock files next to the state directory
-// arbitrate: a start lock, held exclusively while starting or tearing down, and
-// a users lock that every Cluster holds shared while it is in use. Set
+// arbitrate (locks.go): a start lock, held exclusively while starting, tearing
+// down or restarting a daemon, and a users lock that every Cluster holds
+// shared while it is in use. Start waits for the start lock as long as its
+// holder works, bounded by its ctx only; Stop never waits for it. Set
 // SUPERVISOR_E2E_KEEP_CLUSTER=1 to leave the cluster running after the tests
 // (cluster-down.sh removes it).
 package cluster
@@ -71,10 +73,6 @@ type Cluster struct {
 // its applets under /bin. It also answers to busybox:1.37, the name deploy/ uses.
 const BusyboxImage = "localhost/sidecar-supervisor-e2e/busybox:debian"
 
-// startLockWait bounds the wait for another process that is starting the
-// cluster, a cold start (building Kubernetes) included.
-const startLockWait = 30 * time.Minute
-
 // Start returns a running cluster, starting one if none is up, and registers
 // Stop with t.Cleanup. It skips the test when not run as root; anything
 // missing as root (packages, binaries, images) is installed or built.
@@ -109,14 +107,29 @@ func Open(ctx context.Context, logf func(format string, args ...any)) (*Cluster,
 	c := &Cluster{scripts: scripts, log: logf}
 	dir := stateDir()
 
-	start, err := lockFile(ctx, dir+".start.lock", syscall.LOCK_EX, startLockWait)
+	start, err := waitLock(ctx, dir+startLock, syscall.LOCK_EX, logf)
 	if err != nil {
-		return nil, fmt.Errorf("wait for the cluster start lock: %w", err)
+		return nil, err
 	}
 	defer start.Close()
+	noteHolder(start)
+
+	// A cluster another test uses is waited for if it is unhealthy for now,
+	// never torn down (cluster-up.sh). New users need the start lock, held
+	// here: the answer can only turn from yes to no meanwhile.
+	free, err := tryLock(dir+usersLock, syscall.LOCK_EX)
+	if err != nil {
+		return nil, err
+	}
+	var env []string
+	if free == nil {
+		env = append(env, "SUPERVISOR_E2E_CLUSTER_IN_USE=1")
+	} else {
+		free.Close()
+	}
 
 	t0 := time.Now()
-	out, err := c.runScript(ctx, "cluster-up.sh")
+	out, err := c.runScriptEnv(ctx, env, "cluster-up.sh")
 	if err != nil {
 		return nil, fmt.Errorf("cluster-up.sh: %w", err)
 	}
@@ -129,10 +142,10 @@ func Open(ctx context.Context, logf func(format string, args ...any)) (*Cluster,
 
 	// Shared lock: held while this Cluster is in use, so that another user's
 	// Stop leaves the cluster up. Exclusive holders only try without waiting,
-	// so this waits for nothing in practice; bounded all the same.
-	c.users, err = lockFile(ctx, dir+".users.lock", syscall.LOCK_SH, time.Minute)
+	// so this waits for nothing in practice.
+	c.users, err = waitLock(ctx, dir+usersLock, syscall.LOCK_SH, logf)
 	if err != nil {
-		return nil, fmt.Errorf("take the cluster users lock: %w", err)
+		return nil, err
 	}
 
 	c.Config, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
@@ -161,13 +174,25 @@ func (c *Cluster) stop() error {
 	if c.users != nil {
 		c.users.Close() // releases our shared lock
 	}
-	start, err := lockFile(ctx, dir+".start.lock", syscall.LOCK_EX, 4*time.Minute)
+	// A start lock that is held means another process is starting the
+	// cluster (it will use it, and stop it in turn), restarting a daemon (a
+	// user) or tearing it down: the cluster is in other hands either way.
+	// Waiting would race work of unknown length, a cold start above all.
+	start, err := tryLock(dir+startLock, syscall.LOCK_EX)
 	if err != nil {
-		return fmt.Errorf("wait for the cluster start lock: %w", err)
+		return err
+	}
+	if start == nil {
+		c.log("the cluster start lock is held by %s: leaving the cluster to it", holder(dir+startLock))
+		return nil
 	}
 	defer start.Close()
-	last, err := lockFile(ctx, dir+".users.lock", syscall.LOCK_EX, 0)
+	noteHolder(start)
+	last, err := tryLock(dir+usersLock, syscall.LOCK_EX)
 	if err != nil {
+		return err
+	}
+	if last == nil {
 		c.log("cluster still in use by another test; leaving it up")
 		return nil
 	}
@@ -197,8 +222,16 @@ func (c *Cluster) Kubectl(ctx context.Context, args ...string) (string, error) {
 // manager would (e2e/scripts/cluster-restart.sh): stopped with SIGTERM,
 // started again as it was, and waited for until the node is Ready. The
 // pods' containers keep running. Only for a caller that has the cluster to
-// itself: other users' pods see the restart too.
+// itself: other users' pods see the restart too. It holds the start lock
+// meanwhile, so that another test's Start waits for the node to be Ready
+// again instead of finding it NotReady.
 func (c *Cluster) RestartDaemon(ctx context.Context, name string) error {
+	start, err := waitLock(ctx, stateDir()+startLock, syscall.LOCK_EX, c.log)
+	if err != nil {
+		return err
+	}
+	defer start.Close()
+	noteHolder(start)
 	if _, err := c.runScript(ctx, "cluster-restart.sh", name); err != nil {
 		return fmt.Errorf("cluster-restart.sh %s: %w", name, err)
 	}
@@ -222,7 +255,15 @@ func (c *Cluster) DaemonLog(name string, n int) string {
 // runScript runs e2e/scripts/NAME, logging its stderr to the test log as it
 // comes, and returns its stdout.
 func (c *Cluster) runScript(ctx context.Context, name string, args ...string) (string, error) {
+	return c.runScriptEnv(ctx, nil, name, args...)
+}
+
+// runScriptEnv is runScript with env added to this process's environment.
+func (c *Cluster) runScriptEnv(ctx context.Context, env []string, name string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, "bash", append([]string{filepath.Join(c.scripts, name)}, args...)...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	// On cancellation, SIGTERM the script's whole process group (bash and
 	// whatever it waits for), so that cluster-up.sh's EXIT trap still tears
 	// down what it started; the daemons run in sessions of their own. Past
@@ -291,31 +332,4 @@ func stateDir() string {
 		return d
 	}
 	return "/tmp/sidecar-supervisor-e2e-cluster"
-}
-
-// lockFile opens path and takes a flock of kind how (LOCK_SH or LOCK_EX),
-// retrying until wait has passed (a wait of 0 tries once). Closing the file
-// releases the lock, as does the process's death.
-func lockFile(ctx context.Context, path string, how int, wait time.Duration) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	deadline := time.Now().Add(wait)
-	for {
-		err := syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
-		if err == nil {
-			return f, nil
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) || !time.Now().Before(deadline) {
-			f.Close()
-			return nil, fmt.Errorf("flock %s: %w", path, err)
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
 }
