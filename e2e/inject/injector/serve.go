@@ -262,7 +262,8 @@ func (s *Served) PrepareNamespace(ctx context.Context, ns string) error {
 		},
 	}
 	var last string
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+	// A hang guard: every case of k8sjobs prepares its namespace at once.
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		got, err := s.client.CoreV1().Pods(ns).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err != nil {
 			last = err.Error()
@@ -279,7 +280,7 @@ func (s *Served) PrepareNamespace(ctx context.Context, ns string) error {
 		return false, nil
 	})
 	if err != nil {
-		return fmt.Errorf("pods in %s not injected within 30s (last: %s): %w", ns, last, err)
+		return fmt.Errorf("pods in %s not injected within 2m (last: %s): %w", ns, last, err)
 	}
 	return nil
 }
