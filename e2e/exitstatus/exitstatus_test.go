@@ -324,8 +324,8 @@ func TestKernels(t *testing.T) {
 						t.Errorf("guest: %s %q, want PASS:\n%s", name, got, res.Output)
 					}
 				}
-				if m := testTime.FindStringSubmatch(res.Output); m != nil {
-					t.Logf("guest %s: TestOnFailureUnknown took %ss", res.KernelRelease, m[1])
+				for _, m := range timelineTime.FindAllStringSubmatch(res.Output, -1) {
+					t.Logf("guest %s: TestOnFailureUnknown/%s took %ss", res.KernelRelease, m[1], m[2])
 				}
 			}
 			// What was read, case by case, from the guest.
@@ -341,8 +341,9 @@ func TestKernels(t *testing.T) {
 	}
 }
 
-// testTime is TestOnFailureUnknown's verdict line, with its time.
-var testTime = regexp.MustCompile(`(?m)^\s*--- PASS: TestOnFailureUnknown \(([0-9.]+)s\)`)
+// timelineTime is a TestOnFailureUnknown timeline's verdict line, with its
+// time (the timelines run in parallel: the parent's own line says 0s).
+var timelineTime = regexp.MustCompile(`(?m)^\s*--- PASS: TestOnFailureUnknown/(\S+) \(([0-9.]+)s\)`)
 
 // guestRun is the -test.run pattern for the guest, with TestOnFailureUnknown
 // if onFailure; EXITSTATUS_GUEST_RUN narrows it to TestExitStatusMethods'
