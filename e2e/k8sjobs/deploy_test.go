@@ -27,13 +27,17 @@ func readDeploy(t *testing.T, name string, out any) {
 	}
 }
 
-// deployJob applies the hand-written deploy/job.yaml as it is: the injector
-// adds istio-proxy and leaves the hand-added supervisor alone.
+// deployJob applies the hand-written deploy/job.yaml as it is but for the
+// app's gate: the injector adds istio-proxy and leaves the hand-added
+// supervisor alone. The supervisor comes after the app there, so the app
+// ends only once the supervisor has found it.
 func (e *env) deployJob(ctx context.Context, t *testing.T) {
 	var j batchv1.Job
 	readDeploy(t, "job.yaml", &j)
+	gate(t, &j.Spec.Template.Spec, "app")
 	ns := e.namespace(ctx, t, "deploy-job")
 	e.createJob(ctx, t, ns, &j)
+	e.release(ctx, t, e.nthPod(ctx, t, ns, j.Name, 1), "app", 1)
 	if cond := e.waitJob(ctx, t, ns, j.Name, jobLimit); cond.Type != batchv1.JobComplete {
 		t.Fatalf("job ended %s (%s: %s), want Complete", cond.Type, cond.Reason, cond.Message)
 	}
@@ -43,14 +47,16 @@ func (e *env) deployJob(ctx context.Context, t *testing.T) {
 	e.checkSucceeded(ctx, t, p, []string{"app"}, "success: {app} exit 0", quit)
 }
 
-// deployJobPtrace applies deploy/job-ptrace.yaml: the supervisor as root with
-// SYS_PTRACE and KILL reads the exit status as the app's tracer, under
-// containerd's default seccomp profile.
+// deployJobPtrace applies deploy/job-ptrace.yaml (the app gated, as in
+// deployJob): the supervisor as root with SYS_PTRACE and KILL reads the exit
+// status as the app's tracer, under containerd's default seccomp profile.
 func (e *env) deployJobPtrace(ctx context.Context, t *testing.T) {
 	var j batchv1.Job
 	readDeploy(t, "job-ptrace.yaml", &j)
+	gate(t, &j.Spec.Template.Spec, "app")
 	ns := e.namespace(ctx, t, "deploy-job-ptrace")
 	e.createJob(ctx, t, ns, &j)
+	e.release(ctx, t, e.nthPod(ctx, t, ns, j.Name, 1), "app", 1)
 	if cond := e.waitJob(ctx, t, ns, j.Name, jobLimit); cond.Type != batchv1.JobComplete {
 		t.Fatalf("job ended %s (%s: %s), want Complete", cond.Type, cond.Reason, cond.Message)
 	}
@@ -71,7 +77,8 @@ func (e *env) deployJobPtrace(ctx context.Context, t *testing.T) {
 // suspended as soon as it has, and that one Job must complete.
 func (e *env) cronJob(ctx context.Context, t *testing.T) {
 	ns := e.namespace(ctx, t, "cronjob")
-	j := newJob("", corev1.RestartPolicyOnFailure, 2, app("app", "date; echo working; sleep 10; echo done"))
+	j := newJob("", corev1.RestartPolicyOnFailure, 2, app("app", "date; echo working; echo done"))
+	gate(t, &j.Spec.Template.Spec, "app")
 	cj := &batchv1.CronJob{
 		ObjectMeta: metav1.ObjectMeta{Name: "every-minute"},
 		Spec: batchv1.CronJobSpec{
@@ -87,11 +94,12 @@ func (e *env) cronJob(ctx context.Context, t *testing.T) {
 }
 
 // deployCronJob: deploy/cronjob.yaml with its schedule changed to every
-// minute, nothing else; fires once like cronJob.
+// minute and its app gated, nothing else; fires once like cronJob.
 func (e *env) deployCronJob(ctx context.Context, t *testing.T) {
 	var cj batchv1.CronJob
 	readDeploy(t, "cronjob.yaml", &cj)
 	cj.Spec.Schedule = "* * * * *"
+	gate(t, &cj.Spec.JobTemplate.Spec.Template.Spec, "app")
 	ns := e.namespace(ctx, t, "deploy-cronjob")
 	p := e.fireOnce(ctx, t, ns, &cj)
 	e.checkInjected(t, p, shape{apps: []string{"app"}, supervisor: true,
@@ -102,7 +110,7 @@ func (e *env) deployCronJob(ctx context.Context, t *testing.T) {
 // fireOnce creates the CronJob, waits for its first Job (at most a minute to
 // the next minute, then the controller's sync on a busy node: bounded at 5
 // min, a hang guard), suspends the CronJob so that it fires no more, waits
-// for the Job to complete, and returns its pod.
+// for the Job to complete, its gated app released, and returns its pod.
 func (e *env) fireOnce(ctx context.Context, t *testing.T, ns string, cj *batchv1.CronJob) corev1.Pod {
 	t.Helper()
 	cjs := e.c.Client.BatchV1().CronJobs(ns)
@@ -135,6 +143,7 @@ func (e *env) fireOnce(ctx context.Context, t *testing.T, ns string, cj *batchv1
 		t.Errorf("job %s lacks the %s annotation of a scheduled run", job.Name, batchv1.CronJobScheduledTimestampAnnotation)
 	}
 	t.Logf("cronjob %s (created %s) fired job %s scheduled at %s", cj.Name, created.CreationTimestamp.Format(time.RFC3339), job.Name, scheduled)
+	e.release(ctx, t, e.nthPod(ctx, t, ns, job.Name, 1), "app", 1)
 	if cond := e.waitJob(ctx, t, ns, job.Name, jobLimit); cond.Type != batchv1.JobComplete {
 		t.Fatalf("job %s ended %s (%s: %s), want Complete", job.Name, cond.Type, cond.Reason, cond.Message)
 	}

@@ -14,10 +14,11 @@ import (
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/cluster"
 )
 
-// The apps run 10 s at least: with every case at once on two cores, the
-// kubelet may take seconds between starting an app and starting the
-// supervisor after it (the manifests by hand put it there), and an app of
-// milliseconds is a case of its own (millisecondApps), not these.
+// An app that must be seen by the supervisor before it ends is gated
+// (gate_test.go): it works until the supervisor has logged it, however
+// long the kubelet takes to start the supervisor beside it on a node
+// running every case at once. An app of milliseconds is a case of its own
+// (millisecondApps), and so are quick apps (quickApps).
 const (
 	// jobLimit bounds a Job's run, and each wait for an event of it: a
 	// hang guard. The expected path (image already on the node, pilot-agent's
@@ -221,11 +222,13 @@ func (e *env) exitZeroDrain(ctx context.Context, t *testing.T) {
 // istio-proxy the given way (quit: no annotation, the template's default).
 func (e *env) succeed(ctx context.Context, t *testing.T, name string, way stopWay) {
 	ns := e.namespace(ctx, t, name)
-	j := newJob(name, corev1.RestartPolicyNever, 0, app("app", "echo working; sleep 10; echo done"))
+	j := newJob(name, corev1.RestartPolicyNever, 0, app("app", "echo working; echo done"))
+	gate(t, &j.Spec.Template.Spec, "app")
 	if way == drain {
 		j.Spec.Template.Annotations = map[string]string{"supervisor.sidecar-supervisor.io/on-success": "SIGTERM"}
 	}
 	e.createJob(ctx, t, ns, j)
+	e.release(ctx, t, e.nthPod(ctx, t, ns, name, 1), "app", 1)
 	if cond := e.waitJob(ctx, t, ns, name, jobLimit); cond.Type != batchv1.JobComplete {
 		t.Fatalf("job ended %s (%s: %s), want Complete", cond.Type, cond.Reason, cond.Message)
 	}

@@ -19,8 +19,13 @@ import (
 // Job fails, and each pod's istio-proxy was SIGKILLed (137).
 func (e *env) exitThree(ctx context.Context, t *testing.T) {
 	ns := e.namespace(ctx, t, "exit-three")
-	e.createJob(ctx, t, ns, newJob("exit-three", corev1.RestartPolicyNever, 1,
-		app("app", "echo working; sleep 10; echo failing; exit 3")))
+	j := newJob("exit-three", corev1.RestartPolicyNever, 1, app("app", "echo working; echo failing; exit 3"))
+	gate(t, &j.Spec.Template.Spec, "app")
+	e.createJob(ctx, t, ns, j)
+	// Each pod's app, the second once the first has failed.
+	for n := 1; n <= 2; n++ {
+		e.release(ctx, t, e.nthPod(ctx, t, ns, "exit-three", n), "app", 1)
+	}
 	cond := e.waitJob(ctx, t, ns, "exit-three", jobLimit)
 	if cond.Type != batchv1.JobFailed || cond.Reason != batchv1.JobReasonBackoffLimitExceeded {
 		t.Fatalf("job ended %s (%s: %s), want Failed (BackoffLimitExceeded)", cond.Type, cond.Reason, cond.Message)
@@ -49,27 +54,28 @@ func (e *env) exitThree(ctx context.Context, t *testing.T) {
 // onFailure: restartPolicy OnFailure, the app fails once (it leaves a marker
 // in an emptyDir) and succeeds when the kubelet restarts it in place. The
 // proxy must stay up through the restart and be stopped only after success.
+// Each run is gated: it ends once the supervisor watches it (the first,
+// once istio-proxy runs too).
 func (e *env) onFailure(ctx context.Context, t *testing.T) {
 	ns := e.namespace(ctx, t, "on-failure")
-	// The second run waits for the test's go: the first run's end is read
-	// meanwhile, while the pod runs (a 1.34 kubelet's status of the
-	// completed pod no longer has it; 1.37's does).
 	j := newJob("on-failure", corev1.RestartPolicyOnFailure, 2,
-		app("app", `if [ -e /state/failed-once ]; then echo "second run: waiting"; until [ -e /state/go ]; do sleep 0.2; done
-echo "second run: succeeding"; exit 0; fi
-touch /state/failed-once; echo "first run: failing"; sleep 10; exit 1`))
+		app("app", `if [ -e /state/failed-once ]; then echo "second run: succeeding"; exit 0; fi
+touch /state/failed-once; echo "first run: failing"; exit 1`))
 	spec := &j.Spec.Template.Spec
 	spec.Volumes = []corev1.Volume{{Name: "state", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
 	spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "state", MountPath: "/state"}}
+	gate(t, spec, "app")
 	e.createJob(ctx, t, ns, j)
+	pod := e.nthPod(ctx, t, ns, "on-failure", 1)
+	e.release(ctx, t, pod, "app", 1)
+	// The first run's end, read while the pod runs (the second waits at its
+	// gate): a 1.34 kubelet's status of the completed pod no longer has it;
+	// 1.37's does.
 	first := e.waitRestarted(ctx, t, ns, "on-failure", "app")
 	if first.ExitCode != 1 {
 		t.Fatalf("app's first run exited %d (%s), want 1", first.ExitCode, first.Reason)
 	}
-	if out, err := e.c.Kubectl(ctx, "exec", "-n", ns, e.onePod(ctx, t, ns, "on-failure").Name, "-c", "app", "--",
-		"touch", "/state/go"); err != nil {
-		t.Fatalf("tell the second run to succeed: %v\n%s", err, out)
-	}
+	e.release(ctx, t, pod, "app", 2)
 	if cond := e.waitJob(ctx, t, ns, "on-failure", jobLimit); cond.Type != batchv1.JobComplete {
 		t.Fatalf("job ended %s (%s: %s), want Complete", cond.Type, cond.Reason, cond.Message)
 	}
@@ -97,13 +103,21 @@ touch /state/failed-once; echo "first run: failing"; sleep 10; exit 1`))
 	inOrder(t, p, log, logFound, logExited, logRetry, logNewApp, logExited, logDecision, logStopped)
 }
 
-// twoApps: two app containers finishing 6 s apart; istio-proxy is stopped
-// only after the second.
+// twoApps: two app containers, the slow one still working when the quick
+// one has exited; istio-proxy is stopped only after the second. Both are
+// gated: slow goes once the supervisor has logged quick's exit and no
+// decision.
 func (e *env) twoApps(ctx context.Context, t *testing.T) {
 	ns := e.namespace(ctx, t, "two-apps")
-	e.createJob(ctx, t, ns, newJob("two-apps", corev1.RestartPolicyNever, 0,
-		app("quick", "echo quick; sleep 10"),
-		app("slow", "echo slow; sleep 16")))
+	j := newJob("two-apps", corev1.RestartPolicyNever, 0, app("quick", "echo quick"), app("slow", "echo slow"))
+	gate(t, &j.Spec.Template.Spec, "quick", "slow")
+	e.createJob(ctx, t, ns, j)
+	pod := e.nthPod(ctx, t, ns, "two-apps", 1)
+	e.release(ctx, t, pod, "quick", 1)
+	if log := e.waitLogged(ctx, t, pod, logExited, "quick", 1); strings.Contains(log, `"message":"`+logDecision+`"`) {
+		t.Errorf("pod %s: the supervisor decided while slow still worked:\n%s", pod.Name, log)
+	}
+	e.release(ctx, t, pod, "slow", 1)
 	if cond := e.waitJob(ctx, t, ns, "two-apps", jobLimit); cond.Type != batchv1.JobComplete {
 		t.Fatalf("job ended %s (%s: %s), want Complete", cond.Type, cond.Reason, cond.Message)
 	}
@@ -111,13 +125,10 @@ func (e *env) twoApps(ctx context.Context, t *testing.T) {
 	e.checkInjected(t, p, shape{apps: []string{"quick", "slow"}, supervisor: true,
 		supervisorEnv: map[string]string{"SUPERVISOR_APP_CONTAINERS": "2"}})
 	e.checkSucceeded(ctx, t, p, []string{"quick", "slow"}, "success: all 2 app containers exit 0", quit)
-	quick, slow := terminated(t, p, "quick"), terminated(t, p, "slow")
-	if !quick.FinishedAt.Before(&slow.FinishedAt) {
-		t.Errorf("quick finished at %s, not before slow at %s", quick.FinishedAt, slow.FinishedAt)
-	}
-	proxy := terminated(t, p, proxyName)
-	if d := proxy.FinishedAt.Sub(quick.FinishedAt.Time); d < 5*time.Second {
-		t.Errorf("istio-proxy finished %s after the quick app, want it running until the slow one was done", d)
+	// In order, to the second (the times' resolution): quick, slow, proxy.
+	quick, slow, proxy := terminated(t, p, "quick"), terminated(t, p, "slow"), terminated(t, p, proxyName)
+	if slow.FinishedAt.Before(&quick.FinishedAt) || proxy.FinishedAt.Before(&slow.FinishedAt) {
+		t.Errorf("finished: quick %s, slow %s, istio-proxy %s; want them in this order", quick.FinishedAt, slow.FinishedAt, proxy.FinishedAt)
 	}
 }
 
