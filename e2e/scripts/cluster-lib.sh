@@ -75,17 +75,17 @@ daemon_exec() {
 	exec setsid "$@" </dev/null >>"$log" 2>&1
 }
 
-# await_exec PID NAME BINARY: wait (bounded) until the background subshell
+# await_exec PID NAME BINARY: wait until the background subshell
 # PID has become the daemon NAME, BINARY (daemon_exec's exec): until then it
 # is a copy of the script, which a check by command line would take for
 # gone (or, for cluster-restart.sh, whose arguments name the daemon, for
-# it). Fails if it ended first.
+# it). Fails if it ended first; WAIT_LIMIT bounds a hang.
 await_exec() {
 	local pid="$1" name="$2" bin t0=$SECONDS
 	bin="$(readlink -f "$3")"
 	until [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$bin" ]; do
 		kill -0 "$pid" 2>/dev/null || die "$name exited at once (see $CLUSTER_DIR/logs/$name.log)"
-		[ $((SECONDS - t0)) -lt 60 ] || die "$name (pid $pid) did not start $bin within 60s"
+		[ $((SECONDS - t0)) -lt "$WAIT_LIMIT" ] || die "$name (pid $pid) did not start $bin within ${WAIT_LIMIT}s"
 		sleep 0.05
 	done
 }
