@@ -63,13 +63,34 @@ func TestIdle(t *testing.T) {
 	if len(kids) != 3 {
 		t.Fatalf("%d idle children, want 3", len(kids))
 	}
+	// A child reads "R" until it has gone into pause(2): a 10 s bound for
+	// each to get there, a hang guard only.
 	for _, pid := range kids {
-		st, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if state, stat := waitAsleep(t, pid, 10*time.Second); state != "S" {
+			t.Errorf("child %d: stat %q, want asleep (S)", pid, stat)
+		}
+	}
+}
+
+// waitAsleep reads /proc/PID/stat until the state is S (an interruptible
+// sleep, as in pause(2)) or bound has passed, and returns the last state
+// and stat line.
+func waitAsleep(t *testing.T, pid int, bound time.Duration) (state, stat string) {
+	t.Helper()
+	deadline := time.Now().Add(bound)
+	for {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if f := strings.Fields(string(st)); len(f) < 3 || f[2] != "S" {
-			t.Errorf("child %d: stat %q, want asleep (S)", pid, st)
+		stat = string(b)
+		// The state follows the comm, which may hold spaces: after the last ')'.
+		if f := strings.Fields(stat[strings.LastIndexByte(stat, ')')+1:]); len(f) > 0 {
+			state = f[0]
 		}
+		if state == "S" || time.Now().After(deadline) {
+			return state, stat
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -17,24 +17,23 @@
 // The cluster is shared: Start reuses a healthy cluster started by another
 // test or test binary (packages run in parallel under `go test ./...`), and the
 // last user's Stop tears it down. Two lock files next to the state directory
-// arbitrate: a start lock, held exclusively while starting or tearing down, and
-// a users lock that every Cluster holds shared while it is in use. Set
+// arbitrate (locks.go): a start lock, held exclusively while starting, tearing
+// down or restarting a daemon, and a users lock that every Cluster holds
+// shared while it is in use. Start waits for the start lock as long as its
+// holder works, bounded by its ctx only; Stop never waits for it. Set
 // SUPERVISOR_E2E_KEEP_CLUSTER=1 to leave the cluster running after the tests
 // (cluster-down.sh removes it).
 package cluster
 
 import (
-	"archive/tar"
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
-	"path"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -74,10 +73,6 @@ type Cluster struct {
 // its applets under /bin. It also answers to busybox:1.37, the name deploy/ uses.
 const BusyboxImage = "localhost/sidecar-supervisor-e2e/busybox:debian"
 
-// startLockWait bounds the wait for another process that is starting the
-// cluster, a cold start (building Kubernetes) included.
-const startLockWait = 30 * time.Minute
-
 // Start returns a running cluster, starting one if none is up, and registers
 // Stop with t.Cleanup. It skips the test when not run as root; anything
 // missing as root (packages, binaries, images) is installed or built.
@@ -112,14 +107,29 @@ func Open(ctx context.Context, logf func(format string, args ...any)) (*Cluster,
 	c := &Cluster{scripts: scripts, log: logf}
 	dir := stateDir()
 
-	start, err := lockFile(ctx, dir+".start.lock", syscall.LOCK_EX, startLockWait)
+	start, err := waitLock(ctx, dir+startLock, syscall.LOCK_EX, logf)
 	if err != nil {
-		return nil, fmt.Errorf("wait for the cluster start lock: %w", err)
+		return nil, err
 	}
 	defer start.Close()
+	noteHolder(start)
+
+	// A cluster another test uses is waited for if it is unhealthy for now,
+	// never torn down (cluster-up.sh). New users need the start lock, held
+	// here: the answer can only turn from yes to no meanwhile.
+	free, err := tryLock(dir+usersLock, syscall.LOCK_EX)
+	if err != nil {
+		return nil, err
+	}
+	var env []string
+	if free == nil {
+		env = append(env, "SUPERVISOR_E2E_CLUSTER_IN_USE=1")
+	} else {
+		free.Close()
+	}
 
 	t0 := time.Now()
-	out, err := c.runScript(ctx, "cluster-up.sh")
+	out, err := c.runScriptEnv(ctx, env, "cluster-up.sh")
 	if err != nil {
 		return nil, fmt.Errorf("cluster-up.sh: %w", err)
 	}
@@ -132,10 +142,10 @@ func Open(ctx context.Context, logf func(format string, args ...any)) (*Cluster,
 
 	// Shared lock: held while this Cluster is in use, so that another user's
 	// Stop leaves the cluster up. Exclusive holders only try without waiting,
-	// so this waits for nothing in practice; bounded all the same.
-	c.users, err = lockFile(ctx, dir+".users.lock", syscall.LOCK_SH, time.Minute)
+	// so this waits for nothing in practice.
+	c.users, err = waitLock(ctx, dir+usersLock, syscall.LOCK_SH, logf)
 	if err != nil {
-		return nil, fmt.Errorf("take the cluster users lock: %w", err)
+		return nil, err
 	}
 
 	c.Config, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
@@ -164,13 +174,25 @@ func (c *Cluster) stop() error {
 	if c.users != nil {
 		c.users.Close() // releases our shared lock
 	}
-	start, err := lockFile(ctx, dir+".start.lock", syscall.LOCK_EX, 4*time.Minute)
+	// A start lock that is held means another process is starting the
+	// cluster (it will use it, and stop it in turn), restarting a daemon (a
+	// user) or tearing it down: the cluster is in other hands either way.
+	// Waiting would race work of unknown length, a cold start above all.
+	start, err := tryLock(dir+startLock, syscall.LOCK_EX)
 	if err != nil {
-		return fmt.Errorf("wait for the cluster start lock: %w", err)
+		return err
+	}
+	if start == nil {
+		c.log("the cluster start lock is held by %s: leaving the cluster to it", holder(dir+startLock))
+		return nil
 	}
 	defer start.Close()
-	last, err := lockFile(ctx, dir+".users.lock", syscall.LOCK_EX, 0)
+	noteHolder(start)
+	last, err := tryLock(dir+usersLock, syscall.LOCK_EX)
 	if err != nil {
+		return err
+	}
+	if last == nil {
 		c.log("cluster still in use by another test; leaving it up")
 		return nil
 	}
@@ -181,38 +203,6 @@ func (c *Cluster) stop() error {
 	}
 	if _, err := c.runScript(ctx, "cluster-down.sh"); err != nil {
 		return fmt.Errorf("cluster-down.sh: %w", err)
-	}
-	return nil
-}
-
-// ImportImage imports an OCI (or docker) image archive into the node's
-// containerd, where the kubelet finds it without pulling (use an
-// imagePullPolicy of IfNotPresent or Never, and a tag other than latest).
-// Each alias becomes another name of the same image.
-func (c *Cluster) ImportImage(ctx context.Context, archive string, aliases ...string) error {
-	sock := c.Env["CONTAINERD_SOCK"]
-	ctr := func(args ...string) error {
-		args = append([]string{"--address", sock, "-n", "k8s.io"}, args...)
-		out, err := exec.CommandContext(ctx, "ctr", args...).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("ctr %s: %w: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
-		}
-		return nil
-	}
-	if err := ctr("images", "import", "--snapshotter", "overlayfs", archive); err != nil {
-		return err
-	}
-	if len(aliases) == 0 {
-		return nil
-	}
-	ref, err := archiveRef(archive)
-	if err != nil {
-		return err
-	}
-	for _, a := range aliases {
-		if err := ctr("images", "tag", "--force", ref, a); err != nil {
-			return err
-		}
 	}
 	return nil
 }
@@ -228,111 +218,20 @@ func (c *Cluster) Kubectl(ctx context.Context, args ...string) (string, error) {
 	return string(out), nil
 }
 
-// Image is an image built for the cluster: its name and OCI archive.
-type Image struct {
-	Ref     string
-	Archive string
-}
-
-// BuildSupervisorImage builds (or finds in the cache) the product image from
-// the repo's Dockerfile with e2e/scripts/build-image.sh.
-func (c *Cluster) BuildSupervisorImage(ctx context.Context) (Image, error) {
-	out, err := c.runScript(ctx, "build-image.sh")
-	if err != nil {
-		return Image{}, fmt.Errorf("build-image.sh: %w", err)
-	}
-	env := parseEnv(out)
-	return Image{Ref: env["SUPERVISOR_IMAGE"], Archive: env["SUPERVISOR_IMAGE_ARCHIVE"]}, nil
-}
-
-// BuildIstioProxyImage builds (or finds in the cache) the istio-proxy image:
-// the real pilot-agent and the stand-in envoy.
-func (c *Cluster) BuildIstioProxyImage(ctx context.Context) (Image, error) {
-	out, err := c.runScript(ctx, "cluster-images.sh", "istio-proxy")
-	if err != nil {
-		return Image{}, fmt.Errorf("cluster-images.sh: %w", err)
-	}
-	env := parseEnv(out)
-	return Image{Ref: env["ISTIO_PROXY_IMAGE"], Archive: env["ISTIO_PROXY_ARCHIVE"]}, nil
-}
-
-// CloudSQLProxyImage builds (or finds in the cache) the cloud-sql-proxy
-// image: the real cloud-sql-proxy v2 of build-sidecars.sh in the layout of
-// Google's image. It imports it into the node under its local name and under
-// Google's (gcr.io/cloud-sql-connectors/cloud-sql-proxy:<version>, the name
-// deploy/job-cloud-sql-proxy.yaml uses, found without a pull), and returns
-// both.
-func (c *Cluster) CloudSQLProxyImage(ctx context.Context) (ref, alias string, err error) {
-	ref, alias, err = c.importImage(ctx, "cloud-sql-proxy", "CLOUD_SQL_PROXY")
-	if err == nil && alias == "" {
-		err = errors.New("cluster-images.sh cloud-sql-proxy printed no alias")
-	}
-	return ref, alias, err
-}
-
-// StandInsImage builds (or finds in the cache) the image of podsim's
-// sidecar stand-ins (the Vault agent as /usr/local/bin/vault, with
-// busybox's sh; daprd as /daprd; e2e/images/standins), imports it into the
-// node and returns its name.
-func (c *Cluster) StandInsImage(ctx context.Context) (string, error) {
-	ref, _, err := c.importImage(ctx, "standins", "STANDINS")
-	return ref, err
-}
-
-// importImage builds image name with cluster-images.sh, which prints
-// <key>_IMAGE, _ARCHIVE and (for some) _ALIASES, and imports it into the
-// node under its name and its alias.
-func (c *Cluster) importImage(ctx context.Context, name, key string) (ref, alias string, err error) {
-	out, err := c.runScript(ctx, "cluster-images.sh", name)
-	if err != nil {
-		return "", "", fmt.Errorf("cluster-images.sh: %w", err)
-	}
-	env := parseEnv(out)
-	ref, archive, alias := env[key+"_IMAGE"], env[key+"_ARCHIVE"], env[key+"_ALIASES"]
-	if ref == "" || archive == "" {
-		return "", "", fmt.Errorf("cluster-images.sh %s printed no reference or archive: %q", name, out)
-	}
-	var aliases []string
-	if alias != "" {
-		aliases = append(aliases, alias)
-	}
-	if err := c.ImportImage(ctx, archive, aliases...); err != nil {
-		return "", "", err
-	}
-	return ref, alias, nil
-}
-
-// ProductImages builds (or finds in the cache) the supervisor and istio-proxy
-// images, imports both into the node, and returns their names.
-func (c *Cluster) ProductImages(ctx context.Context) (supervisor, proxy string, err error) {
-	for _, b := range []struct {
-		build func(context.Context) (Image, error)
-		ref   *string
-	}{
-		{c.BuildSupervisorImage, &supervisor},
-		{c.BuildIstioProxyImage, &proxy},
-	} {
-		img, err := b.build(ctx)
-		if err != nil {
-			return "", "", err
-		}
-		if img.Ref == "" || img.Archive == "" {
-			return "", "", fmt.Errorf("image build printed no reference or archive: %+v", img)
-		}
-		if err := c.ImportImage(ctx, img.Archive); err != nil {
-			return "", "", err
-		}
-		*b.ref = img.Ref
-	}
-	return supervisor, proxy, nil
-}
-
 // RestartDaemon restarts the node's kubelet or containerd as a service
 // manager would (e2e/scripts/cluster-restart.sh): stopped with SIGTERM,
 // started again as it was, and waited for until the node is Ready. The
 // pods' containers keep running. Only for a caller that has the cluster to
-// itself: other users' pods see the restart too.
+// itself: other users' pods see the restart too. It holds the start lock
+// meanwhile, so that another test's Start waits for the node to be Ready
+// again instead of finding it NotReady.
 func (c *Cluster) RestartDaemon(ctx context.Context, name string) error {
+	start, err := waitLock(ctx, stateDir()+startLock, syscall.LOCK_EX, c.log)
+	if err != nil {
+		return err
+	}
+	defer start.Close()
+	noteHolder(start)
 	if _, err := c.runScript(ctx, "cluster-restart.sh", name); err != nil {
 		return fmt.Errorf("cluster-restart.sh %s: %w", name, err)
 	}
@@ -356,7 +255,15 @@ func (c *Cluster) DaemonLog(name string, n int) string {
 // runScript runs e2e/scripts/NAME, logging its stderr to the test log as it
 // comes, and returns its stdout.
 func (c *Cluster) runScript(ctx context.Context, name string, args ...string) (string, error) {
+	return c.runScriptEnv(ctx, nil, name, args...)
+}
+
+// runScriptEnv is runScript with env added to this process's environment.
+func (c *Cluster) runScriptEnv(ctx context.Context, env []string, name string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, "bash", append([]string{filepath.Join(c.scripts, name)}, args...)...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	// On cancellation, SIGTERM the script's whole process group (bash and
 	// whatever it waits for), so that cluster-up.sh's EXIT trap still tears
 	// down what it started; the daemons run in sessions of their own. Past
@@ -425,68 +332,4 @@ func stateDir() string {
 		return d
 	}
 	return "/tmp/sidecar-supervisor-e2e-cluster"
-}
-
-// lockFile opens path and takes a flock of kind how (LOCK_SH or LOCK_EX),
-// retrying until wait has passed (a wait of 0 tries once). Closing the file
-// releases the lock, as does the process's death.
-func lockFile(ctx context.Context, path string, how int, wait time.Duration) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	deadline := time.Now().Add(wait)
-	for {
-		err := syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
-		if err == nil {
-			return f, nil
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) || !time.Now().Before(deadline) {
-			f.Close()
-			return nil, fmt.Errorf("flock %s: %w", path, err)
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
-// archiveRef returns the image name recorded in an OCI archive's index.json
-// (the org.opencontainers.image.ref.name annotation skopeo writes).
-func archiveRef(archive string) (string, error) {
-	f, err := os.Open(archive)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	tr := tar.NewReader(f)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return "", fmt.Errorf("%s has no index.json: not an OCI archive", archive)
-		}
-		if err != nil {
-			return "", fmt.Errorf("read %s: %w", archive, err)
-		}
-		if path.Clean(h.Name) != "index.json" {
-			continue
-		}
-		var index struct {
-			Manifests []struct {
-				Annotations map[string]string `json:"annotations"`
-			} `json:"manifests"`
-		}
-		if err := json.NewDecoder(tr).Decode(&index); err != nil {
-			return "", fmt.Errorf("%s: index.json: %w", archive, err)
-		}
-		for _, m := range index.Manifests {
-			if ref := m.Annotations["org.opencontainers.image.ref.name"]; ref != "" {
-				return ref, nil
-			}
-		}
-		return "", fmt.Errorf("%s: index.json names no image", archive)
-	}
 }

@@ -1,8 +1,8 @@
 package exitstatus
 
 import (
+	"context"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -43,43 +43,47 @@ var kubeletBackoff = []time.Duration{0, 0, 10 * time.Second, 20 * time.Second}
 // SUPERVISOR_RESTART_MARGIN. The same istio-proxy process lives through the
 // restarts and is signalled once, after the last run's end. Each timeline
 // logs "ONFAILURE <name>: ..." with what it saw, which TestKernels quotes.
+// The timelines run in parallel: each spends most of its time in the
+// supervisor's wait for a restart, idle.
 func TestOnFailureUnknown(t *testing.T) {
 	tl := podTools(t)
 	for _, tm := range timelines {
-		t.Run(tm.name, func(t *testing.T) { runOnFailure(t, tl, tm.name, tm.failFirst) })
+		t.Run(tm.name, func(t *testing.T) {
+			t.Parallel()
+			runOnFailure(t, tl, tm.name, tm.failFirst)
+		})
 	}
 }
 
-// restartMargin is SUPERVISOR_RESTART_MARGIN here: it must cover the
-// simulated kubelet's restart (200ms, then starting the container) and the
-// supervisor's next scan, several times slower in a guest.
-func restartMargin() time.Duration {
-	switch {
-	case guestpod.InGuest() && runtime.GOARCH == "arm64":
-		return 10 * time.Second
-	case guestpod.InGuest():
-		return 6 * time.Second
-	}
-	return 3 * time.Second
-}
+// margin is SUPERVISOR_RESTART_MARGIN here. Each restart of a failed run
+// must come within it: the simulated kubelet's 200ms, the container's
+// start and the supervisor's next scan, however slowly a loaded host or a
+// guest under emulation does them. So it is generous, and the test checks
+// the wait it makes only from below (the supervisor's logged wait, and
+// istio-proxy's signal no sooner than the wait after the last run's end),
+// which slowness cannot break. The exact margin is the supervisor's own
+// tests' business (supervisor/unknown_test.go).
+const margin = time.Minute
 
 func runOnFailure(t *testing.T, tl pod.Tools, name string, failFirst int) {
 	runs := failFirst + 1
-	margin := restartMargin()
-	args := []string{"--sleep", appWork("1s")}
+	var args []string
 	if failFirst > 0 {
 		args = append(args, "--fail-first", strconv.Itoa(failFirst))
 	}
 	env := []string{"SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_RESTART_MARGIN=" + margin.String(),
-		"SUPERVISOR_DELETION_GRACE=0s", "SUPERVISOR_STOP_TIMEOUT=5s", "SUPERVISOR_APP_START_TIMEOUT=30s",
+		"SUPERVISOR_DELETION_GRACE=0s", "SUPERVISOR_STOP_TIMEOUT=" + stopTimeout, "SUPERVISOR_APP_START_TIMEOUT=30s",
 		"SUPERVISOR_LOG_LEVEL=debug"}
 	if !guestpod.InGuest() {
 		// This kernel reads statuses (pidfd, 6.15+): make them unknown.
 		env = append(env, "SUPERVISOR_EXIT_STATUS=none")
 	}
+	// Cued: each run works until the supervisor watches it, then ends (a
+	// timed run lost that race in loaded guests, as runJob's did). Every
+	// run opens the same FIFO, a restart too.
 	built, err := scenarios.BuildNamespaces(scenarios.Desc{
 		Name: "onfailure-unknown", Policy: pod.OnFailure,
-		Apps:          []scenarios.App{{Name: "app", UID: 1000, Args: args}},
+		Apps:          []scenarios.App{{Name: "app", UID: 1000, Args: args, Cued: true}},
 		SupervisorEnv: env,
 	}, tl)
 	if err != nil {
@@ -99,8 +103,21 @@ func runOnFailure(t *testing.T, tl pod.Tools, name string, failFirst int) {
 			c.UID, c.GID, c.Caps = unprivileged.uid, unprivileged.uid, unprivileged.caps
 		}
 	}
+	p := scenarios.Start(t, built)
+	for run := 1; run <= runs; run++ {
+		// Seen: "app found" for this run (a restart logs it again).
+		waitFound(t, p, run, 2*time.Minute)
+		if err := built.Release("app"); err != nil {
+			t.Fatalf("release run %d: %v", run, err)
+		}
+	}
 	// A hang guard only: the longest wait is 20s+margin after the last run.
-	p, st := runPod(t, built, 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	st, err := p.WaitPhase(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	// The pod: every container's exit code, istio-proxy never restarted.
 	if st.Phase != pod.Succeeded {

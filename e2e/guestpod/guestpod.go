@@ -48,7 +48,9 @@ type Spec struct {
 	Run string
 	// Env holds more KEY=VALUE pairs for the guest's test binary.
 	Env []string
-	// Timeout bounds the whole run, boot included; default 20 minutes.
+	// Timeout bounds the guest's run from qemu's start, boot included
+	// (qemu.Config.Timeout); the builds before it are bounded by ctx.
+	// Default 20 minutes.
 	Timeout time.Duration
 	// CPUs and MemoryMiB size the guest; defaults 1 and 1024.
 	CPUs      int

@@ -1,18 +1,12 @@
 package istioproxy_test
 
 import (
-	"bytes"
-	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,281 +15,15 @@ import (
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/istioproxy/record"
 )
 
-// buildTools runs build-tools.sh once per test binary. A cold build of
-// pilot-agent takes about a minute on 2 cores; warm, well under a second.
-var buildTools = sync.OnceValues(func() (istioproxy.Tools, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	return istioproxy.BuildTools(ctx)
-})
-
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skipf("needs root: network namespaces and running pilot-agent as uid %d", istioproxy.ProxyUID)
-	}
-}
-
-// lockedBuffer collects a process's output while it runs.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// agent is a running pilot-agent (with the stand-in envoy) in a network
-// namespace of its own.
-type agent struct {
-	t       *testing.T
-	proxy   *istioproxy.Proxy
-	ns      *netns
-	http    *http.Client
-	cmd     *exec.Cmd
-	out     *lockedBuffer
-	started time.Time
-	done    chan struct{} // closed when cmd.Wait returned
-	exited  time.Time
-	waitErr error
-}
-
-func startAgent(t *testing.T, cfg istioproxy.Config) *agent {
-	t.Helper()
-	requireRoot(t)
-	tools, err := buildTools()
-	if err != nil {
-		t.Fatalf("building the tools with e2e/%s failed: %v", istioproxy.BuildScript, err)
-	}
-	cfg.Tools = tools
-	root := t.TempDir()
-	// t.TempDir's parent is 0700; uid 1337 must be able to reach the tree.
-	if err := os.Chmod(filepath.Dir(root), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	p, err := istioproxy.Prepare(root, cfg)
-	if err != nil {
-		t.Fatalf("Prepare: %v", err)
-	}
-	cmd, err := p.Command()
-	if err != nil {
-		t.Fatalf("Command: %v", err)
-	}
-	// Should the test binary die, take pilot-agent along. Safe here (unlike
-	// in general, see the stand-in's watchParent): the parent thread is the
-	// namespace's locked thread, which outlives the process.
-	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
-	a := &agent{t: t, proxy: p, ns: newNetns(t), cmd: cmd, out: &lockedBuffer{}, done: make(chan struct{})}
-	a.http = a.ns.httpClient(3 * time.Second)
-	cmd.Stdout, cmd.Stderr = a.out, a.out
-	a.ns.run(func() {
-		a.started = time.Now()
-		err = cmd.Start()
-	})
-	if err != nil {
-		t.Fatalf("start pilot-agent: %v", err)
-	}
-	a.watch("pilot-agent", func() { _ = cmd.Process.Kill() }, nil)
-	return a
-}
-
-// watch waits for the started agent's process in the background. At the
-// end of the test it kills the process if it still runs (kill, given 10 s,
-// then SIGKILL), runs after (when not nil), and dumps the agent if the test
-// failed.
-func (a *agent) watch(name string, kill, after func()) {
-	go func() {
-		a.waitErr = a.cmd.Wait()
-		a.exited = time.Now()
-		close(a.done)
-	}()
-	a.t.Cleanup(func() {
-		select {
-		case <-a.done:
-		default:
-			kill()
-			select {
-			case <-a.done:
-			case <-time.After(10 * time.Second):
-				_ = a.cmd.Process.Kill()
-				a.t.Errorf("%s (pid %d) did not end within 10s of its kill", name, a.cmd.Process.Pid)
-			}
-		}
-		if after != nil {
-			after()
-		}
-		if a.t.Failed() {
-			a.dump()
-		}
-	})
-}
-
-// dump logs what a failing test needs: pilot-agent's output and the record.
-func (a *agent) dump() {
-	out := a.out.String()
-	lines := strings.Split(out, "\n")
-	if len(lines) > 80 {
-		lines = append([]string{fmt.Sprintf("... (%d earlier lines)", len(lines)-80)}, lines[len(lines)-80:]...)
-	}
-	a.t.Logf("pilot-agent output:\n%s", strings.Join(lines, "\n"))
-	events, err := a.proxy.Record()
-	a.t.Logf("stand-in envoy record (%s, err=%v):\n%s", a.proxy.RecordFile(), err, record.Format(events))
-}
-
-func (a *agent) url(port int, path string) string {
-	return fmt.Sprintf("http://127.0.0.1:%d%s", port, path)
-}
-
-// waitReady polls the pod's readiness probe (envoy's :15021, forwarded to
-// pilot-agent's :15020) as the kubelet would, until it answers 200, and
-// returns how long that took since pilot-agent started. Readiness has no
-// push notification, so polling is the event here; the context bounds it.
-func (a *agent) waitReady(ctx context.Context) time.Duration {
-	a.t.Helper()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	last := "no answer yet"
-	for {
-		code, body, err := a.get(ctx, a.url(istioproxy.HealthPort, "/healthz/ready"))
-		if err == nil && code == http.StatusOK {
-			return time.Since(a.started)
-		}
-		if err != nil {
-			last = err.Error()
-		} else {
-			last = fmt.Sprintf("%d %q", code, body)
-		}
-		select {
-		case <-ctx.Done():
-			a.t.Fatalf("pilot-agent not ready on :%d/healthz/ready after %v: last answer: %s",
-				istioproxy.HealthPort, time.Since(a.started).Round(time.Millisecond), last)
-		case <-a.done:
-			a.t.Fatalf("pilot-agent exited before becoming ready: %v", a.waitErr)
-		case <-tick.C:
-		}
-	}
-}
-
-func (a *agent) get(ctx context.Context, url string) (int, string, error) {
-	return a.do(ctx, http.MethodGet, url)
-}
-
-func (a *agent) do(ctx context.Context, method, url string) (int, string, error) {
-	req, err := http.NewRequestWithContext(ctx, method, url, nil)
-	if err != nil {
-		return 0, "", err
-	}
-	resp, err := a.http.Do(req)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b), err
-}
-
-// waitExit waits for pilot-agent to exit and returns its status.
-func (a *agent) waitExit(ctx context.Context) syscall.WaitStatus {
-	a.t.Helper()
-	select {
-	case <-a.done:
-	case <-ctx.Done():
-		a.t.Fatalf("pilot-agent still running %v after start", time.Since(a.started).Round(time.Millisecond))
-	}
-	var ee *exec.ExitError
-	if a.waitErr != nil && !errors.As(a.waitErr, &ee) {
-		a.t.Fatalf("wait for pilot-agent: %v", a.waitErr)
-	}
-	return a.cmd.ProcessState.Sys().(syscall.WaitStatus)
-}
-
-func (a *agent) signal(sig syscall.Signal) time.Time {
-	a.t.Helper()
-	at := time.Now()
-	if err := a.cmd.Process.Signal(sig); err != nil {
-		a.t.Fatalf("signal pilot-agent: %v", err)
-	}
-	return at
-}
-
-func (a *agent) record() []record.Event {
-	a.t.Helper()
-	events, err := a.proxy.Record()
-	if err != nil {
-		a.t.Fatalf("read record: %v", err)
-	}
-	return events
-}
-
-// envoyStart returns the stand-in's start event, failing if it never started.
-func (a *agent) envoyStart() record.Event {
-	a.t.Helper()
-	starts := record.OfKind(a.record(), record.Start)
-	if len(starts) != 1 {
-		a.t.Fatalf("want exactly one envoy start in the record, got %d", len(starts))
-	}
-	return starts[0]
-}
-
-// assertDies waits (bounded) until pid is dead: gone or a zombie. pilot-agent
-// SIGKILLs envoy but does not wait for it before exiting itself, so right
-// after pilot-agent's exit envoy may still be dying or be an unreaped
-// zombie that init collects later.
-func assertDies(t *testing.T, pid int, what string) {
-	t.Helper()
-	ctx := ctxTimeout(t, 5*time.Second)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if errors.Is(err, os.ErrNotExist) {
-			return
-		}
-		if err == nil {
-			if rest := b[bytes.LastIndexByte(b, ')')+1:]; bytes.HasPrefix(rest, []byte(" Z")) {
-				return
-			}
-		}
-		select {
-		case <-ctx.Done():
-			t.Errorf("%s (pid %d) still alive 5s after pilot-agent exited: %q", what, pid, b)
-			return
-		case <-tick.C:
-		}
-	}
-}
-
-func exitDesc(ws syscall.WaitStatus) string {
-	if ws.Signaled() {
-		return "killed by " + ws.Signal().String()
-	}
-	return fmt.Sprintf("exit %d", ws.ExitStatus())
-}
-
-func ctxTimeout(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // TestReady: the real pilot-agent, run as uid 1337 with the layout, starts the
 // stand-in with its envoy command line and becomes ready through envoy's
 // :15021 listener.
 func TestReady(t *testing.T) {
 	a := startAgent(t, istioproxy.Config{})
-	ready := a.waitReady(ctxTimeout(t, 30*time.Second))
+	ready := a.waitReady(ctxTimeout(t, readyGuard))
 	t.Logf("ready after %v", ready.Round(time.Millisecond))
 
-	ctx := ctxTimeout(t, 10*time.Second)
+	ctx := ctxTimeout(t, requestGuard)
 	if code, body, err := a.get(ctx, a.url(istioproxy.StatusPort, "/healthz/ready")); err != nil || code != http.StatusOK {
 		t.Errorf("pilot-agent :%d/healthz/ready = %d %q, %v; want 200", istioproxy.StatusPort, code, body, err)
 	}
@@ -368,7 +96,7 @@ func TestReady(t *testing.T) {
 // TestReadyAsRoot: the same layout works with the container running as root.
 func TestReadyAsRoot(t *testing.T) {
 	a := startAgent(t, istioproxy.Config{RunAsRoot: true})
-	a.waitReady(ctxTimeout(t, 30*time.Second))
+	a.waitReady(ctxTimeout(t, readyGuard))
 	if start := a.envoyStart(); start.UID == nil || *start.UID != 0 {
 		t.Errorf("envoy runs as uid %v, want 0", start.UID)
 	}
@@ -379,7 +107,7 @@ func TestReadyAsRoot(t *testing.T) {
 func TestNotReadyUntilEnvoyIs(t *testing.T) {
 	const delay = 1500 * time.Millisecond
 	a := startAgent(t, istioproxy.Config{EnvoyReadyDelay: delay})
-	ready := a.waitReady(ctxTimeout(t, 30*time.Second))
+	ready := a.waitReady(ctxTimeout(t, readyGuard))
 	if ready < delay {
 		t.Errorf("ready after %v, before the stand-in's %v delay", ready, delay)
 	}
@@ -405,18 +133,18 @@ func testSIGTERM(t *testing.T, drain time.Duration) {
 	if drain == 0 && want != istioproxy.DefaultTerminationDrainDuration {
 		t.Fatalf("default drain %v, want %v", want, istioproxy.DefaultTerminationDrainDuration)
 	}
-	a.waitReady(ctxTimeout(t, 30*time.Second))
+	a.waitReady(ctxTimeout(t, readyGuard))
 	envoy := a.envoyStart()
 
 	sent := a.signal(syscall.SIGTERM)
-	ws := a.waitExit(ctxTimeout(t, want+10*time.Second))
+	ws := a.waitExit(ctxTimeout(t, want+exitGuard))
 	took := a.exited.Sub(sent)
 	t.Logf("SIGTERM to exit: %v (terminationDrainDuration %v), %s", took.Round(time.Millisecond), want, exitDesc(ws))
 	if ws.Signaled() || ws.ExitStatus() != 0 {
 		t.Errorf("pilot-agent after SIGTERM: %s, want exit 0", exitDesc(ws))
 	}
-	if took < want || took > want+2*time.Second {
-		t.Errorf("SIGTERM to exit took %v, want terminationDrainDuration %v (+ <2s)", took, want)
+	if took < want {
+		t.Errorf("SIGTERM to exit took %v, less than terminationDrainDuration %v", took, want)
 	}
 	events := a.record()
 	drains := record.OfKind(events, record.Drain)
@@ -427,9 +155,7 @@ func testSIGTERM(t *testing.T, drain time.Duration) {
 	if !d.Graceful || !d.InboundOnly || d.SkipExit {
 		t.Errorf("drain %v: want graceful, inboundonly, no skip_exit", d)
 	}
-	if d.Time.Before(sent) || d.Time.After(sent.Add(time.Second)) {
-		t.Errorf("drain at %v, want within 1s after SIGTERM at %v", d.Time, sent)
-	}
+	a.checkDrainThenWait(d, sent, want)
 	req := record.AdminRequests(events, "/drain_listeners")
 	if len(req) != 1 || req[0].Method != http.MethodPost || req[0].Query != "inboundonly&graceful" {
 		t.Errorf("drain requests %v, want one POST /drain_listeners?inboundonly&graceful", req)
@@ -445,13 +171,15 @@ func testSIGTERM(t *testing.T, drain time.Duration) {
 }
 
 // TestQuitQuitQuit: POST :15020/quitquitquit answers 200 and pilot-agent
-// exits 0 at once, without draining envoy.
+// exits 0 at once, without draining envoy: no drain in the record, and an
+// exit well before terminationDrainDuration, made longDrain so that the
+// difference does not depend on the machine's speed.
 func TestQuitQuitQuit(t *testing.T) {
-	a := startAgent(t, istioproxy.Config{})
-	a.waitReady(ctxTimeout(t, 30*time.Second))
+	a := startAgent(t, istioproxy.Config{TerminationDrainDuration: longDrain})
+	a.waitReady(ctxTimeout(t, readyGuard))
 	envoy := a.envoyStart()
 
-	ctx := ctxTimeout(t, 10*time.Second)
+	ctx := ctxTimeout(t, requestGuard)
 	// Only POST is accepted.
 	if code, _, err := a.get(ctx, a.url(istioproxy.StatusPort, "/quitquitquit")); err != nil || code != http.StatusMethodNotAllowed {
 		t.Errorf("GET /quitquitquit = %d, %v; want 405", code, err)
@@ -461,14 +189,14 @@ func TestQuitQuitQuit(t *testing.T) {
 	if err != nil || code != http.StatusOK || body != "OK" {
 		t.Fatalf("POST /quitquitquit = %d %q, %v; want 200 \"OK\"", code, body, err)
 	}
-	ws := a.waitExit(ctxTimeout(t, 5*time.Second))
+	ws := a.waitExit(ctxTimeout(t, exitGuard))
 	took := a.exited.Sub(sent)
 	t.Logf("quitquitquit to exit: %v, %s", took.Round(time.Millisecond), exitDesc(ws))
 	if ws.Signaled() || ws.ExitStatus() != 0 {
 		t.Errorf("pilot-agent after quitquitquit: %s, want exit 0", exitDesc(ws))
 	}
-	if took > time.Second {
-		t.Errorf("quitquitquit to exit took %v, want < 1s", took)
+	if took >= longDrain {
+		t.Errorf("quitquitquit to exit took %v, want it well under terminationDrainDuration %v (no drain)", took, longDrain)
 	}
 	events := a.record()
 	if d := record.OfKind(events, record.Drain); len(d) != 0 {
@@ -484,16 +212,16 @@ func TestQuitQuitQuit(t *testing.T) {
 // gone and exits, as the container runtime would have killed it.
 func TestSIGKILL(t *testing.T) {
 	a := startAgent(t, istioproxy.Config{})
-	a.waitReady(ctxTimeout(t, 30*time.Second))
+	a.waitReady(ctxTimeout(t, readyGuard))
 	envoy := a.envoyStart()
 
 	a.signal(syscall.SIGKILL)
-	ws := a.waitExit(ctxTimeout(t, 5*time.Second))
+	ws := a.waitExit(ctxTimeout(t, exitGuard))
 	if !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
 		t.Errorf("pilot-agent after SIGKILL: %s, want killed by SIGKILL", exitDesc(ws))
 	}
 	// Bounded wait for the orphaned stand-in to record its exit.
-	ctx := ctxTimeout(t, 5*time.Second)
+	ctx := ctxTimeout(t, exitGuard)
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -506,7 +234,7 @@ func TestSIGKILL(t *testing.T) {
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("orphaned envoy pid %d did not exit within 5s", envoy.PID)
+			t.Fatalf("orphaned envoy pid %d did not exit within %s", envoy.PID, exitGuard)
 		case <-tick.C:
 		}
 	}
@@ -515,51 +243,28 @@ func TestSIGKILL(t *testing.T) {
 	}
 }
 
-func parentOf(t *testing.T, pid int) int {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		t.Fatalf("read stat of pid %d: %v", pid, err)
-	}
-	// Fields after the last ')' (comm may contain spaces): state, ppid, ...
-	var state string
-	var ppid int
-	if _, err := fmt.Sscanf(string(b[bytes.LastIndexByte(b, ')')+2:]), "%s %d", &state, &ppid); err != nil {
-		t.Fatalf("parse stat of pid %d: %v", pid, err)
-	}
-	return ppid
-}
-
-func containsSeq(s, sub []string) bool {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if slices.Equal(s[i:i+len(sub)], sub) {
-			return true
-		}
-	}
-	return false
-}
-
 // TestEnvoyQuitQuitQuit: stopping envoy through its own admin API (some Job
 // sidecar killers do POST :15000/quitquitquit) makes envoy exit 0, and
-// pilot-agent follows it, exiting 0 with no drain.
+// pilot-agent follows it, exiting 0 with no drain (none in the record, and
+// well before a longDrain terminationDrainDuration).
 func TestEnvoyQuitQuitQuit(t *testing.T) {
-	a := startAgent(t, istioproxy.Config{})
-	a.waitReady(ctxTimeout(t, 30*time.Second))
+	a := startAgent(t, istioproxy.Config{TerminationDrainDuration: longDrain})
+	a.waitReady(ctxTimeout(t, readyGuard))
 
-	ctx := ctxTimeout(t, 10*time.Second)
+	ctx := ctxTimeout(t, requestGuard)
 	sent := time.Now()
 	code, body, err := a.do(ctx, http.MethodPost, a.url(istioproxy.AdminPort, "/quitquitquit"))
 	if err != nil || code != http.StatusOK {
 		t.Fatalf("POST envoy /quitquitquit = %d %q, %v; want 200", code, body, err)
 	}
-	ws := a.waitExit(ctxTimeout(t, 5*time.Second))
+	ws := a.waitExit(ctxTimeout(t, exitGuard))
 	took := a.exited.Sub(sent)
 	t.Logf("envoy quitquitquit to pilot-agent exit: %v, %s", took.Round(time.Millisecond), exitDesc(ws))
 	if ws.Signaled() || ws.ExitStatus() != 0 {
 		t.Errorf("pilot-agent after envoy's quitquitquit: %s, want exit 0", exitDesc(ws))
 	}
-	if took > time.Second {
-		t.Errorf("took %v, want < 1s", took)
+	if took >= longDrain {
+		t.Errorf("took %v, want it well under terminationDrainDuration %v (no drain)", took, longDrain)
 	}
 	events := a.record()
 	exits := record.OfKind(events, record.Exit)
@@ -573,12 +278,13 @@ func TestEnvoyQuitQuitQuit(t *testing.T) {
 
 // TestDrainThenSIGTERM: the native-sidecar shutdown. POST :15020/drain
 // drains envoy at once with skip_exit; a later SIGTERM then exits without
-// waiting terminationDrainDuration again.
+// waiting terminationDrainDuration again (longDrain: an exit that waited
+// for it cannot be mistaken for a slow one).
 func TestDrainThenSIGTERM(t *testing.T) {
-	a := startAgent(t, istioproxy.Config{TerminationDrainDuration: 3 * time.Second})
-	a.waitReady(ctxTimeout(t, 30*time.Second))
+	a := startAgent(t, istioproxy.Config{TerminationDrainDuration: longDrain})
+	a.waitReady(ctxTimeout(t, readyGuard))
 
-	ctx := ctxTimeout(t, 10*time.Second)
+	ctx := ctxTimeout(t, requestGuard)
 	if code, body, err := a.do(ctx, http.MethodPost, a.url(istioproxy.StatusPort, "/drain")); err != nil || code != http.StatusOK {
 		t.Fatalf("POST /drain = %d %q, %v; want 200", code, body, err)
 	}
@@ -587,7 +293,7 @@ func TestDrainThenSIGTERM(t *testing.T) {
 		t.Fatalf("drains after POST /drain: %v, want one graceful inboundonly skip_exit", drains)
 	}
 	sent := a.signal(syscall.SIGTERM)
-	ws := a.waitExit(ctxTimeout(t, 10*time.Second))
+	ws := a.waitExit(ctxTimeout(t, exitGuard))
 	took := a.exited.Sub(sent)
 	t.Logf("SIGTERM after /drain to exit: %v, %s", took.Round(time.Millisecond), exitDesc(ws))
 	if ws.Signaled() || ws.ExitStatus() != 0 {

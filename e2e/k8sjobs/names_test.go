@@ -46,13 +46,15 @@ func (e *env) runningPod(ctx context.Context, t *testing.T, ns, job, app string)
 // included, has exited: waiting for it would hang the Job.
 func (e *env) nativeSidecarOfItsOwn(ctx context.Context, t *testing.T) {
 	ns := e.namespace(ctx, t, "native-own")
-	j := newJob("native-own", corev1.RestartPolicyNever, 0, app("app", "echo working; sleep 10; echo done"))
+	j := newJob("native-own", corev1.RestartPolicyNever, 0, app("app", "echo working; echo done"))
 	tmpl := &j.Spec.Template
 	tmpl.Annotations = map[string]string{"sidecar.istio.io/nativeSidecar": "false"}
 	logship := app("logship", "while true; do sleep 1; done")
 	logship.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
 	tmpl.Spec.InitContainers = []corev1.Container{logship}
+	gate(t, &tmpl.Spec, "app")
 	e.createJob(ctx, t, ns, j)
+	e.release(ctx, t, e.nthPod(ctx, t, ns, "native-own", 1), "app", 1)
 	if cond := e.waitJob(ctx, t, ns, "native-own", jobLimit); cond.Type != batchv1.JobComplete {
 		t.Fatalf("job ended %s (%s: %s), want Complete", cond.Type, cond.Reason, cond.Message)
 	}
@@ -68,11 +70,17 @@ func (e *env) nativeSidecarOfItsOwn(ctx context.Context, t *testing.T) {
 }
 
 // ephemeralLeftRunning: (b) an ephemeral container added through the API
-// while the app runs, and left running: the Job completes all the same.
+// while the app runs, and left running: the Job completes all the same. The
+// app is gated: it ends once the debug container runs.
 func (e *env) ephemeralLeftRunning(ctx context.Context, t *testing.T) {
 	ns := e.namespace(ctx, t, "ephemeral")
-	e.createJob(ctx, t, ns, newJob("ephemeral", corev1.RestartPolicyNever, 0, app("app", "echo working; sleep 15; echo done")))
-	e.addDebugContainer(ctx, t, e.runningPod(ctx, t, ns, "ephemeral", "app"))
+	j := newJob("ephemeral", corev1.RestartPolicyNever, 0, app("app", "echo working; echo done"))
+	gate(t, &j.Spec.Template.Spec, "app")
+	e.createJob(ctx, t, ns, j)
+	pod := e.runningPod(ctx, t, ns, "ephemeral", "app")
+	e.addDebugContainer(ctx, t, pod)
+	e.waitRunning(ctx, t, pod, "debugger", 0)
+	e.release(ctx, t, pod, "app", 1)
 	if cond := e.waitJob(ctx, t, ns, "ephemeral", jobLimit); cond.Type != batchv1.JobComplete {
 		t.Fatalf("job ended %s (%s: %s), want Complete", cond.Type, cond.Reason, cond.Message)
 	}
@@ -99,18 +107,27 @@ func (e *env) addDebugContainer(ctx context.Context, t *testing.T, p corev1.Pod)
 // onFailureTwoApps: (c) OnFailure, two apps, one failing twice (a marker in
 // an emptyDir counts its runs), with a debug container added meanwhile:
 // each restart is the same name coming back, counted per name; istio-proxy
-// lives through both restarts.
+// lives through both restarts. Both apps are gated: flaky's first run ends
+// once the debug container runs, each later run once the supervisor
+// watches it; steady ends last.
 func (e *env) onFailureTwoApps(ctx context.Context, t *testing.T) {
 	ns := e.namespace(ctx, t, "on-failure-two")
 	j := newJob("on-failure-two", corev1.RestartPolicyOnFailure, 3,
 		app("flaky", `n=$(cat /state/runs 2>/dev/null || echo 0); echo $((n+1)) > /state/runs
-if [ "$n" -lt 2 ]; then echo "run $((n+1)): failing"; sleep 10; exit 1; fi; echo "run $((n+1)): succeeding"; sleep 10`),
-		app("steady", "echo steady; sleep 45"))
+if [ "$n" -lt 2 ]; then echo "run $((n+1)): failing"; exit 1; fi; echo "run $((n+1)): succeeding"`),
+		app("steady", "echo steady"))
 	spec := &j.Spec.Template.Spec
 	spec.Volumes = []corev1.Volume{{Name: "state", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
 	spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "state", MountPath: "/state"}}
+	gate(t, spec, "flaky", "steady")
 	e.createJob(ctx, t, ns, j)
-	e.addDebugContainer(ctx, t, e.runningPod(ctx, t, ns, "on-failure-two", "flaky"))
+	pod := e.runningPod(ctx, t, ns, "on-failure-two", "flaky")
+	e.addDebugContainer(ctx, t, pod)
+	e.waitRunning(ctx, t, pod, "debugger", 0)
+	for run := 1; run <= 3; run++ {
+		e.release(ctx, t, pod, "flaky", run)
+	}
+	e.release(ctx, t, pod, "steady", 1)
 	if cond := e.waitJob(ctx, t, ns, "on-failure-two", jobLimit); cond.Type != batchv1.JobComplete {
 		t.Fatalf("job ended %s (%s: %s), want Complete", cond.Type, cond.Reason, cond.Message)
 	}

@@ -164,8 +164,10 @@ func (e *env) csqlJob(t *testing.T, c csqlCase) *batchv1.Job {
 	}
 	if c.exit != 0 {
 		app := findContainer(*spec, "app")
-		app.Command = []string{"sh", "-c", "echo working; sleep 10; echo failing; exit " + strconv.Itoa(c.exit)}
+		app.Command = []string{"sh", "-c", "echo working; echo failing; exit " + strconv.Itoa(c.exit)}
 	}
+	// The app ends once the supervisor has found it (cloudSQL releases it).
+	gate(t, spec, "app")
 	return &j
 }
 
@@ -180,6 +182,7 @@ func (e *env) cloudSQL(ctx context.Context, t *testing.T, c csqlCase) {
 		t.Fatalf("create service account %s/%s: %v", ns, sa.Name, err)
 	}
 	e.createJob(ctx, t, ns, j)
+	e.release(ctx, t, e.nthPod(ctx, t, ns, c.name, 1), "app", 1)
 	cond := e.waitJob(ctx, t, ns, c.name, jobLimit)
 	wantPhase := corev1.PodSucceeded
 	if c.complete {

@@ -12,7 +12,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 )
@@ -58,8 +57,11 @@ type Config struct {
 	// unpacked, so large test binaries need more.
 	MemoryMiB int
 
-	// Timeout bounds the whole run, boot included: qemu is killed when it
-	// expires (or when ctx ends). Default 5 minutes.
+	// Timeout bounds the guest's run from qemu's start, boot and command:
+	// qemu is killed when it expires (or when ctx ends). What comes before
+	// (installing the default kernel, building the exit helper, writing the
+	// initramfs) is bounded by ctx alone: a cold build is work of unknown
+	// length, and the guest's clock must not race it. Default 5 minutes.
 	Timeout time.Duration
 	// CommandTimeout bounds the command inside the guest. When it expires
 	// the guest kills the command and reports Result.TimedOut, with its
@@ -120,7 +122,8 @@ const (
 // an error when the guest produced no status: qemu could not start, the
 // kernel panicked, /init's set-up failed, or Timeout or ctx expired (qemu is
 // then killed). The Result is filled as far as the run got, so the caller
-// can print its Console.
+// can print its Console. Timeout starts with qemu; ctx bounds the set-up
+// before it too.
 //
 // Run starts one qemu with one vCPU and waits for it; no process outlives
 // the call.
@@ -147,9 +150,6 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if cfg.CPUs == 0 {
 		cfg.CPUs = 1
 	}
-	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
-	defer cancel()
-
 	if cfg.Kernel == (Kernel{}) {
 		k, err := DefaultKernel(ctx)
 		if err != nil {
@@ -200,6 +200,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		"-initrd", initrd,
 		"-append", strings.Join(kargs, " "),
 	)
+	// The guest's clock starts here, with qemu (Config.Timeout).
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
 	cmd := exec.CommandContext(ctx, cfg.Kernel.QEMU, args...)
 	con := &consoleWriter{live: cfg.Console}
 	var qlog bytes.Buffer
@@ -359,92 +362,4 @@ func tail(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
-}
-
-// consoleWriter collects qemu's serial output, cleans it line by line and
-// copies finished lines to an optional live writer. It notes when /init's
-// release line went by, which ends the boot.
-type consoleWriter struct {
-	mu      sync.Mutex
-	live    io.Writer
-	start   time.Time
-	partial []byte
-	buf     bytes.Buffer
-	boot    time.Duration
-}
-
-func (c *consoleWriter) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.partial = append(c.partial, p...)
-	for {
-		i := bytes.IndexByte(c.partial, '\n')
-		if i < 0 {
-			break
-		}
-		c.line(c.partial[:i+1])
-		c.partial = c.partial[i+1:]
-	}
-	return len(p), nil
-}
-
-func (c *consoleWriter) line(raw []byte) {
-	clean := cleanConsole(raw)
-	if c.boot == 0 && bytes.HasPrefix(clean, []byte(markRelease)) {
-		c.boot = time.Since(c.start)
-	}
-	c.buf.Write(clean)
-	if c.live != nil {
-		c.live.Write(clean) // best effort: a broken live view must not fail the run
-	}
-}
-
-func (c *consoleWriter) flush() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.partial) > 0 {
-		c.line(append(c.partial, '\n'))
-		c.partial = nil
-	}
-}
-
-func (c *consoleWriter) text() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.buf.String()
-}
-
-func (c *consoleWriter) bootAt() time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.boot
-}
-
-// cleanConsole drops CRs, terminal escape sequences (CSI "ESC [ ... final"
-// and two-byte "ESC x") and other control bytes except tab and newline,
-// which the serial line carries alongside the text.
-func cleanConsole(b []byte) []byte {
-	out := make([]byte, 0, len(b))
-	for i := 0; i < len(b); i++ {
-		switch ch := b[i]; {
-		case ch == 0x1b:
-			if i+1 < len(b) && b[i+1] == '[' {
-				// Parameters and intermediates run until a final byte in @..~.
-				j := i + 2
-				for j < len(b) && b[j] >= 0x20 && b[j] < 0x40 {
-					j++
-				}
-				if j < len(b) && b[j] >= 0x40 && b[j] <= 0x7e {
-					i = j
-				} else {
-					i = j - 1 // malformed: drop what was read, keep the rest
-				}
-			} else {
-				i++ // ESC and the byte after it
-			}
-		case ch == '\n' || ch == '\t' || ch >= 0x20 && ch != 0x7f:
-			out = append(out, ch)
-		}
-	}
-	return out
 }

@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,9 +16,16 @@ import (
 // e2e/versions.env pins.
 const releasePrefix = "6.1."
 
-// testBudget bounds each test that boots a guest; a boot and a short
-// command take a few seconds under TCG on an idle machine.
-const testBudget = 3 * time.Minute
+// Hang guards for the tests that boot a guest. A boot and a short command
+// take seconds under TCG on an idle machine; neither bound is on the
+// expected path, whatever the load.
+const (
+	// guestBudget is each guest's Config.Timeout, from qemu's start.
+	guestBudget = 5 * time.Minute
+	// testBudget bounds a whole Run: the guest's run, and before it the
+	// builds Run makes (a cold arm64 cross-build of the exit helper).
+	testBudget = 15 * time.Minute
+)
 
 // needRoot skips when not root: the guest tools and kernel are installed
 // by apt on first use. CI runs as root, where a missing qemu or kernel
@@ -105,7 +110,7 @@ func TestKernelProbe(t *testing.T) {
 		Command:  []string{"kernelprobe"},
 		Env:      []string{"KERNELPROBE_IN_GUEST=1"},
 		Hostname: "probe-guest",
-		Timeout:  2 * time.Minute,
+		Timeout:  guestBudget,
 	})
 	if res.ExitStatus != 0 {
 		t.Fatalf("kernelprobe exited %d", res.ExitStatus)
@@ -187,7 +192,7 @@ func TestRunGoTest(t *testing.T) {
 			Kernel:  k,
 			Files:   []File{{Host: probe, Guest: "/bin/kernelprobe"}},
 			Env:     []string{"GUESTTEST_RELEASE_PREFIX=" + releasePrefix, "GUESTTEST_FAIL=1"},
-			Timeout: 2 * time.Minute,
+			Timeout: guestBudget,
 		},
 	})
 	t.Cleanup(func() {
@@ -240,7 +245,7 @@ func testRunExitStatus(t *testing.T, k Kernel) {
 			Kernel: k,
 			// No final newline: the output must still end where it should.
 			Script:  "printf 'out\\n'; printf 'err\\n' >&2; printf 'no newline'; exit " + strconv.Itoa(status),
-			Timeout: time.Minute,
+			Timeout: guestBudget,
 		})
 		if res.ExitStatus != status || res.TimedOut {
 			t.Errorf("exit %d: got status %d, timed out %v", status, res.ExitStatus, res.TimedOut)
@@ -259,7 +264,7 @@ func TestRunNoStatus(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), testBudget)
 			defer cancel()
-			res, err := Run(ctx, Config{Kernel: kernelNamed(t, name), Script: "echo bye; poweroff -f; sleep 60", Timeout: 2 * time.Minute})
+			res, err := Run(ctx, Config{Kernel: kernelNamed(t, name), Script: "echo bye; poweroff -f; sleep 60", Timeout: guestBudget})
 			if err == nil || !strings.Contains(err.Error(), "without reporting a status") {
 				t.Errorf("Run: %v (status %d), want a 'without reporting a status' error; console:\n%s", err, res.ExitStatus, res.Console)
 			}
@@ -271,21 +276,25 @@ func TestRunNoStatus(t *testing.T) {
 // container's process does (a shell's background job would have SIGINT and
 // SIGQUIT ignored, and a Go program could not die of them).
 func TestRunDefaultSignals(t *testing.T) {
-	res := run(t, Config{Kernel: kernel(t), Script: "grep SigIgn /proc/self/status", Timeout: time.Minute})
+	res := run(t, Config{Kernel: kernel(t), Script: "grep SigIgn /proc/self/status", Timeout: guestBudget})
 	if want := "SigIgn:\t0000000000000000\n"; res.ExitStatus != 0 || res.Output != want {
 		t.Errorf("status %d, output %q; want 0, %q", res.ExitStatus, res.Output, want)
 	}
 }
 
 // TestRunCommandTimeout checks that the guest kills a command that runs
-// past CommandTimeout and says so, with the output so far.
+// past CommandTimeout and says so, with the output so far. The evidence is
+// the cause, not the elapsed time: TimedOut and status 124, and a run that
+// did not last the command's 600 s. The 10 s CommandTimeout is the feature;
+// it only has to outlast the guest's start of the command up to its first
+// echo, a few TCG execs that a loaded host can stretch to seconds.
 func TestRunCommandTimeout(t *testing.T) {
 	k := kernel(t)
 	res := run(t, Config{
 		Kernel:         k,
 		Script:         "echo started; sleep 600",
-		CommandTimeout: 3 * time.Second,
-		Timeout:        time.Minute,
+		CommandTimeout: 10 * time.Second,
+		Timeout:        guestBudget,
 	})
 	if !res.TimedOut || res.ExitStatus != timedOutStatus {
 		t.Errorf("timed out %v, status %d; want true, %d", res.TimedOut, res.ExitStatus, timedOutStatus)
@@ -293,27 +302,29 @@ func TestRunCommandTimeout(t *testing.T) {
 	if !strings.HasPrefix(res.Output, "started\n") {
 		t.Errorf("output %q, want it to start with %q", res.Output, "started\n")
 	}
-	if res.Elapsed > 30*time.Second {
-		t.Errorf("run took %s with a 3s command timeout", res.Elapsed)
+	if ran := res.Elapsed - res.Boot; ran >= 600*time.Second {
+		t.Errorf("the command ran %s: the guest waited for its sleep 600", ran)
 	}
 }
 
 // TestRunHostTimeout checks that Run kills qemu when Timeout expires (here
-// before the guest has even booted) and reports it as an error.
+// before the guest has even booted) and reports it as an error: "guest
+// killed", caused by the deadline. Its only time check is a hang guard:
+// Run returns within a minute of qemu's start, where a guest left to run
+// would take the 10 min CommandTimeout.
 func TestRunHostTimeout(t *testing.T) {
 	k := kernel(t)
-	start := time.Now()
 	res, err := Run(t.Context(), Config{
 		Kernel:         k,
 		Script:         "sleep 600",
 		Timeout:        500 * time.Millisecond,
-		CommandTimeout: time.Minute,
+		CommandTimeout: 10 * time.Minute,
 	})
-	if err == nil || !strings.Contains(err.Error(), "guest killed") {
-		t.Fatalf("Run: %v, want a 'guest killed' error; console:\n%s", err, res.Console)
+	if err == nil || !strings.Contains(err.Error(), "guest killed") || !strings.Contains(err.Error(), context.DeadlineExceeded.Error()) {
+		t.Fatalf("Run: %v, want a 'guest killed' error caused by the deadline; console:\n%s", err, res.Console)
 	}
-	if d := time.Since(start); d > waitDelay+10*time.Second {
-		t.Errorf("Run returned after %s with a 500ms timeout", d)
+	if res.Elapsed > time.Minute {
+		t.Errorf("Run returned %s after qemu's start, with a 500ms timeout", res.Elapsed)
 	}
 }
 
@@ -334,168 +345,9 @@ cat /tmp/m/f
 ip link add v0 type veth
 ip -o link show v0 | grep -o 'v0@veth0'
 `,
-		Timeout: time.Minute,
+		Timeout: guestBudget,
 	})
 	if want := "lower\nv0@veth0\n"; res.ExitStatus != 0 || res.Output != want {
 		t.Errorf("status %d, output %q; want 0, %q", res.ExitStatus, res.Output, want)
-	}
-}
-
-// TestInitramfsFormat writes an archive and unpacks it with busybox cpio,
-// an independent reader of the format.
-func TestInitramfsFormat(t *testing.T) {
-	bb, err := exec.LookPath("busybox")
-	if err != nil {
-		t.Skip("busybox not installed (e2e/scripts/qemu-kernel.sh installs busybox-static)")
-	}
-	dir := t.TempDir()
-	host := filepath.Join(dir, "host-file")
-	if err := os.WriteFile(host, []byte("from the host\n"), 0o751); err != nil {
-		t.Fatal(err)
-	}
-	archive := filepath.Join(dir, "a.cpio")
-	spec := initramfs{
-		busybox: bb,
-		init:    []byte("#!/bin/sh\n"),
-		files: []File{
-			{Host: host, Guest: "/deep/er/file"},
-			{Data: []byte("data"), Guest: "/etc/data"},
-			{Data: []byte("x"), Guest: "/odd", Mode: 0o600},
-		},
-	}
-	if _, err := spec.write(archive); err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(dir, "out")
-	if err := os.Mkdir(out, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bb, "cpio", "-i", "-d", "-F", archive)
-	cmd.Dir = out
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("busybox cpio -i: %v\n%s", err, b)
-	}
-	for _, c := range []struct {
-		name, content string
-		mode          os.FileMode
-	}{
-		{"deep/er/file", "from the host\n", 0o751},
-		{"etc/data", "data", 0o644},
-		{"odd", "x", 0o600},
-		{"init", "#!/bin/sh\n", 0o755},
-	} {
-		p := filepath.Join(out, c.name)
-		b, err := os.ReadFile(p)
-		if err != nil || string(b) != c.content {
-			t.Errorf("%s: %q, %v; want %q", c.name, b, err, c.content)
-			continue
-		}
-		if st, _ := os.Stat(p); st.Mode().Perm() != c.mode {
-			t.Errorf("%s: mode %v, want %v", c.name, st.Mode().Perm(), c.mode)
-		}
-	}
-
-	// A second entry for one path is a caller's mistake, not "last wins".
-	spec.files = append(spec.files, File{Data: []byte("y"), Guest: "/odd"})
-	if _, err := spec.write(archive); err == nil || !strings.Contains(err.Error(), "added twice") {
-		t.Errorf("duplicate path: %v, want an 'added twice' error", err)
-	}
-	// A dynamically linked program cannot run in the guest.
-	if _, err := (initramfs{busybox: bb, files: []File{{Host: "/bin/ls", Guest: "/bin/ls"}}}).write(archive); err == nil || !strings.Contains(err.Error(), "dynamically linked") {
-		t.Errorf("dynamic /bin/ls: %v, want a 'dynamically linked' error", err)
-	}
-	// Nor can a program of another architecture (this machine's busybox in
-	// an arm64 guest, when this machine is not arm64).
-	if runtime.GOARCH != "arm64" {
-		_, err := (initramfs{machine: archs["arm64"].machine, goarch: "arm64", busybox: bb}).write(archive)
-		if err == nil || !strings.Contains(err.Error(), "build it with GOARCH=arm64") {
-			t.Errorf("%s busybox in an arm64 guest: %v, want an error naming GOARCH=arm64", runtime.GOARCH, err)
-		}
-	}
-}
-
-func TestCleanConsole(t *testing.T) {
-	for _, c := range []struct{ in, want string }{
-		{"plain\r\n", "plain\n"},
-		{"\x1b[2J\x1b[01;01Hboot\r\n", "boot\n"},
-		{"\x1bc\x1b[?7lSeaBIOS\n", "SeaBIOS\n"},
-		{"tab\there\x00\x07\n", "tab\there\n"},
-		{"broken \x1b[12\n", "broken \n"},
-	} {
-		if got := string(cleanConsole([]byte(c.in))); got != c.want {
-			t.Errorf("cleanConsole(%q) = %q, want %q", c.in, got, c.want)
-		}
-	}
-}
-
-func TestShellQuote(t *testing.T) {
-	sh, err := exec.LookPath("sh")
-	if err != nil {
-		t.Skip("no sh")
-	}
-	for _, s := range []string{"plain", "", "with space", "it's", `"$HOME" $(id) \n *`, "a\nb"} {
-		out, err := exec.Command(sh, "-c", "printf %s "+shellQuote(s)).Output()
-		if err != nil || string(out) != s {
-			t.Errorf("shellQuote(%q) = %s: sh printed %q, %v", s, shellQuote(s), out, err)
-		}
-	}
-}
-
-func TestResolveModules(t *testing.T) {
-	dir := t.TempDir()
-	dep := "kernel/a/top.ko: kernel/b/mid-dep.ko kernel/c/base.ko\n" +
-		"kernel/b/mid-dep.ko: kernel/c/base.ko\n" +
-		"kernel/c/base.ko:\n"
-	if err := os.WriteFile(filepath.Join(dir, "modules.dep"), []byte(dep), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	mods, err := resolveModules(dir, "6.1.0-test", []string{"top", "mid_dep"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, m := range mods {
-		got = append(got, m.guest)
-	}
-	want := []string{
-		"/lib/modules/6.1.0-test/kernel/c/base.ko",
-		"/lib/modules/6.1.0-test/kernel/b/mid-dep.ko",
-		"/lib/modules/6.1.0-test/kernel/a/top.ko",
-	}
-	if strings.Join(got, " ") != strings.Join(want, " ") {
-		t.Errorf("load order %v, want %v", got, want)
-	}
-	if _, err := resolveModules(dir, "6.1.0-test", []string{"nope"}); err == nil {
-		t.Error("unknown module: no error")
-	}
-}
-
-func TestParseKernel(t *testing.T) {
-	k, err := parseKernel([]byte("NAME=n\nARCH=amd64\nKERNEL=/k\nMODULES=/m\nRELEASE=6.1.0-1-amd64\nQEMU=/q\nBUSYBOX=/b\n"))
-	want := Kernel{Name: "n", Arch: "amd64", Image: "/k", Modules: "/m", Release: "6.1.0-1-amd64", QEMU: "/q", Busybox: "/b"}
-	if err != nil || k != want {
-		t.Errorf("parseKernel = %+v, %v; want %+v", k, err, want)
-	}
-	// A kernel packaged without modules (sid's) has an empty MODULES=.
-	k, err = parseKernel([]byte("NAME=n\nARCH=arm64\nKERNEL=/k\nMODULES=\nRELEASE=7.2.0-arm64\nQEMU=/q\nBUSYBOX=/b\n"))
-	if err != nil || k.Modules != "" || k.Arch != "arm64" {
-		t.Errorf("parseKernel without modules = %+v, %v", k, err)
-	}
-	for _, bad := range []string{"KERNEL=/k\n", "NAME=n\nARCH=riscv64\nKERNEL=/k\nMODULES=\nRELEASE=r\nQEMU=/q\nBUSYBOX=/b\n"} {
-		if _, err := parseKernel([]byte(bad)); err == nil {
-			t.Errorf("parseKernel(%q): no error", bad)
-		}
-	}
-}
-
-func TestDecodeNoStatus(t *testing.T) {
-	// qemu exited 0: the guest powered off or panicked without a report.
-	cmd := exec.Command("true")
-	if err := cmd.Run(); err != nil {
-		t.Skip("no true(1)")
-	}
-	_, err := decode(t.Context(), Config{}, Result{Console: "Kernel panic - not syncing\n"}, cmd.ProcessState, nil)
-	if err == nil || !strings.Contains(err.Error(), "without reporting") || !strings.Contains(err.Error(), "Kernel panic") {
-		t.Errorf("decode: %v, want 'without reporting' with the console tail", err)
 	}
 }

@@ -69,7 +69,7 @@ cluster_down_main() {
 # stop_daemon NAME SECONDS: SIGTERM, then SIGKILL after SECONDS.
 stop_daemon() {
 	local name="$1" limit="$2" pid t0=$SECONDS
-	pid_alive "$name" || { rm -f "$CLUSTER_DIR/pids/$name.pid"; return 0; }
+	pid_alive "$name" || { rm -f "$CLUSTER_DIR/pids/$name".{pid,start}; return 0; }
 	pid="$(cat "$CLUSTER_DIR/pids/$name.pid")"
 	kill -TERM "$pid" 2>/dev/null || true
 	while running "$pid"; do
@@ -79,7 +79,7 @@ stop_daemon() {
 		fi
 		sleep 0.2
 	done
-	rm -f "$CLUSTER_DIR/pids/$name.pid"
+	rm -f "$CLUSTER_DIR/pids/$name".{pid,start}
 	log "stopped $name in $((SECONDS - t0))s"
 }
 

@@ -46,6 +46,12 @@ HOST_PATHS=(/var/log/containers /var/lib/kubelet /var/lib/cni /run/containerd)
 # Daemons, in start order; stopped in reverse.
 CLUSTER_DAEMONS=(etcd containerd kube-apiserver kube-controller-manager kube-scheduler kubelet)
 
+# WAIT_LIMIT bounds each wait for a daemon or the node to serve (seconds):
+# a hang guard only. A daemon that dies is caught at once (pid_alive); one
+# that starts slowly, on two cores shared by two test runs, is waited for.
+# SUPERVISOR_E2E_READY_TIMEOUT overrides it.
+WAIT_LIMIT="${SUPERVISOR_E2E_READY_TIMEOUT:-600}"
+
 # DAEMON_PATH is the daemons' whole environment but what they are given:
 # containerd finds runc and its shim on it.
 DAEMON_PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
@@ -69,28 +75,60 @@ daemon_exec() {
 	exec setsid "$@" </dev/null >>"$log" 2>&1
 }
 
-# await_exec PID NAME BINARY: wait (bounded) until the background subshell
+# await_exec PID NAME BINARY: wait until the background subshell
 # PID has become the daemon NAME, BINARY (daemon_exec's exec): until then it
-# is a copy of the script, which pid_alive would take for gone (or, for
-# cluster-restart.sh, whose arguments name the daemon, for it). Fails if it
-# ended first.
+# is a copy of the script, which a check by command line would take for
+# gone (or, for cluster-restart.sh, whose arguments name the daemon, for
+# it). Fails if it ended first; WAIT_LIMIT bounds a hang.
 await_exec() {
 	local pid="$1" name="$2" bin t0=$SECONDS
 	bin="$(readlink -f "$3")"
 	until [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$bin" ]; do
 		kill -0 "$pid" 2>/dev/null || die "$name exited at once (see $CLUSTER_DIR/logs/$name.log)"
-		[ $((SECONDS - t0)) -lt 60 ] || die "$name (pid $pid) did not start $bin within 60s"
+		[ $((SECONDS - t0)) -lt "$WAIT_LIMIT" ] || die "$name (pid $pid) did not start $bin within ${WAIT_LIMIT}s"
 		sleep 0.05
 	done
 }
 
-# pid_alive NAME: the daemon NAME recorded in its pid file is still running.
+# proc_start PID: the process's start time (field 22 of /proc/PID/stat,
+# clock ticks since boot), which an exec keeps and a later process given
+# the same PID does not share; fails if there is no such process.
+proc_start() {
+	local stat
+	stat="$(cat "/proc/$1/stat" 2>/dev/null)" || return 1
+	# After the comm, which may hold spaces, the fields run from 3 (state).
+	stat="${stat##*) }"
+	# shellcheck disable=SC2086
+	set -- $stat
+	printf '%s\n' "${20}"
+}
+
+# record_pid NAME PID: the daemon NAME is PID, started at its start time
+# (pids/NAME.start, written first: pid_alive reads it once the pid file
+# exists).
+record_pid() {
+	proc_start "$2" >"$CLUSTER_DIR/pids/$1.start" || true
+	printf '%s\n' "$2" >"$CLUSTER_DIR/pids/$1.pid"
+}
+
+# pid_alive NAME: the daemon NAME recorded in its pid file is still running:
+# the same process (its start time, record_pid), not a zombie. A process
+# given a recycled PID is not it, whatever its command line says (a `tail
+# -f .../logs/kubelet.log` would name the kubelet).
 pid_alive() {
-	local f="$CLUSTER_DIR/pids/$1.pid" pid
+	local f="$CLUSTER_DIR/pids/$1.pid" pid stat
 	[ -s "$f" ] || return 1
 	pid="$(cat "$f")"
+	if [ -s "$CLUSTER_DIR/pids/$1.start" ]; then
+		[ "$(proc_start "$pid")" = "$(cat "$CLUSTER_DIR/pids/$1.start")" ] || return 1
+		stat="$(cat "/proc/$pid/stat" 2>/dev/null)" || return 1
+		stat="${stat##*) }"
+		[ "${stat%% *}" != Z ]
+		return
+	fi
+	# Started by scripts that recorded no start time: the command line must
+	# still name the daemon.
 	kill -0 "$pid" 2>/dev/null || return 1
-	# Guard against pid reuse: the process must still be the binary we started.
 	local cmdline
 	cmdline="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)" || return 1
 	grep -q -- "$1" <<<"$cmdline" || return 1

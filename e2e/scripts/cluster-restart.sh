@@ -19,7 +19,6 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/cluster-lib.sh"
 
-READY_TIMEOUT="${SUPERVISOR_E2E_READY_TIMEOUT:-180}"
 # The binaries cluster-tools.sh built for the running cluster.
 KUBECTL="$CACHE/kube/$KUBERNETES_VERSION/kubectl"
 CRICTL="$CACHE/crictl/$CRI_TOOLS_VERSION/crictl"
@@ -56,20 +55,20 @@ cluster_restart_main() {
 
 	# As start_daemon in cluster-up.sh: $! is the daemon.
 	(daemon_exec "$CLUSTER_DIR/logs/$name.log" env -i "${envs[@]}" "${args[@]}") &
-	printf '%s\n' "$!" >"$CLUSTER_DIR/pids/$name.pid"
+	record_pid "$name" "$!"
 	await_exec "$!" "$name" "${args[0]}"
 	log "started $name again (pid $!)"
 
 	case "$name" in
 	kubelet)
-		wait_until "kubelet healthz" 60 curl -fsS "http://127.0.0.1:$KUBELET_HEALTHZ_PORT/healthz"
+		wait_until "kubelet healthz" "$WAIT_LIMIT" curl -fsS "http://127.0.0.1:$KUBELET_HEALTHZ_PORT/healthz"
 		;;
 	containerd)
-		wait_until "containerd" 60 ctr_cmd version
-		wait_until "the CRI runtime ready" 60 cri_ready
+		wait_until "containerd" "$WAIT_LIMIT" ctr_cmd version
+		wait_until "the CRI runtime ready" "$WAIT_LIMIT" cri_ready
 		;;
 	esac
-	wait_until "node $NODE_NAME Ready" "$READY_TIMEOUT" node_ready
+	wait_until "node $NODE_NAME Ready" "$WAIT_LIMIT" node_ready
 	log "$name restarted in $((SECONDS - t0))s"
 }
 

@@ -15,6 +15,8 @@
 #
 # Idempotent: if the cluster in CLUSTER_DIR is already up and Ready, it is
 # reused as it is; leftovers of a dead one are removed (cluster-down.sh) first.
+# With SUPERVISOR_E2E_CLUSTER_IN_USE=1 (set by cluster.Open when another
+# test holds the cluster) an unhealthy cluster is waited for, never removed.
 # On failure it prints the tail of each daemon's log and tears down what it
 # started (SUPERVISOR_E2E_KEEP_CLUSTER=1 keeps it for a look).
 #
@@ -36,7 +38,6 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/cluster-lib.sh"
 
-READY_TIMEOUT="${SUPERVISOR_E2E_READY_TIMEOUT:-180}"
 # The kubelet's log level: 3 shows, for each container it starts, whether it
 # mounted its /etc/hosts ("Creating hosts mount for container").
 KUBELET_VERBOSITY="${SUPERVISOR_E2E_KUBELET_VERBOSITY:-1}"
@@ -48,6 +49,16 @@ cluster_up_main() {
 	eval "$(bash "$E2E_DIR/scripts/cluster-images.sh" pause busybox)"
 	log "tools and images ready in $((SECONDS - start))s"
 
+	if [ "${SUPERVISOR_E2E_CLUSTER_IN_USE:-}" = 1 ] && ! cluster_healthy; then
+		# Another test holds the cluster (its users lock, cluster.Open):
+		# unhealthy for now (the node NotReady while a daemon restarts,
+		# say) is not dead. Wait for it; never tear down a cluster in use.
+		# A daemon that died ends the wait, and this start, at once.
+		[ -s "$KUBECONFIG_PATH" ] ||
+			die "the cluster in $CLUSTER_DIR is in use by another test, but its state is gone; not tearing it down"
+		log "the cluster in $CLUSTER_DIR is in use by another test and not healthy now: waiting for it"
+		wait_for "the cluster in use to be healthy" "$WAIT_LIMIT" cluster_healthy
+	fi
 	if cluster_healthy; then
 		local running
 		running="$(kubectl_cmd get node "$NODE_NAME" -o 'jsonpath={.status.nodeInfo.kubeletVersion}')"
@@ -82,11 +93,11 @@ cluster_up_main() {
 		--initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
 		--initial-cluster "e2e=http://127.0.0.1:$ETCD_PEER_PORT" \
 		--logger zap --log-outputs stderr
-	wait_for etcd 30 curl -fsS "http://127.0.0.1:$ETCD_CLIENT_PORT/health"
+	wait_for etcd "$WAIT_LIMIT" curl -fsS "http://127.0.0.1:$ETCD_CLIENT_PORT/health"
 
 	make_bridge
 	start_daemon containerd /usr/bin/containerd --config "$CLUSTER_DIR/containerd/config.toml"
-	wait_for containerd 30 ctr_cmd version
+	wait_for containerd "$WAIT_LIMIT" ctr_cmd version
 	import_images
 
 	# MutatingAdmissionPolicy (deploy/admission): GA and on by default from
@@ -114,7 +125,7 @@ cluster_up_main() {
 		--kubelet-preferred-address-types Hostname \
 		--kubelet-client-certificate "$CLUSTER_DIR/pki/admin.crt" --kubelet-client-key "$CLUSTER_DIR/pki/admin.key" \
 		--allow-privileged=true --profiling=false
-	wait_for kube-apiserver 90 kubectl_cmd get --raw /readyz
+	wait_for kube-apiserver "$WAIT_LIMIT" kubectl_cmd get --raw /readyz
 
 	start_daemon kube-controller-manager "$KUBE_CONTROLLER_MANAGER" \
 		--kubeconfig "$KUBECONFIG_PATH" \
@@ -135,9 +146,9 @@ cluster_up_main() {
 		--root-dir "$CLUSTER_DIR/kubelet" --cert-dir "$CLUSTER_DIR/kubelet/pki" \
 		--hostname-override "$NODE_NAME" --v "$KUBELET_VERBOSITY"
 
-	wait_for "node $NODE_NAME Ready" "$READY_TIMEOUT" node_ready
-	wait_for "ServiceAccount default" 60 kubectl_cmd -n default get serviceaccount default
-	wait_for "ConfigMap kube-root-ca.crt" 60 kubectl_cmd -n default get configmap kube-root-ca.crt
+	wait_for "node $NODE_NAME Ready" "$WAIT_LIMIT" node_ready
+	wait_for "ServiceAccount default" "$WAIT_LIMIT" kubectl_cmd -n default get serviceaccount default
+	wait_for "ConfigMap kube-root-ca.crt" "$WAIT_LIMIT" kubectl_cmd -n default get configmap kube-root-ca.crt
 	trap - EXIT TERM INT
 	log "cluster up in $((SECONDS - start))s (node Ready), state in $CLUSTER_DIR"
 	print_env
@@ -183,14 +194,14 @@ node_ready() {
 # start_daemon NAME BINARY ARGS...: start as a daemon (daemon_exec: it must
 # outlive the caller, e.g. a go test that hands the cluster to the next
 # package), with only PATH in its environment and output to logs/NAME.log;
-# pid to pids/NAME.pid. setsid in a background subshell is not a group
-# leader, so it execs in place and $! is the daemon.
+# pid to pids/NAME.pid (record_pid). setsid in a background subshell is not
+# a group leader, so it execs in place and $! is the daemon.
 start_daemon() {
 	local name="$1"
 	shift
 	log "starting $name"
 	(daemon_exec "$CLUSTER_DIR/logs/$name.log" env -i PATH="$DAEMON_PATH" "$@") &
-	printf '%s\n' "$!" >"$CLUSTER_DIR/pids/$name.pid"
+	record_pid "$name" "$!"
 	await_exec "$!" "$name" "$1"
 }
 

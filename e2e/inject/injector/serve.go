@@ -296,11 +296,12 @@ func (s *Served) Select(ctx context.Context, ns string, probe *corev1.Pod, serve
 
 // WaitDryRun creates probe in ns as a dry run (admission runs, nothing is
 // stored, no image is needed) until the pod the API server would store
-// satisfies ok, for at most 30 s: what admission configuration written
+// satisfies ok, for at most 2 minutes: what admission configuration written
 // moments ago needs to take effect.
 func WaitDryRun(ctx context.Context, client kubernetes.Interface, ns string, probe *corev1.Pod, ok func(*corev1.Pod) bool) error {
 	var last string
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+	// A hang guard: every case of k8sjobs prepares its namespace at once.
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		got, err := client.CoreV1().Pods(ns).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err != nil {
 			last = err.Error()
@@ -317,7 +318,7 @@ func WaitDryRun(ctx context.Context, client kubernetes.Interface, ns string, pro
 		return false, nil
 	})
 	if err != nil {
-		return fmt.Errorf("pods in %s not admitted as expected within 30s (last: %s): %w", ns, last, err)
+		return fmt.Errorf("pods in %s not admitted as expected within 2m (last: %s): %w", ns, last, err)
 	}
 	return nil
 }
