@@ -1,27 +1,84 @@
 #!/bin/bash
 # Every test of the project, as CI runs it (.ci/run calls this). As root: the
-# end-to-end tests create namespaces, cgroups, containers, a qemu guest and a
+# end-to-end tests create namespaces, cgroups, containers, qemu guests and a
 # one-node Kubernetes. What they need (Debian packages, tools built from the
 # Go module proxy) is installed by the scripts under e2e/scripts, idempotently,
 # and cached under ~/.cache/sidecar-supervisor-e2e.
 #
 #   e2e/test.sh                  everything
-#   e2e/test.sh -run TestJobs    passed to both `go test`s
+#   e2e/test.sh -run TestJobs    passed to every `go test`
+#
+# The e2e packages run in three lanes at once, each one package at a time:
+#   cluster  the one-node Kubernetes (built from source on a cold machine:
+#            minutes of compiling) and the tests on it
+#   qemu     Debian's kernels under software emulation
+#   host     everything else: simulated pods, Istio's injector, units
+# Most of the host lane's time is spent waiting on the processes it starts,
+# which the other two lanes' compiling and emulating use; no test depends on
+# the machine's speed (e2e/README.md), so they share it. Each lane's output
+# is prefixed with its name; its log and timings are also written under
+# $SUPERVISOR_E2E_RUN_DIR (default /tmp/sidecar-supervisor-e2e-run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . e2e/scripts/lib.sh
 
 [ "$(id -u)" -eq 0 ] || die "run as root: the end-to-end tests need namespaces and cgroups (sudo $0)"
 start=$(date +%s)
+RUN_DIR="${SUPERVISOR_E2E_RUN_DIR:-/tmp/sidecar-supervisor-e2e-run}"
+rm -rf "$RUN_DIR"
+mkdir -p "$RUN_DIR"
 
 log "product module: vet and tests"
 go vet ./...
 go test -count=1 "$@" ./...
 
-log "e2e module: vet and tests"
+log "e2e module: vet"
 cd e2e
 go vet ./...
-# -p 1: the heavy packages (qemu, the cluster) must not compete for 2 cores.
-go test -count=1 -p 1 -timeout 80m "$@" ./...
 
-log "all tests passed in $(( $(date +%s) - start ))s"
+lanes=(cluster qemu host)
+declare -A pkgs=(
+	[cluster]="./cluster ./k8sjobs"
+	[qemu]="./qemu ./exitstatus ./guests"
+)
+all="$(go list ./...)"
+host=()
+for p in $all; do
+	rel="./${p#github.com/sidecar-supervisor/sidecar-supervisor/e2e/}"
+	case " ${pkgs[cluster]} ${pkgs[qemu]} " in *" $rel "*) ;; *) host+=("$rel") ;; esac
+done
+pkgs[host]="${host[*]}"
+
+# lane NAME: its packages, one at a time; output prefixed, and kept.
+lane() {
+	local name="$1" t0 rc=0
+	t0=$(date +%s)
+	# shellcheck disable=SC2086
+	go test -count=1 -p 1 -timeout 80m "${args[@]}" ${pkgs[$name]} >"$RUN_DIR/$name.log" 2>&1 || rc=$?
+	printf '%s %s %d\n' "$name" "$rc" $(($(date +%s) - t0)) >"$RUN_DIR/$name.status"
+	return $rc
+}
+args=("$@")
+log "e2e module: tests, in lanes: ${lanes[*]}"
+pids=() tails=()
+for l in "${lanes[@]}"; do
+	: >"$RUN_DIR/$l.log"
+	lane "$l" &
+	pids+=($!)
+	# Follow the lane's log as it is written, prefixed, to the lane's end.
+	tail -n +1 -F --pid="$!" "$RUN_DIR/$l.log" 2>/dev/null | sed -u "s/^/[$l] /" &
+	tails+=($!)
+done
+failed=()
+for i in "${!lanes[@]}"; do
+	wait "${pids[$i]}" || failed+=("${lanes[$i]}")
+done
+wait "${tails[@]}" || true
+for l in "${lanes[@]}"; do
+	read -r _ rc secs <"$RUN_DIR/$l.status"
+	log "lane $l: exit $rc in ${secs}s"
+done
+# Each package's own figure, for e2e/README.md.
+grep -hE '^(ok|FAIL|---) ' "$RUN_DIR"/*.log | sed -E 's/github.com\/sidecar-supervisor\/sidecar-supervisor\///' >"$RUN_DIR/packages.txt" || true
+[ ${#failed[@]} -eq 0 ] || die "failed: ${failed[*]} (logs in $RUN_DIR)"
+log "all tests passed in $(($(date +%s) - start))s"
