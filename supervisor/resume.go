@@ -143,9 +143,12 @@ func (r *run) replay(entries []entry, pod procscan.Pod) {
 			r.watched = append(r.watched, watchedApp{main: c.Main, proc: proc})
 		}
 	}
+	// A sidecar the journal saw that runs no more has exited, journaled
+	// or not (the supervisor before may have died before seeing it).
 	all := len(sidecars) > 0
 	for id := range sidecars {
-		all = all && gone[id]
+		_, runs := mains[id]
+		all = all && (gone[id] || !runs)
 	}
 	r.resumed.sidecarsGone = all
 	r.log.Info().Str("dir", r.cfg.StateDir).Int("apps", apps).Int("ended", ended).Int("ended_unwatched", lost).

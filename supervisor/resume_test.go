@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/procscan"
+	"github.com/sidecar-supervisor/sidecar-supervisor/supervisor/exitwatch"
 )
 
 // Issue 32: a supervisor killed and started again by the kubelet carries on
@@ -197,4 +198,32 @@ func TestReadyFile(t *testing.T) {
 	if err := ready(dir, false); err != nil || Ready(dir) == nil {
 		t.Errorf("ready(false) = %v, and the file stays", err)
 	}
+}
+
+// TestResumeSidecarGoneUnseen: killed during the stop, after its SIGTERM
+// but before the sidecar's exit was seen; the sidecar exits meanwhile. The
+// next supervisor finds it gone (it runs no more: a fact) and waits for no
+// sidecar to appear.
+func TestResumeSidecarGoneUnseen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := stateConfig(t)
+		h := startWith(t, cfg, func(h *harness) {
+			h.kernel.setOnSignal(func(exitwatch.Signal) *exitwatch.Status { return nil }) // drains on
+		}, container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+		h.proc(10).exit(exited(0))
+		waitLog(t, h, `"message":"sidecar signalled"`)
+		kill(t, h)
+		h.proc(100).exit(exited(0))
+		h.pod.remove("app")
+		h.pod.remove("pilot-agent")
+		began := time.Now()
+		h2 := rerun(t, h, cfg)
+		res, err := h2.wait()
+		if err != nil || res.Outcome != Success || time.Since(began) != 0 {
+			t.Fatalf("res %+v err %v after %v; log:\n%s", res, err, time.Since(began), h2.logged())
+		}
+		if !strings.Contains(res.Summary, "sidecars stopped before the supervisor's restart") {
+			t.Errorf("summary %q", res.Summary)
+		}
+	})
 }
