@@ -12,9 +12,9 @@ import (
 // resumed is what the run took over from the journal of a supervisor
 // before it (journal.go): set once, by resume.
 type resumed struct {
-	// sidecarsGone: the journal saw sidecars, and each of them exit; the
-	// stop then finds none and waits for none.
-	sidecarsGone bool
+	// sidecars: the journal saw sidecars; so they have started, and the
+	// stop waits for none to appear: one not running then has exited.
+	sidecars bool
 }
 
 // podUID is the pod's UID where the scanner knows it (the kubelet's
@@ -145,14 +145,15 @@ func (r *run) replay(entries []entry, pod procscan.Pod) {
 	}
 	// A sidecar the journal saw that runs no more has exited, journaled
 	// or not (the supervisor before may have died before seeing it).
-	all := len(sidecars) > 0
+	left := 0
 	for id := range sidecars {
-		_, runs := mains[id]
-		all = all && (gone[id] || !runs)
+		if _, runs := mains[id]; runs && !gone[id] {
+			left++
+		}
 	}
-	r.resumed.sidecarsGone = all
+	r.resumed.sidecars = len(sidecars) > 0
 	r.log.Info().Str("dir", r.cfg.StateDir).Int("apps", apps).Int("ended", ended).Int("ended_unwatched", lost).
-		Int("watched", len(r.watched)).Int("sidecars", len(sidecars)).Bool("sidecars_gone", all).
+		Int("watched", len(r.watched)).Int("sidecars", len(sidecars)).Int("sidecars_running", left).
 		Msg("carrying on from the journal of the supervisor before")
 }
 

@@ -45,7 +45,7 @@ func TestResumeAppRunning(t *testing.T) {
 		}
 		kill(t, h)
 		h2 := rerun(t, h, cfg)
-		waitLog(t, h2, `"apps":1,"ended":0,"ended_unwatched":0,"watched":1`)
+		waitLog(t, h2, `"apps":1,"ended":0,"ended_unwatched":0,"watched":1,"sidecars":1,"sidecars_running":1`)
 		h2.proc(10).exit(exited(0))
 		res := h2.finish(Success, "SIGTERM 100")
 		if strings.Contains(h2.logged(), `"message":"app found"`) {
@@ -125,7 +125,7 @@ func TestResumeAfterStop(t *testing.T) {
 		if d := time.Since(began); d != 0 {
 			t.Errorf("the restarted supervisor took %v, want no wait at all", d)
 		}
-		if !strings.Contains(res.Summary, "sidecars stopped before the supervisor's restart") {
+		if !strings.Contains(res.Summary, "sidecars exited before the supervisor's restart") {
 			t.Errorf("summary %q", res.Summary)
 		}
 		if got := h.kernel.sent(); len(got) != 1 {
@@ -222,7 +222,7 @@ func TestResumeSidecarGoneUnseen(t *testing.T) {
 		if err != nil || res.Outcome != Success || time.Since(began) != 0 {
 			t.Fatalf("res %+v err %v after %v; log:\n%s", res, err, time.Since(began), h2.logged())
 		}
-		if !strings.Contains(res.Summary, "sidecars stopped before the supervisor's restart") {
+		if !strings.Contains(res.Summary, "sidecars exited before the supervisor's restart") {
 			t.Errorf("summary %q", res.Summary)
 		}
 	})

@@ -97,9 +97,10 @@ func (r *run) findSidecars(ctx context.Context) ([]*sidecar, state, error) {
 	if len(alive) > 0 {
 		return alive, nil, nil
 	}
-	if r.resumed.sidecarsGone {
-		// The supervisor before stopped them all and saw them exit: one
-		// running now came back, else there is nothing to wait for.
+	if r.resumed.sidecars {
+		// The supervisor before saw the sidecars, so they have started:
+		// one not running now has exited (stopped by it, or on its own),
+		// and none is to be waited for.
 		pod, err := r.scan.Scan()
 		if err != nil {
 			return nil, nil, fmt.Errorf("read /proc: %w", err)
@@ -107,8 +108,8 @@ func (r *run) findSidecars(ctx context.Context) ([]*sidecar, state, error) {
 		if out := r.trackSidecars(pod, nil); len(out) > 0 {
 			return out, nil, nil
 		}
-		r.log.Info().Msg("the sidecars were stopped before the supervisor was restarted: nothing left to stop")
-		r.note("sidecars stopped before the supervisor's restart")
+		r.log.Info().Msg("the sidecars seen before the supervisor's restart have exited: nothing left to stop")
+		r.note("sidecars exited before the supervisor's restart")
 		return nil, nil, nil
 	}
 	deadline := time.NewTimer(r.cfg.SidecarStartTimeout)

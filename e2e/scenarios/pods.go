@@ -105,7 +105,14 @@ type Desc struct {
 	// SupervisorOwnPIDNS runs the supervisor without the shared PID
 	// namespace (shareProcessNamespace: false).
 	SupervisorOwnPIDNS bool
-	Grace              time.Duration
+	// SupervisorState gives the supervisor a state directory that
+	// outlives its restarts, as the template's emptyDir does
+	// (SUPERVISOR_STATE_DIR): its journal.
+	SupervisorState bool
+	// SupervisorNative runs the supervisor as a native sidecar, before
+	// the apps (SUPERVISOR_SHAPE=native; it has SupervisorState).
+	SupervisorNative bool
+	Grace            time.Duration
 }
 
 // HandlerCue is the name Built.Release takes for the stand-in's handler
@@ -263,6 +270,9 @@ func BuildNamespaces(d Desc, tl pod.Tools) (Built, error) {
 		UID: ProxyUID, GID: ProxyUID,
 		TerminationMessage: filepath.Join(dir, "supervisor.termination-log"),
 	}
+	if err := supervisorState(d, dir, supervisor, ProxyUID, ""); err != nil {
+		return Built{}, err
+	}
 	var injected []pod.Container
 	for _, s := range d.Sidecars {
 		if err := vaultDir(dir, s); err != nil {
@@ -376,7 +386,13 @@ func assemble(d Desc, dir string, apps []pod.Container, proxy, supervisor *pod.C
 		supervisor.Name = "supervisor"
 		supervisor.NoNewPrivs, supervisor.Caps = true, []int{}
 		supervisor.OwnPIDNamespace = d.SupervisorOwnPIDNS
-		spec.Containers = append(spec.Containers, *supervisor)
+		if d.SupervisorNative {
+			// A native sidecar before every container of the pod.
+			supervisor.Native = true
+			spec.Containers = append([]pod.Container{*supervisor}, spec.Containers...)
+		} else {
+			spec.Containers = append(spec.Containers, *supervisor)
+		}
 	}
 	for _, c := range injected {
 		if !d.NoSupervisor {

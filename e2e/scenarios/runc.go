@@ -135,6 +135,9 @@ func BuildRunc(d Desc, tl pod.Tools, runc string) (Built, error) {
 			// default SUPERVISOR_TERMINATION_MESSAGE_PATH.
 			TerminationMessage: "/dev/termination-log",
 		}
+		if err := supervisorState(d, dir, supervisor, uid, stateMount); err != nil {
+			return Built{}, err
+		}
 	}
 	b.Spec = assemble(d, dir, apps, proxy, supervisor, injected)
 	return b, nil

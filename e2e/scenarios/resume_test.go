@@ -1,0 +1,107 @@
+package scenarios
+
+import (
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/pod"
+)
+
+// Issue 32: the supervisor killed (SIGKILL, as an OOM kill or a node's kill
+// would) is started again by the kubelet, and carries on from the journal
+// in its state directory: the Job ends as it would have, the sidecar
+// stopped once, exit 0.
+
+// killSupervisor SIGKILLs the running supervisor and waits until its next
+// instance says it carries on from the journal.
+func killSupervisor(t *testing.T, p *pod.Pod) {
+	t.Helper()
+	if err := p.Signal("supervisor", syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitLog(t, p, "carrying on from the journal of the supervisor before")
+}
+
+// TestSupervisorKilled: under OnFailure (a killed container is restarted)
+// and in the native shape under Never (a native sidecar is restarted on any
+// death), on both backends; killed while the app runs, and killed during
+// the stop (after the sidecar's SIGTERM, its drain held, before its exit).
+func TestSupervisorKilled(t *testing.T) {
+	for _, b := range Builders(t) {
+		for _, tc := range []struct {
+			name   string
+			policy pod.RestartPolicy
+			native bool
+		}{
+			{name: "OnFailure", policy: pod.OnFailure},
+			{name: "Never, native shape", policy: pod.Never, native: true},
+		} {
+			t.Run(b.Name+"/"+tc.name+"/while the app runs", func(t *testing.T) {
+				d := Desc{Name: "killed", Policy: tc.policy, Apps: []App{{Name: "app", Cued: true, UID: 1000}},
+					SupervisorState: true, SupervisorNative: tc.native, SupervisorEnv: patientEnv(tc.policy)}
+				p, built := run(t, b, d)
+				waitStandIn(t, built)
+				waitLogFor(t, p, "app found", "app")
+				killSupervisor(t, p)
+				releaseApps(t, p, built, d.Apps)
+				st := waitPhase(t, p, eventBound)
+				checkEnd(t, st, pod.Succeeded, map[string]int{"app": 0, "istio-proxy": 0})
+				checkKilledOnce(t, p, st, built)
+			})
+			t.Run(b.Name+"/"+tc.name+"/during the stop", func(t *testing.T) {
+				d := Desc{Name: "killed", Policy: tc.policy, Apps: []App{{Name: "app", Cued: true, UID: 1000}},
+					ProxyDrainCued: true, SupervisorState: true, SupervisorNative: tc.native, SupervisorEnv: patientEnv(tc.policy)}
+				p, built := run(t, b, d)
+				waitStandIn(t, built)
+				releaseApps(t, p, built, d.Apps)
+				waitLog(t, p, "sidecar signalled")
+				killSupervisor(t, p)
+				if err := built.Release(ProxyDrainCue); err != nil {
+					t.Fatal(err)
+				}
+				st := waitPhase(t, p, eventBound)
+				checkEnd(t, st, pod.Succeeded, map[string]int{"app": 0, "istio-proxy": 0})
+				checkKilledOnce(t, p, st, built)
+			})
+		}
+	}
+}
+
+// patientEnv: the supervisor's bounds, none of them on the path.
+func patientEnv(policy pod.RestartPolicy) []string {
+	return append(append([]string{}, patient...), "SUPERVISOR_RESTART_POLICY="+string(policy))
+}
+
+// checkKilledOnce: the supervisor was started twice (killed once), the
+// sidecar got SIGTERM and nothing harsher (the supervisor killed during
+// the stop sends it again: pilot-agent heeds the first), and exited 0 after
+// its drain; the Job's outcome is the apps' success.
+func checkKilledOnce(t *testing.T, p *pod.Pod, st pod.Status, built Built) {
+	t.Helper()
+	if c := st.Container("supervisor"); c.Restarts != 1 {
+		t.Errorf("supervisor %+v, want one restart", c)
+	}
+	rec := Record(built.PilotRecord)
+	signals := slices.DeleteFunc(slices.Clone(rec), func(l string) bool { return !strings.HasPrefix(l, "signal ") })
+	if len(signals) == 0 || slices.ContainsFunc(signals, func(l string) bool { return l != "signal SIGTERM" }) ||
+		rec[len(rec)-1] != "exit 0" {
+		t.Errorf("pilot-agent record %q, want SIGTERM only, then exit 0", rec)
+	}
+	if l := logLines(p, "done"); len(l) == 0 || l[len(l)-1].Str("summary")[:8] != "success:" {
+		t.Errorf("the last supervisor's summary is not success:\n%s", p.Logs("supervisor"))
+	}
+}
+
+// logLines are the supervisor's log lines with message msg.
+func logLines(p *pod.Pod, msg string) []LogLine {
+	var out []LogLine
+	for _, l := range ParseLog(p.Logs("supervisor")) {
+		if l.Msg() == msg {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
