@@ -104,4 +104,3 @@ func logLines(p *pod.Pod, msg string) []LogLine {
 	}
 	return out
 }
-

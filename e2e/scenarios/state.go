@@ -36,4 +36,3 @@ func supervisorState(d Desc, dir string, supervisor *pod.Container, uid int, inC
 	}
 	return nil
 }
-
