@@ -387,7 +387,7 @@ func TestHoldWithIstioValues(t *testing.T) {
 			tcase := injectCase{in: tc.in, want: tc.want, image: tc.image}
 			checkOrder(t, pod.Spec, true)
 			checkSupervisorBasics(t, pod.Spec, tcase.basics())
-			checkUnique(t, pod.Spec)
+			checkValid(t, pod.Spec)
 			checkTemplateOutput(t, in, tcase)
 		})
 	}

@@ -110,6 +110,7 @@ func TestHandWrittenManifests(t *testing.T) {
 			}
 			checkOrder(t, spec, false)
 			checkSupervisorBasics(t, spec, wantBasics(tc.ptrace))
+			checkValid(t, spec)
 			checkConsistent(t, spec)
 			if got := tmpl.Labels["sidecar.istio.io/inject"]; got != "true" {
 				t.Errorf(`pod label sidecar.istio.io/inject = %q, want "true"`, got)
@@ -176,24 +177,27 @@ func TestPodSecurityLevels(t *testing.T) {
 
 var securityLevels = []psaapi.Level{psaapi.LevelRestricted, psaapi.LevelBaseline, psaapi.LevelPrivileged}
 
-// podSecurity judges what the pod has of ours, the supervisor container, the
-// install init container and its volume, with the pod-level settings, at each of
-// securityLevels: "" when allowed, else "reason: detail" of each refusal,
-// joined by "\n". The app and istio-proxy are not what is being judged.
+// podSecurity judges what the pod has of ours, the supervisor (a container
+// or a native sidecar) and its state volume, the install init container and
+// its volume, with the pod-level settings, at each of securityLevels: ""
+// when allowed, else "reason: detail" of each refusal, joined by "\n". The
+// app and istio-proxy are not what is being judged.
 func podSecurity(t *testing.T, spec corev1.PodSpec) []string {
 	t.Helper()
 	ours := *spec.DeepCopy()
 	ours.Containers, ours.InitContainers, ours.Volumes = nil, nil, nil
 	for _, v := range spec.Volumes {
-		if v.Name == holdVolume {
+		if v.Name == holdVolume || v.Name == stateVolume {
 			ours.Volumes = append(ours.Volumes, v)
 		}
 	}
 	if c := findContainer(spec, supervisorName); c != nil {
 		ours.Containers = append(ours.Containers, *c)
 	}
-	if c := findInit(spec, installName); c != nil {
-		ours.InitContainers = append(ours.InitContainers, *c)
+	for _, name := range []string{supervisorName, installName} {
+		if c := findInit(spec, name); c != nil {
+			ours.InitContainers = append(ours.InitContainers, *c)
+		}
 	}
 	if len(ours.Containers)+len(ours.InitContainers) == 0 {
 		t.Fatalf("no %s or %s container to judge", supervisorName, installName)
@@ -242,7 +246,7 @@ func TestHandWrittenDeployment(t *testing.T) {
 		t.Errorf("pod (-want +got):\n%s", diff)
 	}
 	checkSupervisorBasics(t, spec, wantBasics(false))
-	checkUnique(t, spec)
+	checkValid(t, spec)
 	if p := findContainer(spec, proxyName); p == nil || p.Image != "auto" {
 		t.Errorf("istio-proxy must be a customisation with image: auto, got %+v", p)
 	}

@@ -407,7 +407,7 @@ func checkRelease(t *testing.T, r istioRelease, in istioInstall, tc injectCase, 
 	}
 	checkOrder(t, merged.Spec, true)
 	checkSupervisorBasics(t, merged.Spec, tc.basics())
-	checkUnique(t, merged.Spec)
+	checkValid(t, merged.Spec)
 	checkStatus(t, merged.Annotations, tc.status)
 }
 
