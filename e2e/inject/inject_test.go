@@ -94,7 +94,8 @@ const quitURL = "http://127.0.0.1:15020/quitquitquit"
 
 // supervisorEnv is the environment the template gives the supervisor when no
 // annotation asks for more, where istio-proxy goes last (so with
-// SUPERVISOR_AFTER_APPS; see withoutAfterApps). apps is the app containers'
+// SUPERVISOR_AFTER_APPS; see withoutAfterApps), its state directory
+// included (see withoutState). apps is the app containers'
 // names, comma-separated, which it counts too; a number is the
 // app-containers annotation's count, which replaces the names.
 func supervisorEnv(restart string, apps string, extra ...string) map[string]string {
@@ -102,6 +103,7 @@ func supervisorEnv(restart string, apps string, extra ...string) map[string]stri
 		"SUPERVISOR_RESTART_POLICY": restart,
 		afterAppsVar:                proxyName,
 		"SUPERVISOR_ON_SUCCESS":     quitURL,
+		stateVar:                    stateDir,
 		"GOMEMLIMIT":                "resourceFieldRef:limits.memory",
 	}
 	switch _, err := strconv.Atoi(apps); {
@@ -124,6 +126,13 @@ func supervisorEnv(restart string, apps string, extra ...string) map[string]stri
 // hand-written manifests).
 func withoutAfterApps(env map[string]string) map[string]string {
 	delete(env, afterAppsVar)
+	return env
+}
+
+// withoutState is env without SUPERVISOR_STATE_DIR: the hand-written
+// manifests in the container shape keep no state.
+func withoutState(env map[string]string) map[string]string {
+	delete(env, stateVar)
 	return env
 }
 
@@ -248,6 +257,7 @@ func injectCases(t *testing.T) (cases []injectCase) {
 					"SUPERVISOR_APPS":           "app",
 					"SUPERVISOR_AFTER_APPS":     "istio-proxy",
 					"SUPERVISOR_ON_SUCCESS":     quitURL,
+					"SUPERVISOR_STATE_DIR":      "/var/run/sidecar-supervisor-state",
 					"GOMEMLIMIT":                "resourceFieldRef:limits.memory",
 				},
 				SupervisorUser: "1337",
@@ -431,10 +441,10 @@ func injectCases(t *testing.T) (cases []injectCase) {
 				InitContainers:        []string{"istio-init"},
 				Containers:            []string{"app", supervisorName, proxyName},
 				ShareProcessNamespace: true,
-				SupervisorEnv: withoutAfterApps(supervisorEnv("Never", "app",
+				SupervisorEnv: withoutState(withoutAfterApps(supervisorEnv("Never", "app",
 					"SUPERVISOR_ON_FAILURE", "SIGKILL",
 					"SUPERVISOR_STOP_TIMEOUT", "30s",
-					"SUPERVISOR_EXIT_STATUS", "auto")),
+					"SUPERVISOR_EXIT_STATUS", "auto"))),
 				SupervisorUser: "1337",
 			},
 		},
@@ -572,8 +582,11 @@ func checkTemplateOutput(t *testing.T, in istioInstall, tc injectCase) {
 	switch mode {
 	case "job":
 		if got := findContainer(patch.Spec, supervisorName); got == nil || len(patch.Spec.Containers) != 1 ||
-			len(patch.Spec.InitContainers) != 0 || len(patch.Spec.Volumes) != 0 {
+			len(patch.Spec.InitContainers) != 0 {
 			t.Errorf("template output should add exactly the supervisor container:\n%s", rendered)
+		}
+		if len(patch.Spec.Volumes) != 1 || patch.Spec.Volumes[0].Name != stateVolume {
+			t.Errorf("template output should add exactly the %s volume:\n%s", stateVolume, rendered)
 		}
 		// Where Istio's injector puts istio-proxy (reorderPod's own test):
 		// last by default, and the supervisor then goes before the pod's
