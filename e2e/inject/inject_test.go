@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -308,19 +309,6 @@ func injectCases(t *testing.T) (cases []injectCase) {
 			want:           native("app"),
 		},
 		{
-			name: "native sidecars mesh-wide, pod opts out",
-			in: job("classic", corev1.RestartPolicyNever,
-				map[string]string{"sidecar.istio.io/nativeSidecar": "false"}, "app"),
-			nativeSidecars: true,
-			want: podShape{
-				InitContainers:        []string{"istio-init"},
-				Containers:            withSupervisor("app"),
-				ShareProcessNamespace: true,
-				SupervisorEnv:         supervisorEnv("Never", "app"),
-				SupervisorUser:        "1337",
-			},
-		},
-		{
 			name: "annotations tune the supervisor",
 			in: job("tuned", corev1.RestartPolicyNever, map[string]string{
 				annotationPrefix + "on-failure":     quit,
@@ -463,7 +451,13 @@ func checkStatus(t *testing.T, annotations map[string]string, want string) {
 	}
 }
 
-// TestIstioInjection runs each case (Jobs and CronJobs here, Deployments and
+// allCases are the pods TestIstioInjection and TestIstioReleases inject.
+func allCases(t *testing.T) []injectCase {
+	return slices.Concat(injectCases(t), nativeCases(t), holdCases(t))
+}
+
+// TestIstioInjection runs each case (Jobs and CronJobs here, the
+// supervisor's native shape in native_test.go, Deployments and
 // StatefulSets in hold_test.go) through Istio's injector with the
 // configuration of each installation method, in both of the injector's
 // forms: istiod's admission webhook (which runs defaultTemplates) and
@@ -472,7 +466,7 @@ func checkStatus(t *testing.T, annotations map[string]string, want string) {
 func TestIstioInjection(t *testing.T) {
 	for _, in := range installs(t) {
 		hook := newWebhook(t, in)
-		for _, tc := range append(injectCases(t), holdCases(t)...) {
+		for _, tc := range allCases(t) {
 			t.Run(in.Name+"/"+tc.name, func(t *testing.T) {
 				if tc.nativeSidecars {
 					setNativeSidecars(t)
@@ -531,8 +525,8 @@ func setNativeSidecarMode(t *testing.T, mode features.NativeSidecarMode) {
 // the injector itself would silently drop a misspelt field. It checks that
 // the patch holds exactly the parts of its mode and the order directives:
 // the pod's own containers in their order, the supervisor before them or
-// after them as istio-proxy goes last or first, the hold's additions after
-// them.
+// after them as istio-proxy goes last or first, or, native, after the pod's
+// own init containers; the hold's additions after them.
 func checkTemplateOutput(t *testing.T, in istioInstall, tc injectCase) {
 	pod := podFor(tc.in)
 	data := templateData(t, in, pod, tc.nativeSidecars)
@@ -581,12 +575,27 @@ func checkTemplateOutput(t *testing.T, in istioInstall, tc injectCase) {
 	var wantOrders map[string][]string
 	switch mode {
 	case "job":
+		if len(patch.Spec.Volumes) != 1 || patch.Spec.Volumes[0].Name != stateVolume {
+			t.Errorf("template output should add exactly the %s volume:\n%s", stateVolume, rendered)
+		}
+		// The native shape: the supervisor alone among the init containers,
+		// after the pod's own.
+		if findInit(patch.Spec, supervisorName) != nil {
+			if len(patch.Spec.InitContainers) != 1 || len(patch.Spec.Containers) != 0 {
+				t.Errorf("template output should add exactly the supervisor init container:\n%s", rendered)
+			}
+			if tc.want.SupervisorEnv != nil && !slices.Contains(tc.want.InitContainers, supervisorName) {
+				t.Errorf("template output makes the supervisor a native sidecar, the case wants a container:\n%s", rendered)
+			}
+			wantOrders = map[string][]string{"initContainers": append(shapeOf(pod.Spec).InitContainers, supervisorName)}
+			break
+		}
 		if got := findContainer(patch.Spec, supervisorName); got == nil || len(patch.Spec.Containers) != 1 ||
 			len(patch.Spec.InitContainers) != 0 {
 			t.Errorf("template output should add exactly the supervisor container:\n%s", rendered)
 		}
-		if len(patch.Spec.Volumes) != 1 || patch.Spec.Volumes[0].Name != stateVolume {
-			t.Errorf("template output should add exactly the %s volume:\n%s", stateVolume, rendered)
+		if slices.Contains(tc.want.InitContainers, supervisorName) {
+			t.Errorf("template output makes the supervisor a container, the case wants a native sidecar:\n%s", rendered)
 		}
 		// Where Istio's injector puts istio-proxy (reorderPod's own test):
 		// last by default, and the supervisor then goes before the pod's
