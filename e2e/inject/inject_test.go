@@ -549,7 +549,7 @@ func checkTemplateOutput(t *testing.T, in istioInstall, tc injectCase) {
 	mode := tc.templateAlone
 	switch {
 	case mode != "":
-	case findContainer(pod.Spec, supervisorName) != nil, findInit(pod.Spec, installName) != nil:
+	case findSupervisor(pod.Spec) != nil, findInit(pod.Spec, installName) != nil:
 		// Added by hand: the template adds nothing.
 	case tc.want.SupervisorEnv != nil:
 		mode = "job"

@@ -37,10 +37,12 @@ func podTemplateOf(t *testing.T, kind string, data []byte) corev1.PodTemplateSpe
 	return corev1.PodTemplateSpec{}
 }
 
-// TestHandWrittenManifests checks deploy/job.yaml, cronjob.yaml and
-// job-ptrace.yaml: strict decoding, the supervisor last with a shared PID
-// namespace, and SUPERVISOR_RESTART_POLICY / SUPERVISOR_APP_CONTAINERS agreeing
-// with the pod they are in.
+// TestHandWrittenManifests checks deploy/job.yaml, cronjob.yaml,
+// job-native.yaml and job-ptrace.yaml: strict decoding, the supervisor last
+// (or, native, an init container: shape_test.go's checks) with a shared PID
+// namespace, what the API server would refuse, and
+// SUPERVISOR_RESTART_POLICY / SUPERVISOR_APP_CONTAINERS agreeing with the pod
+// they are in.
 func TestHandWrittenManifests(t *testing.T) {
 	for _, tc := range []struct {
 		file   string
@@ -77,6 +79,30 @@ func TestHandWrittenManifests(t *testing.T) {
 					"SUPERVISOR_APPS":           "app",
 					"SUPERVISOR_ON_SUCCESS":     quitURL,
 					"SUPERVISOR_STOP_TIMEOUT":   "30s",
+					"GOMEMLIMIT":                "resourceFieldRef:limits.memory",
+				},
+				SupervisorUser: "1337",
+			},
+		},
+		{
+			// The native shape by hand: an init container before the app,
+			// istio-proxy (added by Istio's injector) last.
+			file: "job-native.yaml", kind: "Job",
+			want: podShape{
+				InitContainers:        []string{supervisorName},
+				Containers:            []string{"app"},
+				ShareProcessNamespace: true,
+				SupervisorEnv: map[string]string{
+					"SUPERVISOR_RESTART_POLICY": "Never",
+					"SUPERVISOR_APP_CONTAINERS": "1",
+					"SUPERVISOR_APPS":           "app",
+					"SUPERVISOR_AFTER_APPS":     "istio-proxy",
+					"SUPERVISOR_SHAPE":          "native",
+					"SUPERVISOR_STATE_DIR":      "/var/run/sidecar-supervisor-state",
+					"SUPERVISOR_ON_SUCCESS":     quitURL,
+					"SUPERVISOR_ON_FAILURE":     "SIGKILL",
+					"SUPERVISOR_STOP_TIMEOUT":   "30s",
+					"SUPERVISOR_EXIT_STATUS":    "auto",
 					"GOMEMLIMIT":                "resourceFieldRef:limits.memory",
 				},
 				SupervisorUser: "1337",
@@ -157,6 +183,7 @@ func TestPodSecurityLevels(t *testing.T) {
 		{file: "job.yaml", kind: "Job", want: []string{"", "", ""}},
 		{file: "cronjob.yaml", kind: "CronJob", want: []string{"", "", ""}},
 		{file: "deployment.yaml", kind: "Deployment", want: []string{"", "", ""}},
+		{file: "job-native.yaml", kind: "Job", want: []string{"", "", ""}},
 		{file: "job-ptrace.yaml", kind: "Job", want: []string{
 			`unrestricted capabilities: container "sidecar-supervisor" must not include "KILL", "SYS_PTRACE" in securityContext.capabilities.add` + "\n" +
 				`runAsNonRoot != true: container "sidecar-supervisor" must not set securityContext.runAsNonRoot=false` + "\n" +

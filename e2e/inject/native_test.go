@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 
 	"istio.io/istio/pilot/pkg/features"
@@ -47,6 +48,10 @@ func containerSupervised() podShape {
 }
 
 func nativeCases(t *testing.T) []injectCase {
+	var handWritten batchv1.Job
+	decodeStrict(t, readDeploy(t, "job-native.yaml"), &handWritten)
+	handWritten.Namespace = namespace
+
 	shape := func(s string) map[string]string { return map[string]string{shapeAnnotation: s} }
 	withInit := func(p *corev1.PodTemplateSpec) {
 		p.Spec.InitContainers = []corev1.Container{{Name: "migrate", Image: "busybox:1.37"}}
@@ -147,6 +152,16 @@ func nativeCases(t *testing.T) []injectCase {
 				"sidecar.istio.io/nativeSidecar": "true", shapeAnnotation: "native",
 			}, "app"),
 			want: native("app"),
+		},
+		{
+			// The template sees the supervisor among the init containers
+			// and adds nothing; Istio puts istio-init after it.
+			name: "hand-written deploy/job-native.yaml keeps its own supervisor",
+			in:   &handWritten,
+			want: nativeSupervised(nil, nativeEnv("Never", "app",
+				"SUPERVISOR_ON_FAILURE", "SIGKILL",
+				"SUPERVISOR_STOP_TIMEOUT", "30s",
+				"SUPERVISOR_EXIT_STATUS", "auto"), "app"),
 		},
 		{
 			name: "shape native on a deployment: the hold, as without it",
