@@ -40,8 +40,9 @@ package inject
 //
 // The test executes our template as each release would and requires: no
 // error; the same output as the newest release gives for the same native
-// decision; and the pod it makes, merged by the injector, as the newest
-// release's tests want it.
+// decisions (whether istio-proxy is native, and whether istiod makes native
+// sidecars at all, which the supervisor's shape defaults from); and the pod
+// it makes, merged by the injector, as the newest release's tests want it.
 
 import (
 	"bytes"
@@ -382,6 +383,9 @@ func checkRelease(t *testing.T, r istioRelease, in istioInstall, tc injectCase, 
 	newest := bare
 	if native != tc.nativeSidecars {
 		newest = bare.DeepCopy()
+		if newest.Annotations == nil {
+			newest.Annotations = map[string]string{}
+		}
 		newest.Annotations["sidecar.istio.io/nativeSidecar"] = strconv.FormatBool(native)
 	}
 	t.Setenv("ENABLE_NATIVE_SIDECARS", "false")
