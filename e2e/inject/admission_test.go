@@ -726,7 +726,7 @@ func TestAdmissionPolicy(t *testing.T) {
 				t.Errorf("the supervisor's Pod Security verdicts for %v (-want +got):\n%s", securityLevels, diff)
 			}
 			checkAdmissionOrder(t, got.Spec)
-			checkUnique(t, got.Spec)
+			checkValid(t, got.Spec)
 			// Everything else of the pod is as the webhooks left it.
 			w := without.DeepCopy()
 			w.Annotations, w.Spec.ShareProcessNamespace = got.Annotations, got.Spec.ShareProcessNamespace
@@ -814,7 +814,7 @@ func TestAdmissionWithIstiosInjector(t *testing.T) {
 		}
 		checkSupervisorBasics(t, got.Spec, wantBasics(false))
 		checkAdmissionOrder(t, got.Spec)
-		checkUnique(t, got.Spec)
+		checkValid(t, got.Spec)
 	})
 	t.Run("with the supervisor template: its supervisor, not a second", func(t *testing.T) {
 		got, err := c.admitted(t, p, b, ns, pod, istio)

@@ -1,8 +1,9 @@
 // Package inject checks, without a cluster, every way the repository ships to
 // put sidecar-supervisor into a pod (see deploy/README.md):
 //
-//   - the hand-written manifests deploy/*.yaml (Jobs, a CronJob, a Deployment
-//     with the hold);
+//   - the hand-written manifests deploy/*.yaml (Jobs, among them
+//     job-native.yaml with the supervisor as a native sidecar, a CronJob, a
+//     Deployment with the hold);
 //   - the "supervisor" injection template (deploy/istio), rendered by Istio's
 //     own injector (istio.io/istio/pkg/kube/inject) after Istio's default
 //     "sidecar" template, both as istiod's admission webhook and as
@@ -17,13 +18,16 @@
 //
 // Every result is decoded strictly into the Kubernetes API types and checked
 // for the same structure: for Jobs, the supervisor present or absent as it
-// should be, placed as it should be (first, with SUPERVISOR_AFTER_APPS
+// should be, in the shape it should have (a regular container, or a native
+// sidecar: an init container with restartPolicy Always and its startup
+// probe), placed as it should be (first, with SUPERVISOR_AFTER_APPS
 // naming istio-proxy, where the injection template puts istio-proxy last;
-// otherwise after the app containers), with a shared PID namespace and the
-// right environment; for Deployments and other restartPolicy Always pods,
-// the hold (the install init container, its volume, istio-proxy's preStop
-// hook, mount and SUPERVISOR_HOLD_TIMEOUT, a shared PID namespace) present or
-// absent as it should be, and never in place of a preStop hook istio-proxy
-// already has. The tests live here; package injector holds what the
+// otherwise after the app containers; native, after the pod's own init
+// containers), with a shared PID namespace, its state volume and the right
+// environment, and nothing the API server's validation would refuse; for
+// Deployments and other restartPolicy Always pods, the hold (the install
+// init container, its volume, istio-proxy's preStop hook, mount and
+// SUPERVISOR_HOLD_TIMEOUT, a shared PID namespace) present or absent as it
+// should be, and never in place of a preStop hook istio-proxy already has. The tests live here; package injector holds what the
 // real-cluster tests share with them.
 package inject

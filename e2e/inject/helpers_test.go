@@ -30,6 +30,18 @@ const (
 	// annotationPrefix is the prefix of the injection template's per-pod
 	// settings.
 	annotationPrefix = "supervisor.sidecar-supervisor.io/"
+
+	// The supervisor's state: a memory-backed emptyDir of its own, where
+	// it keeps its journal (what it saw, for a restarted instance to carry
+	// on from) and its ready file (SUPERVISOR_STATE_DIR).
+	stateVar    = "SUPERVISOR_STATE_DIR"
+	stateVolume = "sidecar-supervisor-state"
+	stateDir    = "/var/run/sidecar-supervisor-state"
+
+	// shapeVar tells the binary which shape it runs in: "container" (a
+	// regular container, the default) or "native" (a restartable init
+	// container, which must idle once done rather than exit).
+	shapeVar = "SUPERVISOR_SHAPE"
 )
 
 // settingAnnotations maps each SUPERVISOR_* variable that can be tuned per
@@ -219,7 +231,7 @@ func shapeOf(spec corev1.PodSpec) podShape {
 	for _, c := range spec.Containers {
 		s.Containers = append(s.Containers, c.Name)
 	}
-	c := findContainer(spec, supervisorName)
+	c := findSupervisor(spec)
 	if c == nil {
 		return s
 	}
@@ -240,6 +252,15 @@ func shapeOf(spec corev1.PodSpec) podShape {
 	return s
 }
 
+// findSupervisor returns the supervisor in either of its shapes: a regular
+// container, or a native sidecar (an init container).
+func findSupervisor(spec corev1.PodSpec) *corev1.Container {
+	if c := findContainer(spec, supervisorName); c != nil {
+		return c
+	}
+	return findInit(spec, supervisorName)
+}
+
 func findContainer(spec corev1.PodSpec, name string) *corev1.Container {
 	for i := range spec.Containers {
 		if spec.Containers[i].Name == name {
@@ -255,7 +276,9 @@ const afterAppsVar = "SUPERVISOR_AFTER_APPS"
 
 // checkOrder checks where the supervisor, when present, sits among the
 // containers, which the kubelet starts one at a time in the spec's order.
-// Either of two, told apart by the supervisor's environment:
+// A native supervisor (an init container) is checked by checkNativeOrder.
+// As a regular container, either of two, told apart by the supervisor's
+// environment:
 //   - with SUPERVISOR_AFTER_APPS=istio-proxy (the injection template, with
 //     istio-proxy last): the supervisor first, before every app, and
 //     istio-proxy last, so that its start marks the kubelet's passing of the
@@ -271,6 +294,9 @@ func checkOrder(t *testing.T, spec corev1.PodSpec, proxyMayFollow bool) {
 	names := shape.Containers
 	i := slices.Index(names, supervisorName)
 	if i < 0 {
+		if slices.Contains(shape.InitContainers, supervisorName) {
+			checkNativeOrder(t, spec)
+		}
 		return
 	}
 	after, ok := shape.SupervisorEnv[afterAppsVar]
@@ -349,15 +375,18 @@ func wantBasics(ptrace bool) supervisorBasics {
 	}
 }
 
-// checkSupervisorBasics checks the supervisor container and the hold's
-// install init container, if the pod has them: both are the supervisor's
-// image, hardened alike.
+// checkSupervisorBasics checks the supervisor, in either shape, and the
+// hold's install init container, if the pod has them: both are the
+// supervisor's image, hardened alike. The supervisor's shape and its state
+// directory are checked too (checkSupervisorShape, checkStateDir).
 func checkSupervisorBasics(t *testing.T, spec corev1.PodSpec, want supervisorBasics) {
 	t.Helper()
-	if c := findContainer(spec, supervisorName); c != nil {
+	if c := findSupervisor(spec); c != nil {
 		if diff := cmp.Diff(want, basicsOf(*c)); diff != "" {
 			t.Errorf("supervisor container settings (-want +got):\n%s", diff)
 		}
+		checkSupervisorShape(t, spec)
+		checkStateDir(t, spec)
 	}
 	if c := findInit(spec, installName); c != nil {
 		want := want
@@ -368,10 +397,11 @@ func checkSupervisorBasics(t *testing.T, spec corev1.PodSpec, want supervisorBas
 	}
 }
 
-// checkUnique checks what the API server would refuse or a merge could
+// checkValid checks what the API server would refuse or a merge could
 // duplicate: volume names, and in every container the env names and mount
-// paths.
-func checkUnique(t *testing.T, spec corev1.PodSpec) {
+// paths; then the rules of Kubernetes' own validation for the fields the
+// supervisor's shapes use (checkAPIRules).
+func checkValid(t *testing.T, spec corev1.PodSpec) {
 	t.Helper()
 	dup := func(what string, names []string) {
 		seen := map[string]bool{}
@@ -398,4 +428,5 @@ func checkUnique(t *testing.T, spec corev1.PodSpec) {
 		dup(c.Name+" env", env)
 		dup(c.Name+" volumeMounts", mounts)
 	}
+	checkAPIRules(t, spec)
 }

@@ -280,11 +280,11 @@ type valuesCase struct {
 
 // valuesCases: a mesh-wide istio-proxy lifecycle with a preStop keeps the
 // pod out of the hold (and its hook stays); one with only a postStart is
-// merged with the hold; the mesh-wide switches (the hold off, the image) and
-// the pod's way back in; with Istio's CNI the install container follows the
-// pod's init containers, after istio-validation. Jobs get the supervisor
-// first, or last where the mesh-wide holdApplicationUntilProxyStarts puts
-// istio-proxy first.
+// merged with the hold; the mesh-wide switches (the hold off, the image, the
+// supervisor's shape: nativeValuesCases) and the pod's way back in; with
+// Istio's CNI the install container follows the pod's init containers, after
+// istio-validation. Jobs get the supervisor first, or last where the
+// mesh-wide holdApplicationUntilProxyStarts puts istio-proxy first.
 func valuesCases() []valuesCase {
 	withInit := edit(deployment("web", "web"), func(p *corev1.PodTemplateSpec) {
 		p.Spec.InitContainers = []corev1.Container{{Name: "migrate", Image: "busybox:1.37"}}
@@ -292,7 +292,7 @@ func valuesCases() []valuesCase {
 	hook := func(cmd ...string) map[string]any {
 		return map[string]any{"exec": map[string]any{"command": cmd}}
 	}
-	return []valuesCase{
+	return append([]valuesCase{
 		{
 			name:   "global.proxy.lifecycle with a preStop: no hold",
 			values: map[string]any{"global": map[string]any{"proxy": map[string]any{"lifecycle": map[string]any{"preStop": hook("sleep", "5")}}}},
@@ -365,7 +365,7 @@ func valuesCases() []valuesCase {
 				SupervisorUser:        "1337",
 			},
 		},
-	}
+	}, nativeValuesCases()...)
 }
 
 // mirrorImage is the supervisor's image as a private mirror serves it.
@@ -387,7 +387,7 @@ func TestHoldWithIstioValues(t *testing.T) {
 			tcase := injectCase{in: tc.in, want: tc.want, image: tc.image}
 			checkOrder(t, pod.Spec, true)
 			checkSupervisorBasics(t, pod.Spec, tcase.basics())
-			checkUnique(t, pod.Spec)
+			checkValid(t, pod.Spec)
 			checkTemplateOutput(t, in, tcase)
 		})
 	}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -94,7 +95,8 @@ const quitURL = "http://127.0.0.1:15020/quitquitquit"
 
 // supervisorEnv is the environment the template gives the supervisor when no
 // annotation asks for more, where istio-proxy goes last (so with
-// SUPERVISOR_AFTER_APPS; see withoutAfterApps). apps is the app containers'
+// SUPERVISOR_AFTER_APPS; see withoutAfterApps), its state directory
+// included (see withoutState). apps is the app containers'
 // names, comma-separated, which it counts too; a number is the
 // app-containers annotation's count, which replaces the names.
 func supervisorEnv(restart string, apps string, extra ...string) map[string]string {
@@ -102,6 +104,7 @@ func supervisorEnv(restart string, apps string, extra ...string) map[string]stri
 		"SUPERVISOR_RESTART_POLICY": restart,
 		afterAppsVar:                proxyName,
 		"SUPERVISOR_ON_SUCCESS":     quitURL,
+		stateVar:                    stateDir,
 		"GOMEMLIMIT":                "resourceFieldRef:limits.memory",
 	}
 	switch _, err := strconv.Atoi(apps); {
@@ -124,6 +127,13 @@ func supervisorEnv(restart string, apps string, extra ...string) map[string]stri
 // hand-written manifests).
 func withoutAfterApps(env map[string]string) map[string]string {
 	delete(env, afterAppsVar)
+	return env
+}
+
+// withoutState is env without SUPERVISOR_STATE_DIR: the hand-written
+// manifests in the container shape keep no state.
+func withoutState(env map[string]string) map[string]string {
+	delete(env, stateVar)
 	return env
 }
 
@@ -248,6 +258,7 @@ func injectCases(t *testing.T) (cases []injectCase) {
 					"SUPERVISOR_APPS":           "app",
 					"SUPERVISOR_AFTER_APPS":     "istio-proxy",
 					"SUPERVISOR_ON_SUCCESS":     quitURL,
+					"SUPERVISOR_STATE_DIR":      "/var/run/sidecar-supervisor-state",
 					"GOMEMLIMIT":                "resourceFieldRef:limits.memory",
 				},
 				SupervisorUser: "1337",
@@ -296,19 +307,6 @@ func injectCases(t *testing.T) (cases []injectCase) {
 			in:             job("native-mesh", corev1.RestartPolicyNever, nil, "app"),
 			nativeSidecars: true,
 			want:           native("app"),
-		},
-		{
-			name: "native sidecars mesh-wide, pod opts out",
-			in: job("classic", corev1.RestartPolicyNever,
-				map[string]string{"sidecar.istio.io/nativeSidecar": "false"}, "app"),
-			nativeSidecars: true,
-			want: podShape{
-				InitContainers:        []string{"istio-init"},
-				Containers:            withSupervisor("app"),
-				ShareProcessNamespace: true,
-				SupervisorEnv:         supervisorEnv("Never", "app"),
-				SupervisorUser:        "1337",
-			},
 		},
 		{
 			name: "annotations tune the supervisor",
@@ -431,10 +429,10 @@ func injectCases(t *testing.T) (cases []injectCase) {
 				InitContainers:        []string{"istio-init"},
 				Containers:            []string{"app", supervisorName, proxyName},
 				ShareProcessNamespace: true,
-				SupervisorEnv: withoutAfterApps(supervisorEnv("Never", "app",
+				SupervisorEnv: withoutState(withoutAfterApps(supervisorEnv("Never", "app",
 					"SUPERVISOR_ON_FAILURE", "SIGKILL",
 					"SUPERVISOR_STOP_TIMEOUT", "30s",
-					"SUPERVISOR_EXIT_STATUS", "auto")),
+					"SUPERVISOR_EXIT_STATUS", "auto"))),
 				SupervisorUser: "1337",
 			},
 		},
@@ -453,7 +451,13 @@ func checkStatus(t *testing.T, annotations map[string]string, want string) {
 	}
 }
 
-// TestIstioInjection runs each case (Jobs and CronJobs here, Deployments and
+// allCases are the pods TestIstioInjection and TestIstioReleases inject.
+func allCases(t *testing.T) []injectCase {
+	return slices.Concat(injectCases(t), nativeCases(t), holdCases(t))
+}
+
+// TestIstioInjection runs each case (Jobs and CronJobs here, the
+// supervisor's native shape in native_test.go, Deployments and
 // StatefulSets in hold_test.go) through Istio's injector with the
 // configuration of each installation method, in both of the injector's
 // forms: istiod's admission webhook (which runs defaultTemplates) and
@@ -462,7 +466,7 @@ func checkStatus(t *testing.T, annotations map[string]string, want string) {
 func TestIstioInjection(t *testing.T) {
 	for _, in := range installs(t) {
 		hook := newWebhook(t, in)
-		for _, tc := range append(injectCases(t), holdCases(t)...) {
+		for _, tc := range allCases(t) {
 			t.Run(in.Name+"/"+tc.name, func(t *testing.T) {
 				if tc.nativeSidecars {
 					setNativeSidecars(t)
@@ -477,7 +481,7 @@ func TestIstioInjection(t *testing.T) {
 					}
 					checkOrder(t, pod.Spec, true)
 					checkSupervisorBasics(t, pod.Spec, tc.basics())
-					checkUnique(t, pod.Spec)
+					checkValid(t, pod.Spec)
 					checkStatus(t, pod.Annotations, tc.status)
 					// With reinvocationPolicy IfNeeded the API server sends
 					// the injected pod again: nothing may change.
@@ -485,7 +489,7 @@ func TestIstioInjection(t *testing.T) {
 					if diff := cmp.Diff(shapeOf(pod.Spec), shapeOf(again.Spec)); diff != "" {
 						t.Errorf("re-injection changed the pod (-first +second):\n%s\n%s", diff, dump(again))
 					}
-					checkUnique(t, again.Spec)
+					checkValid(t, again.Spec)
 				})
 				t.Run("kube-inject", func(t *testing.T) {
 					out := kubeInject(t, in, tc.in)
@@ -495,7 +499,7 @@ func TestIstioInjection(t *testing.T) {
 					}
 					checkOrder(t, spec, true)
 					checkSupervisorBasics(t, spec, tc.basics())
-					checkUnique(t, spec)
+					checkValid(t, spec)
 					checkStatus(t, podTemplateFor(out).Annotations, tc.status)
 				})
 			})
@@ -521,8 +525,8 @@ func setNativeSidecarMode(t *testing.T, mode features.NativeSidecarMode) {
 // the injector itself would silently drop a misspelt field. It checks that
 // the patch holds exactly the parts of its mode and the order directives:
 // the pod's own containers in their order, the supervisor before them or
-// after them as istio-proxy goes last or first, the hold's additions after
-// them.
+// after them as istio-proxy goes last or first, or, native, after the pod's
+// own init containers; the hold's additions after them.
 func checkTemplateOutput(t *testing.T, in istioInstall, tc injectCase) {
 	pod := podFor(tc.in)
 	data := templateData(t, in, pod, tc.nativeSidecars)
@@ -545,7 +549,7 @@ func checkTemplateOutput(t *testing.T, in istioInstall, tc injectCase) {
 	mode := tc.templateAlone
 	switch {
 	case mode != "":
-	case findContainer(pod.Spec, supervisorName) != nil, findInit(pod.Spec, installName) != nil:
+	case findSupervisor(pod.Spec) != nil, findInit(pod.Spec, installName) != nil:
 		// Added by hand: the template adds nothing.
 	case tc.want.SupervisorEnv != nil:
 		mode = "job"
@@ -571,9 +575,27 @@ func checkTemplateOutput(t *testing.T, in istioInstall, tc injectCase) {
 	var wantOrders map[string][]string
 	switch mode {
 	case "job":
+		if len(patch.Spec.Volumes) != 1 || patch.Spec.Volumes[0].Name != stateVolume {
+			t.Errorf("template output should add exactly the %s volume:\n%s", stateVolume, rendered)
+		}
+		// The native shape: the supervisor alone among the init containers,
+		// after the pod's own.
+		if findInit(patch.Spec, supervisorName) != nil {
+			if len(patch.Spec.InitContainers) != 1 || len(patch.Spec.Containers) != 0 {
+				t.Errorf("template output should add exactly the supervisor init container:\n%s", rendered)
+			}
+			if tc.want.SupervisorEnv != nil && !slices.Contains(tc.want.InitContainers, supervisorName) {
+				t.Errorf("template output makes the supervisor a native sidecar, the case wants a container:\n%s", rendered)
+			}
+			wantOrders = map[string][]string{"initContainers": append(shapeOf(pod.Spec).InitContainers, supervisorName)}
+			break
+		}
 		if got := findContainer(patch.Spec, supervisorName); got == nil || len(patch.Spec.Containers) != 1 ||
-			len(patch.Spec.InitContainers) != 0 || len(patch.Spec.Volumes) != 0 {
+			len(patch.Spec.InitContainers) != 0 {
 			t.Errorf("template output should add exactly the supervisor container:\n%s", rendered)
+		}
+		if slices.Contains(tc.want.InitContainers, supervisorName) {
+			t.Errorf("template output makes the supervisor a container, the case wants a native sidecar:\n%s", rendered)
 		}
 		// Where Istio's injector puts istio-proxy (reorderPod's own test):
 		// last by default, and the supervisor then goes before the pod's

@@ -129,7 +129,7 @@ func TestKustomizeComponent(t *testing.T) {
 			}
 			checkOrder(t, tmpl.Spec, false)
 			checkSupervisorBasics(t, tmpl.Spec, wantBasics(false))
-			checkUnique(t, tmpl.Spec)
+			checkValid(t, tmpl.Spec)
 			got, isSet := tmpl.Annotations[restartPolicyAnnotation]
 			if tc.wantRestart == "" && isSet {
 				t.Errorf("annotation %s set on a workload the component must not touch", restartPolicyAnnotation)
@@ -156,7 +156,7 @@ func TestKustomizeComponent(t *testing.T) {
 				// SUPERVISOR_AFTER_APPS; only istio-proxy follows it.
 				checkOrder(t, pod.Spec, true)
 				checkSupervisorBasics(t, pod.Spec, wantBasics(false))
-				checkUnique(t, pod.Spec)
+				checkValid(t, pod.Spec)
 			})
 		})
 	}
@@ -509,7 +509,7 @@ spec:
 				t.Errorf("pod template (-want +got):\n%s\n%s", diff, b)
 			}
 			checkSupervisorBasics(t, spec, wantBasics(false))
-			checkUnique(t, spec)
+			checkValid(t, spec)
 			if tc.resource == "Job/once" {
 				return
 			}
@@ -522,7 +522,7 @@ spec:
 			if diff := cmp.Diff(want, shapeOf(pod.Spec)); diff != "" {
 				t.Errorf("injected pod (-want +got):\n%s\n%s", diff, dump(pod))
 			}
-			checkUnique(t, pod.Spec)
+			checkValid(t, pod.Spec)
 			if tc.resource == "Deployment/web" {
 				if p := findProxy(pod.Spec); p == nil || p.Resources.Requests.Cpu().String() != "200m" {
 					t.Errorf("istio-proxy's own cpu request lost:\n%s", dump(pod))

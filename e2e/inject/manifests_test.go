@@ -37,10 +37,12 @@ func podTemplateOf(t *testing.T, kind string, data []byte) corev1.PodTemplateSpe
 	return corev1.PodTemplateSpec{}
 }
 
-// TestHandWrittenManifests checks deploy/job.yaml, cronjob.yaml and
-// job-ptrace.yaml: strict decoding, the supervisor last with a shared PID
-// namespace, and SUPERVISOR_RESTART_POLICY / SUPERVISOR_APP_CONTAINERS agreeing
-// with the pod they are in.
+// TestHandWrittenManifests checks deploy/job.yaml, cronjob.yaml,
+// job-native.yaml and job-ptrace.yaml: strict decoding, the supervisor last
+// (or, native, an init container: shape_test.go's checks) with a shared PID
+// namespace, what the API server would refuse, and
+// SUPERVISOR_RESTART_POLICY / SUPERVISOR_APP_CONTAINERS agreeing with the pod
+// they are in.
 func TestHandWrittenManifests(t *testing.T) {
 	for _, tc := range []struct {
 		file   string
@@ -83,6 +85,30 @@ func TestHandWrittenManifests(t *testing.T) {
 			},
 		},
 		{
+			// The native shape by hand: an init container before the app,
+			// istio-proxy (added by Istio's injector) last.
+			file: "job-native.yaml", kind: "Job",
+			want: podShape{
+				InitContainers:        []string{supervisorName},
+				Containers:            []string{"app"},
+				ShareProcessNamespace: true,
+				SupervisorEnv: map[string]string{
+					"SUPERVISOR_RESTART_POLICY": "Never",
+					"SUPERVISOR_APP_CONTAINERS": "1",
+					"SUPERVISOR_APPS":           "app",
+					"SUPERVISOR_AFTER_APPS":     "istio-proxy",
+					"SUPERVISOR_SHAPE":          "native",
+					"SUPERVISOR_STATE_DIR":      "/var/run/sidecar-supervisor-state",
+					"SUPERVISOR_ON_SUCCESS":     quitURL,
+					"SUPERVISOR_ON_FAILURE":     "SIGKILL",
+					"SUPERVISOR_STOP_TIMEOUT":   "30s",
+					"SUPERVISOR_EXIT_STATUS":    "auto",
+					"GOMEMLIMIT":                "resourceFieldRef:limits.memory",
+				},
+				SupervisorUser: "1337",
+			},
+		},
+		{
 			file: "job-ptrace.yaml", kind: "Job", ptrace: true,
 			want: podShape{
 				Containers:            []string{"app", supervisorName},
@@ -110,6 +136,7 @@ func TestHandWrittenManifests(t *testing.T) {
 			}
 			checkOrder(t, spec, false)
 			checkSupervisorBasics(t, spec, wantBasics(tc.ptrace))
+			checkValid(t, spec)
 			checkConsistent(t, spec)
 			if got := tmpl.Labels["sidecar.istio.io/inject"]; got != "true" {
 				t.Errorf(`pod label sidecar.istio.io/inject = %q, want "true"`, got)
@@ -156,6 +183,7 @@ func TestPodSecurityLevels(t *testing.T) {
 		{file: "job.yaml", kind: "Job", want: []string{"", "", ""}},
 		{file: "cronjob.yaml", kind: "CronJob", want: []string{"", "", ""}},
 		{file: "deployment.yaml", kind: "Deployment", want: []string{"", "", ""}},
+		{file: "job-native.yaml", kind: "Job", want: []string{"", "", ""}},
 		{file: "job-ptrace.yaml", kind: "Job", want: []string{
 			`unrestricted capabilities: container "sidecar-supervisor" must not include "KILL", "SYS_PTRACE" in securityContext.capabilities.add` + "\n" +
 				`runAsNonRoot != true: container "sidecar-supervisor" must not set securityContext.runAsNonRoot=false` + "\n" +
@@ -176,24 +204,27 @@ func TestPodSecurityLevels(t *testing.T) {
 
 var securityLevels = []psaapi.Level{psaapi.LevelRestricted, psaapi.LevelBaseline, psaapi.LevelPrivileged}
 
-// podSecurity judges what the pod has of ours, the supervisor container, the
-// install init container and its volume, with the pod-level settings, at each of
-// securityLevels: "" when allowed, else "reason: detail" of each refusal,
-// joined by "\n". The app and istio-proxy are not what is being judged.
+// podSecurity judges what the pod has of ours, the supervisor (a container
+// or a native sidecar) and its state volume, the install init container and
+// its volume, with the pod-level settings, at each of securityLevels: ""
+// when allowed, else "reason: detail" of each refusal, joined by "\n". The
+// app and istio-proxy are not what is being judged.
 func podSecurity(t *testing.T, spec corev1.PodSpec) []string {
 	t.Helper()
 	ours := *spec.DeepCopy()
 	ours.Containers, ours.InitContainers, ours.Volumes = nil, nil, nil
 	for _, v := range spec.Volumes {
-		if v.Name == holdVolume {
+		if v.Name == holdVolume || v.Name == stateVolume {
 			ours.Volumes = append(ours.Volumes, v)
 		}
 	}
 	if c := findContainer(spec, supervisorName); c != nil {
 		ours.Containers = append(ours.Containers, *c)
 	}
-	if c := findInit(spec, installName); c != nil {
-		ours.InitContainers = append(ours.InitContainers, *c)
+	for _, name := range []string{supervisorName, installName} {
+		if c := findInit(spec, name); c != nil {
+			ours.InitContainers = append(ours.InitContainers, *c)
+		}
 	}
 	if len(ours.Containers)+len(ours.InitContainers) == 0 {
 		t.Fatalf("no %s or %s container to judge", supervisorName, installName)
@@ -242,7 +273,7 @@ func TestHandWrittenDeployment(t *testing.T) {
 		t.Errorf("pod (-want +got):\n%s", diff)
 	}
 	checkSupervisorBasics(t, spec, wantBasics(false))
-	checkUnique(t, spec)
+	checkValid(t, spec)
 	if p := findContainer(spec, proxyName); p == nil || p.Image != "auto" {
 		t.Errorf("istio-proxy must be a customisation with image: auto, got %+v", p)
 	}

@@ -40,14 +40,16 @@ package inject
 //
 // The test executes our template as each release would and requires: no
 // error; the same output as the newest release gives for the same native
-// decision; and the pod it makes, merged by the injector, as the newest
-// release's tests want it.
+// decisions (whether istio-proxy is native, and whether istiod makes native
+// sidecars at all, which the supervisor's shape defaults from); and the pod
+// it makes, merged by the injector, as the newest release's tests want it.
 
 import (
 	"bytes"
 	"maps"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"text/template"
@@ -284,8 +286,8 @@ func (r istioRelease) render(t *testing.T, d inject.SidecarTemplateData) (string
 // annotationIgnored: the shapes of the cases whose pods 1.20-1.23 make
 // otherwise, since their "sidecar" template ignores the pod's
 // sidecar.istio.io/nativeSidecar: istio-proxy stays classic despite "true"
-// (the supervisor, or the hold, is then added), and native despite "false"
-// under ENABLE_NATIVE_SIDECARS=true.
+// (the supervisor, in the shape the pod asks for, or the hold, is then
+// added), and native despite "false" under ENABLE_NATIVE_SIDECARS=true.
 func annotationIgnored() map[string]podShape {
 	return map[string]podShape{
 		"native sidecar by pod annotation": {
@@ -295,7 +297,9 @@ func annotationIgnored() map[string]podShape {
 			SupervisorEnv:         supervisorEnv("Never", "app"),
 			SupervisorUser:        "1337",
 		},
-		"native sidecars mesh-wide, pod opts out": native("app"),
+		"native sidecars mesh-wide, pod opts out: the supervisor native":        native("app"),
+		"native sidecars mesh-wide, pod opts out, shape container: a container": native("app"),
+		"shape native, istio-proxy native too: nothing":                         nativeSupervised(nil, nativeEnv("Never", "app"), "app"),
 		"native sidecar by pod annotation: no hold, Istio's drain hook kept": withHold(
 			[]string{installName, "istio-init"}, []string{"web", proxyName}, wantHold("20s")),
 		"native sidecars mesh-wide, pod opts out: hold": native("web"),
@@ -317,7 +321,7 @@ func TestIstioReleases(t *testing.T) {
 	}
 	var cases []relCase
 	base := installs(t)[0]
-	for _, tc := range append(injectCases(t), holdCases(t)...) {
+	for _, tc := range allCases(t) {
 		cases = append(cases, relCase{injectCase: tc, in: base})
 	}
 	for _, vc := range valuesCases() {
@@ -368,19 +372,31 @@ func checkRelease(t *testing.T, r istioRelease, in istioInstall, tc injectCase, 
 		t.Fatalf("istiod %s would deny the pod: %v", r.name, err)
 	}
 
-	// The newest release's output for the same decision: the pod without
-	// the annotation, .NativeSidecars the release's answer.
+	// The newest release's output for the same decisions: whether
+	// istio-proxy is native, and whether istiod makes native sidecars at
+	// all (the fact the supervisor's shape defaults from: the mesh-wide
+	// setting, on every release). So .NativeSidecars is the setting, and
+	// the pod has the annotation only where the release's answer differs
+	// from it.
 	bare := pod.DeepCopy()
 	delete(bare.Annotations, "sidecar.istio.io/nativeSidecar")
+	newest := bare
+	if native != tc.nativeSidecars {
+		newest = bare.DeepCopy()
+		if newest.Annotations == nil {
+			newest.Annotations = map[string]string{}
+		}
+		newest.Annotations["sidecar.istio.io/nativeSidecar"] = strconv.FormatBool(native)
+	}
 	t.Setenv("ENABLE_NATIVE_SIDECARS", "false")
-	data := templateData(t, in, bare, native)
+	data := templateData(t, in, newest, tc.nativeSidecars)
 	var want bytes.Buffer
 	if err := in.Config.Templates["supervisor"].Execute(&want, &data); err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff(strings.TrimSpace(want.String()), strings.TrimSpace(got)); diff != "" {
-		t.Errorf("istiod %s renders otherwise than the newest for the same native decision (%t) (-newest +%s):\n%s",
-			r.name, native, r.name, diff)
+		t.Errorf("istiod %s renders otherwise than the newest for the same native decision (%t, native sidecars mesh-wide %t) (-newest +%s):\n%s",
+			r.name, native, tc.nativeSidecars, r.name, diff)
 	}
 
 	// The merged pod: the newest injector's "sidecar" for the same
@@ -407,7 +423,7 @@ func checkRelease(t *testing.T, r istioRelease, in istioInstall, tc injectCase, 
 	}
 	checkOrder(t, merged.Spec, true)
 	checkSupervisorBasics(t, merged.Spec, tc.basics())
-	checkUnique(t, merged.Spec)
+	checkValid(t, merged.Spec)
 	checkStatus(t, merged.Annotations, tc.status)
 }
 

@@ -101,7 +101,7 @@ func TestSidecarExamples(t *testing.T) {
 			}
 			checkOrder(t, spec, false)
 			checkSupervisorBasics(t, spec, wantBasics(false))
-			checkUnique(t, spec)
+			checkValid(t, spec)
 			if diff := cmp.Diff([]string{"", "", ""}, podSecurity(t, spec)); diff != "" {
 				t.Errorf("the supervisor's Pod Security verdicts for %v (-want +got):\n%s", securityLevels, diff)
 			}

@@ -41,7 +41,14 @@ const (
 	// supervised: the template added the supervisor before the app
 	// (istio-proxy last).
 	supervised
+	// supervisedNative: the template added the supervisor as a native
+	// sidecar (an init container with restartPolicy Always), istio-proxy
+	// last.
+	supervisedNative
 )
+
+// hasSupervisor: the pod has our supervisor, in either shape.
+func (s shape) hasSupervisor() bool { return s == supervised || s == supervisedNative }
 
 // approach is one way of getting the same Job to complete.
 type approach struct {
@@ -154,6 +161,23 @@ func approaches(appSeconds int) []approach {
 		argv:    []string{stamp},
 		restart: corev1.RestartPolicyNever,
 		shape:   supervised,
+	}, {
+		// The supervisor's two shapes side by side (issue 32): the native
+		// sidecar starts before the app, which the kubelet starts only
+		// once its startup probe passes.
+		key:         "sup-native",
+		title:       "supervisor as a native sidecar (annotation `shape: native`; the template's default: success → %s)",
+		script:      app,
+		restart:     corev1.RestartPolicyNever,
+		annotations: map[string]string{supervisorPrefix + "shape": "native"},
+		shape:       supervisedNative,
+	}, {
+		key:         "sup-native-quick",
+		title:       "supervisor as a native sidecar, an app of milliseconds (the app is `" + stamp + "` alone; success → %s)",
+		argv:        []string{stamp},
+		restart:     corev1.RestartPolicyNever,
+		annotations: map[string]string{supervisorPrefix + "shape": "native"},
+		shape:       supervisedNative,
 	}}
 }
 
@@ -220,6 +244,11 @@ func (a approach) check(p *corev1.Pod) (problem, onSuccess string) {
 		want = []string{appName, proxyName}
 	case supervised:
 		want = []string{supervisorName, appName, proxyName}
+	case supervisedNative:
+		want, wantInit = []string{appName, proxyName}, []string{supervisorName}
+		if len(p.Spec.InitContainers) == 1 && p.Spec.InitContainers[0].RestartPolicy == nil {
+			return "the supervisor is an init container without restartPolicy Always", ""
+		}
 	}
 	if !slices.Equal(ctrs, want) || !slices.Equal(inits, wantInit) {
 		return fmt.Sprintf("containers %v and init containers %v, want %v and %v", ctrs, inits, want, wantInit), ""
@@ -236,12 +265,23 @@ func (a approach) check(p *corev1.Pod) (problem, onSuccess string) {
 			return fmt.Sprintf("istio-proxy runs %q with PILOT_ISTIO %q, want the stand-in as %s", proxy.Command, istio, a.istio), ""
 		}
 	}
-	if a.shape != supervised {
+	if !a.shape.hasSupervisor() {
 		return "", ""
 	}
+	sup := p.Spec.Containers[0]
+	if a.shape == supervisedNative {
+		sup = p.Spec.InitContainers[0]
+	}
 	env := map[string]string{}
-	for _, v := range p.Spec.Containers[0].Env {
+	for _, v := range sup.Env {
 		env[v.Name] = v.Value
+	}
+	wantShape := ""
+	if a.shape == supervisedNative {
+		wantShape = "native"
+	}
+	if got := env["SUPERVISOR_SHAPE"]; got != wantShape {
+		return fmt.Sprintf("supervisor has SUPERVISOR_SHAPE %q, want %q", got, wantShape), ""
 	}
 	if got := env["SUPERVISOR_RESTART_POLICY"]; got != string(a.restart) {
 		return fmt.Sprintf("supervisor has SUPERVISOR_RESTART_POLICY %q, want %q", got, a.restart), ""

@@ -308,7 +308,7 @@ func (b *bench) runJob(ctx context.Context, a approach, idx, round int) (result,
 		// A fallback (POST failed, then SIGTERM): worth a look.
 		logf("%s: the supervisor fell back; its pod:\n%s", name, b.c.Describe(ctx, b.ns, pod.Name))
 	}
-	if a.shape == supervised {
+	if a.shape.hasSupervisor() {
 		logs, err := b.c.Client.CoreV1().Pods(b.ns).GetLogs(pod.Name, &corev1.PodLogOptions{Container: supervisorName}).DoRaw(ctx)
 		if err != nil {
 			return res, fmt.Errorf("supervisor logs of %s: %w", pod.Name, err)

@@ -87,7 +87,7 @@ func (r *report) figures(i int) figures {
 		f.lifetime = append(f.lifetime, res.jobDone.Sub(res.created).Seconds())
 		f.cpu = append(f.cpu, res.other.cpu.Seconds())
 		f.mem = append(f.mem, mib(res.other.peak))
-		if r.all[i].shape == supervised {
+		if r.all[i].shape.hasSupervisor() {
 			f.supCPU = append(f.supCPU, res.super.cpu.Seconds())
 			f.supMem = append(f.supMem, mib(res.super.peak))
 			f.supStart = append(f.supStart, res.supStart.Sub(res.appExit).Seconds())
@@ -102,7 +102,7 @@ func (r *report) figures(i int) figures {
 }
 
 func containersMeasured(s shape) int {
-	if s == supervised {
+	if s.hasSupervisor() {
 		return 2
 	}
 	return 1
@@ -199,7 +199,9 @@ terminationDrainDuration 5 s (pilot-agent drains that long on SIGTERM, and exits
 a POST to /quitquitquit), the status port 15020, terminationGracePeriodSeconds 30 s. The
 wrapper rows opt out of our template (`+"`supervisor.sidecar-supervisor.io/inject: \"false\"`"+`); the
 benchmark checks each pod's shape (the native sidecar an init container with restartPolicy
-Always and no supervisor; the supervisor's SUPERVISOR_ON_SUCCESS and RESTART_POLICY) and
+Always and no supervisor; the supervisor first, or in the native-sidecar rows an init container
+with restartPolicy Always and SUPERVISOR_SHAPE native; its SUPERVISOR_ON_SUCCESS and
+RESTART_POLICY) and
 stops if the injector made anything else. Each Job and its pod are deleted before the next
 Job starts.
 

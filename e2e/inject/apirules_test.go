@@ -1,0 +1,120 @@
+package inject
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// checkAPIRules checks a pod spec against the rules of Kubernetes' own
+// validation (k8s.io/kubernetes pkg/apis/core/validation: validateInitContainers,
+// validateContainers, validateProbe, validateStartupProbe, validateVolumes) for
+// the fields the supervisor's two shapes use. That package pulls in most of
+// Kubernetes, so the rules are written down here for the structure that
+// strict decoding into the API types does not check:
+//
+//   - container names are unique across init and regular containers;
+//   - an init container's restartPolicy is unset or Always (a restartable
+//     init container: a native sidecar); a regular container has none (only
+//     the alpha ContainerRestartRules gate, from 1.34, admits one);
+//   - an init container that is not restartable has no lifecycle hooks and
+//     no probes: the API server refuses "may not be set for init containers
+//     without restartPolicy=Always";
+//   - a probe has exactly one handler, no negative number, and a startup or
+//     liveness probe a successThreshold of 1 (0 is defaulted to 1);
+//   - every volume mount names a volume of the pod; an emptyDir's medium is
+//     "", Memory or a HugePages one, and its sizeLimit is not negative.
+func checkAPIRules(t *testing.T, spec corev1.PodSpec) {
+	t.Helper()
+	names := map[string]bool{}
+	volumes := map[string]corev1.Volume{}
+	for _, v := range spec.Volumes {
+		volumes[v.Name] = v
+		if d := v.EmptyDir; d != nil {
+			switch d.Medium {
+			case corev1.StorageMediumDefault, corev1.StorageMediumMemory, corev1.StorageMediumHugePages:
+			default:
+				t.Errorf("volume %s: emptyDir medium %q is not one the API accepts", v.Name, d.Medium)
+			}
+			if d.SizeLimit != nil && d.SizeLimit.Cmp(resource.Quantity{}) < 0 {
+				t.Errorf("volume %s: emptyDir sizeLimit %s is negative", v.Name, d.SizeLimit)
+			}
+		}
+	}
+	check := func(c corev1.Container, init bool) {
+		if names[c.Name] {
+			t.Errorf("container name %q is used twice among the init and regular containers", c.Name)
+		}
+		names[c.Name] = true
+		for _, m := range c.VolumeMounts {
+			if _, ok := volumes[m.Name]; !ok {
+				t.Errorf("container %s mounts volume %q, which the pod does not have", c.Name, m.Name)
+			}
+		}
+		restartable := c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
+		switch {
+		case !init && c.RestartPolicy != nil:
+			t.Errorf("container %s: restartPolicy %q on a regular container", c.Name, *c.RestartPolicy)
+		case init && c.RestartPolicy != nil && !restartable:
+			t.Errorf("init container %s: restartPolicy %q, the API accepts only Always", c.Name, *c.RestartPolicy)
+		case init && !restartable:
+			for field, set := range map[string]bool{
+				"lifecycle":      c.Lifecycle != nil,
+				"livenessProbe":  c.LivenessProbe != nil,
+				"readinessProbe": c.ReadinessProbe != nil,
+				"startupProbe":   c.StartupProbe != nil,
+			} {
+				if set {
+					t.Errorf("init container %s: %s may not be set for init containers without restartPolicy=Always", c.Name, field)
+				}
+			}
+		}
+		for field, p := range map[string]*corev1.Probe{
+			"livenessProbe": c.LivenessProbe, "readinessProbe": c.ReadinessProbe, "startupProbe": c.StartupProbe,
+		} {
+			if p != nil {
+				checkProbe(t, c.Name+" "+field, p, field != "readinessProbe")
+			}
+		}
+	}
+	for _, c := range spec.InitContainers {
+		check(c, true)
+	}
+	for _, c := range spec.Containers {
+		check(c, false)
+	}
+}
+
+// checkProbe checks one probe as validateProbe does; oneSuccess: a startup
+// or liveness probe, whose successThreshold must be 1.
+func checkProbe(t *testing.T, what string, p *corev1.Probe, oneSuccess bool) {
+	t.Helper()
+	handlers := 0
+	for _, set := range []bool{p.Exec != nil, p.HTTPGet != nil, p.TCPSocket != nil, p.GRPC != nil} {
+		if set {
+			handlers++
+		}
+	}
+	if handlers != 1 {
+		t.Errorf("%s: %d handlers, the API wants exactly one", what, handlers)
+	}
+	if p.Exec != nil && len(p.Exec.Command) == 0 {
+		t.Errorf("%s: exec with no command", what)
+	}
+	for field, n := range map[string]int32{
+		"initialDelaySeconds": p.InitialDelaySeconds, "timeoutSeconds": p.TimeoutSeconds,
+		"periodSeconds": p.PeriodSeconds, "successThreshold": p.SuccessThreshold,
+		"failureThreshold": p.FailureThreshold,
+	} {
+		if n < 0 {
+			t.Errorf("%s: %s %d is negative", what, field, n)
+		}
+	}
+	if oneSuccess && p.SuccessThreshold > 1 {
+		t.Errorf("%s: successThreshold %d, must be 1", what, p.SuccessThreshold)
+	}
+	if g := p.TerminationGracePeriodSeconds; g != nil && *g <= 0 {
+		t.Errorf("%s: terminationGracePeriodSeconds %d, must be positive", what, *g)
+	}
+}

@@ -1,0 +1,288 @@
+package inject
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	"istio.io/istio/pilot/pkg/features"
+)
+
+// The supervisor's native shape (shape_test.go says what it is): chosen by
+// the pod's supervisor.sidecar-supervisor.io/shape, else istiod's
+// SIDECAR_SUPERVISOR_SHAPE, else where istiod makes native sidecars itself
+// (.NativeSidecars, ENABLE_NATIVE_SIDECARS=true), else never.
+
+const shapeAnnotation = annotationPrefix + "shape"
+
+// nativeEnv is supervisorEnv for the native shape.
+func nativeEnv(restart, apps string, extra ...string) map[string]string {
+	return supervisorEnv(restart, apps, append([]string{shapeVar, "native"}, extra...)...)
+}
+
+// nativeSupervised is a pod with the native supervisor after the pod's own
+// init containers (inits) and before istio-init, the apps, then istio-proxy.
+func nativeSupervised(inits []string, env map[string]string, apps ...string) podShape {
+	return podShape{
+		InitContainers:        slices.Concat(inits, []string{supervisorName, "istio-init"}),
+		Containers:            append(slices.Clone(apps), proxyName),
+		ShareProcessNamespace: true,
+		SupervisorEnv:         env,
+		SupervisorUser:        "1337",
+	}
+}
+
+// containerSupervised is a one-app Job with the supervisor as a container,
+// as the template makes it by default.
+func containerSupervised() podShape {
+	return podShape{
+		InitContainers:        []string{"istio-init"},
+		Containers:            []string{supervisorName, "app", proxyName},
+		ShareProcessNamespace: true,
+		SupervisorEnv:         supervisorEnv("Never", "app"),
+		SupervisorUser:        "1337",
+	}
+}
+
+func nativeCases(t *testing.T) []injectCase {
+	var handWritten batchv1.Job
+	decodeStrict(t, readDeploy(t, "job-native.yaml"), &handWritten)
+	handWritten.Namespace = namespace
+
+	shape := func(s string) map[string]string { return map[string]string{shapeAnnotation: s} }
+	withInit := func(p *corev1.PodTemplateSpec) {
+		p.Spec.InitContainers = []corev1.Container{{Name: "migrate", Image: "busybox:1.37"}}
+	}
+	proxyFirst := nativeSupervised(nil, withoutAfterApps(nativeEnv("Never", "app",
+		"SUPERVISOR_APP_START_TIMEOUT", "1h")), "app")
+	proxyFirst.Containers = []string{proxyName, "app"}
+	proxyFirst.Hold.PostStart = []string{"pilot-agent", "wait"}
+	return []injectCase{
+		{
+			name: "native shape by pod annotation",
+			in:   job("native-shape", corev1.RestartPolicyNever, shape("native"), "app"),
+			want: nativeSupervised(nil, nativeEnv("Never", "app"), "app"),
+		},
+		{
+			name: "native shape: after the pod's own init containers, istio-init last",
+			in:   edit(job("native-init", corev1.RestartPolicyNever, shape("native"), "app"), withInit),
+			want: nativeSupervised([]string{"migrate"}, nativeEnv("Never", "app"), "app"),
+		},
+		{
+			// (A Job: kube-inject reads a CronJob's annotations from its
+			// jobTemplate, not from the pod template.)
+			name: "native shape, restartPolicy OnFailure, two apps",
+			in:   job("native-retry", corev1.RestartPolicyOnFailure, shape("native"), "app", "uploader"),
+			want: nativeSupervised(nil, nativeEnv("OnFailure", "app,uploader"), "app", "uploader"),
+		},
+		{
+			// istio-proxy starts before the apps: nothing marks the
+			// kubelet's passing of them, so the look is an hour long.
+			name: "native shape with holdApplicationUntilProxyStarts: istio-proxy first, the look 1h",
+			in: job("native-hold", corev1.RestartPolicyNever, map[string]string{
+				shapeAnnotation:         "native",
+				"proxy.istio.io/config": `{"holdApplicationUntilProxyStarts": true}`,
+			}, "app"),
+			want: proxyFirst,
+		},
+		{
+			name: "native shape with holdApplicationUntilProxyStarts: app-start-timeout annotation wins",
+			in: job("native-hold-look", corev1.RestartPolicyNever, map[string]string{
+				shapeAnnotation:                        "native",
+				annotationPrefix + "app-start-timeout": "10m",
+				"proxy.istio.io/config":                `{"holdApplicationUntilProxyStarts": true}`,
+			}, "app"),
+			want: func() podShape {
+				s := proxyFirst
+				s.SupervisorEnv = withoutAfterApps(nativeEnv("Never", "app", "SUPERVISOR_APP_START_TIMEOUT", "10m"))
+				return s
+			}(),
+		},
+		{
+			name:   "native shape, exit-status ptrace: root with SYS_PTRACE and KILL",
+			in:     job("native-ptrace", corev1.RestartPolicyNever, map[string]string{shapeAnnotation: "native", annotationPrefix + "exit-status": "ptrace"}, "app"),
+			ptrace: true,
+			want: func() podShape {
+				s := nativeSupervised(nil, nativeEnv("Never", "app", "SUPERVISOR_EXIT_STATUS", "ptrace"), "app")
+				s.SupervisorUser = "0"
+				s.SupervisorCapsAdd = []string{"SYS_PTRACE", "KILL"}
+				return s
+			}(),
+		},
+		{
+			name: "native shape, interceptionMode NONE: no istio-init, the supervisor alone",
+			in: job("native-none", corev1.RestartPolicyNever, map[string]string{
+				shapeAnnotation: "native", "sidecar.istio.io/interceptionMode": "NONE",
+			}, "app"),
+			want: func() podShape {
+				s := nativeSupervised(nil, nativeEnv("Never", "app"), "app")
+				s.InitContainers = []string{supervisorName}
+				return s
+			}(),
+		},
+		{
+			// The default from a fact: istiod makes native sidecars, so
+			// every kubelet runs them; this pod opted out of Istio's.
+			name: "native sidecars mesh-wide, pod opts out: the supervisor native",
+			in: job("classic", corev1.RestartPolicyNever,
+				map[string]string{"sidecar.istio.io/nativeSidecar": "false"}, "app"),
+			nativeSidecars: true,
+			want:           nativeSupervised(nil, nativeEnv("Never", "app"), "app"),
+		},
+		{
+			name: "native sidecars mesh-wide, pod opts out, shape container: a container",
+			in: job("classic-container", corev1.RestartPolicyNever, map[string]string{
+				"sidecar.istio.io/nativeSidecar": "false", shapeAnnotation: "container",
+			}, "app"),
+			nativeSidecars: true,
+			want:           containerSupervised(),
+		},
+		{
+			// Only "native" asks for the shape that needs new kubelets.
+			name: "shape annotation other than native: a container",
+			in:   job("shape-typo", corev1.RestartPolicyNever, shape("Native"), "app"),
+			want: containerSupervised(),
+		},
+		{
+			name: "shape native, istio-proxy native too: nothing",
+			in: job("both-native", corev1.RestartPolicyNever, map[string]string{
+				"sidecar.istio.io/nativeSidecar": "true", shapeAnnotation: "native",
+			}, "app"),
+			want: native("app"),
+		},
+		{
+			// The template sees the supervisor among the init containers
+			// and adds nothing; Istio puts istio-init after it.
+			name: "hand-written deploy/job-native.yaml keeps its own supervisor",
+			in:   &handWritten,
+			want: nativeSupervised(nil, nativeEnv("Never", "app",
+				"SUPERVISOR_ON_FAILURE", "SIGKILL",
+				"SUPERVISOR_STOP_TIMEOUT", "30s",
+				"SUPERVISOR_EXIT_STATUS", "auto"), "app"),
+		},
+		{
+			name: "shape native on a deployment: the hold, as without it",
+			in:   annotate(deployment("web", "web"), shapeAnnotation, "native"),
+			want: withHold([]string{installName, "istio-init"}, []string{"web", proxyName}, wantHold("20s")),
+		},
+	}
+}
+
+// nativeValuesCases are the mesh-wide switch, SIDECAR_SUPERVISOR_SHAPE in
+// istiod's pilot.env, and the native shape beside Istio's CNI.
+func nativeValuesCases() []valuesCase {
+	env := func(shape string) map[string]any {
+		return map[string]any{"pilot": map[string]any{"env": map[string]any{"SIDECAR_SUPERVISOR_SHAPE": shape}}}
+	}
+	return []valuesCase{
+		{
+			name:   "pilot.env.SIDECAR_SUPERVISOR_SHAPE native: native mesh-wide",
+			values: env("native"),
+			in:     job("sleep", corev1.RestartPolicyNever, nil, "app"),
+			want:   nativeSupervised(nil, nativeEnv("Never", "app"), "app"),
+		},
+		{
+			name:   "pilot.env.SIDECAR_SUPERVISOR_SHAPE native, pod shape container: a container",
+			values: env("native"),
+			in:     job("sleep", corev1.RestartPolicyNever, map[string]string{shapeAnnotation: "container"}, "app"),
+			want:   containerSupervised(),
+		},
+		{
+			name:   "pilot.env.SIDECAR_SUPERVISOR_SHAPE container, pod shape native: native",
+			values: env("container"),
+			in:     job("sleep", corev1.RestartPolicyNever, map[string]string{shapeAnnotation: "native"}, "app"),
+			want:   nativeSupervised(nil, nativeEnv("Never", "app"), "app"),
+		},
+		{
+			name:   "pilot.cni.enabled, native: istio-validation first, the pod's, then the supervisor",
+			values: map[string]any{"pilot": map[string]any{"cni": map[string]any{"enabled": true}}},
+			in: edit(job("sleep", corev1.RestartPolicyNever, map[string]string{shapeAnnotation: "native"}, "app"),
+				func(p *corev1.PodTemplateSpec) {
+					p.Spec.InitContainers = []corev1.Container{{Name: "migrate", Image: "busybox:1.37"}}
+				}),
+			want: func() podShape {
+				s := nativeSupervised(nil, nativeEnv("Never", "app"), "app")
+				s.InitContainers = []string{"istio-validation", "migrate", supervisorName}
+				return s
+			}(),
+		},
+		{
+			name:   "global.proxy.holdApplicationUntilProxyStarts, native: istio-proxy first, the look 1h",
+			values: map[string]any{"global": map[string]any{"proxy": map[string]any{"holdApplicationUntilProxyStarts": true}}},
+			in:     job("sleep", corev1.RestartPolicyNever, map[string]string{shapeAnnotation: "native"}, "app"),
+			want: func() podShape {
+				s := nativeSupervised(nil, withoutAfterApps(nativeEnv("Never", "app", "SUPERVISOR_APP_START_TIMEOUT", "1h")), "app")
+				s.Containers = []string{proxyName, "app"}
+				s.Hold.PostStart = []string{"pilot-agent", "wait"}
+				return s
+			}(),
+		},
+	}
+}
+
+// TestSupervisorShapeAutoDetection: under istiod's default,
+// ENABLE_NATIVE_SIDECARS=auto, a Job that opts out of Istio's native sidecar
+// gets the supervisor as a container while a node's kubelet is older than
+// 1.33, and as a native sidecar once every kubelet is 1.33 or newer: the
+// fact istiod found for its own sidecar.
+func TestSupervisorShapeAutoDetection(t *testing.T) {
+	setNativeSidecarMode(t, features.NativeSidecarModeAuto)
+	in := installs(t)[0]
+	obj := job("opted-out", corev1.RestartPolicyNever, map[string]string{"sidecar.istio.io/nativeSidecar": "false"}, "app")
+	for _, tc := range []struct {
+		kubelet string
+		want    podShape
+	}{
+		{kubelet: "v1.32.9", want: containerSupervised()},
+		{kubelet: "v1.33.0", want: nativeSupervised(nil, nativeEnv("Never", "app"), "app")},
+		{kubelet: "v1.37.2", want: nativeSupervised(nil, nativeEnv("Never", "app"), "app")},
+	} {
+		t.Run("kubelet "+tc.kubelet, func(t *testing.T) {
+			pod := admit(t, webhookWithNode(t, in, tc.kubelet), podFor(obj.DeepCopyObject()))
+			if diff := cmp.Diff(tc.want, shapeOf(pod.Spec)); diff != "" {
+				t.Errorf("injected pod (-want +got):\n%s\n%s", diff, dump(pod))
+			}
+			checkOrder(t, pod.Spec, true)
+			checkSupervisorBasics(t, pod.Spec, wantBasics(false))
+			checkValid(t, pod.Spec)
+		})
+	}
+}
+
+// TestNativePodSecurity runs Kubernetes' Pod Security checks on the native
+// supervisor as Istio's webhook returns it, with its state volume: it
+// passes "restricted", as the container does; with exit-status ptrace only
+// "privileged" admits it, for the same reasons as deploy/job-ptrace.yaml.
+func TestNativePodSecurity(t *testing.T) {
+	ptraceRefusals := []string{
+		`unrestricted capabilities: container "sidecar-supervisor" must not include "KILL", "SYS_PTRACE" in securityContext.capabilities.add` + "\n" +
+			`runAsNonRoot != true: container "sidecar-supervisor" must not set securityContext.runAsNonRoot=false` + "\n" +
+			`runAsUser=0: container "sidecar-supervisor" must not set runAsUser=0`,
+		`non-default capabilities: container "sidecar-supervisor" must not include "SYS_PTRACE" in securityContext.capabilities.add`,
+		"",
+	}
+	for _, in := range installs(t) {
+		for _, tc := range []struct {
+			name        string
+			annotations map[string]string
+			want        []string
+		}{
+			{"native", map[string]string{shapeAnnotation: "native"}, []string{"", "", ""}},
+			{"native ptrace", map[string]string{shapeAnnotation: "native", annotationPrefix + "exit-status": "ptrace"}, ptraceRefusals},
+			{"container", nil, []string{"", "", ""}},
+		} {
+			t.Run(in.Name+"/"+tc.name, func(t *testing.T) {
+				pod := admit(t, newWebhook(t, in), podFor(job("psa", corev1.RestartPolicyNever, tc.annotations, "app")))
+				if findSupervisor(pod.Spec) == nil {
+					t.Fatalf("no %s:\n%s", supervisorName, dump(pod))
+				}
+				if diff := cmp.Diff(tc.want, podSecurity(t, pod.Spec)); diff != "" {
+					t.Errorf("Pod Security verdicts for %v (-want +got):\n%s", securityLevels, diff)
+				}
+			})
+		}
+	}
+}

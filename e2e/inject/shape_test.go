@@ -1,0 +1,185 @@
+package inject
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// The supervisor comes in two shapes: a regular container ("container",
+// the default), or a native sidecar ("native": an init container with
+// restartPolicy Always), which the kubelet restarts on any death whatever
+// the pod's restartPolicy, starts before every regular container and stops
+// after them. Kubelets before 1.29 (1.28 with the SidecarContainers gate
+// off) do not know such a container and wait for it to end before they
+// start the apps, which it never does: only a fact about the cluster turns
+// the native shape on.
+
+// readyProbe is the native supervisor's startup probe: the image's binary
+// (the Dockerfile's /sidecar-supervisor) asked whether its first scan of the
+// pod is done, every second. The kubelet starts the next container only
+// once it passes, so no app starts before the supervisor watches. A failing
+// probe only holds the apps back; past its failureThreshold the kubelet
+// restarts the supervisor, which helps only one that hung: 600 tries, ten
+// minutes, as Istio gives its own native istio-proxy.
+var readyProbe = corev1.Probe{
+	ProbeHandler: corev1.ProbeHandler{
+		Exec: &corev1.ExecAction{Command: []string{"/" + supervisorName, "ready"}},
+	},
+	PeriodSeconds:    1,
+	FailureThreshold: 600,
+}
+
+// checkSupervisorShape checks that the supervisor is what its place in the
+// pod says:
+//   - a regular container: no restartPolicy, no probe, SUPERVISOR_SHAPE
+//     unset or "container";
+//   - an init container: restartPolicy Always; SUPERVISOR_SHAPE=native,
+//     so that once it has stopped the sidecars it idles until the kubelet's
+//     SIGTERM (a native sidecar that exits is restarted); readyProbe as its
+//     startup probe; no liveness or readiness probe (the first would
+//     restart a supervisor at work, the second means nothing to a Job) and
+//     no hooks.
+func checkSupervisorShape(t *testing.T, spec corev1.PodSpec) {
+	t.Helper()
+	c := findSupervisor(spec)
+	if c == nil {
+		return
+	}
+	shape := shapeOf(spec).SupervisorEnv[shapeVar]
+	if findInit(spec, supervisorName) == nil {
+		if c.RestartPolicy != nil || c.StartupProbe != nil || c.LivenessProbe != nil || c.ReadinessProbe != nil {
+			t.Errorf("the supervisor as a regular container has a restartPolicy or a probe: %+v", c)
+		}
+		if shape != "" && shape != "container" {
+			t.Errorf("the supervisor is a regular container with %s=%q", shapeVar, shape)
+		}
+		return
+	}
+	if c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways {
+		t.Errorf("the supervisor is an init container without restartPolicy Always: the pod would wait for it to end before starting the apps")
+	}
+	if shape != "native" {
+		t.Errorf("the supervisor is a native sidecar with %s=%q, want native: it would exit once done, and be restarted", shapeVar, shape)
+	}
+	if diff := cmp.Diff(&readyProbe, c.StartupProbe); diff != "" {
+		t.Errorf("the native supervisor's startupProbe (-want +got):\n%s", diff)
+	}
+	if c.LivenessProbe != nil || c.ReadinessProbe != nil || c.Lifecycle != nil {
+		t.Errorf("the native supervisor has a liveness or readiness probe or a hook: %+v", c)
+	}
+}
+
+// checkStateDir: a supervisor with SUPERVISOR_STATE_DIR mounts there,
+// writable, a volume of its own, which no other container mounts (a
+// restarted supervisor reads back only what it wrote itself): an emptyDir
+// in memory (it lasts as long as the pod, on no disk; tmpfs pages count
+// against the supervisor's own memory limit) of at most 1Mi. Without it,
+// no state volume.
+func checkStateDir(t *testing.T, spec corev1.PodSpec) {
+	t.Helper()
+	c := findSupervisor(spec)
+	if c == nil {
+		return
+	}
+	dir := shapeOf(spec).SupervisorEnv[stateVar]
+	var mounts []string
+	for _, m := range c.VolumeMounts {
+		if m.Name == stateVolume {
+			mounts = append(mounts, m.MountPath)
+			if m.ReadOnly {
+				t.Errorf("the supervisor mounts %s read-only: it writes its journal there", stateVolume)
+			}
+		}
+	}
+	if dir == "" {
+		if len(mounts) > 0 {
+			t.Errorf("the supervisor mounts %s at %v but has no %s", stateVolume, mounts, stateVar)
+		}
+		return
+	}
+	if diff := cmp.Diff([]string{dir}, mounts); diff != "" {
+		t.Errorf("%s=%s: the supervisor's mounts of %s (-want +got):\n%s", stateVar, dir, stateVolume, diff)
+	}
+	for _, o := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
+		if o.Name == supervisorName {
+			continue
+		}
+		for _, m := range o.VolumeMounts {
+			if m.Name == stateVolume {
+				t.Errorf("container %s mounts the supervisor's state volume too", o.Name)
+			}
+		}
+	}
+	want := corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
+		Medium: corev1.StorageMediumMemory, SizeLimit: ptrQuantity("1Mi"),
+	}}
+	for _, v := range spec.Volumes {
+		if v.Name == stateVolume {
+			if diff := cmp.Diff(want, v.VolumeSource); diff != "" {
+				t.Errorf("volume %s (-want +got):\n%s", stateVolume, diff)
+			}
+			return
+		}
+	}
+	t.Errorf("the supervisor mounts %s, which the pod does not have", stateVolume)
+}
+
+func ptrQuantity(s string) *resource.Quantity {
+	q := resource.MustParse(s)
+	return &q
+}
+
+// istioInits are the init containers Istio's injector moves last (after
+// every other init container) where istio-proxy is a regular container:
+// iptables set up after the pod's own init containers, so as not to
+// blackhole them (istio/istio pkg/kube/inject webhook.go, reorderPod).
+// istio-validation (Istio's CNI) it moves first instead.
+var istioInits = []string{"istio-init", "enable-core-dump"}
+
+// checkNativeOrder checks where a native supervisor sits. The kubelet starts
+// the init containers one at a time, a restartable one counting as started
+// once its startup probe passes, and only then the regular containers: the
+// supervisor watches before any app starts wherever it is among the init
+// containers. It comes after the pod's own ones, which are neither apps nor
+// waited for (and where the kubelet's names cannot be read, the supervisor
+// takes every other container for an app), and before Istio's istio-init
+// alone, which it does not need: it uses no network until the apps are done,
+// and then only loopback. As in the container shape, SUPERVISOR_AFTER_APPS
+// says that istio-proxy comes last among the containers: the kubelet pulls
+// each app's image only once it gets to it, after the supervisor's start, so
+// the look for an app not seen cannot count from there. Without it
+// istio-proxy comes first (holdApplicationUntilProxyStarts, no container
+// marks the kubelet's passing of the apps) and SUPERVISOR_APP_START_TIMEOUT
+// must be set instead, long.
+func checkNativeOrder(t *testing.T, spec corev1.PodSpec) {
+	t.Helper()
+	shape := shapeOf(spec)
+	inits := shape.InitContainers
+	i := slices.Index(inits, supervisorName)
+	for _, n := range inits[i+1:] {
+		if !slices.Contains(istioInits, n) {
+			t.Errorf("init container %q comes after the native %s: only Istio's %v may: %v", n, supervisorName, istioInits, inits)
+		}
+	}
+	names := shape.Containers
+	p := slices.Index(names, proxyName)
+	switch after := shape.SupervisorEnv[afterAppsVar]; {
+	case after == proxyName:
+		if p >= 0 && p != len(names)-1 {
+			t.Errorf("the native %s has %s=%s but istio-proxy is not last: %v", supervisorName, afterAppsVar, proxyName, names)
+		}
+	case after != "":
+		t.Errorf("the native %s has %s=%q, want %q or none", supervisorName, afterAppsVar, after, proxyName)
+	default:
+		if p > 0 {
+			t.Errorf("the native %s has no %s, so istio-proxy must come first: %v", supervisorName, afterAppsVar, names)
+		}
+		if shape.SupervisorEnv["SUPERVISOR_APP_START_TIMEOUT"] == "" {
+			t.Errorf("the native %s has neither %s nor SUPERVISOR_APP_START_TIMEOUT: the look for the apps would count 30s from its own start, before their images are pulled", supervisorName, afterAppsVar)
+		}
+	}
+}
