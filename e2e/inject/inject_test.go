@@ -228,6 +228,18 @@ func injectCases(t *testing.T) (cases []injectCase) {
 		{name: "job with daprd: not an app", in: job("dapr", corev1.RestartPolicyNever, nil, "app", "daprd"),
 			want: podShape{InitContainers: []string{"istio-init"}, Containers: []string{supervisorName, "app", "daprd", proxyName},
 				ShareProcessNamespace: true, SupervisorEnv: supervisorEnv("Never", "app"), SupervisorUser: "1337"}},
+		// A native sidecar the supervisor knows by name, beside the classic
+		// istio-proxy: the kubelet stops it after the apps, so the
+		// supervisor must not (it tells containers by name alone).
+		{name: "native linkerd-proxy: left out of the sidecars to stop", in: func() runtime.Object {
+			j := job("native-linkerd", corev1.RestartPolicyNever, nil, "app")
+			j.Spec.Template.Spec.InitContainers = []corev1.Container{{Name: "linkerd-proxy", Image: "busybox:1.37",
+				RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)}}
+			return j
+		}(),
+			want: podShape{InitContainers: []string{"linkerd-proxy", "istio-init"}, Containers: []string{supervisorName, "app", proxyName},
+				ShareProcessNamespace: true, SupervisorUser: "1337", SupervisorEnv: supervisorEnv("Never", "app",
+					"SUPERVISOR_SIDECARS", "istio-proxy,daprd,consul-dataplane,vault-agent,cloud-sql-proxy,otc-container,otel-collector,fluent-bit")}},
 		// The API server refuses hostPID with shareProcessNamespace: the
 		// pod must stay valid, without the supervisor or the hold.
 		{name: "hostPID job: left alone, valid, and says why", in: hostPID(job("hostpid", corev1.RestartPolicyNever, nil, "app")),

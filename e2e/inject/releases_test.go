@@ -24,6 +24,10 @@ package inject
 //     istiod-injector-configmap.yaml, lines 14-17): global,
 //     sidecarInjectorWebhook and revision always; istio_cni up to 1.23;
 //     pilot.cni from 1.22; pilot.env only from 1.26; gateways from 1.23;
+//   - the pod's types: k8s.io/api v0.28.3 in 1.20.0's go.mod, later ones
+//     newer; the template reads no field of the pod that v0.28.3 lacks
+//     (Container.RestartPolicy, which it reads of init containers, came
+//     with v0.28);
 //   - whether istio-proxy is native: the "sidecar" template's
 //     $nativeSidecar (manifests/.../files/injection-template.yaml line 27,
 //     29 from 1.27.0), three rules (nativeRule below).
