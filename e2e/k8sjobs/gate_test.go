@@ -55,7 +55,7 @@ func gate(t *testing.T, spec *corev1.PodSpec, names ...string) {
 // by jobLimit, a hang guard.
 func (e *env) release(ctx context.Context, t *testing.T, p corev1.Pod, container string, run int) {
 	t.Helper()
-	if run == 1 {
+	if run == 1 && findContainer(p.Spec, proxyName) != nil {
 		e.waitRunning(ctx, t, p, proxyName, 0)
 	}
 	e.waitLogged(ctx, t, p, logFound, container, run)
@@ -71,6 +71,12 @@ func (e *env) release(ctx context.Context, t *testing.T, p corev1.Pod, container
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+}
+
+// gated reports whether container of p is a gated app (gate).
+func gated(p corev1.Pod, container string) bool {
+	c := findContainer(p.Spec, container)
+	return c != nil && slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == gateVolume })
 }
 
 // waitRunning waits, up to jobLimit, until container (an ephemeral one
