@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -55,16 +54,6 @@ func strace(t *testing.T) string {
 	return p
 }
 
-// container returns the index of the named container in spec.
-func container(spec *pod.Spec, name string) *pod.Container {
-	for i := range spec.Containers {
-		if spec.Containers[i].Name == name {
-			return &spec.Containers[i]
-		}
-	}
-	return nil
-}
-
 // insertBefore puts c before the named container.
 func insertBefore(spec *pod.Spec, name string, c pod.Container) {
 	for i := range spec.Containers {
@@ -107,28 +96,6 @@ func waitLogFor(t *testing.T, p *pod.Pod, msg, container string) {
 		return false
 	}); err != nil {
 		t.Fatalf("no %q about %s in the supervisor's log: %v", msg, container, err)
-	}
-}
-
-// startLast moves the named container to the end of spec, after the
-// supervisor, held back by after (pod.Container.StartAfter): a container
-// the supervisor does not find at its start.
-func startLast(spec *pod.Spec, name string, after func(context.Context, *pod.Pod) error) {
-	c := *container(spec, name)
-	spec.Containers = slices.DeleteFunc(spec.Containers, func(x pod.Container) bool { return x.Name == name })
-	c.StartAfter = after
-	spec.Containers = append(spec.Containers, c)
-}
-
-// gate is a pod.Container.StartAfter that returns once open is closed.
-func gate(open <-chan struct{}) func(context.Context, *pod.Pod) error {
-	return func(ctx context.Context, _ *pod.Pod) error {
-		select {
-		case <-open:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
 	}
 }
 

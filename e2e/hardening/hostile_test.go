@@ -56,7 +56,7 @@ func TestHostilePod(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := func(name string) string { return filepath.Join(b.Dir, name+".record") }
-	app := container(&b.Spec, "app")
+	app := scenarios.Container(&b.Spec, "app")
 	app.Argv = []string{tl.Podsim, "hostile", "--comm", oddComm, "--argv0", oddArgv0,
 		"--decoy", "pilot-agent", "--decoy", fakeStat, "--fifo", argOf(app.Argv, "--fifo"), "--record", rec("app")}
 	insertBefore(&b.Spec, "istio-proxy", pod.Container{
@@ -64,13 +64,13 @@ func TestHostilePod(t *testing.T) {
 		Argv: []string{tl.Podsim, "hostile", "--comm", "bystander", "--decoy", "pilot-agent", "--decoy", "pilot-agent",
 			"--record", rec("bystander")},
 	})
-	sup := container(&b.Spec, "supervisor")
+	sup := scenarios.Container(&b.Spec, "supervisor")
 	trace := filepath.Join(b.Dir, "supervisor.strace")
 	sup.Argv = straceArgs(straceBin, trace, sup.Argv...)
 	// The exec'd decoys go in before the supervisor's first scan: it starts
 	// once they run.
 	execd := make(chan struct{})
-	sup.StartAfter = gate(execd)
+	sup.StartAfter = scenarios.Gate(execd)
 	termLog := sup.TerminationMessage
 
 	p := scenarios.Start(t, b)

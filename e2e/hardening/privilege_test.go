@@ -129,7 +129,7 @@ func TestPrivileges(t *testing.T) {
 			}
 			// As deploy/job-ptrace.yaml: runAsUser 0, drop ALL, add
 			// SYS_PTRACE and KILL, allowPrivilegeEscalation false.
-			sup := container(&built.Spec, "supervisor")
+			sup := scenarios.Container(&built.Spec, "supervisor")
 			sup.UID, sup.GID = 0, 0
 			sup.Caps = []int{unix.CAP_KILL, unix.CAP_SYS_PTRACE}
 			sup.NoNewPrivs = true
@@ -270,7 +270,7 @@ func TestHTTPActionNetwork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sup := container(&b.Spec, "supervisor")
+	sup := scenarios.Container(&b.Spec, "supervisor")
 	trace := filepath.Join(b.Dir, "supervisor.strace")
 	sup.Argv = straceArgs(straceBin, trace, sup.Argv...)
 	p := scenarios.Start(t, b)

@@ -75,12 +75,12 @@ func churnBounds(t *testing.T, be scenarios.Builder) {
 	for _, a := range apps[:2] {
 		goInside, host := triggerFile(b, a, a+".go")
 		argv, rec := hostileArgv(b, a, "--churn", churn, "--churn-par", "4", "--zombie", "5ms", "--churn-after", goInside)
-		container(&b.Spec, a).Argv = argv
+		scenarios.Container(&b.Spec, a).Argv = argv
 		recs, goHost = append(recs, rec), append(goHost, host)
 	}
 	earlyRec, lateRec := recs[0], recs[1]
 	churned := make(chan struct{})
-	startLast(&b.Spec, "third", gate(churned))
+	scenarios.StartLast(&b.Spec, "third", scenarios.Gate(churned))
 	p := scenarios.Start(t, b)
 	pid := supervisorProc(t, p)
 	s := watch(pid, 20*time.Millisecond)
@@ -169,7 +169,7 @@ const missingApps = "app containers missing: they finished before the supervisor
 // on either backend, and the host path of its record. A cued app's keeps
 // its cue (--fifo).
 func hostileArgv(b scenarios.Built, name string, args ...string) (argv []string, record string) {
-	app := container(&b.Spec, name)
+	app := scenarios.Container(&b.Spec, name)
 	podsim, dir, hostDir := app.Argv[0], filepath.Dir(argOf(app.Argv, "--record")), b.Dir
 	if dir == scenarios.SharedMount {
 		hostDir = filepath.Join(b.Dir, "shared")
@@ -185,7 +185,7 @@ func hostileArgv(b scenarios.Built, name string, args ...string) (argv []string,
 // the container and on the host.
 func triggerFile(b scenarios.Built, app, name string) (inside, host string) {
 	_, rec := hostileArgv(b, app)
-	return filepath.Join(filepath.Dir(argOf(container(&b.Spec, app).Argv, "--record")), name), filepath.Join(filepath.Dir(rec), name)
+	return filepath.Join(filepath.Dir(argOf(scenarios.Container(&b.Spec, app).Argv, "--record")), name), filepath.Join(filepath.Dir(rec), name)
 }
 
 // argOf is the argument of flag in a podsim app command, "" if none.
@@ -218,9 +218,9 @@ func TestTenThousandProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	argv, rec := hostileArgv(b, "app", "--swarm", strconv.Itoa(swarm), "--decoy", "pilot-agent", "--decoy", "pilot-agent")
-	container(&b.Spec, "app").Argv = argv
+	scenarios.Container(&b.Spec, "app").Argv = argv
 	scanned := make(chan struct{})
-	startLast(&b.Spec, "ghost", gate(scanned))
+	scenarios.StartLast(&b.Spec, "ghost", scenarios.Gate(scanned))
 	p := scenarios.Start(t, b)
 	pid := supervisorProc(t, p)
 	s := watch(pid, 50*time.Millisecond)
@@ -228,13 +228,13 @@ func TestTenThousandProcesses(t *testing.T) {
 	waitUntil(t, hangGuard, "the swarm", func() bool { return slices.Contains(scenarios.Record(rec), fmt.Sprintf("swarm %d", swarm)) })
 	// Scans over the whole swarm while ghost is looked for. (The supervisor
 	// reads little else meanwhile: /proc/loadavg, a read every 2ms.)
-	begun, err := syscr(pid)
+	begun, err := scenarios.Syscr(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var reads uint64
 	waitUntil(t, hangGuard, fmt.Sprintf("%d scans over the swarm", scanFloor), func() bool {
-		n, err := syscr(pid)
+		n, err := scenarios.Syscr(pid)
 		reads = n - begun
 		return err == nil && reads >= scanFloor*swarm
 	})
@@ -276,19 +276,4 @@ func TestTenThousandProcesses(t *testing.T) {
 			t.Errorf("a decoy got %q", line)
 		}
 	}
-}
-
-// syscr is how many read system calls process pid has made
-// (/proc/PID/io).
-func syscr(pid int) (uint64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "syscr: "); ok {
-			return strconv.ParseUint(v, 10, 64)
-		}
-	}
-	return 0, fmt.Errorf("/proc/%d/io: no syscr line", pid)
 }

@@ -3,7 +3,6 @@ package scenarios
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -194,16 +193,6 @@ func releaseRun(p *pod.Pod, b Built, name string, k int, before func()) error {
 	return nil
 }
 
-// container is the named container of spec, nil if none.
-func container(spec *pod.Spec, name string) *pod.Container {
-	for i := range spec.Containers {
-		if spec.Containers[i].Name == name {
-			return &spec.Containers[i]
-		}
-	}
-	return nil
-}
-
 // terminated is a pod.Container.StartAfter: the named containers have run
 // and ended.
 func terminated(names ...string) func(context.Context, *pod.Pod) error {
@@ -217,27 +206,5 @@ func terminated(names ...string) func(context.Context, *pod.Pod) error {
 			return true
 		})
 		return err
-	}
-}
-
-// startLast moves the named container to the end of spec, after the
-// supervisor, held back by after (pod.Container.StartAfter): a container
-// the supervisor does not find at its start.
-func startLast(spec *pod.Spec, name string, after func(context.Context, *pod.Pod) error) {
-	c := *container(spec, name)
-	spec.Containers = slices.DeleteFunc(spec.Containers, func(x pod.Container) bool { return x.Name == name })
-	c.StartAfter = after
-	spec.Containers = append(spec.Containers, c)
-}
-
-// gate is a pod.Container.StartAfter that returns once open is closed.
-func gate(open <-chan struct{}) func(context.Context, *pod.Pod) error {
-	return func(ctx context.Context, _ *pod.Pod) error {
-		select {
-		case <-open:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
 	}
 }

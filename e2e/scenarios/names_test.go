@@ -56,7 +56,7 @@ func TestNamedPods(t *testing.T) {
 				t.Fatal(err)
 			}
 			open := make(chan struct{})
-			startLast(&built.Spec, "late", gate(open))
+			StartLast(&built.Spec, "late", Gate(open))
 			p := Start(t, built)
 			// An instance is known by its main process's PID: the supervisor
 			// may log one twice (runc, cgroup v1: as its cgroups change while

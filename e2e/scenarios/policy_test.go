@@ -293,7 +293,7 @@ func TestAppDoneBeforeSupervisor(t *testing.T) {
 			}
 			// As after a slow image pull: the supervisor starts once the app
 			// has ended.
-			container(&built.Spec, "supervisor").StartAfter = terminated("app")
+			Container(&built.Spec, "supervisor").StartAfter = terminated("app")
 			p, st := runBuilt(t, built)
 			if msg := p.TerminationMessage("supervisor"); !strings.HasPrefix(msg, "unknown: ") {
 				t.Errorf("termination message %q, want the unknown outcome", msg)

@@ -284,12 +284,12 @@ func TestRestartNotYetMoved(t *testing.T) {
 func scanned(ctx context.Context, pid int) error {
 	ctx, cancel := context.WithTimeout(ctx, eventBound)
 	defer cancel()
-	first, err := syscr(pid)
+	first, err := Syscr(pid)
 	if err != nil {
 		return err
 	}
 	for {
-		n, err := syscr(pid)
+		n, err := Syscr(pid)
 		if err != nil {
 			return err
 		}
@@ -302,19 +302,4 @@ func scanned(ctx context.Context, pid int) error {
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-}
-
-// syscr is how many read system calls process pid has made
-// (/proc/PID/io).
-func syscr(pid int) (uint64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "syscr: "); ok {
-			return strconv.ParseUint(v, 10, 64)
-		}
-	}
-	return 0, fmt.Errorf("/proc/%d/io: no syscr line", pid)
 }
