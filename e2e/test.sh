@@ -24,6 +24,9 @@ cd "$(dirname "$0")/.."
 
 [ "$(id -u)" -eq 0 ] || die "run as root: the end-to-end tests need namespaces and cgroups (sudo $0)"
 start=$(date +%s)
+# What the run found in the cache: a cold run builds Kubernetes and more.
+caches=warm
+[ -d "$CACHE/kube/$KUBERNETES_VERSION" ] && [ -d "$CACHE/kernel" ] || caches=cold
 RUN_DIR="${SUPERVISOR_E2E_RUN_DIR:-/tmp/sidecar-supervisor-e2e-run}"
 rm -rf "$RUN_DIR"
 mkdir -p "$RUN_DIR"
@@ -59,6 +62,25 @@ lane() {
 	return $rc
 }
 args=("$@")
+
+# timings TOTAL: the run's figures as markdown, for e2e/TIMINGS.md: the
+# lanes' times and each package's own figure (go test's, which leaves out
+# its compile).
+timings() {
+	printf '### %s, commit %s, caches %s: %ss in all\n\n' "$(date -u '+%Y-%m-%d %H:%M UTC')" \
+		"$(git -C .. rev-parse --short HEAD 2>/dev/null || echo unknown)" "$caches" "$1"
+	printf '| lane | exit | seconds |\n|---|---|---|\n'
+	local l p rc secs
+	for l in "${lanes[@]}"; do
+		read -r _ rc secs <"$RUN_DIR/$l.status"
+		printf '| %s | %s | %s |\n' "$l" "$rc" "$secs"
+	done
+	printf '\n| package | lane | result | seconds |\n|---|---|---|---|\n'
+	for l in "${lanes[@]}"; do
+		grep -hE '^(ok|FAIL)[[:space:]]+github' "$RUN_DIR/$l.log" |
+			awk -v lane="$l" '{p=$2; sub("github.com/sidecar-supervisor/sidecar-supervisor/", "", p); printf "| %s | %s | %s | %s |\n", p, lane, $1, $3}'
+	done
+}
 log "e2e module: tests, in lanes: ${lanes[*]}"
 pids=() tails=()
 for l in "${lanes[@]}"; do
@@ -78,7 +100,6 @@ for l in "${lanes[@]}"; do
 	read -r _ rc secs <"$RUN_DIR/$l.status"
 	log "lane $l: exit $rc in ${secs}s"
 done
-# Each package's own figure, for e2e/README.md.
-grep -hE '^(ok|FAIL|---) ' "$RUN_DIR"/*.log | sed -E 's/github.com\/sidecar-supervisor\/sidecar-supervisor\///' >"$RUN_DIR/packages.txt" || true
+timings "$(($(date +%s) - start))" >"$RUN_DIR/timings.md"
 [ ${#failed[@]} -eq 0 ] || die "failed: ${failed[*]} (logs in $RUN_DIR)"
-log "all tests passed in $(($(date +%s) - start))s"
+log "all tests passed in $(($(date +%s) - start))s (timings: $RUN_DIR/timings.md)"
