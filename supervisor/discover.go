@@ -188,7 +188,10 @@ func (r *run) adopt(pod procscan.Pod) []watchedApp {
 			}
 		}
 		kind, before := r.kindOf(c)
-		if kind == procscan.Other && !before {
+		// Said once: when the kind is pinned (a container seen being set up,
+		// or with its main process gone, is not pinned, and would be said
+		// again).
+		if pinned, ok := r.kinds[c.ID]; kind == procscan.Other && !before && ok && pinned == procscan.Other {
 			r.log.Info().Str("container", c.Name).Int("pid", c.Main.PID).Str("comm", c.Main.Comm).Str("reason", c.Why).
 				Msg("container neither waited for nor stopped")
 		}

@@ -307,3 +307,29 @@ func TestKindIsFirstSight(t *testing.T) {
 		h.finish(Success, "SIGTERM 100")
 	})
 }
+
+// TestOtherSaidOnce: a container neither waited for nor stopped (a native
+// sidecar of the pod's own) is said once: not also when a scan sees it
+// without its main process (between two of its restarts, a child left),
+// before the one that pins its kind.
+func TestOtherSaidOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		orphaned := container(procscan.Other, "logship", 50)
+		orphaned.HasMain = false
+		h := start(t, testConfig(t, "SUPERVISOR_APP_CONTAINERS=2"), container(procscan.App, "app", 10),
+			orphaned, container(procscan.Sidecar, "pilot-agent", 100))
+		time.Sleep(50 * time.Millisecond) // ten scans
+		h.pod.remove("logship")
+		h.pod.add(container(procscan.Other, "logship", 51))
+		waitLog(t, h, `"message":"container neither waited for nor stopped"`)
+		time.Sleep(50 * time.Millisecond)
+		h.pod.add(container(procscan.App, "app2", 11))
+		waitLog(t, h, `"container":"app2","uid":0,"method":"fake","message":"app found"`)
+		h.proc(10).exit(exited(0))
+		h.proc(11).exit(exited(0))
+		h.finish(Success, "SIGTERM 100")
+		if n := strings.Count(h.logged(), `"message":"container neither waited for nor stopped"`); n != 1 {
+			t.Errorf("said %d times, want once; log:\n%s", n, h.logged())
+		}
+	})
+}
