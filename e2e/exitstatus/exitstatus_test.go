@@ -288,6 +288,10 @@ func TestKernels(t *testing.T) {
 	}
 	for _, g := range guests {
 		t.Run(g.kernel, func(t *testing.T) {
+			// The kernels' guests side by side (go test's -parallel:
+			// GOMAXPROCS, two here): each is one qemu process, much of
+			// whose time the OnFailure timelines spend waiting.
+			t.Parallel()
 			ctx, cancel := context.WithTimeout(t.Context(), 25*time.Minute)
 			defer cancel()
 			start := time.Now()

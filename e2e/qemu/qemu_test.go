@@ -96,6 +96,7 @@ func run(t *testing.T, cfg Config) Result {
 // TestKernelProbe runs testdata/kernelprobe in the 6.1 guest and checks the
 // facts the supervisor and the pod simulation rely on there.
 func TestKernelProbe(t *testing.T) {
+	t.Parallel() // each boots guests of its own: two at a time (-parallel)
 	k := kernel(t)
 	probe := filepath.Join(t.TempDir(), "kernelprobe")
 	start := time.Now()
@@ -177,6 +178,7 @@ func TestKernelProbe(t *testing.T) {
 // extra static binary, environment and the package's testdata, and reads a
 // deliberate failure as one.
 func TestRunGoTest(t *testing.T) {
+	t.Parallel() // each boots guests of its own: two at a time (-parallel)
 	k := kernel(t)
 	probe := filepath.Join(t.TempDir(), "kernelprobe")
 	if err := BuildStatic(t.Context(), k.Arch, ".", "./testdata/kernelprobe", probe); err != nil {
@@ -234,6 +236,7 @@ func TestRunGoTest(t *testing.T) {
 // the exit device (below 126: isa-debug-exit on amd64, a semihosting exit on
 // arm64) and from the console line when the device's value saturates.
 func TestRunExitStatus(t *testing.T) {
+	t.Parallel() // each boots guests of its own: two at a time (-parallel)
 	for _, name := range []string{BookwormAMD64, SidARM64} {
 		t.Run(name, func(t *testing.T) { testRunExitStatus(t, kernelNamed(t, name)) })
 	}
@@ -260,6 +263,7 @@ func testRunExitStatus(t *testing.T, k Kernel) {
 // on arm64, ACPI on amd64: qemu exits 0, as after a kernel panic) is an
 // error, never a status, on both architectures.
 func TestRunNoStatus(t *testing.T) {
+	t.Parallel() // each boots guests of its own: two at a time (-parallel)
 	for _, name := range []string{BookwormAMD64, SidARM64} {
 		t.Run(name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), testBudget)
@@ -276,6 +280,7 @@ func TestRunNoStatus(t *testing.T) {
 // container's process does (a shell's background job would have SIGINT and
 // SIGQUIT ignored, and a Go program could not die of them).
 func TestRunDefaultSignals(t *testing.T) {
+	t.Parallel() // each boots guests of its own: two at a time (-parallel)
 	res := run(t, Config{Kernel: kernel(t), Script: "grep SigIgn /proc/self/status", Timeout: guestBudget})
 	if want := "SigIgn:\t0000000000000000\n"; res.ExitStatus != 0 || res.Output != want {
 		t.Errorf("status %d, output %q; want 0, %q", res.ExitStatus, res.Output, want)
@@ -289,6 +294,7 @@ func TestRunDefaultSignals(t *testing.T) {
 // it only has to outlast the guest's start of the command up to its first
 // echo, a few TCG execs that a loaded host can stretch to seconds.
 func TestRunCommandTimeout(t *testing.T) {
+	t.Parallel() // each boots guests of its own: two at a time (-parallel)
 	k := kernel(t)
 	res := run(t, Config{
 		Kernel:         k,
@@ -313,6 +319,7 @@ func TestRunCommandTimeout(t *testing.T) {
 // Run returns within a minute of qemu's start, where a guest left to run
 // would take the 10 min CommandTimeout.
 func TestRunHostTimeout(t *testing.T) {
+	t.Parallel() // each boots guests of its own: two at a time (-parallel)
 	k := kernel(t)
 	res, err := Run(t.Context(), Config{
 		Kernel:         k,
@@ -332,6 +339,7 @@ func TestRunHostTimeout(t *testing.T) {
 // them: overlayfs, and veth (a pod simulation may want a network namespace
 // with a link to the outside).
 func TestRunModules(t *testing.T) {
+	t.Parallel() // each boots guests of its own: two at a time (-parallel)
 	k := kernel(t)
 	res := run(t, Config{
 		Kernel:  k,
