@@ -491,18 +491,12 @@ const runningTries = 30
 
 // running lists the containers the runtime still runs for the pod.
 func (s *soak) running(ctx context.Context, uid types.UID) ([]string, error) {
-	args := []string{"--runtime-endpoint", "unix://" + s.c.Env["CONTAINERD_SOCK"], "--timeout", "10s",
-		"ps", "-q", "--state", "running", "--label", "io.kubernetes.pod.uid=" + string(uid)}
 	var err error
 	for try := 0; try < runningTries; try++ {
-		var stderr bytes.Buffer
-		cmd := exec.CommandContext(ctx, s.c.Env["CRICTL"], args...)
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err == nil {
-			return strings.Fields(string(out)), nil
+		var out string
+		if out, err = s.crictl(ctx, "ps", "-q", "--state", "running", "--label", "io.kubernetes.pod.uid="+string(uid)); err == nil {
+			return strings.Fields(out), nil
 		}
-		err = fmt.Errorf("crictl ps: %w: %s", err, bytes.TrimSpace(stderr.Bytes()))
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
@@ -510,6 +504,19 @@ func (s *soak) running(ctx context.Context, uid types.UID) ([]string, error) {
 		}
 	}
 	return nil, err
+}
+
+// crictl runs crictl against the node's containerd and returns its stdout.
+func (s *soak) crictl(ctx context.Context, args ...string) (string, error) {
+	args = append([]string{"--runtime-endpoint", "unix://" + s.c.Env["CONTAINERD_SOCK"], "--timeout", "10s"}, args...)
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, s.c.Env["CRICTL"], args...)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("crictl %s: %w: %s", strings.Join(args[4:], " "), err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	return string(out), nil
 }
 
 // removeJob deletes the Job and lets its pods go.
