@@ -92,8 +92,11 @@ func parseStamps(app, text string) ([]instance, error) {
 	return out, nil
 }
 
-// supervisorLog is what the soak reads in the supervisor's log.
+// supervisorLog is what the soak reads in the log of one instance of the
+// supervisor.
 type supervisorLog struct {
+	// start is its first line's time.
+	start time.Time
 	// first is when its first scan ended: its first "app found" or
 	// "sidecar found" line, else its first line. Under load the start
 	// (the exit-status probe, reading names) can take seconds, and an app
@@ -101,7 +104,16 @@ type supervisorLog struct {
 	first time.Time
 	// stops are the lines saying the sidecar was sent its action.
 	stops []logLine
-	gone  bool // "sidecar already gone": it had exited before the action
+	// gone is its first "sidecar already gone": the sidecar had exited
+	// before the action.
+	gone time.Time
+	// resumed is its line saying it carries on from the journal of the
+	// instance before (a restarted supervisor), nil for none.
+	resumed *logLine
+	// journal lists its warnings that the journal was ignored or off.
+	journal []string
+	// done is its "done" line: its summary is written.
+	done time.Time
 }
 
 type logLine struct {
@@ -109,16 +121,33 @@ type logLine struct {
 	Message string `json:"message"`
 	Signal  string `json:"signal"`
 	Method  string `json:"method"`
-	at      time.Time
+	Reason  string `json:"reason"`
+	Error   string `json:"error"`
+	// Of msgResumed: the app instances the journal had, those that ended
+	// while no supervisor watched them, those watched again.
+	Apps           int `json:"apps"`
+	Ended          int `json:"ended"`
+	EndedUnwatched int `json:"ended_unwatched"`
+	Watched        int `json:"watched"`
+	at             time.Time
 }
 
 // The supervisor's messages for a sidecar sent its action
-// (supervisor/act.go).
+// (supervisor/act.go), for a run that carries on from the journal
+// (resume.go), and for a journal it cannot use (resume.go, journal.go).
 const (
 	msgSignalled = "sidecar signalled"
 	msgAsked     = "sidecar asked to stop"
 	msgGone      = "sidecar already gone"
+	msgDone      = "done"
+	msgResumed   = "carrying on from the journal of the supervisor before"
 )
+
+var msgJournal = []string{
+	"the journal of an earlier supervisor is ignored: starting over",
+	"cannot keep a journal: a restarted supervisor would start over",
+	"the journal is off: a restarted supervisor would start over",
+}
 
 func parseSupervisorLog(text string) (supervisorLog, error) {
 	var s supervisorLog
@@ -137,16 +166,22 @@ func parseSupervisorLog(text string) (supervisorLog, error) {
 		}
 		l.at = at
 		if s.first.IsZero() {
-			s.first = at
+			s.start, s.first = at, at
 		}
 		if !foundSeen && (l.Message == "app found" || l.Message == "sidecar found") {
 			s.first, foundSeen = at, true
 		}
-		switch l.Message {
-		case msgSignalled, msgAsked:
+		switch {
+		case l.Message == msgSignalled, l.Message == msgAsked:
 			s.stops = append(s.stops, l)
-		case msgGone:
-			s.gone = true
+		case l.Message == msgGone && s.gone.IsZero():
+			s.gone = at
+		case l.Message == msgResumed && s.resumed == nil:
+			s.resumed = &l
+		case l.Message == msgDone:
+			s.done = at
+		case slices.Contains(msgJournal, l.Message):
+			s.journal = append(s.journal, strings.TrimSpace(l.Message+" "+l.Reason+" "+l.Error))
 		}
 	}
 	if s.first.IsZero() {
@@ -170,10 +205,14 @@ const (
 	// invMessage: the supervisor's termination message (and the action
 	// it took) as the apps' statuses say.
 	invMessage
+	// invRestart: the supervisor restarted only where the soak killed it,
+	// once; the instance after carried on from the journal of the one
+	// before, and stopped istio-proxy in time (killBound).
+	invRestart
 	nInvariants
 )
 
-var invariantNames = [nInvariants]string{"condition", "proxy after apps", "none left running", "termination message"}
+var invariantNames = [nInvariants]string{"condition", "proxy after apps", "none left running", "termination message", "supervisor restart"}
 
 // verdict is the checks' result for one Job.
 type verdict struct {
@@ -188,6 +227,42 @@ type verdict struct {
 	// invariant is about (a restart the kubelet counts for a container it
 	// failed to create while containerd restarted).
 	anomalies []string
+	// kill is what the kill of the supervisor came to (nil: none drawn).
+	kill *killOutcome
+	// stopLags are, for each pod not killed that ran to its end, how long
+	// after the model's moment (wouldStop) istio-proxy was stopped, by
+	// the statuses' kind (lagRead, lagUnknownOnFailure, lagUnknownNever).
+	stopLags map[string][]time.Duration
+}
+
+// The kinds of stopLags.
+const (
+	lagRead             = "statuses read"
+	lagUnknownOnFailure = "statuses unknown, OnFailure"
+	lagUnknownNever     = "statuses unknown, Never"
+)
+
+// killOutcome is what the SIGKILL of a pod's supervisor came to.
+type killOutcome struct {
+	pod string
+	at  time.Time
+	// missed says why the kill does not count (not sent, or it reached a
+	// supervisor that had finished); "" if it does.
+	missed string
+	// when places the kill in the pod's life.
+	when string
+	// resumed is the restarted supervisor's "carrying on" line.
+	resumed *logLine
+	// lost lists the app instances that ended while no supervisor ran
+	// (from the kill to the restarted one's start): their statuses are
+	// no one's to read.
+	lost []string
+	// wouldStop is when istio-proxy would have been stopped without the
+	// kill (wouldStop), stop when it was; delay the difference, bound
+	// its allowance (killBound, plus the restart wait of a status lost
+	// under OnFailure).
+	wouldStop, stop time.Time
+	delay, bound    time.Duration
 }
 
 func (v *verdict) add(i invariant, format string, args ...any) {
@@ -206,24 +281,37 @@ func (v *verdict) ok() bool {
 // observed is what the soak saw of one Job.
 type observed struct {
 	cond     *batchv1.JobCondition // nil: it did not finish in time
+	kill     *killed               // the kill of a supervisor, if drawn
 	pods     []podObs
 	inst     map[string][]instance // by app
 	stampErr error
 }
 
 // podObs is what the soak saw of one pod: its last status, the
-// supervisor's log, and the containers the runtime still runs for it.
+// supervisor's log (and that of its instance before, if restarted), and
+// the containers the runtime still runs for it.
 type podObs struct {
 	pod       *corev1.Pod
 	log       string
 	logErr    error
+	prevLog   string
+	prevErr   error
 	running   []string
 	crictlErr error
 }
 
 // checkJob checks the invariants on what was observed of timeline t's Job.
 func checkJob(t timeline, o observed) verdict {
-	v := verdict{outcomes: map[string]int{}}
+	v := verdict{outcomes: map[string]int{}, stopLags: map[string][]time.Duration{}}
+	if t.kill != nil {
+		v.kill = &killOutcome{missed: "no pod of the Job was seen"}
+		if o.kill != nil {
+			v.kill.pod, v.kill.at = o.kill.pod, o.kill.at
+			if o.kill.err != nil {
+				v.kill.missed = "not sent: " + o.kill.err.Error()
+			}
+		}
+	}
 	switch {
 	case o.cond == nil:
 		v.add(invCondition, "neither Complete nor Failed within the bound")
@@ -242,7 +330,7 @@ func checkJob(t timeline, o observed) verdict {
 		if k < len(t.want.pods) {
 			w = &t.want.pods[k]
 		}
-		checkPod(t, w, p, instancesIn(o.inst, p.pod.Name), &v)
+		checkPod(t, w, p, instancesIn(o.inst, p.pod.Name), o.kill, &v)
 	}
 	return v
 }
@@ -295,9 +383,24 @@ func containerStatus(p *corev1.Pod, name string) *corev1.ContainerStatus {
 	return nil
 }
 
+// supervisorStatus is the supervisor's status: a container's, or in the
+// native shape an init container's.
+func supervisorStatus(p *corev1.Pod) *corev1.ContainerStatus {
+	if s := containerStatus(p, supervisorName); s != nil {
+		return s
+	}
+	for i := range p.Status.InitContainerStatuses {
+		if p.Status.InitContainerStatuses[i].Name == supervisorName {
+			return &p.Status.InitContainerStatuses[i]
+		}
+	}
+	return nil
+}
+
 // checkPod checks one pod against what it must come to (w, nil for a pod
 // the timeline has no room for: only what holds of every pod is checked).
-func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, v *verdict) {
+// k is the kill of a supervisor, if one was drawn.
+func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, k *killed, v *verdict) {
 	name := p.pod.Name
 	deleted := w != nil && w.deleted
 
@@ -319,9 +422,9 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, v *v
 		checkApps(t, *w, p.pod, inst, v)
 	}
 
-	// Proxy after apps, from the supervisor's log.
-	var sl supervisorLog
-	var logOK bool
+	// The supervisor's logs, one per instance, the first first: that of
+	// the instance before a restart, then the current one's.
+	var sls []supervisorLog
 	switch {
 	case p.logErr != nil:
 		if !deleted {
@@ -338,13 +441,30 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, v *v
 		// Nothing to check.
 		v.unchecked = append(v.unchecked, fmt.Sprintf("pod %s: supervisor log gone: %s", name, strings.TrimSpace(p.log)))
 	default:
-		var err error
-		if sl, err = parseSupervisorLog(p.log); err != nil {
+		cur, err := parseSupervisorLog(p.log)
+		if err != nil {
 			v.add(invOrder, "pod %s: %v", name, err)
-		} else {
-			logOK = true
+			break
 		}
+		if p.prevErr != nil {
+			v.add(invRestart, "pod %s: no log of the supervisor's instance before its restart: %v", name, p.prevErr)
+		} else if p.prevLog != "" {
+			prev, err := parseSupervisorLog(p.prevLog)
+			if err != nil {
+				v.add(invRestart, "pod %s: the supervisor's instance before its restart: %v", name, err)
+			} else {
+				sls = append(sls, prev)
+			}
+		}
+		sls = append(sls, cur)
 	}
+	logOK := len(sls) > 0
+	var stops []logLine
+	for _, sl := range sls {
+		stops = append(stops, sl.stops...)
+	}
+
+	// Proxy after apps, from the supervisor's logs.
 	var lastEnd time.Time
 	for _, list := range inst {
 		for _, in := range list {
@@ -354,7 +474,7 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, v *v
 		}
 	}
 	if logOK {
-		for _, s := range sl.stops {
+		for _, s := range stops {
 			// The log has milliseconds (truncated): a stop logged at ms
 			// came at or after ms, and before ms+1.
 			before := s.at.Add(time.Millisecond)
@@ -368,11 +488,17 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, v *v
 				}
 			}
 		}
-		if !deleted && len(sl.stops) == 0 {
+		if !deleted && len(stops) == 0 {
 			v.add(invOrder, "pod %s: the supervisor's log has no %q nor %q", name, msgSignalled, msgAsked)
 		}
-		if sl.gone && !deleted {
-			v.add(invOrder, "pod %s: istio-proxy had exited before the supervisor's action (%q)", name, msgGone)
+		// A restarted supervisor may find gone the sidecar the one before
+		// acted on; istio-proxy gone before any action is a failure.
+		acted := false
+		for _, sl := range sls {
+			if !sl.gone.IsZero() && !deleted && !acted {
+				v.add(invOrder, "pod %s: istio-proxy had exited before the supervisor's action (%q at %s)", name, msgGone, clock(sl.gone))
+			}
+			acted = acted || len(sl.stops) > 0
 		}
 	}
 	proxy := containerStatus(p.pod, proxyName)
@@ -391,8 +517,31 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, v *v
 			name, proxy.State.Terminated.FinishedAt.UTC().Format(time.TimeOnly), clock(lastEnd))
 	}
 
+	// Supervisor restart: only where killed, then carried on, in time.
+	sup := supervisorStatus(p.pod)
+	var gap [2]time.Time // no supervisor ran, from the kill to the restarted one's start
+	if sup != nil {
+		gap = checkRestart(t, w, p, sup, sls, k, inst, v)
+	}
+	for _, sl := range sls {
+		for _, j := range sl.journal {
+			v.add(invRestart, "pod %s: the supervisor: %s", name, j)
+		}
+	}
+	if w != nil && !deleted && logOK && len(stops) > 0 && (k == nil || k.pod != name || gap[0].IsZero()) {
+		if at, ok := wouldStop(t, *w, inst); ok {
+			kind := lagRead
+			switch {
+			case t.none && t.restart == corev1.RestartPolicyOnFailure:
+				kind = lagUnknownOnFailure
+			case t.none:
+				kind = lagUnknownNever
+			}
+			v.stopLags[kind] = append(v.stopLags[kind], stops[0].at.Sub(at))
+		}
+	}
+
 	// Termination message, and the action it names.
-	sup := containerStatus(p.pod, supervisorName)
 	if sup == nil {
 		v.add(invMessage, "pod %s has no %s status", name, supervisorName)
 		return
@@ -403,13 +552,8 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, v *v
 		return
 	}
 	msg := strings.TrimSpace(term.Message)
-	switch {
-	case term.ExitCode != 0 || (sup.RestartCount != 0 && sup.LastTerminationState.Terminated != nil):
-		v.add(invMessage, "pod %s: the supervisor exited %d (%s), %d restart(s) (last: %s): %q",
-			name, term.ExitCode, term.Reason, sup.RestartCount, cluster.StateString(sup.LastTerminationState), msg)
-	case sup.RestartCount != 0:
-		v.anomalies = append(v.anomalies, fmt.Sprintf("pod %s: the kubelet counts %d restart(s) of the supervisor, whose last instance never ran (%s)",
-			name, sup.RestartCount, cluster.StateString(sup.LastTerminationState)))
+	if term.ExitCode != 0 {
+		v.add(invMessage, "pod %s: the supervisor exited %d (%s): %q", name, term.ExitCode, term.Reason, msg)
 	}
 	if deleted {
 		v.outcomes["deleted"]++
@@ -423,7 +567,11 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, v *v
 	}
 	prefix, _, _ := strings.Cut(msg, ":")
 	v.outcomes[prefix]++
-	allowed, named := expectedOutcomes(t, *w, inst, sl.first, logOK)
+	var first time.Time
+	if logOK {
+		first = sls[0].first
+	}
+	allowed, named := expectedOutcomes(t, *w, inst, first, logOK, gap)
 	if !slices.Contains(allowed, prefix) {
 		v.add(invMessage, "pod %s: message %q, want it to start with %s", name, msg, strings.Join(quoteAll(allowed, ":"), " or "))
 	}
@@ -445,6 +593,196 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, v *v
 			v.add(invMessage, "pod %s: %s, istio-proxy exited %d (%s), want %d", name, prefix, got, proxy.State.Terminated.Reason, want)
 		}
 	}
+}
+
+// killBound is how much later than it would have been without the kill
+// istio-proxy may be stopped in a pod whose supervisor was killed (issue
+// 32: "within 3 s"). An app that ends while no supervisor runs leaves a
+// status no one in the pod can read: under OnFailure the restarted
+// supervisor then awaits the kubelet's restart of that app for its
+// back-off plus the restart margin (restartWait), which comes on top.
+const killBound = 3 * time.Second
+
+// The supervisor's SUPERVISOR_RESTART_MARGIN as the template leaves it for
+// the soak's apps (an image not pulled on every start), and the kubelet's
+// restart back-off (supervisor/restarts.go).
+const (
+	restartMargin  = 15 * time.Second
+	backoffInitial = 10 * time.Second
+	backoffMax     = 5 * time.Minute
+)
+
+// restartWait is how long, under OnFailure, the supervisor awaits the
+// kubelet's restart of an app instance whose status is unknown, the k-th
+// of its container in the pod (from 1): the kubelet's back-off for that
+// restart plus the margin.
+func restartWait(k int) time.Duration {
+	d := time.Duration(0)
+	if k > 1 {
+		d = backoffInitial
+		for i := 2; i < k && d < backoffMax; i++ {
+			d *= 2
+		}
+	}
+	return min(d, backoffMax) + restartMargin
+}
+
+// wouldStop is when the supervisor stops istio-proxy in a pod that ran to
+// its end, had it not been killed: at the end of the pod's last app
+// instance; with statuses unknown under OnFailure, once each app's last
+// instance has awaited the restart it might need (restartWait). ok is
+// false where an instance has no end.
+func wouldStop(t timeline, w podWant, inst map[string][]instance) (at time.Time, ok bool) {
+	for _, a := range t.apps {
+		x := find(inst[a.name], w.last[a.name])
+		if x == nil || x.end.IsZero() {
+			return time.Time{}, false
+		}
+		end := x.end
+		if t.none && t.restart == corev1.RestartPolicyOnFailure {
+			end = end.Add(restartWait(w.last[a.name] - w.first[a.name] + 1))
+		}
+		if end.After(at) {
+			at = end
+		}
+	}
+	return at, true
+}
+
+// The window around the gap in which an app's end may have gone unread:
+// the killed supervisor may not have read (and journaled) an end just
+// before its death, and the restarted one sees ends up to its line saying
+// it carries on, logged to the millisecond.
+const (
+	gapBefore = 250 * time.Millisecond
+	gapAfter  = 100 * time.Millisecond
+)
+
+func inGap(gap [2]time.Time, at time.Time) bool {
+	return !gap[0].IsZero() && !at.Before(gap[0].Add(-gapBefore)) && !at.After(gap[1].Add(gapAfter))
+}
+
+// checkRestart checks the supervisor's restarts: none in a pod whose
+// supervisor the soak did not kill; where it did, one, after an exit 137,
+// and the instance after carried on from the journal and stopped
+// istio-proxy within killBound of when it would have without the kill.
+// It fills v.kill, and returns the gap: from the kill to the restarted
+// supervisor's line saying it carries on (zero: no kill that counts).
+func checkRestart(t timeline, w *podWant, p podObs, sup *corev1.ContainerStatus, sls []supervisorLog, k *killed, inst map[string][]instance, v *verdict) (gap [2]time.Time) {
+	name := p.pod.Name
+	last := sup.LastTerminationState.Terminated
+	if !k.sent() || k.pod != name {
+		switch {
+		case sup.RestartCount != 0 && last == nil:
+			v.anomalies = append(v.anomalies, fmt.Sprintf("pod %s: the kubelet counts %d restart(s) of the supervisor, whose last instance never ran (%s)",
+				name, sup.RestartCount, cluster.StateString(sup.LastTerminationState)))
+		case sup.RestartCount != 0:
+			v.add(invRestart, "pod %s: the supervisor, not killed, restarted %d time(s) (last: %s)", name, sup.RestartCount, cluster.StateString(sup.LastTerminationState))
+		}
+		return gap
+	}
+	ko := v.kill
+	ko.missed = ""
+	if sup.RestartCount == 0 && len(sls) == 1 && !sls[0].done.IsZero() && !sls[0].done.After(k.at) {
+		// A container supervisor exits once it has stopped the sidecars:
+		// the SIGKILL found it finished (exiting, not yet reaped).
+		ko.missed = fmt.Sprintf("the supervisor had finished (its %q at %s)", msgDone, clock(sls[0].done))
+		return gap
+	}
+	if sup.RestartCount != 1 || last == nil || last.ExitCode != 137 {
+		v.add(invRestart, "pod %s: the supervisor, SIGKILLed at %s, restarted %d time(s) (last: %s), want once after exit 137",
+			name, clock(k.at), sup.RestartCount, cluster.StateString(sup.LastTerminationState))
+	}
+	if len(sls) < 2 {
+		v.add(invRestart, "pod %s: no logs of two instances of the supervisor", name)
+		return gap
+	}
+	before, after := sls[0], sls[len(sls)-1]
+	ko.when = placeKill(k.at, inst, before)
+	ko.resumed = after.resumed
+	gap = [2]time.Time{k.at, after.start}
+	if after.resumed == nil {
+		v.add(invRestart, "pod %s: the restarted supervisor does not say %q", name, msgResumed)
+	} else {
+		gap[1] = after.resumed.at
+	}
+	if w == nil || w.deleted {
+		return gap
+	}
+	for _, a := range t.apps {
+		for _, in := range inst[a.name] {
+			if !in.end.IsZero() && inGap(gap, in.end) {
+				ko.lost = append(ko.lost, fmt.Sprintf("%s #%d", in.app, in.n))
+			}
+		}
+	}
+	would, ok := wouldStop(t, *w, inst)
+	var stops []logLine
+	for _, sl := range sls {
+		stops = append(stops, sl.stops...)
+	}
+	if !ok || len(stops) == 0 {
+		return gap // the other invariants say why
+	}
+	ko.wouldStop, ko.stop = would, stops[0].at
+	ko.delay = ko.stop.Sub(would)
+	ko.bound = killBound
+	if t.restart == corev1.RestartPolicyOnFailure && !t.none {
+		for _, a := range t.apps {
+			if x := find(inst[a.name], w.last[a.name]); x != nil && inGap(gap, x.end) {
+				ko.bound = max(ko.bound, killBound+restartWait(w.last[a.name]-w.first[a.name]+1))
+			}
+		}
+	}
+	if ko.delay > ko.bound {
+		v.add(invRestart, "pod %s: istio-proxy stopped at %s, %s after it would have without the kill (%s), more than %s",
+			name, clock(ko.stop), ko.delay.Round(time.Millisecond), clock(would), ko.bound)
+	}
+	return gap
+}
+
+// placeKill says where in the pod's life the kill came: during or after the
+// stop (the killed supervisor's log), around an app instance's end, while
+// one ran, or between runs.
+func placeKill(at time.Time, inst map[string][]instance, before supervisorLog) string {
+	if !before.done.IsZero() && !before.done.After(at) {
+		return fmt.Sprintf("after the stop: %s after the summary (%q)", fmtDur(at.Sub(before.done)), msgDone)
+	}
+	if len(before.stops) > 0 && !before.stops[0].at.After(at) {
+		return fmt.Sprintf("during the stop: %s after %q", fmtDur(at.Sub(before.stops[0].at)), before.stops[0].Message)
+	}
+	var near *instance
+	var running []string
+	for _, list := range inst {
+		for i, in := range list {
+			if in.end.IsZero() {
+				continue
+			}
+			if near == nil || absDur(at.Sub(in.end)) < absDur(at.Sub(near.end)) {
+				near = &list[i]
+			}
+			if !in.start.After(at) && in.end.After(at) {
+				running = append(running, fmt.Sprintf("%s #%d (%s in, %s before its end)", in.app, in.n, fmtDur(at.Sub(in.start)), fmtDur(in.end.Sub(at))))
+			}
+		}
+	}
+	sort.Strings(running)
+	switch {
+	case near != nil && absDur(at.Sub(near.end)) <= 500*time.Millisecond:
+		return fmt.Sprintf("%s %s #%d's end (exit %d)", fmtOff(at.Sub(near.end)), near.app, near.n, near.code)
+	case len(running) > 0:
+		return "while " + strings.Join(running, ", ") + " ran"
+	case near != nil:
+		return fmt.Sprintf("while no app ran: %s %s #%d's end", fmtOff(at.Sub(near.end)), near.app, near.n)
+	}
+	return "before any app ended"
+}
+
+func absDur(d time.Duration) time.Duration {
+	if d < 0 {
+		return -d
+	}
+	return d
 }
 
 func quoteAll(s []string, suffix string) []string {
@@ -533,8 +871,9 @@ const seenMargin = time.Second
 
 // expectedOutcomes returns the summaries the supervisor may give the pod
 // (success, failure, unknown), and the "app exit N" its failure summary
-// must name.
-func expectedOutcomes(t timeline, w podWant, inst map[string][]instance, supStart time.Time, logOK bool) (allowed, named []string) {
+// must name. An instance that ended in the gap (inGap: while no supervisor
+// ran, its supervisor killed) was not seen.
+func expectedOutcomes(t timeline, w podWant, inst map[string][]instance, supStart time.Time, logOK bool, gap [2]time.Time) (allowed, named []string) {
 	if t.none {
 		return []string{"unknown"}, nil
 	}
@@ -549,7 +888,7 @@ func expectedOutcomes(t timeline, w podWant, inst map[string][]instance, supStar
 			}
 		}
 		seen := logOK && in != nil && !in.end.IsZero() && in.end.After(supStart.Add(seenMargin)) &&
-			(n == w.first[a.name] || in.end.Sub(in.start) >= seenMargin)
+			(n == w.first[a.name] || in.end.Sub(in.start) >= seenMargin) && !inGap(gap, in.end)
 		switch {
 		case code != 0 && seen:
 			failSeen = true
@@ -569,4 +908,23 @@ func expectedOutcomes(t timeline, w podWant, inst map[string][]instance, supStar
 		return []string{"success", "unknown"}, nil
 	}
 	return []string{"success"}, nil
+}
+
+func (k *killOutcome) String() string {
+	if k.missed != "" {
+		return "missed: " + k.missed
+	}
+	s := fmt.Sprintf("pod %s killed at %s, %s", k.pod, clock(k.at), k.when)
+	if r := k.resumed; r != nil {
+		s += fmt.Sprintf("; carried on at %s (%s after the kill; apps %d, ended %d, ended unwatched %d, watched %d)",
+			clock(r.at), fmtDur(r.at.Sub(k.at)), r.Apps, r.Ended, r.EndedUnwatched, r.Watched)
+	}
+	if len(k.lost) > 0 {
+		s += "; ended while no supervisor ran: " + strings.Join(k.lost, ", ")
+	}
+	if !k.stop.IsZero() {
+		s += fmt.Sprintf("; istio-proxy stopped at %s, would have at %s: %s later (bound %s)",
+			clock(k.stop), clock(k.wouldStop), k.delay.Round(time.Millisecond), k.bound)
+	}
+	return s
 }

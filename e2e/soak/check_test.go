@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -116,5 +118,172 @@ func TestCheckJobEdges(t *testing.T) {
 	v := checkJob(tl, o)
 	if len(v.problems[invLeft]) != 2 {
 		t.Errorf("running containers: %s", problems(v))
+	}
+}
+
+// killedPod is neverPod (an app a of 0 to 3 s) with its supervisor, a
+// native sidecar, SIGKILLed at killMS and carrying on from the journal at
+// resumeMS; the stop at signalMS comes from the instance after.
+func killedPod(t *testing.T, killMS, resumeMS, signalMS int) (timeline, observed) {
+	t.Helper()
+	tl, o := neverPod(0, "success: a exit 0; action SIGTERM", 0, signalMS)
+	tl.native = true
+	tl.kill = &killPlan{app: "a", n: 1, moment: killRun, frac: 0.5}
+	p := o.pods[0].pod
+	sup := p.Status.ContainerStatuses[1]
+	p.Status.ContainerStatuses = slices.Delete(p.Status.ContainerStatuses, 1, 2)
+	sup.RestartCount = 1
+	sup.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "Error"}}
+	p.Status.InitContainerStatuses = []corev1.ContainerStatus{sup}
+	o.pods[0].prevLog = strings.Join([]string{logAt(500, "starting", ""), logAt(600, "app found", "")}, "\n")
+	o.pods[0].log = strings.Join([]string{
+		logAt(resumeMS-50, "starting", ""),
+		logAt(resumeMS, msgResumed, `,"apps":1,"ended":0,"ended_unwatched":0,"watched":1`),
+		logAt(signalMS, msgSignalled, `,"signal":"SIGTERM"`),
+	}, "\n")
+	o.kill = &killed{pod: "p1", at: at(killMS), planned: at(killMS)}
+	return tl, o
+}
+
+// A killed supervisor: restarted once after exit 137, the instance after
+// carries on and stops istio-proxy at once; the checks say where the kill
+// came and how late the stop was.
+func TestCheckKilled(t *testing.T) {
+	tl, o := killedPod(t, 1500, 2500, 3002)
+	v := checkJob(tl, o)
+	if got := problems(v); got != "" {
+		t.Fatalf("problems:\n%s", got)
+	}
+	k := v.kill
+	if k == nil || k.missed != "" || k.when != "while a #1 (1.5s in, 1.5s before its end) ran" ||
+		k.delay != 2*time.Millisecond || k.bound != killBound || len(k.lost) != 0 {
+		t.Fatalf("kill outcome: %+v", k)
+	}
+	if len(v.stopLags[lagRead]) != 0 {
+		t.Errorf("the killed pod counted among the pods not killed: %v", v.stopLags)
+	}
+}
+
+func TestCheckKilledEdges(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		edit  func(tl *timeline, o *observed)
+		want  invariant // -1: none
+		text  string
+		check func(t *testing.T, v verdict)
+	}{
+		{name: "not restarted", edit: func(_ *timeline, o *observed) {
+			s := &o.pods[0].pod.Status.InitContainerStatuses[0]
+			s.RestartCount, s.LastTerminationState = 0, corev1.ContainerState{}
+		}, want: invRestart, text: "restarted 0 time(s)"},
+		{name: "not carrying on", edit: func(_ *timeline, o *observed) {
+			o.pods[0].log = strings.Replace(o.pods[0].log, msgResumed, "starting over", 1)
+		}, want: invRestart, text: "does not say"},
+		{name: "the journal ignored", edit: func(_ *timeline, o *observed) {
+			o.pods[0].log += "\n" + logAt(2600, msgJournal[0], `,"reason":"format 2, not 1"`)
+		}, want: invRestart, text: "format 2, not 1"},
+		{name: "no log of the instance before", edit: func(_ *timeline, o *observed) {
+			o.pods[0].prevLog, o.pods[0].prevErr = "", errors.New("previous terminated container not found")
+		}, want: invRestart, text: "no log of the supervisor's instance before"},
+		// The app ended at 3 s while no supervisor ran (killed at 2.9 s,
+		// back at 4 s): under Never the stop comes with the restart.
+		{name: "status lost, Never, in time", edit: func(_ *timeline, o *observed) {
+			o.kill.at = at(2900)
+			o.pods[0].log = strings.NewReplacer(logAt(2450, "starting", ""), logAt(3950, "starting", ""),
+				logAt(2500, msgResumed, `,"apps":1,"ended":0,"ended_unwatched":0,"watched":1`),
+				logAt(4000, msgResumed, `,"apps":1,"ended":0,"ended_unwatched":1,"watched":0`),
+				logAt(3002, msgSignalled, `,"signal":"SIGTERM"`), logAt(4001, msgSignalled, `,"signal":"SIGTERM"`)).Replace(o.pods[0].log)
+			o.pods[0].pod.Status.InitContainerStatuses[0].State.Terminated.Message = "unknown: a unknown; action SIGTERM"
+		}, want: -1, check: func(t *testing.T, v verdict) {
+			if k := v.kill; len(k.lost) != 1 || k.delay != 1001*time.Millisecond || k.bound != killBound {
+				t.Errorf("kill outcome: %s", k)
+			}
+		}},
+		{name: "status lost, Never, late", edit: func(_ *timeline, o *observed) {
+			o.kill.at = at(2900)
+			o.pods[0].log = strings.NewReplacer(logAt(2450, "starting", ""), logAt(6950, "starting", ""),
+				logAt(2500, msgResumed, `,"apps":1,"ended":0,"ended_unwatched":0,"watched":1`),
+				logAt(7000, msgResumed, `,"apps":1,"ended":0,"ended_unwatched":1,"watched":0`),
+				logAt(3002, msgSignalled, `,"signal":"SIGTERM"`), logAt(7001, msgSignalled, `,"signal":"SIGTERM"`)).Replace(o.pods[0].log)
+			o.pods[0].pod.Status.InitContainerStatuses[0].State.Terminated.Message = "unknown: a unknown; action SIGTERM"
+		}, want: invRestart, text: "4.001s after it would have"},
+		// Under OnFailure the lost status awaits the app's restart for the
+		// margin: 1 s for the restart, then 15 s more, is in bound.
+		{name: "status lost, OnFailure", edit: func(tl *timeline, o *observed) {
+			tl.restart, tl.backoffLimit = corev1.RestartPolicyOnFailure, 1
+			tl.want = tl.oracle()
+			o.kill.at = at(2900)
+			o.pods[0].log = strings.NewReplacer(logAt(2450, "starting", ""), logAt(3950, "starting", ""),
+				logAt(2500, msgResumed, `,"apps":1,"ended":0,"ended_unwatched":0,"watched":1`),
+				logAt(4000, msgResumed, `,"apps":1,"ended":0,"ended_unwatched":1,"watched":0`),
+				logAt(3002, msgSignalled, `,"signal":"SIGTERM"`), logAt(19001, msgSignalled, `,"signal":"SIGTERM"`)).Replace(o.pods[0].log)
+			o.pods[0].pod.Status.InitContainerStatuses[0].State.Terminated.Message = "unknown: a unknown; action SIGTERM"
+		}, want: -1, check: func(t *testing.T, v verdict) {
+			if k := v.kill; k.delay != 16001*time.Millisecond || k.bound != killBound+restartMargin {
+				t.Errorf("kill outcome: %s", k)
+			}
+		}},
+		// The instance after finds gone the istio-proxy the one before
+		// signalled: no failure. Gone before any signal is one.
+		{name: "gone after the action", edit: func(_ *timeline, o *observed) {
+			o.kill.at = at(3010)
+			o.pods[0].prevLog += "\n" + logAt(3002, msgSignalled, `,"signal":"SIGTERM"`)
+			o.pods[0].log = strings.NewReplacer(logAt(2450, "starting", ""), logAt(3950, "starting", ""),
+				logAt(2500, msgResumed, `,"apps":1,"ended":1,"ended_unwatched":0,"watched":0`),
+				logAt(4000, msgResumed, `,"apps":1,"ended":1,"ended_unwatched":0,"watched":0`),
+				logAt(3002, msgSignalled, `,"signal":"SIGTERM"`), logAt(4001, msgGone, `,"signal":"SIGTERM"`)).Replace(o.pods[0].log)
+		}, want: -1, check: func(t *testing.T, v verdict) {
+			if k := v.kill; k.when != `during the stop: 8ms after "sidecar signalled"` || k.delay != 2*time.Millisecond {
+				t.Errorf("kill outcome: %s", k)
+			}
+		}},
+		{name: "gone before the action", edit: func(_ *timeline, o *observed) {
+			o.pods[0].log = strings.Replace(o.pods[0].log, msgSignalled, msgGone, 1)
+		}, want: invOrder, text: "had exited before the supervisor's action"},
+		// A container supervisor done before the SIGKILL reached it: the
+		// kill does not count, and no restart is wanted.
+		{name: "finished before the kill", edit: func(_ *timeline, o *observed) {
+			o.kill.at = at(3100)
+			s := &o.pods[0].pod.Status.InitContainerStatuses[0]
+			s.RestartCount, s.LastTerminationState = 0, corev1.ContainerState{}
+			o.pods[0].log = o.pods[0].prevLog + "\n" + logAt(3002, msgSignalled, `,"signal":"SIGTERM"`) + "\n" + logAt(3050, msgDone, "")
+			o.pods[0].prevLog = ""
+		}, want: -1, check: func(t *testing.T, v verdict) {
+			if !strings.Contains(v.kill.missed, "had finished") {
+				t.Errorf("kill outcome: %s", v.kill)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tl, o := killedPod(t, 1500, 2500, 3002)
+			tc.edit(&tl, &o)
+			v := checkJob(tl, o)
+			got := problems(v)
+			if tc.want < 0 {
+				if got != "" {
+					t.Fatalf("problems:\n%s", got)
+				}
+			} else if len(v.problems[tc.want]) == 0 || !strings.Contains(got, tc.text) {
+				t.Fatalf("want a %s problem with %q, got:\n%s", invariantNames[tc.want], tc.text, got)
+			}
+			if tc.check != nil {
+				tc.check(t, v)
+			}
+		})
+	}
+}
+
+// A supervisor restarted though not killed breaks the restart invariant.
+func TestCheckRestartedNotKilled(t *testing.T) {
+	tl, o := neverPod(0, "success: a exit 0; action SIGTERM", 0, 3002)
+	s := &o.pods[0].pod.Status.ContainerStatuses[1]
+	s.RestartCount = 1
+	s.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137}}
+	v := checkJob(tl, o)
+	if len(v.problems[invRestart]) != 1 || !strings.Contains(problems(v), "not killed, restarted 1 time(s)") {
+		t.Fatalf("problems:\n%s", problems(v))
+	}
+	if l := v.stopLags[lagRead]; len(l) != 1 || l[0] != 2*time.Millisecond {
+		t.Errorf("stop lags %v, want one of 2ms", v.stopLags)
 	}
 }

@@ -21,9 +21,10 @@ const (
 	// hostPath: this is a one-node cluster): its instance counter and the
 	// times it stamps.
 	stateMount = "/soak"
-	// exitStatusAnnotation forces the supervisor's exit-status method
-	// (deploy/istio/supervisor.tmpl).
+	// exitStatusAnnotation forces the supervisor's exit-status method, and
+	// shapeAnnotation its shape (deploy/istio/supervisor.tmpl).
 	exitStatusAnnotation = "supervisor.sidecar-supervisor.io/exit-status"
+	shapeAnnotation      = "supervisor.sidecar-supervisor.io/shape"
 	supervisorName       = "sidecar-supervisor"
 	proxyName            = "istio-proxy"
 )
@@ -58,7 +59,8 @@ func (a appPlan) plan() string {
 
 // job is the timeline's Job as a user writes it: busybox apps, the label
 // that asks Istio for its sidecar, nothing about the supervisor but, for
-// some, the exit-status annotation. dir is the Job's directory on the node.
+// some, the exit-status and shape annotations. dir is the Job's directory
+// on the node.
 func (t timeline) job(dir string) *batchv1.Job {
 	var apps []corev1.Container
 	for _, a := range t.apps {
@@ -87,8 +89,14 @@ func (t timeline) job(dir string) *batchv1.Job {
 			}}},
 		},
 	}
+	if t.none || t.native {
+		tmpl.Annotations = map[string]string{}
+	}
 	if t.none {
-		tmpl.Annotations = map[string]string{exitStatusAnnotation: "none"}
+		tmpl.Annotations[exitStatusAnnotation] = "none"
+	}
+	if t.native {
+		tmpl.Annotations[shapeAnnotation] = "native"
 	}
 	j := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: t.name()},

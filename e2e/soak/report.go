@@ -85,9 +85,15 @@ func rows() []row {
 		{"an app run under 1 s", func(r result) bool { return quickRun(r.t) }},
 		{"running across the kubelet restart", func(r result) bool { return slices.Contains(r.across, "kubelet") }},
 		{"running across the containerd restart", func(r result) bool { return slices.Contains(r.across, "containerd") }},
+		{"supervisor killed (Never, native)", func(r result) bool { return never(r) && r.killed() }},
+		{"supervisor killed (OnFailure, native)", func(r result) bool { return !never(r) && r.t.native && r.killed() }},
+		{"supervisor killed (OnFailure, container)", func(r result) bool { return !never(r) && !r.t.native && r.killed() }},
 		{"**all**", func(result) bool { return true }},
 	}
 }
+
+// killed: the Job's supervisor was killed, and the kill counts.
+func (r result) killed() bool { return r.v.kill != nil && r.v.kill.missed == "" }
 
 func (r *report) ok() bool {
 	for _, res := range r.results {
@@ -142,6 +148,22 @@ func (r *report) write(w io.Writer) error {
 		fmt.Fprintf(&b, "- A pod's first app started %s after the pod was created (median; 95th percentile %s, max %s): the node's load.\n",
 			pct(lat, 50), pct(lat, 95), pct(lat, 100))
 	}
+	lags := map[string][]time.Duration{}
+	for _, res := range r.results {
+		for k, l := range res.v.stopLags {
+			lags[k] = append(lags[k], l...)
+		}
+	}
+	for _, k := range []string{lagRead, lagUnknownNever, lagUnknownOnFailure} {
+		if l := lags[k]; len(l) > 0 {
+			model := "the end of its last app"
+			if k == lagUnknownOnFailure {
+				model = "its last app's end plus the restart wait (back-off + 15 s margin)"
+			}
+			fmt.Fprintf(&b, "- Pods not killed that ran to their end, %s (%d): istio-proxy stopped %s after %s (median; 95th percentile %s, max %s).\n",
+				k, len(l), pctSigned(l, 50), model, pctSigned(l, 95), pctSigned(l, 100))
+		}
+	}
 	b.WriteString("\nEach cell: Jobs for which the invariant held / Jobs in the row. A Job is in every row that fits it.\n\n")
 	b.WriteString("| Jobs | n |")
 	for _, n := range invariantNames {
@@ -182,6 +204,7 @@ func (r *report) write(w io.Writer) error {
 		}
 		fmt.Fprintf(&b, " %s | %s | %s |\n", mark(all, len(sel)), pct(took, 50), pct(took, 100))
 	}
+	b.WriteString(r.kills())
 	var failed, unchecked, anomalies []string
 	for _, res := range r.results {
 		for _, u := range res.v.unchecked {
@@ -215,6 +238,68 @@ func (r *report) write(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// kills renders the table of the Jobs whose supervisor was killed.
+func (r *report) kills() string {
+	var rows, missed []string
+	for _, res := range r.results {
+		k := res.v.kill
+		if k == nil {
+			continue
+		}
+		if k.missed != "" {
+			missed = append(missed, fmt.Sprintf("%s (%s, %s; %s): %s", res.t.name(), res.t.restart, res.t.shape(), res.t.kill, k.missed))
+			continue
+		}
+		resumed, lost := "–", "–"
+		if k.resumed != nil {
+			resumed = fmt.Sprintf("%s (%d unwatched)", fmtDur(k.resumed.at.Sub(k.at)), k.resumed.EndedUnwatched)
+		}
+		if len(k.lost) > 0 {
+			lost = strings.Join(k.lost, ", ")
+		}
+		delay, bound := "–", "–"
+		if !k.stop.IsZero() {
+			delay, bound = signed(k.delay), k.bound.String()
+		}
+		held := "yes"
+		if len(res.v.problems[invRestart]) > 0 {
+			held = "**no**"
+		}
+		rows = append(rows, fmt.Sprintf("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |", res.t.name(), res.t.restart, res.t.shape(),
+			res.t.kill, k.when, resumed, lost, delay, bound, held))
+	}
+	if len(rows)+len(missed) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nThe supervisor SIGKILLed in %d Job(s) (and %d kill(s) that did not count, below). Drawn: the moment; killed: where the kill came, from the stamps and the killed supervisor's log; "+
+		"carried on: from the kill to the restarted supervisor's line saying it carries on from the journal (and the app instances it found ended unwatched); "+
+		"lost: app instances that ended while no supervisor ran; delay: istio-proxy's stop against when it would have been without the kill "+
+		"(the pod's last app end; with statuses unknown under OnFailure, plus the restart wait); bound: %s, plus the restart wait where a status was lost under OnFailure.\n\n",
+		len(rows), len(missed), killBound)
+	b.WriteString("| Job | policy | shape | drawn | killed | carried on | lost | delay | bound | held |\n|---|---|---|---|---|---:|---|---:|---:|---|\n")
+	b.WriteString(strings.Join(rows, "\n") + "\n")
+	if len(missed) > 0 {
+		fmt.Fprintf(&b, "\nKills that did not count:\n\n- %s\n", strings.Join(missed, "\n- "))
+	}
+	return b.String()
+}
+
+func signed(d time.Duration) string {
+	if d < 0 {
+		return "−" + fmtDur(-d)
+	}
+	return "+" + fmtDur(d)
+}
+
+// pctSigned is pct for durations that may be negative.
+func pctSigned(d []time.Duration, p int) string {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	k := max(1, min((p*len(s)+99)/100, len(s)))
+	return signed(s[k-1])
 }
 
 func mark(n, of int) string {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -351,12 +352,24 @@ func (s *soak) runJob(ctx context.Context, t timeline) result {
 			deletion = s.deleteMidRun(ctx, t, dir)
 		}()
 	}
-
 	var o observed
+	// The kill's moment passes before the Job's end, or never will.
+	kctx, kcancel := context.WithCancel(ctx)
+	defer kcancel()
+	if t.kill != nil {
+		dwg.Add(1)
+		go func() {
+			defer dwg.Done()
+			k := s.killSupervisor(kctx, t, dir)
+			o.kill = &k
+		}()
+	}
+
 	s.rec.wait(ctx, s.o.jobTimeout, func() bool {
 		j := s.rec.jobs[name]
 		return j != nil && finished(j) != nil
 	})
+	kcancel()
 	s.rec.mu.Lock()
 	if j := s.rec.jobs[name]; j != nil {
 		if c := finished(j); c != nil {
@@ -394,7 +407,7 @@ func (s *soak) runJob(ctx context.Context, t timeline) result {
 			}
 		}
 		s.rec.mu.Lock()
-		obs := podObs{pod: p.pod, log: p.log, logErr: p.logErr}
+		obs := podObs{pod: p.pod, log: p.log, logErr: p.logErr, prevLog: p.prevLog, prevErr: p.prevErr}
 		if !fetching {
 			obs.logErr = errors.New("the pod never reached a final phase")
 		}
@@ -421,7 +434,7 @@ func (s *soak) runJob(ctx context.Context, t timeline) result {
 	if deletion != nil {
 		res.v.add(invCondition, "deleting pod %d mid-run: %v", t.deletePod, deletion)
 	}
-	if !res.v.ok() {
+	if !res.v.ok() || t.kill != nil {
 		res.detail = s.writeDetail(ctx, t, o, res.v, dir)
 	}
 	return res
@@ -491,18 +504,12 @@ const runningTries = 30
 
 // running lists the containers the runtime still runs for the pod.
 func (s *soak) running(ctx context.Context, uid types.UID) ([]string, error) {
-	args := []string{"--runtime-endpoint", "unix://" + s.c.Env["CONTAINERD_SOCK"], "--timeout", "10s",
-		"ps", "-q", "--state", "running", "--label", "io.kubernetes.pod.uid=" + string(uid)}
 	var err error
 	for try := 0; try < runningTries; try++ {
-		var stderr bytes.Buffer
-		cmd := exec.CommandContext(ctx, s.c.Env["CRICTL"], args...)
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err == nil {
-			return strings.Fields(string(out)), nil
+		var out string
+		if out, err = s.crictl(ctx, "ps", "-q", "--state", "running", "--label", "io.kubernetes.pod.uid="+string(uid)); err == nil {
+			return strings.Fields(out), nil
 		}
-		err = fmt.Errorf("crictl ps: %w: %s", err, bytes.TrimSpace(stderr.Bytes()))
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
@@ -510,6 +517,19 @@ func (s *soak) running(ctx context.Context, uid types.UID) ([]string, error) {
 		}
 	}
 	return nil, err
+}
+
+// crictl runs crictl against the node's containerd and returns its stdout.
+func (s *soak) crictl(ctx context.Context, args ...string) (string, error) {
+	args = append([]string{"--runtime-endpoint", "unix://" + s.c.Env["CONTAINERD_SOCK"], "--timeout", "10s"}, args...)
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, s.c.Env["CRICTL"], args...)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("crictl %s: %w: %s", strings.Join(args[4:], " "), err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	return string(out), nil
 }
 
 // removeJob deletes the Job and lets its pods go.
@@ -547,6 +567,13 @@ func (s *soak) writeDetail(ctx context.Context, t timeline, o observed, v verdic
 	for _, u := range v.unchecked {
 		fmt.Fprintf(&b, "unchecked: %s\n", u)
 	}
+	if k := o.kill; k != nil {
+		fmt.Fprintf(&b, "kill: pod %s, container %s, pid %d, planned %s, sent %s, err %v\n",
+			k.pod, k.id, k.pid, clock(k.planned), clock(k.at), k.err)
+	}
+	if k := v.kill; k != nil {
+		fmt.Fprintf(&b, "kill outcome: %s\n", k)
+	}
 	b.WriteString("\n== stamps\n")
 	for _, a := range t.apps {
 		raw, _ := os.ReadFile(filepath.Join(dir, a.name+".times"))
@@ -557,8 +584,11 @@ func (s *soak) writeDetail(ctx context.Context, t timeline, o observed, v verdic
 	}
 	for _, p := range o.pods {
 		fmt.Fprintf(&b, "\n== pod %s (uid %s, deletion %v)\n", p.pod.Name, p.pod.UID, p.pod.DeletionTimestamp)
-		for _, st := range p.pod.Status.ContainerStatuses {
+		for _, st := range append(slices.Clone(p.pod.Status.InitContainerStatuses), p.pod.Status.ContainerStatuses...) {
 			fmt.Fprintf(&b, "  %s: restarts %d, %s; last %s\n", st.Name, st.RestartCount, cluster.StateString(st.State), cluster.StateString(st.LastTerminationState))
+		}
+		if p.prevLog != "" || p.prevErr != nil {
+			fmt.Fprintf(&b, "-- supervisor log, the instance before its restart (err %v)\n%s\n", p.prevErr, p.prevLog)
 		}
 		fmt.Fprintf(&b, "-- supervisor log (err %v)\n%s\n", p.logErr, p.log)
 	}
@@ -588,6 +618,9 @@ func (s *soak) writeDetail(ctx context.Context, t timeline, o observed, v verdic
 	}
 	fmt.Fprintf(&b, "\n== kubelet log (tail)\n%s\n", s.c.DaemonLog("kubelet", 60))
 	path := filepath.Join(s.out, t.name()+".txt")
+	if v.ok() {
+		path = filepath.Join(s.out, t.name()+"-killed.txt")
+	}
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 		return err.Error()
 	}

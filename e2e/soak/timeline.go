@@ -51,7 +51,53 @@ type timeline struct {
 	// after all its apps have started; 0 for none.
 	deletePod   int
 	deleteAfter time.Duration
-	want        outcome
+	// kill SIGKILLs the supervisor of one of the Job's pods once (kill.go);
+	// nil for none. native puts the supervisor in the native shape (the
+	// pod annotation), the only one the kubelet restarts under Never.
+	kill   *killPlan
+	native bool
+	want   outcome
+}
+
+// killPlan says when the soak SIGKILLs the supervisor of the Job's pod
+// pod (its index in want.pods), as an OOM kill or a node's kill would:
+// relative to instance n of app, or to the pod's last app end.
+type killPlan struct {
+	pod    int
+	app    string
+	n      int
+	moment killMoment
+	// frac: killRun, the part of the instance's run gone by. off:
+	// killExit, from its planned end (negative: before); killStop, after
+	// the pod's last app end.
+	frac float64
+	off  time.Duration
+}
+
+type killMoment int
+
+const (
+	killRun  killMoment = iota // while the instance runs
+	killExit                   // around its end
+	killStop                   // during the stop: just after the pod's last app end
+)
+
+func (k killPlan) String() string {
+	switch k.moment {
+	case killRun:
+		return fmt.Sprintf("while %s #%d runs (%.0f%% in)", k.app, k.n, 100*k.frac)
+	case killExit:
+		return fmt.Sprintf("%s %s #%d's end", fmtOff(k.off), k.app, k.n)
+	}
+	return fmt.Sprintf("%s after pod %d's last app end (the stop)", fmtDur(k.off), k.pod+1)
+}
+
+// fmtOff renders an offset from an event: "120ms before", "3ms after".
+func fmtOff(d time.Duration) string {
+	if d < 0 {
+		return fmtDur(-d) + " before"
+	}
+	return fmtDur(d) + " after"
 }
 
 // outcome is what the timeline must come to.
@@ -76,6 +122,14 @@ type podWant struct {
 }
 
 func (t timeline) name() string { return fmt.Sprintf("soak-%03d", t.index) }
+
+// shape is the supervisor's shape, as the annotation says it.
+func (t timeline) shape() string {
+	if t.native {
+		return "native"
+	}
+	return "container"
+}
 
 // Durations of a run, drawn by bucket: a quarter gone in milliseconds
 // (before the supervisor has looked, often), a quarter under a second,
@@ -158,7 +212,52 @@ func generate(seed uint64, i int) timeline {
 		t.deadline = int64(600 + r.IntN(300))
 	}
 	t.want = t.oracle()
+	if drawKill(r, &t) {
+		t.want = t.oracle()
+	}
 	return t
+}
+
+// drawKill draws, for about one Job in ten, a SIGKILL of one of its pods'
+// supervisors (drawn last: the rest of the timeline is what the seed drew
+// before kills were drawn). Not in Jobs whose pod is deleted (by the soak,
+// a deadline, or a backoffLimit reached under OnFailure): the kill is
+// checked against a pod that runs to its end. Under Never the supervisor
+// is then native, the only shape the kubelet restarts there (a container
+// that dies under Never stays dead, and the Job hangs); under OnFailure
+// either shape, drawn. Under OnFailure the supervisor's restart counts
+// against the Job's backoffLimit (the Job controller sums the restarts of
+// every container of the pod, init containers included), so the Job gets
+// one more.
+func drawKill(r *rand.Rand, t *timeline) bool {
+	onFailure := t.restart == corev1.RestartPolicyOnFailure
+	if t.deletePod > 0 || t.deadlineHit || (onFailure && t.want.cond != batchv1.JobComplete) {
+		return false
+	}
+	// About 7 Jobs in 10 are eligible: one in 7 of them is one in 10.
+	if r.IntN(7) != 0 {
+		return false
+	}
+	k := killPlan{pod: r.IntN(len(t.want.pods))}
+	w := t.want.pods[k.pod]
+	a := t.apps[r.IntN(len(t.apps))]
+	k.app = a.name
+	k.n = w.first[a.name] + r.IntN(w.last[a.name]-w.first[a.name]+1)
+	k.moment = killMoment(r.IntN(3))
+	switch k.moment {
+	case killRun:
+		k.frac = 0.1 + 0.8*r.Float64()
+	case killExit:
+		k.off = time.Duration(r.IntN(601)-300) * time.Millisecond
+	case killStop:
+		k.off = time.Duration(r.IntN(30)) * time.Millisecond
+	}
+	t.kill = &k
+	t.native = !onFailure || r.IntN(2) == 0
+	if onFailure {
+		t.backoffLimit++
+	}
+	return true
 }
 
 // drawNever draws the Job's pods under restartPolicy Never: the first pod
@@ -323,6 +422,9 @@ func (t timeline) String() string {
 	}
 	if t.deletePod > 0 {
 		fmt.Fprintf(&b, ", pod %d deleted %s after its apps start", t.deletePod, fmtDur(t.deleteAfter))
+	}
+	if t.kill != nil {
+		fmt.Fprintf(&b, ", supervisor (%s) of pod %d killed %s", t.shape(), t.kill.pod+1, t.kill)
 	}
 	for _, a := range t.apps {
 		var s []string

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -75,12 +76,49 @@ func TestGenerateIsSound(t *testing.T) {
 			if restarts > 0 {
 				kinds["restarts"]++
 			}
+			if k := tl.kill; k != nil {
+				checkKillPlan(t, tl)
+				kinds[fmt.Sprintf("kill %s %s %d", tl.restart, tl.shape(), k.moment)]++
+			}
+		}
+	}
+	for _, policy := range []string{"Never native", "OnFailure native", "OnFailure container"} {
+		for m := killRun; m <= killStop; m++ {
+			if k := fmt.Sprintf("kill %s %d", policy, m); kinds[k] < 20 {
+				t.Errorf("only %d timelines of kind %q in 4000: %v", kinds[k], k, kinds)
+			}
 		}
 	}
 	for _, k := range []string{"deleted", "deadline", "none", "restarts",
 		"Never Complete ", "Never Failed BackoffLimitExceeded", "OnFailure Complete ", "OnFailure Failed BackoffLimitExceeded"} {
 		if kinds[k] < 100 {
 			t.Errorf("only %d timelines of kind %q in 4000: %v", kinds[k], k, kinds)
+		}
+	}
+}
+
+// checkKillPlan: a kill is drawn for a pod that runs to its end, at an
+// instance it runs; under Never the supervisor is native (the only shape
+// restarted there), and under OnFailure the backoffLimit leaves room for
+// the supervisor's restart beside the apps'.
+func checkKillPlan(t *testing.T, tl timeline) {
+	t.Helper()
+	k := tl.kill
+	if tl.deletePod > 0 || tl.deadlineHit || k.pod >= len(tl.want.pods) || tl.want.pods[k.pod].deleted {
+		t.Fatalf("%s: the kill's pod is deleted or not there", tl)
+	}
+	w := tl.want.pods[k.pod]
+	if k.n < w.first[k.app] || k.n > w.last[k.app] {
+		t.Fatalf("%s: %s #%d does not run in pod %d", tl, k.app, k.n, k.pod+1)
+	}
+	switch tl.restart {
+	case corev1.RestartPolicyNever:
+		if !tl.native {
+			t.Fatalf("%s: a container supervisor killed under Never is never restarted", tl)
+		}
+	case corev1.RestartPolicyOnFailure:
+		if tl.want.cond != batchv1.JobComplete || restartsIn(tl)+1 >= int(tl.backoffLimit) {
+			t.Fatalf("%s: no room in backoffLimit for the supervisor's restart", tl)
 		}
 	}
 }

@@ -17,13 +17,16 @@ import (
 // podSeen is what the soak keeps of one pod: its last status, when it was
 // first seen, and the supervisor's log, fetched as soon as the pod is done
 // (the kubelet may remove a deleted pod's containers, logs and all, within
-// a minute of its end).
+// a minute of its end); for a supervisor the kubelet restarted, the log of
+// the instance before too.
 type podSeen struct {
 	pod      *corev1.Pod
 	seen     time.Time
 	done     bool // the pod is in a final phase
 	log      string
 	logErr   error
+	prevLog  string
+	prevErr  error
 	fetching bool
 	fetched  chan struct{}
 }
@@ -93,7 +96,11 @@ func (r *recorder) pod(ctx context.Context, o any) {
 	s.done = podDone(p)
 	if s.done && !s.fetching {
 		s.fetching = true
-		go r.fetchLog(ctx, s, p.Name)
+		restarted := false
+		if st := supervisorStatus(p); st != nil && st.RestartCount > 0 {
+			restarted = true
+		}
+		go r.fetchLog(ctx, s, p.Name, restarted)
 	}
 	r.notify()
 }
@@ -125,26 +132,37 @@ const (
 	logInterval = time.Second
 )
 
-func (r *recorder) fetchLog(ctx context.Context, s *podSeen, name string) {
-	var log string
-	var err error
-	for i := 0; i < logTries; i++ {
-		var b []byte
-		b, err = r.client.CoreV1().Pods(r.ns).GetLogs(name, &corev1.PodLogOptions{Container: supervisorName}).DoRaw(ctx)
-		if err == nil {
-			log = string(b)
-			break
-		}
-		select {
-		case <-ctx.Done():
-			i = logTries
-		case <-time.After(logInterval):
-		}
+// fetchLog fetches the supervisor's log, and with prev that of its
+// instance before.
+func (r *recorder) fetchLog(ctx context.Context, s *podSeen, name string, prev bool) {
+	log, err := r.supervisorLog(ctx, name, false)
+	var prevLog string
+	var prevErr error
+	if prev {
+		prevLog, prevErr = r.supervisorLog(ctx, name, true)
 	}
 	r.mu.Lock()
 	s.log, s.logErr = log, err
+	s.prevLog, s.prevErr = prevLog, prevErr
 	r.mu.Unlock()
 	close(s.fetched)
+}
+
+func (r *recorder) supervisorLog(ctx context.Context, name string, previous bool) (string, error) {
+	var err error
+	for i := 0; i < logTries; i++ {
+		var b []byte
+		b, err = r.client.CoreV1().Pods(r.ns).GetLogs(name, &corev1.PodLogOptions{Container: supervisorName, Previous: previous}).DoRaw(ctx)
+		if err == nil {
+			return string(b), nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", err
+		case <-time.After(logInterval):
+		}
+	}
+	return "", err
 }
 
 // wait blocks until cond (called with the lock held) holds, ctx ends or
