@@ -24,23 +24,19 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log"
 	"os"
-	"os/signal"
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/cluster"
-	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/inject/injector"
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/jobprog"
 )
 
 type options struct {
@@ -61,23 +57,9 @@ func main() {
 	flag.StringVar(&o.cgroup, "cgroup-parent", "k8s.io", "directory of every cgroup hierarchy where containerd puts the containers' cgroups")
 	flag.StringVar(&o.only, "only", "", "comma-separated approach keys to run (default: all)")
 	flag.Parse()
-	if err := validate(o); err != nil {
-		logf("%v", err)
-		os.Exit(2)
-	}
-	// Istio's packages (the injector) log to stdout, which carries the
-	// report: send them to stderr with the progress.
-	if err := injector.LogToStderr(); err != nil {
-		logf("configure istio's log: %v", err)
-		os.Exit(1)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, o, os.Stdout); err != nil {
-		logf("k8sbench: %v", err)
-		stop()
-		os.Exit(1)
-	}
+	jobprog.Main("k8sbench", validate(o), func(ctx context.Context) (bool, error) {
+		return true, run(ctx, o, os.Stdout)
+	})
 }
 
 func validate(o options) error {
@@ -94,9 +76,8 @@ func validate(o options) error {
 	return nil
 }
 
-// logf logs progress to stderr. Not the standard logger: Istio's packages
-// redirect that one into their own.
-var logf = log.New(os.Stderr, "", log.Ltime).Printf
+// logf is jobprog.Logf: progress to stderr, stdout being the report's.
+var logf = jobprog.Logf
 
 // bench is one run's shared state.
 type bench struct {
@@ -129,7 +110,7 @@ type result struct {
 
 func run(ctx context.Context, o options, out io.Writer) error {
 	started := time.Now()
-	load0 := loadAvg()
+	load0 := jobprog.LoadAvg()
 	code := commit() // what is measured: the tree as the run starts
 	all := approaches(o.appSeconds)
 	var use []int
@@ -142,48 +123,20 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		return fmt.Errorf("-only %q names no approach", o.only)
 	}
 
-	c, err := cluster.Open(ctx, logf)
-	if c != nil {
-		defer func() {
-			if err := c.Stop(); err != nil {
-				logf("stop the cluster: %v", err)
-			}
-		}()
-	}
+	e, err := jobprog.Open(ctx, jobprog.Program{Name: "k8sbench"})
 	if err != nil {
 		return err
 	}
-	supervisorImage, proxyImage, err := c.ProductImages(ctx)
-	if err != nil {
-		return err
-	}
-	logf("images: supervisor %s, istio-proxy %s", supervisorImage, proxyImage)
-	in, err := injector.ClusterInstall(proxyImage)
-	if err != nil {
-		return err
-	}
-	hook, err := injector.Serve(ctx, c.Client, in, "k8sbench", log.New(os.Stderr, "injector: ", log.Ltime))
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err := hook.Close(); err != nil {
-			logf("%v", err)
-		}
-	}()
-
-	b := &bench{o: o, c: c, rec: newRecorder(), proxyImage: proxyImage}
-	if b.ns, err = namespace(ctx, c, hook); err != nil {
-		return err
-	}
-	defer deleteNamespace(c, b.ns)
+	defer e.Close()
+	logf("images: supervisor %s, istio-proxy %s", e.SupervisorImage, e.ProxyImage)
+	b := &bench{o: o, c: e.Cluster, ns: e.NS, rec: newRecorder(), proxyImage: e.ProxyImage}
 	if b.acct, err = newAcct(o.cgroup, 100*time.Millisecond); err != nil {
 		return err
 	}
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go b.acct.run(actx)
-	if err := b.rec.start(actx, c.Client, b.ns); err != nil {
+	if err := jobprog.Watch(actx, e.Client, b.ns, b.rec.pod, b.rec.job); err != nil {
 		return err
 	}
 
@@ -214,36 +167,12 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		results:  results,
 		started:  started,
 		took:     time.Since(started),
-		loads:    [2]string{load0, loadAvg()},
-		versions: c.Env,
-		images:   [2]string{supervisorImage, proxyImage},
+		loads:    [2]string{load0, jobprog.LoadAvg()},
+		versions: e.Env,
+		images:   [2]string{e.SupervisorImage, e.ProxyImage},
 		commit:   code,
 	}
 	return rep.write(out)
-}
-
-// namespace creates the run's namespace under the injector.
-func namespace(ctx context.Context, c *cluster.Cluster, hook *injector.Served) (string, error) {
-	ns, err := c.CreateNamespace(ctx, "k8sbench", nil)
-	if err != nil {
-		if ns != "" {
-			deleteNamespace(c, ns)
-		}
-		return "", err
-	}
-	if err := hook.PrepareNamespace(ctx, ns); err != nil {
-		deleteNamespace(c, ns)
-		return "", err
-	}
-	return ns, nil
-}
-
-func deleteNamespace(c *cluster.Cluster, ns string) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := c.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		logf("delete namespace %s: %v", ns, err)
-	}
 }
 
 // runJob runs one Job of approach a to its end and measures it. A failed
@@ -450,16 +379,4 @@ func parseStamp(log string) (time.Time, error) {
 		return time.Time{}, errors.New("adjtimex's fraction is out of range")
 	}
 	return time.Unix(v[1], ns), nil
-}
-
-// loadAvg is /proc/loadavg's three averages.
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	if f := strings.Fields(string(b)); len(f) >= 3 {
-		return strings.Join(f[:3], " ")
-	}
-	return "?"
 }

@@ -48,15 +48,12 @@ import (
 	"encoding/binary"
 	"flag"
 	"fmt"
-	"log"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
-	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/inject/injector"
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/jobprog"
 )
 
 type options struct {
@@ -80,28 +77,9 @@ func main() {
 	flag.DurationVar(&o.jobTimeout, "job-timeout", 10*time.Minute, "bound on one Job; past it the Job counts as not finished (a failed run whose restart ran unseen is awaited SUPERVISOR_RESTART_TIMEOUT, 5m30s)")
 	flag.StringVar(&o.out, "out", "", "directory for the details of the Jobs that failed or whose supervisor was killed (default: a new one under /tmp, made only for such Jobs)")
 	flag.Parse()
-	if err := o.parse(seed, only); err != nil {
-		logf("%v", err)
-		os.Exit(2)
-	}
-	// Istio's packages (the injector) log to stdout, which carries the
-	// report: send them to stderr with the progress.
-	if err := injector.LogToStderr(); err != nil {
-		logf("configure istio's log: %v", err)
-		os.Exit(1)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	ok, err := run(ctx, o, os.Stdout)
-	if err != nil {
-		logf("soak: %v", err)
-		stop()
-		os.Exit(1)
-	}
-	if !ok {
-		stop()
-		os.Exit(1)
-	}
+	jobprog.Main("soak", o.parse(seed, only), func(ctx context.Context) (bool, error) {
+		return run(ctx, o, os.Stdout)
+	})
 }
 
 func (o *options) parse(seed, only string) error {
@@ -139,6 +117,5 @@ func (o *options) parse(seed, only string) error {
 	return nil
 }
 
-// logf logs progress to stderr. Not the standard logger: Istio's packages
-// redirect that one into their own.
-var logf = log.New(os.Stderr, "", log.Ltime).Printf
+// logf is jobprog.Logf: progress to stderr, stdout being the report's.
+var logf = jobprog.Logf

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,11 +23,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/cluster"
-	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/inject/injector"
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/jobprog"
 )
 
 // nsLabel marks the soak's namespaces, so that the next run removes one a
-// killed run left (its pods hold the soak's finalizer).
+// killed run left (its pods hold the soak's finalizer): jobprog's Leftovers.
 const nsLabel = "sidecar-supervisor-e2e/soak"
 
 // soak is one run's shared state.
@@ -66,7 +65,7 @@ type restart struct {
 
 func run(ctx context.Context, o options, out io.Writer) (bool, error) {
 	started := time.Now()
-	load0 := loadAvg()
+	load0 := jobprog.LoadAvg()
 	idx := o.only
 	if len(idx) == 0 {
 		for i := 0; i < o.jobs; i++ {
@@ -79,40 +78,12 @@ func run(ctx context.Context, o options, out io.Writer) (bool, error) {
 	}
 	logf("seed %d: %d Jobs, %d at a time", o.seed, len(tls), o.parallel)
 
-	c, err := cluster.Open(ctx, logf)
-	if c != nil {
-		defer func() {
-			if err := c.Stop(); err != nil {
-				logf("stop the cluster: %v", err)
-			}
-		}()
-	}
+	e, err := jobprog.Open(ctx, jobprog.Program{Name: "soak", Leftovers: nsLabel, BeforeDelete: unfinalizeAll})
 	if err != nil {
 		return false, err
 	}
-	supervisorImage, proxyImage, err := c.ProductImages(ctx)
-	if err != nil {
-		return false, err
-	}
-	in, err := injector.ClusterInstall(proxyImage)
-	if err != nil {
-		return false, err
-	}
-	hook, err := injector.Serve(ctx, c.Client, in, "soak", log.New(os.Stderr, "injector: ", log.Ltime))
-	if err != nil {
-		return false, err
-	}
-	defer func() {
-		if err := hook.Close(); err != nil {
-			logf("%v", err)
-		}
-	}()
-	s := &soak{o: o, c: c, inflight: map[int]bool{}}
-	removeLeftovers(ctx, c)
-	if s.ns, err = namespace(ctx, c, hook); err != nil {
-		return false, err
-	}
-	defer s.removeNamespace()
+	defer e.Close()
+	s := &soak{o: o, c: e.Cluster, ns: e.NS, inflight: map[int]bool{}}
 	if s.dir, err = os.MkdirTemp("", "sidecar-supervisor-soak-"); err != nil {
 		return false, err
 	}
@@ -123,7 +94,7 @@ func run(ctx context.Context, o options, out io.Writer) (bool, error) {
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	s.rec = newRecorder(c.Client, s.ns)
+	s.rec = newRecorder(e.Client, s.ns)
 	if err := s.rec.start(rctx); err != nil {
 		return false, err
 	}
@@ -195,48 +166,20 @@ func run(ctx context.Context, o options, out io.Writer) (bool, error) {
 		restarts: restarts,
 		started:  started,
 		took:     time.Since(started),
-		loads:    [2]string{load0, loadAvg()},
-		images:   [2]string{supervisorImage, proxyImage},
+		loads:    [2]string{load0, jobprog.LoadAvg()},
+		images:   [2]string{e.SupervisorImage, e.ProxyImage},
 		out:      s.out,
 	}
 	return rep.ok(), rep.write(out)
 }
 
-// namespace creates the run's namespace under the injector.
-func namespace(ctx context.Context, c *cluster.Cluster, hook *injector.Served) (string, error) {
-	ns, err := c.CreateNamespace(ctx, "soak", map[string]string{nsLabel: "true"})
-	if err != nil {
-		return ns, err
-	}
-	return ns, hook.PrepareNamespace(ctx, ns)
-}
-
-// removeLeftovers removes the namespaces a killed run left, with their
-// pods' finalizers.
-func removeLeftovers(ctx context.Context, c *cluster.Cluster) {
-	l, err := c.Client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: nsLabel})
-	if err != nil {
-		logf("list old soak namespaces: %v", err)
-		return
-	}
-	for _, ns := range l.Items {
-		logf("removing namespace %s, left by an earlier run", ns.Name)
-		removeNamespace(c, ns.Name)
-	}
-}
-
-func (s *soak) removeNamespace() { removeNamespace(s.c, s.ns) }
-
-func removeNamespace(c *cluster.Cluster, ns string) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+// unfinalizeAll removes the soak's finalizer from every pod of namespace ns,
+// which could not go otherwise.
+func unfinalizeAll(ctx context.Context, c *cluster.Cluster, ns string) {
 	if pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); err == nil {
 		for _, p := range pods.Items {
 			unfinalize(ctx, c, p)
 		}
-	}
-	if err := c.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		logf("delete namespace %s: %v", ns, err)
 	}
 }
 
@@ -367,12 +310,12 @@ func (s *soak) runJob(ctx context.Context, t timeline) result {
 
 	s.rec.wait(ctx, s.o.jobTimeout, func() bool {
 		j := s.rec.jobs[name]
-		return j != nil && finished(j) != nil
+		return j != nil && jobprog.Finished(j) != nil
 	})
 	kcancel()
 	s.rec.mu.Lock()
 	if j := s.rec.jobs[name]; j != nil {
-		if c := finished(j); c != nil {
+		if c := jobprog.Finished(j); c != nil {
 			cc := *c
 			o.cond = &cc
 			res.took = s.rec.jobDone[name].Sub(created)
@@ -625,16 +568,4 @@ func (s *soak) writeDetail(ctx context.Context, t timeline, o observed, v verdic
 		return err.Error()
 	}
 	return path
-}
-
-// loadAvg is /proc/loadavg's three averages.
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	if f := strings.Fields(string(b)); len(f) >= 3 {
-		return strings.Join(f[:3], " ")
-	}
-	return "?"
 }

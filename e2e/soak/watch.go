@@ -2,16 +2,15 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/jobprog"
 )
 
 // podSeen is what the soak keeps of one pod: its last status, when it was
@@ -48,31 +47,10 @@ func newRecorder(client kubernetes.Interface, ns string) *recorder {
 		jobs: map[string]*batchv1.Job{}, jobDone: map[string]time.Time{}, changed: make(chan struct{})}
 }
 
-// start runs the informers until ctx ends and returns once they have
-// synced.
+// start runs jobprog.Watch's informers until ctx ends and returns once
+// they have synced.
 func (r *recorder) start(ctx context.Context) error {
-	f := informers.NewSharedInformerFactoryWithOptions(r.client, 0, informers.WithNamespace(r.ns))
-	pods := f.Core().V1().Pods().Informer()
-	jobs := f.Batch().V1().Jobs().Informer()
-	if _, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { r.pod(ctx, o) },
-		UpdateFunc: func(_, o any) { r.pod(ctx, o) },
-	}); err != nil {
-		return err
-	}
-	if _, err := jobs.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    r.job,
-		UpdateFunc: func(_, o any) { r.job(o) },
-	}); err != nil {
-		return err
-	}
-	f.Start(ctx.Done())
-	for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return fmt.Errorf("informer for %v did not sync", typ)
-		}
-	}
-	return nil
+	return jobprog.Watch(ctx, r.client, r.ns, func(now time.Time, p *corev1.Pod) { r.pod(ctx, now, p) }, r.job)
 }
 
 func (r *recorder) notify() {
@@ -80,20 +58,16 @@ func (r *recorder) notify() {
 	r.changed = make(chan struct{})
 }
 
-func (r *recorder) pod(ctx context.Context, o any) {
-	p, ok := o.(*corev1.Pod)
-	if !ok {
-		return
-	}
+func (r *recorder) pod(ctx context.Context, now time.Time, p *corev1.Pod) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := r.pods[p.UID]
 	if s == nil {
-		s = &podSeen{seen: time.Now(), fetched: make(chan struct{})}
+		s = &podSeen{seen: now, fetched: make(chan struct{})}
 		r.pods[p.UID] = s
 	}
 	s.pod = p.DeepCopy()
-	s.done = podDone(p)
+	s.done = jobprog.PodDone(p)
 	if s.done && !s.fetching {
 		s.fetching = true
 		restarted := false
@@ -105,24 +79,14 @@ func (r *recorder) pod(ctx context.Context, o any) {
 	r.notify()
 }
 
-func (r *recorder) job(o any) {
-	j, ok := o.(*batchv1.Job)
-	if !ok {
-		return
-	}
+func (r *recorder) job(now time.Time, j *batchv1.Job) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.jobs[j.Name] = j.DeepCopy()
-	if finished(j) != nil && r.jobDone[j.Name].IsZero() {
-		r.jobDone[j.Name] = time.Now()
+	if jobprog.Finished(j) != nil && r.jobDone[j.Name].IsZero() {
+		r.jobDone[j.Name] = now
 	}
 	r.notify()
-}
-
-// podDone: the pod is in a final phase (every container terminated, as the
-// kubelet sees it).
-func podDone(p *corev1.Pod) bool {
-	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
 }
 
 // logTries bounds the fetch of a supervisor's log: the API server asks the
@@ -196,14 +160,4 @@ func (r *recorder) jobPodsLocked(job string) []*podSeen {
 		}
 	}
 	return out
-}
-
-// finished returns the Job's Complete or Failed condition, if it has one.
-func finished(j *batchv1.Job) *batchv1.JobCondition {
-	for i, c := range j.Status.Conditions {
-		if c.Status == corev1.ConditionTrue && (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) {
-			return &j.Status.Conditions[i]
-		}
-	}
-	return nil
 }
