@@ -9,13 +9,11 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"log"
-	"math/big"
 	"net"
 	"net/http"
 	"strings"
@@ -31,6 +29,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"istio.io/istio/pilot/pkg/features"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/selfsigned"
 )
 
 // ProxyContainer is the name Istio's injector gives the sidecar.
@@ -151,7 +151,7 @@ func ServeWebhook(ctx context.Context, client kubernetes.Interface, h http.Handl
 		done:   make(chan error, 1),
 	}
 	var err error
-	if s.RootPEM, err = selfSignedPEM("sidecar-supervisor e2e istio root", nil); err != nil {
+	if s.RootPEM, err = selfsigned.PEM("sidecar-supervisor e2e istio root", nil); err != nil {
 		return nil, err
 	}
 	caPEM, err := s.listen(h, errorLog)
@@ -171,7 +171,7 @@ func (s *Served) listen(h http.Handler, errorLog *log.Logger) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	certPEM, err := selfSignedPEM("sidecar-supervisor e2e injector", key)
+	certPEM, err := selfsigned.PEM("sidecar-supervisor e2e injector", key)
 	if err != nil {
 		return nil, err
 	}
@@ -331,39 +331,6 @@ func HasContainer(spec corev1.PodSpec, name string) bool {
 		}
 	}
 	return false
-}
-
-// selfSignedPEM makes a self-signed certificate valid for a day, for
-// 127.0.0.1 and as a CA; with a nil key it makes one of its own (the key is
-// then thrown away: the istio root is only ever read, never signs).
-func selfSignedPEM(cn string, key *ecdsa.PrivateKey) ([]byte, error) {
-	if key == nil {
-		var err error
-		if key, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader); err != nil {
-			return nil, err
-		}
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		return nil, err
-	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: cn, Organization: []string{"sidecar-supervisor e2e"}},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
 }
 
 // LogToStderr sends the log of Istio's packages (the injector), which
