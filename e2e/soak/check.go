@@ -117,19 +117,26 @@ type supervisorLog struct {
 }
 
 type logLine struct {
-	Time    string `json:"time"`
-	Message string `json:"message"`
-	Signal  string `json:"signal"`
-	Method  string `json:"method"`
-	Reason  string `json:"reason"`
-	Error   string `json:"error"`
-	// Of msgResumed: the app instances the journal had, those that ended
-	// while no supervisor watched them, those watched again.
+	Time    string       `json:"time"`
+	Message string       `json:"message"`
+	Signal  string       `json:"signal"`
+	Method  string       `json:"method"`
+	Reason  string       `json:"reason"`
+	Error   string       `json:"error"`
+	counts  resumeCounts // of msgResumed only
+	at      time.Time
+}
+
+// resumeCounts are the fields of msgResumed: the app instances the
+// journal had, those that ended while no supervisor watched them, those
+// watched again. They are read from that message alone: other messages
+// use the same keys for other things ("apps" is a list of names in the
+// supervisor's first lines).
+type resumeCounts struct {
 	Apps           int `json:"apps"`
 	Ended          int `json:"ended"`
 	EndedUnwatched int `json:"ended_unwatched"`
 	Watched        int `json:"watched"`
-	at             time.Time
 }
 
 // The supervisor's messages for a sidecar sent its action
@@ -159,6 +166,11 @@ func parseSupervisorLog(text string) (supervisorLog, error) {
 		var l logLine
 		if err := json.Unmarshal([]byte(raw), &l); err != nil {
 			return s, fmt.Errorf("supervisor log line %q: %w", raw, err)
+		}
+		if l.Message == msgResumed {
+			if err := json.Unmarshal([]byte(raw), &l.counts); err != nil {
+				return s, fmt.Errorf("supervisor log line %q: %w", raw, err)
+			}
 		}
 		at, err := time.Parse(time.RFC3339Nano, l.Time)
 		if err != nil {
@@ -917,7 +929,7 @@ func (k *killOutcome) String() string {
 	s := fmt.Sprintf("pod %s killed at %s, %s", k.pod, clock(k.at), k.when)
 	if r := k.resumed; r != nil {
 		s += fmt.Sprintf("; carried on at %s (%s after the kill; apps %d, ended %d, ended unwatched %d, watched %d)",
-			clock(r.at), fmtDur(r.at.Sub(k.at)), r.Apps, r.Ended, r.EndedUnwatched, r.Watched)
+			clock(r.at), fmtDur(r.at.Sub(k.at)), r.counts.Apps, r.counts.Ended, r.counts.EndedUnwatched, r.counts.Watched)
 	}
 	if len(k.lost) > 0 {
 		s += "; ended while no supervisor ran: " + strings.Join(k.lost, ", ")

@@ -3,6 +3,8 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -285,5 +287,41 @@ func TestCheckRestartedNotKilled(t *testing.T) {
 	}
 	if l := v.stopLags[lagRead]; len(l) != 1 || l[0] != 2*time.Millisecond {
 		t.Errorf("stop lags %v, want one of 2ms", v.stopLags)
+	}
+}
+
+// TestParseRealLogs reads logs the supervisor wrote on the cluster: a
+// first instance's (soak-026 of seed 20261204) and a restarted one's that
+// carries on from the journal (soak-019). Keys differ in type from one
+// message to another ("apps" is a list of names in the first lines, a
+// count in the journal's): the first soak of the killing code read every
+// log as broken.
+func TestParseRealLogs(t *testing.T) {
+	for _, c := range []struct {
+		file                   string
+		stops                  int
+		resumed                bool
+		apps, ended, unwatched int
+	}{
+		{file: "supervisor-first.log", stops: 1},
+		{file: "supervisor-resumed.log", stops: 1, resumed: true, apps: 1, ended: 1},
+	} {
+		b, err := os.ReadFile(filepath.Join("testdata", c.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := parseSupervisorLog(string(b))
+		if err != nil {
+			t.Errorf("%s: %v", c.file, err)
+			continue
+		}
+		if len(s.stops) != c.stops || s.done.IsZero() || (s.resumed != nil) != c.resumed {
+			t.Errorf("%s: %d stops, done %v, resumed %v; want %d, a done line, resumed %v", c.file, len(s.stops), s.done, s.resumed, c.stops, c.resumed)
+		}
+		if s.resumed != nil {
+			if got := s.resumed.counts; got.Apps != c.apps || got.Ended != c.ended || got.EndedUnwatched != c.unwatched {
+				t.Errorf("%s: resumed with %+v, want apps %d ended %d unwatched %d", c.file, got, c.apps, c.ended, c.unwatched)
+			}
+		}
 	}
 }

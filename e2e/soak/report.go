@@ -254,7 +254,7 @@ func (r *report) kills() string {
 		}
 		resumed, lost := "–", "–"
 		if k.resumed != nil {
-			resumed = fmt.Sprintf("%s (%d unwatched)", fmtDur(k.resumed.at.Sub(k.at)), k.resumed.EndedUnwatched)
+			resumed = fmt.Sprintf("%s (%d unwatched)", fmtDur(k.resumed.at.Sub(k.at)), k.resumed.counts.EndedUnwatched)
 		}
 		if len(k.lost) > 0 {
 			lost = strings.Join(k.lost, ", ")

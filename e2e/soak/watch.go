@@ -17,17 +17,23 @@ import (
 // first seen, and the supervisor's log, fetched as soon as the pod is done
 // (the kubelet may remove a deleted pod's containers, logs and all, within
 // a minute of its end); for a supervisor the kubelet restarted, the log of
-// the instance before too.
+// the instance before too, fetched as soon as the restart shows: once the
+// second instance has exited too, the kubelet keeps one dead instance per
+// container and removes the older (seen on the cluster: "unable to
+// retrieve container logs" for a native supervisor killed during the
+// stop, asked after the pod's end).
 type podSeen struct {
-	pod      *corev1.Pod
-	seen     time.Time
-	done     bool // the pod is in a final phase
-	log      string
-	logErr   error
-	prevLog  string
-	prevErr  error
-	fetching bool
-	fetched  chan struct{}
+	pod          *corev1.Pod
+	seen         time.Time
+	done         bool // the pod is in a final phase
+	log          string
+	logErr       error
+	prevLog      string
+	prevErr      error
+	fetching     bool
+	fetched      chan struct{} // closed once log and prevLog are in
+	prevFetching bool
+	prevFetched  chan struct{}
 }
 
 // recorder follows the namespace's Jobs and pods through informers.
@@ -63,18 +69,18 @@ func (r *recorder) pod(ctx context.Context, now time.Time, p *corev1.Pod) {
 	defer r.mu.Unlock()
 	s := r.pods[p.UID]
 	if s == nil {
-		s = &podSeen{seen: now, fetched: make(chan struct{})}
+		s = &podSeen{seen: now, fetched: make(chan struct{}), prevFetched: make(chan struct{})}
 		r.pods[p.UID] = s
 	}
 	s.pod = p.DeepCopy()
 	s.done = jobprog.PodDone(p)
+	if st := supervisorStatus(p); st != nil && st.RestartCount > 0 && !s.prevFetching {
+		s.prevFetching = true
+		go r.fetchPrevLog(ctx, s, p.Name)
+	}
 	if s.done && !s.fetching {
 		s.fetching = true
-		restarted := false
-		if st := supervisorStatus(p); st != nil && st.RestartCount > 0 {
-			restarted = true
-		}
-		go r.fetchLog(ctx, s, p.Name, restarted)
+		go r.fetchLog(ctx, s, p.Name)
 	}
 	r.notify()
 }
@@ -96,20 +102,28 @@ const (
 	logInterval = time.Second
 )
 
-// fetchLog fetches the supervisor's log, and with prev that of its
-// instance before.
-func (r *recorder) fetchLog(ctx context.Context, s *podSeen, name string, prev bool) {
+// fetchLog fetches the supervisor's log and, if its restart was seen,
+// waits for fetchPrevLog's.
+func (r *recorder) fetchLog(ctx context.Context, s *podSeen, name string) {
 	log, err := r.supervisorLog(ctx, name, false)
-	var prevLog string
-	var prevErr error
-	if prev {
-		prevLog, prevErr = r.supervisorLog(ctx, name, true)
-	}
 	r.mu.Lock()
 	s.log, s.logErr = log, err
-	s.prevLog, s.prevErr = prevLog, prevErr
+	prev := s.prevFetching
 	r.mu.Unlock()
+	if prev {
+		<-s.prevFetched // bounded: supervisorLog tries logTries times
+	}
 	close(s.fetched)
+}
+
+// fetchPrevLog fetches the log of the supervisor's instance before its
+// restart.
+func (r *recorder) fetchPrevLog(ctx context.Context, s *podSeen, name string) {
+	log, err := r.supervisorLog(ctx, name, true)
+	r.mu.Lock()
+	s.prevLog, s.prevErr = log, err
+	r.mu.Unlock()
+	close(s.prevFetched)
 }
 
 func (r *recorder) supervisorLog(ctx context.Context, name string, previous bool) (string, error) {
