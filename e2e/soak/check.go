@@ -114,6 +114,9 @@ type supervisorLog struct {
 	journal []string
 	// done is its "done" line: its summary is written.
 	done time.Time
+	// missing lists the apps it said it never saw within the look
+	// (msgMissing), the first such line's.
+	missing []string
 }
 
 type logLine struct {
@@ -123,6 +126,7 @@ type logLine struct {
 	Method  string       `json:"method"`
 	Reason  string       `json:"reason"`
 	Error   string       `json:"error"`
+	Missing []string     `json:"missing"` // of msgMissing: the apps never seen
 	counts  resumeCounts // of msgResumed only
 	at      time.Time
 }
@@ -148,6 +152,7 @@ const (
 	msgGone      = "sidecar already gone"
 	msgDone      = "done"
 	msgResumed   = "carrying on from the journal of the supervisor before"
+	msgMissing   = "app containers missing: they finished before the supervisor started, or never started"
 )
 
 var msgJournal = []string{
@@ -192,6 +197,8 @@ func parseSupervisorLog(text string) (supervisorLog, error) {
 			s.resumed = &l
 		case l.Message == msgDone:
 			s.done = at
+		case l.Message == msgMissing && s.missing == nil:
+			s.missing = l.Missing
 		case slices.Contains(msgJournal, l.Message):
 			s.journal = append(s.journal, strings.TrimSpace(l.Message+" "+l.Reason+" "+l.Error))
 		}
@@ -532,8 +539,9 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, k *k
 	// Supervisor restart: only where killed, then carried on, in time.
 	sup := supervisorStatus(p.pod)
 	var gap [2]time.Time // no supervisor ran, from the kill to the restarted one's start
+	killedLast := false  // the kill ended the last instance, after its work
 	if sup != nil {
-		gap = checkRestart(t, w, p, sup, sls, k, inst, v)
+		gap, killedLast = checkRestart(t, w, p, sup, sls, k, inst, v)
 	}
 	for _, sl := range sls {
 		for _, j := range sl.journal {
@@ -564,7 +572,7 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, k *k
 		return
 	}
 	msg := strings.TrimSpace(term.Message)
-	if term.ExitCode != 0 {
+	if term.ExitCode != 0 && !(killedLast && term.ExitCode == 137) {
 		v.add(invMessage, "pod %s: the supervisor exited %d (%s): %q", name, term.ExitCode, term.Reason, msg)
 	}
 	if deleted {
@@ -578,6 +586,11 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, k *k
 		return
 	}
 	prefix, _, _ := strings.Cut(msg, ":")
+	if rest, ok := strings.CutPrefix(msg, "running: "); ok && killedLast {
+		// Killed between its action and its summary: the message it
+		// wrote as it acted, "running: <outcome> (<reason>): action ...".
+		prefix, _, _ = strings.Cut(rest, " ")
+	}
 	v.outcomes[prefix]++
 	var first time.Time
 	if logOK {
@@ -619,9 +632,10 @@ const killBound = 3 * time.Second
 // the soak's apps (an image not pulled on every start), and the kubelet's
 // restart back-off (supervisor/restarts.go).
 const (
-	restartMargin  = 15 * time.Second
-	backoffInitial = 10 * time.Second
-	backoffMax     = 5 * time.Minute
+	appStartTimeout = 30 * time.Second // SUPERVISOR_APP_START_TIMEOUT
+	restartMargin   = 15 * time.Second
+	backoffInitial  = 10 * time.Second
+	backoffMax      = 5 * time.Minute
 )
 
 // restartWait is how long, under OnFailure, the supervisor awaits the
@@ -680,7 +694,10 @@ func inGap(gap [2]time.Time, at time.Time) bool {
 // istio-proxy within killBound of when it would have without the kill.
 // It fills v.kill, and returns the gap: from the kill to the restarted
 // supervisor's line saying it carries on (zero: no kill that counts).
-func checkRestart(t timeline, w *podWant, p podObs, sup *corev1.ContainerStatus, sls []supervisorLog, k *killed, inst map[string][]instance, v *verdict) (gap [2]time.Time) {
+//
+// ended says the kill ended the supervisor's last instance after its work,
+// and no restart followed: its exit 137 is the kill's, not a failure.
+func checkRestart(t timeline, w *podWant, p podObs, sup *corev1.ContainerStatus, sls []supervisorLog, k *killed, inst map[string][]instance, v *verdict) (gap [2]time.Time, ended bool) {
 	name := p.pod.Name
 	last := sup.LastTerminationState.Terminated
 	if !k.sent() || k.pod != name {
@@ -691,15 +708,25 @@ func checkRestart(t timeline, w *podWant, p podObs, sup *corev1.ContainerStatus,
 		case sup.RestartCount != 0:
 			v.add(invRestart, "pod %s: the supervisor, not killed, restarted %d time(s) (last: %s)", name, sup.RestartCount, cluster.StateString(sup.LastTerminationState))
 		}
-		return gap
+		return gap, false
 	}
 	ko := v.kill
 	ko.missed = ""
 	if sup.RestartCount == 0 && len(sls) == 1 && !sls[0].done.IsZero() && !sls[0].done.After(k.at) {
 		// A container supervisor exits once it has stopped the sidecars:
-		// the SIGKILL found it finished (exiting, not yet reaped).
+		// the SIGKILL found it finished (exiting, not yet reaped); a
+		// native one idles until the kubelet stops it, and the SIGKILL
+		// ends it (137) in a pod where the kubelet restarts it no more.
 		ko.missed = fmt.Sprintf("the supervisor had finished (its %q at %s)", msgDone, clock(sls[0].done))
-		return gap
+		return gap, true
+	}
+	if sup.RestartCount == 0 && len(sls) == 1 && len(sls[0].stops) > 0 && !sls[0].stops[0].at.After(k.at) {
+		// The SIGKILL came after the action: the sidecars stopped, the
+		// pod's regular containers had all ended, and the kubelet does
+		// not restart a container of a pod that is done. Its message is
+		// the one it wrote before acting ("running: <outcome> ...").
+		ko.missed = fmt.Sprintf("the supervisor had acted (%q at %s); the pod ended before any restart", sls[0].stops[0].Message, clock(sls[0].stops[0].at))
+		return gap, true
 	}
 	if sup.RestartCount != 1 || last == nil || last.ExitCode != 137 {
 		v.add(invRestart, "pod %s: the supervisor, SIGKILLed at %s, restarted %d time(s) (last: %s), want once after exit 137",
@@ -707,7 +734,7 @@ func checkRestart(t timeline, w *podWant, p podObs, sup *corev1.ContainerStatus,
 	}
 	if len(sls) < 2 {
 		v.add(invRestart, "pod %s: no logs of two instances of the supervisor", name)
-		return gap
+		return gap, false
 	}
 	before, after := sls[0], sls[len(sls)-1]
 	ko.when = placeKill(k.at, inst, before)
@@ -719,7 +746,7 @@ func checkRestart(t timeline, w *podWant, p podObs, sup *corev1.ContainerStatus,
 		gap[1] = after.resumed.at
 	}
 	if w == nil || w.deleted {
-		return gap
+		return gap, false
 	}
 	for _, a := range t.apps {
 		for _, in := range inst[a.name] {
@@ -734,7 +761,7 @@ func checkRestart(t timeline, w *podWant, p podObs, sup *corev1.ContainerStatus,
 		stops = append(stops, sl.stops...)
 	}
 	if !ok || len(stops) == 0 {
-		return gap // the other invariants say why
+		return gap, false // the other invariants say why
 	}
 	ko.wouldStop, ko.stop = would, stops[0].at
 	ko.delay = ko.stop.Sub(would)
@@ -746,11 +773,28 @@ func checkRestart(t timeline, w *podWant, p podObs, sup *corev1.ContainerStatus,
 			}
 		}
 	}
+	// An app the restarted supervisor never saw, every run of which had
+	// ended before it started (a run of milliseconds while no supervisor
+	// ran): nothing left in the pod tells a finished app from one whose
+	// start failed and that the kubelet will start again, so it looks for
+	// it for SUPERVISOR_APP_START_TIMEOUT, then takes its status as
+	// unknown. An app it never saw that ran after it started is a miss.
+	for _, a := range after.missing {
+		ended := len(inst[a]) > 0
+		for _, in := range inst[a] {
+			ended = ended && !in.end.IsZero() && in.end.Before(after.start)
+		}
+		if !ended {
+			v.add(invRestart, "pod %s: the restarted supervisor (started %s) says it never saw %s, which ran after its start", name, clock(after.start), a)
+			continue
+		}
+		ko.bound = max(ko.bound, after.start.Add(appStartTimeout+killBound).Sub(would))
+	}
 	if ko.delay > ko.bound {
 		v.add(invRestart, "pod %s: istio-proxy stopped at %s, %s after it would have without the kill (%s), more than %s",
 			name, clock(ko.stop), ko.delay.Round(time.Millisecond), clock(would), ko.bound)
 	}
-	return gap
+	return gap, false
 }
 
 // placeKill says where in the pod's life the kill came: during or after the

@@ -255,6 +255,68 @@ func TestCheckKilledEdges(t *testing.T) {
 				t.Errorf("kill outcome: %s", v.kill)
 			}
 		}},
+		// Seed 20261204's soak-130: a native supervisor idles once done;
+		// the SIGKILL ends it (137) in a pod the kubelet no longer
+		// restarts it in. Not a failure, and the kill does not count.
+		{name: "native killed idle", edit: func(_ *timeline, o *observed) {
+			o.kill.at = at(3100)
+			s := &o.pods[0].pod.Status.InitContainerStatuses[0]
+			s.RestartCount, s.LastTerminationState = 0, corev1.ContainerState{}
+			s.State.Terminated.ExitCode, s.State.Terminated.Reason = 137, "Error"
+			o.pods[0].log = o.pods[0].prevLog + "\n" + logAt(3002, msgSignalled, `,"signal":"SIGTERM"`) + "\n" + logAt(3050, msgDone, "")
+			o.pods[0].prevLog = ""
+		}, want: -1, check: func(t *testing.T, v verdict) {
+			if !strings.Contains(v.kill.missed, "had finished") {
+				t.Errorf("kill outcome: %s", v.kill)
+			}
+		}},
+		// soak-109: killed after its action, before its summary; the pod
+		// ended at once, with no restart; its message is the one it wrote
+		// as it acted.
+		{name: "killed after the action, no restart", edit: func(_ *timeline, o *observed) {
+			o.kill.at = at(3010)
+			s := &o.pods[0].pod.Status.InitContainerStatuses[0]
+			s.RestartCount, s.LastTerminationState = 0, corev1.ContainerState{}
+			s.State.Terminated.ExitCode, s.State.Terminated.Reason = 137, "Error"
+			s.State.Terminated.Message = "running: success (a exit 0): action SIGTERM\napp a (pid 36): exit 0\nsidecar istio-proxy (pid 45): held"
+			o.pods[0].log = o.pods[0].prevLog + "\n" + logAt(3002, msgSignalled, `,"signal":"SIGTERM"`)
+			o.pods[0].prevLog = ""
+		}, want: -1, check: func(t *testing.T, v verdict) {
+			if !strings.Contains(v.kill.missed, "had acted") || v.outcomes["success"] != 1 {
+				t.Errorf("kill outcome: %s; outcomes %v", v.kill, v.outcomes)
+			}
+		}},
+		{name: "killed before the action, no restart", edit: func(_ *timeline, o *observed) {
+			o.kill.at = at(2990)
+			s := &o.pods[0].pod.Status.InitContainerStatuses[0]
+			s.RestartCount, s.LastTerminationState = 0, corev1.ContainerState{}
+			s.State.Terminated.ExitCode, s.State.Terminated.Reason = 137, "Error"
+			o.pods[0].log = o.pods[0].prevLog + "\n" + logAt(3002, msgSignalled, `,"signal":"SIGTERM"`)
+			o.pods[0].prevLog = ""
+		}, want: invRestart, text: "restarted 0 time(s)"},
+		// soak-174: the app ran wholly while no supervisor ran (killed at
+		// 2.9 s, back at 3.95 s); the restarted one never saw it and looked
+		// for it for SUPERVISOR_APP_START_TIMEOUT.
+		{name: "app never seen, looked for", edit: func(_ *timeline, o *observed) {
+			o.kill.at = at(2900)
+			o.pods[0].log = strings.NewReplacer(logAt(2450, "starting", ""), logAt(3950, "starting", ""),
+				logAt(2500, msgResumed, `,"apps":1,"ended":0,"ended_unwatched":0,"watched":1`),
+				logAt(3960, msgResumed, `,"apps":0,"ended":0,"ended_unwatched":0,"watched":0`)+"\n"+
+					logAt(33960, msgMissing, `,"expected":1,"seen":0,"missing":["a"]`),
+				logAt(3002, msgSignalled, `,"signal":"SIGTERM"`), logAt(33962, msgSignalled, `,"signal":"SIGTERM"`)).Replace(o.pods[0].log)
+			o.pods[0].pod.Status.InitContainerStatuses[0].State.Terminated.Message = "unknown: a unknown; action SIGTERM"
+		}, want: -1, check: func(t *testing.T, v verdict) {
+			if k := v.kill; k.delay != 30962*time.Millisecond || k.bound != 33950*time.Millisecond {
+				t.Errorf("kill outcome: %s", k)
+			}
+		}},
+		{name: "app never seen, ran after the restart", edit: func(_ *timeline, o *observed) {
+			o.kill.at = at(1000)
+			o.pods[0].log = strings.NewReplacer(
+				logAt(2500, msgResumed, `,"apps":1,"ended":0,"ended_unwatched":0,"watched":1`),
+				logAt(2500, msgResumed, `,"apps":0,"ended":0,"ended_unwatched":0,"watched":0`)+"\n"+
+					logAt(32500, msgMissing, `,"expected":1,"seen":0,"missing":["a"]`)).Replace(o.pods[0].log)
+		}, want: invRestart, text: "says it never saw a, which ran after its start"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tl, o := killedPod(t, 1500, 2500, 3002)

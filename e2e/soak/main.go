@@ -18,7 +18,10 @@
 //     then once, and the instance after carried on from the journal of the
 //     one before and stopped istio-proxy within 3 s of when it would have
 //     without the kill (plus the restart wait where an app's status was
-//     lost under OnFailure: it ended while no supervisor ran).
+//     lost under OnFailure: it ended while no supervisor ran; plus the
+//     look, SUPERVISOR_APP_START_TIMEOUT, where an app ran wholly while
+//     none ran); a kill after the supervisor's action, in a pod that then
+//     ends, is not restarted and its 137 is no failure.
 //
 // The timelines are drawn from a seed, which the report prints: exit codes,
 // runs from milliseconds to tens of seconds, restartPolicy Never and

@@ -261,7 +261,7 @@ func (r *report) kills() string {
 		}
 		delay, bound := "–", "–"
 		if !k.stop.IsZero() {
-			delay, bound = signed(k.delay), k.bound.String()
+			delay, bound = signed(k.delay), k.bound.Round(time.Millisecond).String()
 		}
 		held := "yes"
 		if len(res.v.problems[invRestart]) > 0 {
@@ -277,7 +277,7 @@ func (r *report) kills() string {
 	fmt.Fprintf(&b, "\nThe supervisor SIGKILLed in %d Job(s) (and %d kill(s) that did not count, below). Drawn: the moment; killed: where the kill came, from the stamps and the killed supervisor's log; "+
 		"carried on: from the kill to the restarted supervisor's line saying it carries on from the journal (and the app instances it found ended unwatched); "+
 		"lost: app instances that ended while no supervisor ran; delay: istio-proxy's stop against when it would have been without the kill "+
-		"(the pod's last app end; with statuses unknown under OnFailure, plus the restart wait); bound: %s, plus the restart wait where a status was lost under OnFailure.\n\n",
+		"(the pod's last app end; with statuses unknown under OnFailure, plus the restart wait); bound: %s, plus the restart wait where a status was lost under OnFailure, or the look (SUPERVISOR_APP_START_TIMEOUT, from the restarted supervisor's start) where an app ran wholly unseen.\n\n",
 		len(rows), len(missed), killBound)
 	b.WriteString("| Job | policy | shape | drawn | killed | carried on | lost | delay | bound | held |\n|---|---|---|---|---|---:|---|---:|---:|---|\n")
 	b.WriteString(strings.Join(rows, "\n") + "\n")
