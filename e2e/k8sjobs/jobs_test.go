@@ -2,12 +2,14 @@ package k8sjobs
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -71,6 +73,7 @@ func TestJobs(t *testing.T) {
 			{"deploy/job.yaml", e.deployJob},
 			{"deploy/job-ptrace.yaml", e.deployJobPtrace},
 			{"deploy/cronjob.yaml fires", e.deployCronJob},
+			{"the kubelet rewrites a running container's /etc/hosts", e.hostsRewritten},
 			{"cloud-sql-proxy example, exit 0 completes", e.cloudSQLExample},
 			{"cloud-sql-proxy example, exit 3 fails", e.cloudSQLExampleFails},
 			{"cloud-sql-proxy via the template, its quitquitquit", e.cloudSQLTemplateQuit},
@@ -114,6 +117,7 @@ func app(name, script string) corev1.Container {
 
 func (e *env) createJob(ctx context.Context, t *testing.T, ns string, j *batchv1.Job) {
 	t.Helper()
+	e.pinHosts(ctx, t, ns, &j.Spec.Template.Spec)
 	if _, err := e.c.Client.BatchV1().Jobs(ns).Create(ctx, j, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create job %s/%s: %v", ns, j.Name, err)
 	}
@@ -237,4 +241,60 @@ func (e *env) succeed(ctx context.Context, t *testing.T, name string, way stopWa
 		supervisorEnv: map[string]string{"SUPERVISOR_RESTART_POLICY": "Never", "SUPERVISOR_APP_CONTAINERS": "1",
 			"SUPERVISOR_APPS": "app", "SUPERVISOR_ON_SUCCESS": way.env()}})
 	e.checkSucceeded(ctx, t, p, []string{"app"}, "success: {app} exit 0", way)
+}
+
+// pinHosts gives each cloud-sql-proxy container of spec an /etc/hosts of
+// its own, from a ConfigMap of the namespace, in place of the kubelet's.
+//
+// cloud-sql-proxy resolves "localhost" as it starts (its admin server,
+// where /quitquitquit is served, listens on localhost:9091, a name its
+// code fixes). The kubelet's /etc/hosts is one file per pod, bind-mounted
+// into each container, and the kubelet writes it again, truncating it
+// first (os.WriteFile in ensureHostsFile, pkg/kubelet/kubelet_pods.go), as
+// it starts each container: cloud-sql-proxy, started just before
+// istio-proxy and the supervisor, now and then read it empty, and Go's
+// resolver asked DNS. A cluster's DNS answers "localhost"; this test
+// cluster has none (the pods' resolver is the node's 127.0.0.1:53), so
+// cloud-sql-proxy ended at start with "lookup localhost on 127.0.0.1:53:
+// connection refused", in about 1 package run in 7. A container that
+// mounts /etc/hosts itself gets no kubelet hosts file (makeMounts), so
+// this one is never rewritten. The manifests under test are unchanged but
+// for this mount; the pods their users run have the cluster's DNS.
+func (e *env) pinHosts(ctx context.Context, t *testing.T, ns string, spec *corev1.PodSpec) {
+	t.Helper()
+	pinned := false
+	for i := range spec.Containers {
+		if strings.Contains(spec.Containers[i].Image, "cloud-sql-proxy") {
+			pinHostsOf(spec, i)
+			pinned = true
+		}
+	}
+	if pinned {
+		e.hostsConfigMap(ctx, t, ns)
+	}
+}
+
+// hostsName names the ConfigMap, its volume and key of pinHosts.
+const hostsName = "e2e-etc-hosts"
+
+// hostsContent is the pinned /etc/hosts.
+const hostsContent = "127.0.0.1\tlocalhost\n::1\tlocalhost\n"
+
+// pinHostsOf mounts the pinned /etc/hosts into spec's i-th container.
+func pinHostsOf(spec *corev1.PodSpec, i int) {
+	c := &spec.Containers[i]
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: hostsName, MountPath: "/etc/hosts", SubPath: "hosts", ReadOnly: true})
+	if !slices.ContainsFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == hostsName }) {
+		spec.Volumes = append(spec.Volumes, corev1.Volume{Name: hostsName, VolumeSource: corev1.VolumeSource{
+			ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: hostsName}}}})
+	}
+}
+
+// hostsConfigMap creates the pinned /etc/hosts's ConfigMap in ns.
+func (e *env) hostsConfigMap(ctx context.Context, t *testing.T, ns string) {
+	t.Helper()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: hostsName}, Data: map[string]string{"hosts": hostsContent}}
+	if _, err := e.c.Client.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("create configmap %s/%s: %v", ns, hostsName, err)
+	}
 }

@@ -126,16 +126,14 @@ image_cloud_sql_proxy() {
 	printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' >"$ctx/passwd"
 	printf 'root:x:0:\nnonroot:x:65532:\n' >"$ctx/group"
 	# distroless's nsswitch.conf ("hosts: files dns", which is also what Go
-	# does without one: net/conf.go), and an /etc/hosts naming localhost.
-	# cloud-sql-proxy's quitquitquit listener on "localhost:9091" asked the
-	# pod's DNS server, got "connection refused" on the test cluster, and
-	# exited 1 at start (1 k8sjobs run in about 7, with and without
-	# nsswitch.conf): so /etc/hosts had no localhost. The kubelet mounts its
-	# own over ours, except for a container it starts while it has no pod IP
-	# for the pod ("will not mount /etc/hosts if ... PodIP has not yet been
-	# set", pkg/kubelet/kubelet_pods.go, shouldMountHostsFile), the one way
-	# we found for it to be missing. Not in Google's image; a test cluster's
-	# race kept out of the cases, not shown gone yet.
+	# does without one: net/conf.go), and an /etc/hosts naming localhost,
+	# which the kubelet's own hosts mount replaces in every pod. The reason
+	# cloud-sql-proxy failed at start on the test cluster now and then
+	# ("lookup localhost on 127.0.0.1:53: connection refused") was not this
+	# image: the kubelet writes the pod's hosts file again, truncating it,
+	# as it starts each later container, and a read in between finds it
+	# empty (k8sjobs hostsRewritten shows it; pinHosts keeps it out of the
+	# cases).
 	printf 'hosts: files dns\n' >"$ctx/nsswitch.conf"
 	printf '127.0.0.1\tlocalhost\n::1\tlocalhost\n' >"$ctx/hosts"
 	out="$(build_cached cloud-sql-proxy "$CLOUD_SQL_PROXY_IMAGE" "$ctx")"
