@@ -60,6 +60,10 @@ func (e *env) quickApps(ctx context.Context, t *testing.T) {
 	}
 }
 
+// untraced matches the summary of an app whose exit came before ptrace
+// could attach (named, or by its cgroup's short ID).
+var untraced = regexp.MustCompile(`^unknown: (?:app|[0-9a-f]{12}) unknown \(ptrace refused \(it exited before it could be traced\)\); action SIGTERM`)
+
 // unnamedApp matches a summary that names the app by its cgroup's short ID.
 var unnamedApp = regexp.MustCompile(`^(?:success|failure): ([0-9a-f]{12}) exit [0-9]+;`)
 
@@ -124,6 +128,18 @@ func (e *env) millisecondApps(ctx context.Context, t *testing.T) {
 				logDecision, logStopped, logDone)
 			continue
 		}
+		if msg := status(t, p, supervisorName).State.Terminated; msg != nil && jb.method == "ptrace" && untraced.MatchString(msg.Message) {
+			// Adopted at its exit, too late to attach: ptrace reads only
+			// the status of a process traced before its end, so it is
+			// unknown; the unknown outcome's SIGTERM, pilot-agent exits
+			// 0, the pod's phase still the app's own exit code. Seen in a
+			// CI-like run (1 of 3 such pods that run).
+			missed++
+			t.Logf("pod %s: the app was adopted too late to trace (%s)", p.Name, msg.Message)
+			wantExit(t, p, proxyName, 0)
+			e.checkSupervisor(ctx, t, p, untraced.FindString(msg.Message), logPtrace, logDecision, logStopped, logDone)
+			continue
+		}
 		// No look of SUPERVISOR_APP_START_TIMEOUT: the summary below names
 		// the app's own exit code (a look ends in "never seen"). How soon
 		// istio-proxy finished after it is istio-proxy's own start (the
@@ -151,5 +167,5 @@ func (e *env) millisecondApps(ctx context.Context, t *testing.T) {
 		e.checkSupervisor(ctx, t, p, "failure: "+name+" exit 3; action SIGKILL",
 			method, logFound, logExited, logDecision, logStopped, logDone)
 	}
-	t.Logf("%d of %d apps of milliseconds adopted, their statuses read", len(jobs)-missed, len(jobs))
+	t.Logf("%d of %d apps of milliseconds adopted, their statuses read", len(jobs)-missed, len(jobs)) // missed: never seen, or too late to trace
 }
