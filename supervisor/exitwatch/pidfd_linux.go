@@ -264,6 +264,19 @@ func (p *pidfdProc) Status() Status {
 	return p.status
 }
 
+// hasExited reports whether the process has exited (its pidfd polls
+// readable from the moment it is a zombie), asking the kernel now.
+func (p *pidfdProc) hasExited() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ended || p.fd < 0 {
+		return p.ended
+	}
+	fds := []unix.PollFd{{Fd: int32(p.fd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, 0)
+	return err == nil && n == 1 && fds[0].Revents&unix.POLLIN != 0
+}
+
 // exited runs in the loop when epoll reports the pidfd.
 func (p *pidfdProc) exited(events uint32) {
 	p.mu.Lock()

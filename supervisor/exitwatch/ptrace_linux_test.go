@@ -6,12 +6,16 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // needPtrace skips unless this process may trace others.
@@ -311,4 +315,83 @@ func TestNew(t *testing.T) {
 		t.Fatalf("none: %+v, %v", c, err)
 	}
 	n.Close()
+}
+
+// TestPtraceZombie: an app that has exited but is not yet reaped (a
+// zombie, as a container's main process is for a moment before its runtime
+// reaps it) is refused by the kernel with EPERM. The watcher says it exited
+// before it could be traced, not that a permission is missing: seen on the
+// cluster for an app of milliseconds, "ptrace refused (operation not
+// permitted)", which sent a reader after capabilities the pod had. The
+// zombie is the child of a shell that has exec'd sleep, which never reaps
+// it (a child of the test would be reaped by the tracer's wait, and the
+// shell reaps its jobs): cat, held on a FIFO until the exec is done.
+func TestPtraceZombie(t *testing.T) {
+	needPtrace(t)
+	w := newPtraceKernel(t)
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("/bin/sh", "-c", `cat "$0" >/dev/null & echo $!; exec sleep 600`, fifo)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	line, err := readLine(bufio.NewReader(out), 10*time.Second)
+	if err != nil {
+		t.Fatalf("read the zombie's pid: %v", err)
+	}
+	pid, err := strconv.Atoi(line)
+	if err != nil {
+		t.Fatalf("pid %q: %v", line, err)
+	}
+	// The shell is sleep now: then let cat end.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", cmd.Process.Pid))
+		if strings.TrimSpace(string(comm)) == "sleep" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the shell is %q, not sleep, after 10 s", comm)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	wr, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wr.Close()
+	// A zombie once its pidfd polls readable: an event, bounded.
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	if n, err := unix.Poll(fds, 10_000); err != nil || n != 1 {
+		t.Fatalf("the shell's child did not exit within 10 s: %d, %v", n, err)
+	}
+	st, err := startTime(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proc, err := w.Watch(Process{PID: pid, StartTime: st})
+	if err != nil {
+		t.Fatalf("Watch of a zombie: %v, want a process whose status is unknown", err)
+	}
+	select {
+	case <-proc.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the zombie's exit was not reported within 10 s")
+	}
+	want := "ptrace refused (it exited before it could be traced)"
+	if s := proc.Status(); s.Known || s.Reason != want {
+		t.Errorf("status %+v, want unknown: %q", s, want)
+	}
 }

@@ -80,9 +80,11 @@ func (w *Watcher) Watch(p Process) (Proc, error) {
 		}
 		return pp, nil
 	}
-	if errors.Is(err, unix.ESRCH) {
-		// Gone between pidfd_open and the seize: the pidfd still reports
-		// its exit, with no status.
+	if errors.Is(err, unix.ESRCH) || (errors.Is(err, unix.EPERM) && proc.hasExited()) {
+		// Exited between pidfd_open and the seize: reaped (ESRCH), or a
+		// zombie, which the kernel refuses to trace (EPERM: its
+		// exit_state is set), not for want of a permission. The pidfd
+		// still reports its exit, with no status.
 		err = errors.New("it exited before it could be traced")
 	}
 	return &unknownProc{Proc: proc, reason: fmt.Sprintf("ptrace refused (%v)", err)}, nil
