@@ -245,11 +245,7 @@ func TestCheckKilledEdges(t *testing.T) {
 		// A container supervisor done before the SIGKILL reached it: the
 		// kill does not count, and no restart is wanted.
 		{name: "finished before the kill", edit: func(_ *timeline, o *observed) {
-			o.kill.at = at(3100)
-			s := &o.pods[0].pod.Status.InitContainerStatuses[0]
-			s.RestartCount, s.LastTerminationState = 0, corev1.ContainerState{}
-			o.pods[0].log = o.pods[0].prevLog + "\n" + logAt(3002, msgSignalled, `,"signal":"SIGTERM"`) + "\n" + logAt(3050, msgDone, "")
-			o.pods[0].prevLog = ""
+			notRestarted(o, 3100, 0, logAt(3050, msgDone, ""))
 		}, want: -1, check: func(t *testing.T, v verdict) {
 			if !strings.Contains(v.kill.missed, "had finished") {
 				t.Errorf("kill outcome: %s", v.kill)
@@ -259,12 +255,7 @@ func TestCheckKilledEdges(t *testing.T) {
 		// the SIGKILL ends it (137) in a pod the kubelet no longer
 		// restarts it in. Not a failure, and the kill does not count.
 		{name: "native killed idle", edit: func(_ *timeline, o *observed) {
-			o.kill.at = at(3100)
-			s := &o.pods[0].pod.Status.InitContainerStatuses[0]
-			s.RestartCount, s.LastTerminationState = 0, corev1.ContainerState{}
-			s.State.Terminated.ExitCode, s.State.Terminated.Reason = 137, "Error"
-			o.pods[0].log = o.pods[0].prevLog + "\n" + logAt(3002, msgSignalled, `,"signal":"SIGTERM"`) + "\n" + logAt(3050, msgDone, "")
-			o.pods[0].prevLog = ""
+			notRestarted(o, 3100, 137, logAt(3050, msgDone, ""))
 		}, want: -1, check: func(t *testing.T, v verdict) {
 			if !strings.Contains(v.kill.missed, "had finished") {
 				t.Errorf("kill outcome: %s", v.kill)
@@ -274,25 +265,15 @@ func TestCheckKilledEdges(t *testing.T) {
 		// ended at once, with no restart; its message is the one it wrote
 		// as it acted.
 		{name: "killed after the action, no restart", edit: func(_ *timeline, o *observed) {
-			o.kill.at = at(3010)
-			s := &o.pods[0].pod.Status.InitContainerStatuses[0]
-			s.RestartCount, s.LastTerminationState = 0, corev1.ContainerState{}
-			s.State.Terminated.ExitCode, s.State.Terminated.Reason = 137, "Error"
-			s.State.Terminated.Message = "running: success (a exit 0): action SIGTERM\napp a (pid 36): exit 0\nsidecar istio-proxy (pid 45): held"
-			o.pods[0].log = o.pods[0].prevLog + "\n" + logAt(3002, msgSignalled, `,"signal":"SIGTERM"`)
-			o.pods[0].prevLog = ""
+			notRestarted(o, 3010, 137)
+			o.pods[0].pod.Status.InitContainerStatuses[0].State.Terminated.Message = "running: success (a exit 0): action SIGTERM\napp a (pid 36): exit 0\nsidecar istio-proxy (pid 45): held"
 		}, want: -1, check: func(t *testing.T, v verdict) {
 			if !strings.Contains(v.kill.missed, "had acted") || v.outcomes["success"] != 1 {
 				t.Errorf("kill outcome: %s; outcomes %v", v.kill, v.outcomes)
 			}
 		}},
 		{name: "killed before the action, no restart", edit: func(_ *timeline, o *observed) {
-			o.kill.at = at(2990)
-			s := &o.pods[0].pod.Status.InitContainerStatuses[0]
-			s.RestartCount, s.LastTerminationState = 0, corev1.ContainerState{}
-			s.State.Terminated.ExitCode, s.State.Terminated.Reason = 137, "Error"
-			o.pods[0].log = o.pods[0].prevLog + "\n" + logAt(3002, msgSignalled, `,"signal":"SIGTERM"`)
-			o.pods[0].prevLog = ""
+			notRestarted(o, 2990, 137)
 		}, want: invRestart, text: "restarted 0 time(s)"},
 		// soak-174: the app ran wholly while no supervisor ran (killed at
 		// 2.9 s, back at 3.95 s); the restarted one never saw it and looked
@@ -335,6 +316,21 @@ func TestCheckKilledEdges(t *testing.T) {
 			}
 		})
 	}
+}
+
+// notRestarted makes killedPod's supervisor one instance, never
+// restarted: killed at killMS after it signalled istio-proxy at 3 s (its
+// log: the first instance's, the signal, then tail), ending with code
+// (137: the kill ended it).
+func notRestarted(o *observed, killMS int, code int32, tail ...string) {
+	o.kill.at = at(killMS)
+	s := &o.pods[0].pod.Status.InitContainerStatuses[0]
+	s.RestartCount, s.LastTerminationState = 0, corev1.ContainerState{}
+	if code != 0 {
+		s.State.Terminated.ExitCode, s.State.Terminated.Reason = code, "Error"
+	}
+	o.pods[0].log = strings.Join(append([]string{o.pods[0].prevLog, logAt(3002, msgSignalled, `,"signal":"SIGTERM"`)}, tail...), "\n")
+	o.pods[0].prevLog = ""
 }
 
 // A supervisor restarted though not killed breaks the restart invariant.
