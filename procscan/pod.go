@@ -77,8 +77,9 @@ type Container struct {
 	// Main is the container's main process: its oldest process, whose
 	// parent is outside the pod's PID namespace (PPID 0). Processes a
 	// runtime execs into the container later (kubectl exec) also have PPID
-	// 0, but started later. HasMain is false once it has exited: the oldest
-	// process left is then an orphan or an exec'd one (see Classify).
+	// 0, but started later. Once it has exited, the oldest process left is
+	// an orphan (HasMain false) or an exec'd one, which then looks like a
+	// main process (see Classify).
 	Main    Process
 	HasMain bool
 	// Init is true for a Starting container whose main process is the
@@ -118,10 +119,12 @@ type Pod struct {
 // A container's main process is its oldest process, when that one's parent
 // is outside the pod's PID namespace (PPID 0). Every other process of the
 // container descends from it or was exec'd in later (kubectl exec, exec
-// probes), so while it runs it is the oldest; once it has exited, the
-// oldest left is an orphan (PPID 1) or an exec'd process, and the
-// container has no main process: an exec'd process named pilot-agent in an
-// app container whose main process just exited must not make it a sidecar.
+// probes), so while it runs it is the oldest. Once it has exited, the
+// oldest left is an orphan (PPID 1: no main process) or an exec'd process
+// (PPID 0), which a scan cannot tell from a main process: the caller
+// keeps each container's kind from its first sight (the supervisor's
+// kindOf), so that an exec'd process named pilot-agent in an app
+// container whose main process just exited never makes it a sidecar.
 //
 // A process that has begun to exit (Exiting) shows "/" for its cgroup v1
 // lines, so on a v1 or hybrid host its content is no container's. It is
@@ -244,14 +247,32 @@ func older(a, b Process) bool {
 	return a.PID < b.PID
 }
 
-// unifiedLine returns the cgroup v2 ("0::") line of a cgroup content.
+// unifiedLine returns the cgroup v2 ("0::") line of a cgroup content,
+// without the " (deleted)" the kernel appends to it once the cgroup has
+// been removed while a zombie of it waits to be reaped (proc_cgroup_show):
+// the zombie's container still.
 func unifiedLine(cgroup string) (string, bool) {
 	for _, line := range strings.Split(cgroup, "\n") {
 		if strings.HasPrefix(line, "0::") {
-			return line, true
+			return strings.TrimSuffix(line, " (deleted)"), true
 		}
 	}
 	return "", false
+}
+
+// Unified is what names a container in a cgroup content read from an
+// exiting process: its unified ("0::") line (see unifiedLine), which the
+// kernel keeps showing once the process has begun to exit, where its v1
+// lines turn to "/". It is "" when there is no such line or it is the
+// root ("0::/"), which names no container. On a host where the runtime
+// does not give each container a unified cgroup of its own, several
+// containers share it: the caller must tell.
+func Unified(cgroup string) string {
+	u, ok := unifiedLine(cgroup)
+	if !ok || u == "0::/" {
+		return ""
+	}
+	return u
 }
 
 // Of returns the containers of kind k.

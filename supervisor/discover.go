@@ -191,17 +191,17 @@ func (r *run) adopt(pod procscan.Pod) []watchedApp {
 		// Said once: when the kind is pinned (a container seen being set up,
 		// or with its main process gone, is not pinned, and would be said
 		// again).
-		if pinned, ok := r.kinds[c.ID]; kind == procscan.Other && !before && ok && pinned == procscan.Other {
+		if pinned, ok := r.kinds[pinKey(c)]; kind == procscan.Other && !before && ok && pinned == procscan.Other {
 			r.log.Info().Str("container", c.Name).Int("pid", c.Main.PID).Str("comm", c.Main.Comm).Str("reason", c.Why).
 				Msg("container neither waited for nor stopped")
 		}
 		if kind == procscan.Sidecar {
 			r.trackSidecar(c)
 		}
-		if kind != procscan.App || before {
+		if kind != procscan.App || before || r.execdBefore(c) {
 			continue
 		}
-		r.kinds[c.ID] = procscan.App // adopted, with or without its main process
+		r.kinds[pinKey(c)] = procscan.App // adopted, with or without its main process
 		if !c.HasMain {
 			s := exitwatch.Status{Reason: "its main process had exited before the supervisor saw it"}
 			now := time.Now()
@@ -260,13 +260,114 @@ func (r *run) logRestart(c procscan.Container, old string) {
 // an ignored one into an app. A container not yet set up (Starting) is
 // not pinned: a later scan tells.
 func (r *run) kindOf(c procscan.Container) (kind procscan.Kind, before bool) {
-	if k, ok := r.kinds[c.ID]; ok {
+	if k, ok := r.kinds[pinKey(c)]; ok {
+		return k, true
+	}
+	if k, ok := r.pinnedExiting(c); ok {
 		return k, true
 	}
 	if c.HasMain && c.Kind != procscan.Starting {
-		r.kinds[c.ID] = c.Kind
+		r.kinds[pinKey(c)] = c.Kind
 	}
 	return c.Kind, false
+}
+
+// pinKey is what pins container c's kind (run.kinds): its cgroup content,
+// unless that names no container: the content of an exiting main process
+// with no unified line (a host of cgroup v1 alone) reads "/" on every
+// line, the same for every exiting process. Such a container is pinned by
+// its main process: pinned by its content, it would hide every container
+// first seen at its end after it, an app's restart of milliseconds too.
+func pinKey(c procscan.Container) string {
+	if c.HasMain && c.Main.Exiting && procscan.Unified(c.ID) == "" {
+		return fmt.Sprintf("%s\x00%d@%d", c.ID, c.Main.PID, c.Main.StartTime)
+	}
+	return c.ID
+}
+
+// pinnedExiting is the kind pinned for the container of c, a container
+// seen only through an exiting main process, whose content then differs
+// from its container's: its v1 lines read "/" (procscan.Process.Exiting),
+// and its unified line may end in " (deleted)". Such a process in a
+// container pinned before is no new container: a process exec'd into an
+// app container (kubectl exec, PPID 0 like a main process), still a zombie
+// once the app's main process has exited, would otherwise be taken for
+// the app's restart, and its exit status for the app's (the k8sjobs
+// cluster's OnFailure case did so: the app's real next run was then never
+// waited for). Its unified line still names its container: it is that
+// container when every container pinned with that line has one kind. With
+// no unified line (a host of cgroup v1 alone) nothing names it: see
+// execdBefore.
+func (r *run) pinnedExiting(c procscan.Container) (procscan.Kind, bool) {
+	if !c.HasMain || !c.Main.Exiting {
+		return 0, false
+	}
+	kind, found, _ := r.unifiedKind(c)
+	return kind, found
+}
+
+// unifiedKind is the kind pinned for the containers whose unified line is
+// c's (found), and whether that line tells containers apart here (tells):
+// it is not, when c has none, or when containers of different kinds
+// share it (a runtime that does not place containers apart in the
+// unified hierarchy).
+func (r *run) unifiedKind(c procscan.Container) (kind procscan.Kind, found, tells bool) {
+	u := procscan.Unified(c.ID)
+	if u == "" {
+		return 0, false, false
+	}
+	for id, k := range r.kinds {
+		if procscan.Unified(id) != u {
+			continue
+		}
+		if found && k != kind {
+			return 0, false, false
+		}
+		kind, found = k, true
+	}
+	return kind, found, true
+}
+
+// execdBefore reports whether c, a new container seen only through an
+// exiting main process that nothing names (no unified line that tells
+// containers apart: a host of cgroup v1 alone; no Kubernetes name: its
+// mounts are gone), is a process exec'd into a container before the end
+// of the failed app instance it would replace, rather than that instance's
+// restart. It is said once per process. The kubelet starts a restart only
+// once the runtime has reported the failed container's exit, so a
+// restart's main process starts after that exit, and a process exec'd into
+// that container started before it (the runtime refuses an exec into a
+// stopped container). A process that started before the supervisor saw
+// the exit, by more than its start time's tick, is taken for the latter.
+// It can be a restart only if the supervisor saw the exit later than the
+// kubelet took to notice it and create a container (its relist, the
+// runtime's create: hundreds of milliseconds): that restart is then
+// missed, and awaited until RESTART_TIMEOUT, its status unknown; late,
+// never a wrong status.
+func (r *run) execdBefore(c procscan.Container) bool {
+	if !c.HasMain || !c.Main.Exiting || c.Kube.Known() {
+		return false
+	}
+	if _, _, tells := r.unifiedKind(c); tells {
+		return false
+	}
+	old := r.apps.nextAwaiting()
+	if old == nil || old.exitAt.IsZero() {
+		return false
+	}
+	age, err := r.scan.Age(c.Main)
+	if err != nil {
+		return false
+	}
+	if started := time.Now().Add(-age); !started.Add(time.Second / 100).Before(old.exitAt) {
+		return false
+	}
+	if id := instanceOf(c.Main); !r.execd[id] {
+		r.execd[id] = true
+		r.log.Info().Int("pid", c.Main.PID).Str("comm", c.Main.Comm).Str("awaiting", old.container).
+			Msg("exiting process with no container named is no restart: it started before the failed app's exit (a process exec'd into a container)")
+	}
+	return true
 }
 
 // trackSidecar keeps a pidfd on a sidecar's main process from the moment

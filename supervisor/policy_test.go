@@ -333,3 +333,105 @@ func TestOtherSaidOnce(t *testing.T) {
 		}
 	})
 }
+
+// execdZombie is the container a scan makes of a process exec'd into an
+// app container (kubectl exec: PPID 0, as a main process), seen once the
+// app's main process has exited, as a zombie: its v1 cgroup lines read
+// "/", so its content is no container's seen before; only its unified
+// line (when the host has one) still names the container. The kubelet's
+// mount is gone with it: no Kubernetes name.
+func execdZombie(unified string, pid int) procscan.Container {
+	c := container(procscan.App, "touch", pid)
+	c.Main.Exiting, c.Main.State = true, "Z"
+	c.Processes[0] = c.Main
+	c.ID = "4:memory:/\n1:cpu:/"
+	if unified != "" {
+		c.ID += "\n" + unified
+	}
+	c.Name = procscan.Unified(c.ID)
+	return c
+}
+
+// hybridContainer is kubeContainer on a cgroup v1/v2 hybrid host: its
+// content has a unified line naming it.
+func hybridContainer(kind procscan.Kind, name, comm string, pid int, id string) procscan.Container {
+	c := kubeContainer(kind, name, comm, pid)
+	c.ID = "4:memory:/k8s.io/" + id + "\n1:cpu:/k8s.io/" + id + "\n0::/k8s.io/" + id
+	return c
+}
+
+// TestExecdZombieIsNoRestart: under OnFailure, a process exec'd into the
+// failed app's container (the k8sjobs case's kubectl exec, still a zombie
+// when the app's main process had exited) is not the app's restart, nor
+// its exit 0 the app's: the real restart is waited for and decides. It
+// failed in CI at 2ea57d4: the zombie, a container never seen to the
+// scan, took the failed app's slot, and its real run was never waited for.
+func TestExecdZombieIsNoRestart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := testConfig(t, "SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_APPS=flaky")
+		h := startWith(t, cfg, func(h *harness) { h.pod.named = true },
+			hybridContainer(procscan.App, "flaky", "sh", 10, "b92e15cf"),
+			hybridContainer(procscan.Sidecar, "istio-proxy", "pilot-agent", 100, "1570"))
+		h.proc(10)
+		h.pod.mu.Lock()
+		h.pod.containers[2] = execdZombie("0::/k8s.io/b92e15cf (deleted)", 30)
+		h.pod.made++
+		h.pod.mu.Unlock()
+		h.proc(10).exit(exited(1))
+		waitLog(t, h, `"message":"app failed under restartPolicy OnFailure`)
+		noSignalFor(t, h, time.Second)
+		if strings.Contains(h.logged(), `"replaces"`) {
+			t.Fatalf("the exec'd zombie was taken for the restart; log:\n%s", h.logged())
+		}
+		h.pod.add(hybridContainer(procscan.App, "flaky", "sh", 40, "c0ffee"))
+		h.proc(40).exit(exited(0))
+		res := h.finish(Success, "SIGTERM 100")
+		if len(res.Apps) != 1 || res.Apps[0].Container != "flaky" {
+			t.Errorf("decided on %+v, want the restart alone", res.Apps)
+		}
+		if n := strings.Count(h.logged(), `"replaces":"flaky"`); n != 1 {
+			t.Errorf("%d restarts said, want 1; log:\n%s", n, h.logged())
+		}
+	})
+}
+
+// TestExecdZombieV1: the same on a host of cgroup v1 alone, where nothing
+// names the zombie's container: it started before the failed app's exit
+// was seen, so it is no restart (execdBefore). One that started after it
+// is the restart, seen only at its end (an app of milliseconds), as before.
+func TestExecdZombieV1(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := testConfig(t, "SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_APPS=flaky")
+		h := startWith(t, cfg, func(h *harness) { h.pod.named = true },
+			kubeContainer(procscan.App, "flaky", "sh", 10), kubeContainer(procscan.Sidecar, "istio-proxy", "pilot-agent", 100))
+		h.proc(10)
+		time.Sleep(time.Second)
+		zombie := execdZombie("", 30)
+		zombie.Main.StartTime = ticksAt(time.Now()) // exec'd while the app ran
+		zombie.Processes[0] = zombie.Main
+		time.Sleep(time.Second)
+		h.pod.mu.Lock()
+		h.pod.containers[2] = zombie
+		h.pod.made++
+		h.pod.mu.Unlock()
+		h.proc(10).exit(exited(1))
+		waitLog(t, h, `"message":"exiting process with no container named is no restart`)
+		noSignalFor(t, h, time.Second)
+		if strings.Contains(h.logged(), `"replaces"`) {
+			t.Fatalf("the exec'd zombie was taken for the restart; log:\n%s", h.logged())
+		}
+		restart := execdZombie("", 40) // the restart, caught at its end
+		restart.Main.StartTime = ticksAt(time.Now())
+		restart.Main.Comm = "sh"
+		restart.Processes[0] = restart.Main
+		h.pod.add(restart)
+		h.proc(40).exit(exited(0))
+		h.finish(Success, "SIGTERM 100")
+		if n := strings.Count(h.logged(), `"replaces":"flaky"`); n != 1 {
+			t.Errorf("%d restarts said, want 1; log:\n%s", n, h.logged())
+		}
+		if n := strings.Count(h.logged(), `no restart`); n != 1 {
+			t.Errorf("said %d times, want once; log:\n%s", n, h.logged())
+		}
+	})
+}

@@ -183,6 +183,15 @@ func (l *ledger) add(a *app) (replaces *app) {
 	return nil
 }
 
+// nextAwaiting is the instance a new one with no name would replace (add):
+// the oldest awaiting its restart, or nil.
+func (l *ledger) nextAwaiting() *app {
+	if len(l.awaiting) == 0 {
+		return nil
+	}
+	return l.awaiting[0]
+}
+
 // missing fills the slots never seen with instances of unknown status:
 // one per name in apps never seen, then as many as are still short,
 // named by names. It returns the names of those it added.

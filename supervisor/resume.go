@@ -120,7 +120,7 @@ func (r *run) replay(entries []entry, pod procscan.Pod) {
 	// adopted as such, nothing is adopted twice.
 	for _, c := range pod.Containers {
 		if c.HasMain && r.apps.running(instanceOf(c.Main)) {
-			r.kinds[c.ID] = procscan.App
+			r.kinds[pinKey(c)] = procscan.App
 		}
 	}
 	lost := 0

@@ -83,6 +83,7 @@ type run struct {
 	// stop takes them (takeFound).
 	kinds   map[string]procscan.Kind
 	warned  map[int]bool
+	execd   map[instance]bool // said by execdBefore
 	watched []watchedApp
 	found   []*sidecar
 
@@ -117,7 +118,7 @@ type state func(ctx context.Context) (state, error)
 // A panic in the loop (a bug) is recovered: see salvage.
 func (s *Supervisor) Run(ctx context.Context) (res Result, err error) {
 	r := &run{Supervisor: s, apps: newLedger(s.cfg.RestartPolicy, s.cfg.WantApps(), s.cfg.RestartTimeout, s.cfg.RestartMargin),
-		kinds: map[string]procscan.Kind{}, warned: map[int]bool{}}
+		kinds: map[string]procscan.Kind{}, warned: map[int]bool{}, execd: map[instance]bool{}}
 	defer func() {
 		r.journal.close()
 		for _, w := range r.watched {

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"errors"
+	"time"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/procscan"
 )
@@ -21,6 +22,8 @@ type Scanner interface {
 	// procscan.Scanner.LastPID): when it has not moved since a scan, the
 	// next scan finds no new process. An error means it cannot be read.
 	LastPID() (int, error)
+	// Age is how long ago a process started (procscan.Age).
+	Age(p procscan.Process) (time.Duration, error)
 }
 
 // ProcScanner is the real Scanner: procscan over a proc filesystem.
@@ -107,6 +110,9 @@ func (p *ProcScanner) Args(pid int) ([]string, error) { return p.Procs.Args(pid)
 
 // LastPID reads the PID the kernel allocated last in the pod.
 func (p *ProcScanner) LastPID() (int, error) { return p.Procs.LastPID() }
+
+// Age is how long ago a process started, by the kernel's boot clock.
+func (p *ProcScanner) Age(proc procscan.Process) (time.Duration, error) { return procscan.Age(proc) }
 
 // Signals reads a process's signal dispositions.
 func (p *ProcScanner) Signals(pid int) (procscan.Signals, error) { return p.Procs.Signals(pid) }
