@@ -231,7 +231,12 @@ func TestPodNames(t *testing.T) {
 				if len(seen) < 2 {
 					t.Errorf("the restart did not get a file of its own: %v", seen)
 				}
-				if m := kubeMount(t, p.Status().Container("server").PID); !strings.Contains(m, "/containers/server/") {
+				// server may still be starting: its PID is known once it runs.
+				st, err := p.WaitFor(ctx, func(s Status) bool { return s.Container("server").Running })
+				if err != nil {
+					t.Fatal(err)
+				}
+				if m := kubeMount(t, st.Container("server").PID); !strings.Contains(m, "/containers/server/") {
 					t.Errorf("server's mount: %q", m)
 				}
 			})
