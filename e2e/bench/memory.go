@@ -15,9 +15,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// memProcs are the pod sizes of the memory section (-memory-procs).
-var memProcs = []int{1000, 10000, 100000}
-
 // memPoint is the memory section's measures of one pod size.
 type memPoint struct {
 	hwmKB sample // the supervisor's VmHWM when it exits: its peak

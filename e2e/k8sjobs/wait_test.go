@@ -343,13 +343,3 @@ func (e *env) watchPodFor(ctx context.Context, t *testing.T, p corev1.Pod, d tim
 	}
 	return bad(cur)
 }
-
-// hasCondition reports whether the Job has condition typ True.
-func hasCondition(j *batchv1.Job, typ batchv1.JobConditionType) bool {
-	for _, c := range j.Status.Conditions {
-		if c.Type == typ && c.Status == corev1.ConditionTrue {
-			return true
-		}
-	}
-	return false
-}

@@ -1,13 +1,6 @@
 package pod
 
-import (
-	"os"
-	"testing"
-)
+import "testing"
 
 // TestMain removes the tools the tests built.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	RemoveTools()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { RunTests(m) }

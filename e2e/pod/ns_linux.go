@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -242,7 +241,6 @@ type nsProc struct {
 	cmd    *exec.Cmd
 	cgroup string
 	done   chan struct{}
-	once   sync.Once
 	code   int
 	sig    syscall.Signal
 	// exitedAt is when the wait returned: the reap, as a shim sees it.

@@ -81,12 +81,15 @@ func BuildToolsFor(ctx context.Context, goarch string) (Tools, error) {
 	return buildTools(ctx, goarch)
 }
 
-// RemoveTools deletes what BuildTools built in this process (not a
-// $PODSIM_TOOLS_DIR). Call it from TestMain after m.Run.
-func RemoveTools() {
+// RunTests is the TestMain of every package whose tests build the tools:
+// it runs them, then deletes what BuildTools built in this process (not a
+// $PODSIM_TOOLS_DIR).
+func RunTests(m *testing.M) {
+	code := m.Run()
 	if os.Getenv(ToolsDirEnv) == "" && tools.Dir != "" {
 		os.RemoveAll(tools.Dir)
 	}
+	os.Exit(code)
 }
 
 func toolsIn(dir string) Tools {

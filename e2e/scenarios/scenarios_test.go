@@ -2,7 +2,6 @@ package scenarios
 
 import (
 	"context"
-	"os"
 	"slices"
 	"strings"
 	"syscall"
@@ -12,11 +11,8 @@ import (
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/pod"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	pod.RemoveTools()
-	os.Exit(code)
-}
+// TestMain removes the tools the tests built.
+func TestMain(m *testing.M) { pod.RunTests(m) }
 
 // TestJobs is the core table: a Job pod (restartPolicy Never) with the
 // stand-in pilot-agent, on every backend.
