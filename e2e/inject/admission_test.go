@@ -438,26 +438,14 @@ func withPod(pod *corev1.Pod, edit func(*corev1.Pod)) *corev1.Pod {
 	return p
 }
 
+// annotated is a copy of pod with these annotations (name, value...) too.
 func annotated(pod *corev1.Pod, kv ...string) *corev1.Pod {
-	return withPod(pod, func(p *corev1.Pod) {
-		if p.Annotations == nil {
-			p.Annotations = map[string]string{}
-		}
-		for i := 0; i+1 < len(kv); i += 2 {
-			p.Annotations[kv[i]] = kv[i+1]
-		}
-	})
+	return withPod(pod, func(p *corev1.Pod) { p.Annotations = setPairs(p.Annotations, kv...) })
 }
 
+// labelled is a copy of pod with these labels (name, value...) too.
 func labelled(pod *corev1.Pod, kv ...string) *corev1.Pod {
-	return withPod(pod, func(p *corev1.Pod) {
-		if p.Labels == nil {
-			p.Labels = map[string]string{}
-		}
-		for i := 0; i+1 < len(kv); i += 2 {
-			p.Labels[kv[i]] = kv[i+1]
-		}
-	})
+	return withPod(pod, func(p *corev1.Pod) { p.Labels = setPairs(p.Labels, kv...) })
 }
 
 // appending is a webhook that appends containers, as Dapr's, vault-k8s's
@@ -469,11 +457,7 @@ func appending(cs ...corev1.Container) func(*corev1.Pod) {
 // policyEnv is the supervisor's environment the policy gives for these
 // pairs, with what it always sets.
 func policyEnv(restart string, kv ...string) map[string]string {
-	env := map[string]string{"SUPERVISOR_RESTART_POLICY": restart, "GOMEMLIMIT": "resourceFieldRef:limits.memory"}
-	for i := 0; i+1 < len(kv); i += 2 {
-		env[kv[i]] = kv[i+1]
-	}
-	return env
+	return setPairs(map[string]string{"SUPERVISOR_RESTART_POLICY": restart, "GOMEMLIMIT": "resourceFieldRef:limits.memory"}, kv...)
 }
 
 type admissionCase struct {

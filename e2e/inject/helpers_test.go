@@ -125,13 +125,9 @@ type holdShape struct {
 // wantHold is the hold as the injection template adds it, with the given
 // SUPERVISOR_HOLD_TIMEOUT and further istio-proxy variables (name, value...).
 func wantHold(timeout string, extra ...string) holdShape {
-	env := map[string]string{"SUPERVISOR_HOLD_TIMEOUT": timeout}
-	for i := 0; i+1 < len(extra); i += 2 {
-		env[extra[i]] = extra[i+1]
-	}
 	return holdShape{
 		PreStop:       []string{holdDir + "/" + supervisorName, "hold"},
-		Env:           env,
+		Env:           setPairs(map[string]string{"SUPERVISOR_HOLD_TIMEOUT": timeout}, extra...),
 		Mounts:        []string{holdDir + " (read-only)"},
 		Volume:        "emptyDir",
 		InstallArgs:   []string{"install", holdDir},
@@ -139,6 +135,20 @@ func wantHold(timeout string, extra ...string) holdShape {
 	}
 }
 
+// setPairs sets in m, made if nil, each name to the value after it in kv
+// (name, value...), and returns m: how the tests write an environment,
+// annotations or labels as a list.
+func setPairs(m map[string]string, kv ...string) map[string]string {
+	if m == nil {
+		m = map[string]string{}
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return m
+}
+
+// holdOf finds in spec, field by field, what it has of the hold.
 func holdOf(spec corev1.PodSpec) holdShape {
 	var h holdShape
 	mounts := func(c *corev1.Container) []string {
@@ -190,20 +200,11 @@ func holdOf(spec corev1.PodSpec) holdShape {
 }
 
 // findProxy returns istio-proxy, a regular container or a native sidecar.
-func findProxy(spec corev1.PodSpec) *corev1.Container {
-	if c := findContainer(spec, proxyName); c != nil {
-		return c
-	}
-	return findInit(spec, proxyName)
-}
+func findProxy(spec corev1.PodSpec) *corev1.Container { return findEither(spec, proxyName) }
 
+// findInit returns the init container called name, or nil.
 func findInit(spec corev1.PodSpec, name string) *corev1.Container {
-	for i := range spec.InitContainers {
-		if spec.InitContainers[i].Name == name {
-			return &spec.InitContainers[i]
-		}
-	}
-	return nil
+	return findIn(spec.InitContainers, name)
 }
 
 // envValue gives a literal value as it is, a downward API value as
@@ -254,17 +255,28 @@ func shapeOf(spec corev1.PodSpec) podShape {
 
 // findSupervisor returns the supervisor in either of its shapes: a regular
 // container, or a native sidecar (an init container).
-func findSupervisor(spec corev1.PodSpec) *corev1.Container {
-	if c := findContainer(spec, supervisorName); c != nil {
+func findSupervisor(spec corev1.PodSpec) *corev1.Container { return findEither(spec, supervisorName) }
+
+// findEither returns the regular container called name or, failing that,
+// the init container (a native sidecar): either shape of ours or Istio's.
+func findEither(spec corev1.PodSpec, name string) *corev1.Container {
+	if c := findContainer(spec, name); c != nil {
 		return c
 	}
-	return findInit(spec, supervisorName)
+	return findInit(spec, name)
 }
 
+// findContainer returns the regular container called name, or nil.
 func findContainer(spec corev1.PodSpec, name string) *corev1.Container {
-	for i := range spec.Containers {
-		if spec.Containers[i].Name == name {
-			return &spec.Containers[i]
+	return findIn(spec.Containers, name)
+}
+
+// findIn returns the container called name in cs, in place (so that a test
+// may change it), or nil.
+func findIn(cs []corev1.Container, name string) *corev1.Container {
+	for i := range cs {
+		if cs[i].Name == name {
+			return &cs[i]
 		}
 	}
 	return nil

@@ -55,14 +55,7 @@ func edit[T runtime.Object](obj T, change func(*corev1.PodTemplateSpec)) T {
 
 // annotate adds pod annotations (name, value, ...).
 func annotate[T runtime.Object](obj T, kv ...string) T {
-	return edit(obj, func(p *corev1.PodTemplateSpec) {
-		if p.Annotations == nil {
-			p.Annotations = map[string]string{}
-		}
-		for i := 0; i+1 < len(kv); i += 2 {
-			p.Annotations[kv[i]] = kv[i+1]
-		}
-	})
+	return edit(obj, func(p *corev1.PodTemplateSpec) { p.Annotations = setPairs(p.Annotations, kv...) })
 }
 
 func grace(seconds int64) func(*corev1.PodTemplateSpec) {

@@ -115,10 +115,7 @@ func supervisorEnv(restart string, apps string, extra ...string) map[string]stri
 		env["SUPERVISOR_APPS"] = apps
 		env["SUPERVISOR_APP_CONTAINERS"] = strconv.Itoa(len(strings.Split(apps, ",")))
 	}
-	for i := 0; i+1 < len(extra); i += 2 {
-		env[extra[i]] = extra[i+1]
-	}
-	return env
+	return setPairs(env, extra...)
 }
 
 // withoutAfterApps is env without SUPERVISOR_AFTER_APPS: the supervisor's

@@ -51,6 +51,7 @@ func TestHandWrittenManifests(t *testing.T) {
 		want   podShape
 	}{
 		{
+			// Written out, the others through handJobEnv and supervisorEnv.
 			file: "job.yaml", kind: "Job",
 			want: podShape{
 				Containers:            []string{"app", supervisorName},
@@ -73,15 +74,8 @@ func TestHandWrittenManifests(t *testing.T) {
 			want: podShape{
 				Containers:            []string{"app", supervisorName},
 				ShareProcessNamespace: true,
-				SupervisorEnv: map[string]string{
-					"SUPERVISOR_RESTART_POLICY": "OnFailure",
-					"SUPERVISOR_APP_CONTAINERS": "1",
-					"SUPERVISOR_APPS":           "app",
-					"SUPERVISOR_ON_SUCCESS":     quitURL,
-					"SUPERVISOR_STOP_TIMEOUT":   "30s",
-					"GOMEMLIMIT":                "resourceFieldRef:limits.memory",
-				},
-				SupervisorUser: "1337",
+				SupervisorEnv:         handJobEnv("OnFailure"),
+				SupervisorUser:        "1337",
 			},
 		},
 		{
@@ -92,19 +86,9 @@ func TestHandWrittenManifests(t *testing.T) {
 				InitContainers:        []string{supervisorName},
 				Containers:            []string{"app"},
 				ShareProcessNamespace: true,
-				SupervisorEnv: map[string]string{
-					"SUPERVISOR_RESTART_POLICY": "Never",
-					"SUPERVISOR_APP_CONTAINERS": "1",
-					"SUPERVISOR_APPS":           "app",
-					"SUPERVISOR_AFTER_APPS":     "istio-proxy",
-					"SUPERVISOR_SHAPE":          "native",
-					"SUPERVISOR_STATE_DIR":      "/var/run/sidecar-supervisor-state",
-					"SUPERVISOR_ON_SUCCESS":     quitURL,
-					"SUPERVISOR_ON_FAILURE":     "SIGKILL",
-					"SUPERVISOR_STOP_TIMEOUT":   "30s",
-					"SUPERVISOR_EXIT_STATUS":    "auto",
-					"GOMEMLIMIT":                "resourceFieldRef:limits.memory",
-				},
+				// The template's, with its state directory, and the Jobs'.
+				SupervisorEnv: supervisorEnv("Never", "app", shapeVar, "native", "SUPERVISOR_STOP_TIMEOUT", "30s",
+					"SUPERVISOR_ON_FAILURE", "SIGKILL", "SUPERVISOR_EXIT_STATUS", "auto"),
 				SupervisorUser: "1337",
 			},
 		},
@@ -113,18 +97,9 @@ func TestHandWrittenManifests(t *testing.T) {
 			want: podShape{
 				Containers:            []string{"app", supervisorName},
 				ShareProcessNamespace: true,
-				SupervisorEnv: map[string]string{
-					"SUPERVISOR_EXIT_STATUS":    "ptrace",
-					"SUPERVISOR_RESTART_POLICY": "Never",
-					"SUPERVISOR_APP_CONTAINERS": "1",
-					"SUPERVISOR_APPS":           "app",
-					"SUPERVISOR_ON_SUCCESS":     quitURL,
-					"SUPERVISOR_ON_FAILURE":     "SIGKILL",
-					"SUPERVISOR_STOP_TIMEOUT":   "30s",
-					"GOMEMLIMIT":                "resourceFieldRef:limits.memory",
-				},
-				SupervisorUser:    "0",
-				SupervisorCapsAdd: []string{"SYS_PTRACE", "KILL"},
+				SupervisorEnv:         handJobEnv("Never", "SUPERVISOR_EXIT_STATUS", "ptrace", "SUPERVISOR_ON_FAILURE", "SIGKILL"),
+				SupervisorUser:        "0",
+				SupervisorCapsAdd:     []string{"SYS_PTRACE", "KILL"},
 			},
 		},
 	} {
@@ -143,6 +118,15 @@ func TestHandWrittenManifests(t *testing.T) {
 			}
 		})
 	}
+}
+
+// handJobEnv is the supervisor's environment in deploy/'s hand-written Jobs
+// that run it as a regular container: the template's for one app "app"
+// (supervisorEnv) but after the app and without a state directory, with a
+// 30s stop timeout and the given further variables (name, value...).
+func handJobEnv(restart string, extra ...string) map[string]string {
+	extra = append([]string{"SUPERVISOR_STOP_TIMEOUT", "30s"}, extra...)
+	return withoutState(withoutAfterApps(supervisorEnv(restart, "app", extra...)))
 }
 
 // checkConsistent checks that the settings copied by hand from the pod spec
