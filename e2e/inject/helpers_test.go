@@ -409,6 +409,19 @@ func checkSupervisorBasics(t *testing.T, spec corev1.PodSpec, want supervisorBas
 	}
 }
 
+// checkSupervised checks a pod as the supervisor was added to it: its shape
+// is want (a difference is reported as what's, with shown after it), and
+// it passes checkOrder, checkSupervisorBasics with basics, and checkValid.
+func checkSupervised(t *testing.T, spec corev1.PodSpec, want podShape, basics supervisorBasics, proxyMayFollow bool, what, shown string) {
+	t.Helper()
+	if diff := cmp.Diff(want, shapeOf(spec)); diff != "" {
+		t.Errorf("%s (-want +got):\n%s\n%s", what, diff, shown)
+	}
+	checkOrder(t, spec, proxyMayFollow)
+	checkSupervisorBasics(t, spec, basics)
+	checkValid(t, spec)
+}
+
 // checkValid checks what the API server would refuse or a merge could
 // duplicate: volume names, and in every container the env names and mount
 // paths; then the rules of Kubernetes' own validation for the fields the

@@ -374,13 +374,8 @@ func TestHoldWithIstioValues(t *testing.T) {
 				t.Fatal(err)
 			}
 			pod := admit(t, newWebhook(t, in), podFor(tc.in))
-			if diff := cmp.Diff(tc.want, shapeOf(pod.Spec)); diff != "" {
-				t.Errorf("injected pod (-want +got):\n%s\n%s", diff, dump(pod))
-			}
 			tcase := injectCase{in: tc.in, want: tc.want, image: tc.image}
-			checkOrder(t, pod.Spec, true)
-			checkSupervisorBasics(t, pod.Spec, tcase.basics())
-			checkValid(t, pod.Spec)
+			checkSupervised(t, pod.Spec, tc.want, tcase.basics(), true, "injected pod", dump(pod))
 			checkTemplateOutput(t, in, tcase)
 		})
 	}

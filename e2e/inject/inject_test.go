@@ -485,12 +485,7 @@ func TestIstioInjection(t *testing.T) {
 				})
 				t.Run("webhook", func(t *testing.T) {
 					pod := admit(t, hook, podFor(tc.in))
-					if diff := cmp.Diff(tc.want, shapeOf(pod.Spec)); diff != "" {
-						t.Errorf("injected pod (-want +got):\n%s\n%s", diff, dump(pod))
-					}
-					checkOrder(t, pod.Spec, true)
-					checkSupervisorBasics(t, pod.Spec, tc.basics())
-					checkValid(t, pod.Spec)
+					checkSupervised(t, pod.Spec, tc.want, tc.basics(), true, "injected pod", dump(pod))
 					checkStatus(t, pod.Annotations, tc.status)
 					// With reinvocationPolicy IfNeeded the API server sends
 					// the injected pod again: nothing may change.
@@ -503,12 +498,7 @@ func TestIstioInjection(t *testing.T) {
 				t.Run("kube-inject", func(t *testing.T) {
 					out := kubeInject(t, in, tc.in)
 					spec := podTemplateFor(out).Spec
-					if diff := cmp.Diff(tc.want, shapeOf(spec)); diff != "" {
-						t.Errorf("injected %T (-want +got):\n%s\n%s", out, diff, dump(out))
-					}
-					checkOrder(t, spec, true)
-					checkSupervisorBasics(t, spec, tc.basics())
-					checkValid(t, spec)
+					checkSupervised(t, spec, tc.want, tc.basics(), true, "injected "+reflect.TypeOf(out).String(), dump(out))
 					checkStatus(t, podTemplateFor(out).Annotations, tc.status)
 				})
 			})

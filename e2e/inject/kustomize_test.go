@@ -124,12 +124,7 @@ func TestKustomizeComponent(t *testing.T) {
 			}
 			decodeStrict(t, b, tc.obj)
 			tmpl := podTemplateFor(tc.obj)
-			if diff := cmp.Diff(tc.want, shapeOf(tmpl.Spec)); diff != "" {
-				t.Errorf("pod template (-want +got):\n%s\n%s", diff, b)
-			}
-			checkOrder(t, tmpl.Spec, false)
-			checkSupervisorBasics(t, tmpl.Spec, wantBasics(false))
-			checkValid(t, tmpl.Spec)
+			checkSupervised(t, tmpl.Spec, tc.want, wantBasics(false), false, "pod template", string(b))
 			got, isSet := tmpl.Annotations[restartPolicyAnnotation]
 			if tc.wantRestart == "" && isSet {
 				t.Errorf("annotation %s set on a workload the component must not touch", restartPolicyAnnotation)
@@ -149,14 +144,9 @@ func TestKustomizeComponent(t *testing.T) {
 			}
 			t.Run("through istio's webhook", func(t *testing.T) {
 				pod := admit(t, newWebhook(t, installs(t)[0]), podFor(tc.obj))
-				if diff := cmp.Diff(tc.wantInjected, shapeOf(pod.Spec)); diff != "" {
-					t.Errorf("injected pod (-want +got):\n%s\n%s", diff, dump(pod))
-				}
 				// The component's supervisor stays after the apps, without
 				// SUPERVISOR_AFTER_APPS; only istio-proxy follows it.
-				checkOrder(t, pod.Spec, true)
-				checkSupervisorBasics(t, pod.Spec, wantBasics(false))
-				checkValid(t, pod.Spec)
+				checkSupervised(t, pod.Spec, tc.wantInjected, wantBasics(false), true, "injected pod", dump(pod))
 			})
 		})
 	}

@@ -106,12 +106,7 @@ func TestHandWrittenManifests(t *testing.T) {
 		t.Run(tc.file, func(t *testing.T) {
 			tmpl := podTemplateOf(t, tc.kind, readDeploy(t, tc.file))
 			spec := tmpl.Spec
-			if diff := cmp.Diff(tc.want, shapeOf(spec)); diff != "" {
-				t.Errorf("pod (-want +got):\n%s", diff)
-			}
-			checkOrder(t, spec, false)
-			checkSupervisorBasics(t, spec, wantBasics(tc.ptrace))
-			checkValid(t, spec)
+			checkSupervised(t, spec, tc.want, wantBasics(tc.ptrace), false, "pod", "")
 			checkConsistent(t, spec)
 			if got := tmpl.Labels["sidecar.istio.io/inject"]; got != "true" {
 				t.Errorf(`pod label sidecar.istio.io/inject = %q, want "true"`, got)

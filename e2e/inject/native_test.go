@@ -242,12 +242,7 @@ func TestSupervisorShapeAutoDetection(t *testing.T) {
 	} {
 		t.Run("kubelet "+tc.kubelet, func(t *testing.T) {
 			pod := admit(t, webhookWithNode(t, in, tc.kubelet), podFor(obj.DeepCopyObject()))
-			if diff := cmp.Diff(tc.want, shapeOf(pod.Spec)); diff != "" {
-				t.Errorf("injected pod (-want +got):\n%s\n%s", diff, dump(pod))
-			}
-			checkOrder(t, pod.Spec, true)
-			checkSupervisorBasics(t, pod.Spec, wantBasics(false))
-			checkValid(t, pod.Spec)
+			checkSupervised(t, pod.Spec, tc.want, wantBasics(false), true, "injected pod", dump(pod))
 		})
 	}
 }

@@ -422,12 +422,7 @@ func checkRelease(t *testing.T, r istioRelease, in istioInstall, tc injectCase, 
 	if s, ok := ignored[tc.name]; ok && r.native == nativeByEnv {
 		wantShape = s
 	}
-	if diff := cmp.Diff(wantShape, shapeOf(merged.Spec)); diff != "" {
-		t.Errorf("istiod %s: injected pod (-want +got):\n%s\n%s", r.name, diff, dump(merged))
-	}
-	checkOrder(t, merged.Spec, true)
-	checkSupervisorBasics(t, merged.Spec, tc.basics())
-	checkValid(t, merged.Spec)
+	checkSupervised(t, merged.Spec, wantShape, tc.basics(), true, "istiod "+r.name+": injected pod", dump(merged))
 	checkStatus(t, merged.Annotations, tc.status)
 }
 
