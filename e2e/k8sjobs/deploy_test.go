@@ -32,16 +32,7 @@ func readDeploy(t *testing.T, name string, out any) {
 // supervisor alone. The supervisor comes after the app there, so the app
 // ends only once the supervisor has found it.
 func (e *env) deployJob(ctx context.Context, t *testing.T) {
-	var j batchv1.Job
-	readDeploy(t, "job.yaml", &j)
-	gate(t, &j.Spec.Template.Spec, "app")
-	ns := e.namespace(ctx, t, "deploy-job")
-	e.createJob(ctx, t, ns, &j)
-	e.release(ctx, t, e.nthPod(ctx, t, ns, j.Name, 1), "app", 1)
-	if cond := e.waitJob(ctx, t, ns, j.Name, jobLimit); cond.Type != batchv1.JobComplete {
-		t.Fatalf("job ended %s (%s: %s), want Complete", cond.Type, cond.Reason, cond.Message)
-	}
-	p := e.onePod(ctx, t, ns, j.Name)
+	p := e.completeDeployJob(ctx, t, "job.yaml", "deploy-job")
 	e.checkInjected(t, p, shape{apps: []string{"app"}, supervisor: true,
 		supervisorEnv: map[string]string{"SUPERVISOR_STOP_TIMEOUT": "30s", "SUPERVISOR_EXIT_STATUS": "auto"}})
 	e.checkSucceeded(ctx, t, p, []string{"app"}, "success: {app} exit 0", quit)
@@ -51,16 +42,7 @@ func (e *env) deployJob(ctx context.Context, t *testing.T) {
 // deployJob): the supervisor as root with SYS_PTRACE and KILL reads the exit
 // status as the app's tracer, under containerd's default seccomp profile.
 func (e *env) deployJobPtrace(ctx context.Context, t *testing.T) {
-	var j batchv1.Job
-	readDeploy(t, "job-ptrace.yaml", &j)
-	gate(t, &j.Spec.Template.Spec, "app")
-	ns := e.namespace(ctx, t, "deploy-job-ptrace")
-	e.createJob(ctx, t, ns, &j)
-	e.release(ctx, t, e.nthPod(ctx, t, ns, j.Name, 1), "app", 1)
-	if cond := e.waitJob(ctx, t, ns, j.Name, jobLimit); cond.Type != batchv1.JobComplete {
-		t.Fatalf("job ended %s (%s: %s), want Complete", cond.Type, cond.Reason, cond.Message)
-	}
-	p := e.onePod(ctx, t, ns, j.Name)
+	p := e.completeDeployJob(ctx, t, "job-ptrace.yaml", "deploy-job-ptrace")
 	e.checkInjected(t, p, shape{apps: []string{"app"}, supervisor: true,
 		supervisorEnv: map[string]string{"SUPERVISOR_EXIT_STATUS": "ptrace"}})
 	if p.Status.Phase != corev1.PodSucceeded {
@@ -91,6 +73,21 @@ func (e *env) cronJob(ctx context.Context, t *testing.T) {
 	e.checkInjected(t, p, shape{apps: []string{"app"}, supervisor: true,
 		supervisorEnv: map[string]string{"SUPERVISOR_RESTART_POLICY": "OnFailure", "SUPERVISOR_APP_CONTAINERS": "1"}})
 	e.checkSucceeded(ctx, t, p, []string{"app"}, "success: {app} exit 0", quit)
+}
+
+// completeDeployJob creates the Job of deploy/file, its app gated, in a new
+// namespace named after prefix, releases the app, waits for the Job to
+// complete and returns its pod.
+func (e *env) completeDeployJob(ctx context.Context, t *testing.T, file, prefix string) corev1.Pod {
+	t.Helper()
+	var j batchv1.Job
+	readDeploy(t, file, &j)
+	gate(t, &j.Spec.Template.Spec, "app")
+	ns := e.namespace(ctx, t, prefix)
+	e.createJob(ctx, t, ns, &j)
+	e.release(ctx, t, e.nthPod(ctx, t, ns, j.Name, 1), "app", 1)
+	e.waitComplete(ctx, t, ns, j.Name)
+	return e.onePod(ctx, t, ns, j.Name)
 }
 
 // deployCronJob: deploy/cronjob.yaml with its schedule changed to every
@@ -146,9 +143,7 @@ func (e *env) fireOnce(ctx context.Context, t *testing.T, ns string, cj *batchv1
 	if p := e.nthPod(ctx, t, ns, job.Name, 1); gated(p, "app") {
 		e.release(ctx, t, p, "app", 1)
 	}
-	if cond := e.waitJob(ctx, t, ns, job.Name, jobLimit); cond.Type != batchv1.JobComplete {
-		t.Fatalf("job %s ended %s (%s: %s), want Complete", job.Name, cond.Type, cond.Reason, cond.Message)
-	}
+	e.waitComplete(ctx, t, ns, job.Name)
 	// The CronJob controller records the success.
 	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, jobLimit, true, func(ctx context.Context) (bool, error) {
 		got, err := cjs.Get(ctx, cj.Name, metav1.GetOptions{})

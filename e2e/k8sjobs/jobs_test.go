@@ -233,9 +233,7 @@ func (e *env) succeed(ctx context.Context, t *testing.T, name string, way stopWa
 	}
 	e.createJob(ctx, t, ns, j)
 	e.release(ctx, t, e.nthPod(ctx, t, ns, name, 1), "app", 1)
-	if cond := e.waitJob(ctx, t, ns, name, jobLimit); cond.Type != batchv1.JobComplete {
-		t.Fatalf("job ended %s (%s: %s), want Complete", cond.Type, cond.Reason, cond.Message)
-	}
+	e.waitComplete(ctx, t, ns, name)
 	p := e.onePod(ctx, t, ns, name)
 	e.checkInjected(t, p, shape{apps: []string{"app"}, supervisor: true,
 		supervisorEnv: map[string]string{"SUPERVISOR_RESTART_POLICY": "Never", "SUPERVISOR_APP_CONTAINERS": "1",

@@ -55,9 +55,7 @@ func (e *env) nativeSidecarOfItsOwn(ctx context.Context, t *testing.T) {
 	gate(t, &tmpl.Spec, "app")
 	e.createJob(ctx, t, ns, j)
 	e.release(ctx, t, e.nthPod(ctx, t, ns, "native-own", 1), "app", 1)
-	if cond := e.waitJob(ctx, t, ns, "native-own", jobLimit); cond.Type != batchv1.JobComplete {
-		t.Fatalf("job ended %s (%s: %s), want Complete", cond.Type, cond.Reason, cond.Message)
-	}
+	e.waitComplete(ctx, t, ns, "native-own")
 	p := e.onePod(ctx, t, ns, "native-own")
 	log := e.checkSupervisor(ctx, t, p, "success: app exit 0; action "+quit.action()+"; sidecar stopped", logFound, logExited, logDecision, logStopped)
 	wantExit(t, p, proxyName, 0)
@@ -81,9 +79,7 @@ func (e *env) ephemeralLeftRunning(ctx context.Context, t *testing.T) {
 	e.addDebugContainer(ctx, t, pod)
 	e.waitRunning(ctx, t, pod, "debugger", 0)
 	e.release(ctx, t, pod, "app", 1)
-	if cond := e.waitJob(ctx, t, ns, "ephemeral", jobLimit); cond.Type != batchv1.JobComplete {
-		t.Fatalf("job ended %s (%s: %s), want Complete", cond.Type, cond.Reason, cond.Message)
-	}
+	e.waitComplete(ctx, t, ns, "ephemeral")
 	p := e.onePod(ctx, t, ns, "ephemeral")
 	e.checkSupervisor(ctx, t, p, "success: app exit 0; action "+quit.action()+"; sidecar stopped", logFound, logExited, logDecision, logStopped)
 	wantExit(t, p, proxyName, 0)
@@ -128,9 +124,7 @@ if [ "$n" -lt 2 ]; then echo "run $((n+1)): failing"; exit 1; fi; echo "run $((n
 		e.release(ctx, t, pod, "flaky", run)
 	}
 	e.release(ctx, t, pod, "steady", 1)
-	if cond := e.waitJob(ctx, t, ns, "on-failure-two", jobLimit); cond.Type != batchv1.JobComplete {
-		t.Fatalf("job ended %s (%s: %s), want Complete", cond.Type, cond.Reason, cond.Message)
-	}
+	e.waitComplete(ctx, t, ns, "on-failure-two")
 	p := e.onePod(ctx, t, ns, "on-failure-two")
 	if s := status(t, p, "flaky"); s.RestartCount != 2 {
 		t.Errorf("flaky restarted %d times, want 2", s.RestartCount)

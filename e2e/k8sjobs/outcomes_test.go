@@ -76,9 +76,7 @@ touch /state/failed-once; echo "first run: failing"; exit 1`))
 		t.Fatalf("app's first run exited %d (%s), want 1", first.ExitCode, first.Reason)
 	}
 	e.release(ctx, t, pod, "app", 2)
-	if cond := e.waitJob(ctx, t, ns, "on-failure", jobLimit); cond.Type != batchv1.JobComplete {
-		t.Fatalf("job ended %s (%s: %s), want Complete", cond.Type, cond.Reason, cond.Message)
-	}
+	e.waitComplete(ctx, t, ns, "on-failure")
 	p := e.onePod(ctx, t, ns, "on-failure")
 	e.checkInjected(t, p, shape{apps: []string{"app"}, supervisor: true,
 		supervisorEnv: map[string]string{"SUPERVISOR_RESTART_POLICY": "OnFailure"}})
@@ -118,9 +116,7 @@ func (e *env) twoApps(ctx context.Context, t *testing.T) {
 		t.Errorf("pod %s: the supervisor decided while slow still worked:\n%s", pod.Name, log)
 	}
 	e.release(ctx, t, pod, "slow", 1)
-	if cond := e.waitJob(ctx, t, ns, "two-apps", jobLimit); cond.Type != batchv1.JobComplete {
-		t.Fatalf("job ended %s (%s: %s), want Complete", cond.Type, cond.Reason, cond.Message)
-	}
+	e.waitComplete(ctx, t, ns, "two-apps")
 	p := e.onePod(ctx, t, ns, "two-apps")
 	e.checkInjected(t, p, shape{apps: []string{"quick", "slow"}, supervisor: true,
 		supervisorEnv: map[string]string{"SUPERVISOR_APP_CONTAINERS": "2"}})

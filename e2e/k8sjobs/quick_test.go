@@ -38,9 +38,7 @@ func (e *env) quickApps(ctx context.Context, t *testing.T) {
 		j.Spec.Template.Annotations = map[string]string{"supervisor.sidecar-supervisor.io/on-success": q.way.env()}
 		j.Spec.Completions, j.Spec.Parallelism = ptr.To(int32(q.completions)), ptr.To(int32(parallel))
 		e.createJob(ctx, t, ns, j)
-		if cond := e.waitJob(ctx, t, ns, q.name, jobLimit); cond.Type != batchv1.JobComplete {
-			t.Fatalf("job %s ended %s (%s: %s), want Complete", q.name, cond.Type, cond.Reason, cond.Message)
-		}
+		e.waitComplete(ctx, t, ns, q.name)
 		pods := e.jobPods(ctx, t, ns, q.name)
 		waited := 0
 		for _, p := range pods {

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -53,10 +52,7 @@ if [ "$n" -lt `+string(rune('0'+fails))+` ]; then echo "run $((n+1)): failing"; 
 	for run := 1; run <= fails+1; run++ {
 		e.release(ctx, t, pod, "app", run)
 	}
-	cond := e.waitJob(ctx, t, ns, name, jobLimit)
-	if cond.Type != batchv1.JobComplete {
-		t.Fatalf("job ended %s (%s: %s), want Complete", cond.Type, cond.Reason, cond.Message)
-	}
+	cond := e.waitComplete(ctx, t, ns, name)
 	p := e.onePod(ctx, t, ns, name)
 	app := status(t, p, "app")
 	if int(app.RestartCount) != fails {

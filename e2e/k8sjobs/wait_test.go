@@ -52,6 +52,17 @@ func (e *env) waitJob(ctx context.Context, t *testing.T, ns, name string, limit 
 	return *cond
 }
 
+// waitComplete is waitJob bounded by jobLimit, for a Job that must
+// complete: the test fails if it ends otherwise.
+func (e *env) waitComplete(ctx context.Context, t *testing.T, ns, name string) batchv1.JobCondition {
+	t.Helper()
+	cond := e.waitJob(ctx, t, ns, name, jobLimit)
+	if cond.Type != batchv1.JobComplete {
+		t.Fatalf("job %s ended %s (%s: %s), want Complete", name, cond.Type, cond.Reason, cond.Message)
+	}
+	return cond
+}
+
 // runcInit is the comm runc gives its init process, which stands in a
 // created container until the runtime starts it and it execs the
 // entrypoint (keeping its PID).
