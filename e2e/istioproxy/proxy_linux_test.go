@@ -137,12 +137,7 @@ func testSIGTERM(t *testing.T, drain time.Duration) {
 	envoy := a.envoyStart()
 
 	sent := a.signal(syscall.SIGTERM)
-	ws := a.waitExit(ctxTimeout(t, want+exitGuard))
-	took := a.exited.Sub(sent)
-	t.Logf("SIGTERM to exit: %v (terminationDrainDuration %v), %s", took.Round(time.Millisecond), want, exitDesc(ws))
-	if ws.Signaled() || ws.ExitStatus() != 0 {
-		t.Errorf("pilot-agent after SIGTERM: %s, want exit 0", exitDesc(ws))
-	}
+	took := a.exitZero(t, sent, want+exitGuard, fmt.Sprintf("SIGTERM (terminationDrainDuration %v)", want))
 	if took < want {
 		t.Errorf("SIGTERM to exit took %v, less than terminationDrainDuration %v", took, want)
 	}
@@ -189,19 +184,7 @@ func TestQuitQuitQuit(t *testing.T) {
 	if err != nil || code != http.StatusOK || body != "OK" {
 		t.Fatalf("POST /quitquitquit = %d %q, %v; want 200 \"OK\"", code, body, err)
 	}
-	ws := a.waitExit(ctxTimeout(t, exitGuard))
-	took := a.exited.Sub(sent)
-	t.Logf("quitquitquit to exit: %v, %s", took.Round(time.Millisecond), exitDesc(ws))
-	if ws.Signaled() || ws.ExitStatus() != 0 {
-		t.Errorf("pilot-agent after quitquitquit: %s, want exit 0", exitDesc(ws))
-	}
-	if took >= longDrain {
-		t.Errorf("quitquitquit to exit took %v, want it well under terminationDrainDuration %v (no drain)", took, longDrain)
-	}
-	events := a.record()
-	if d := record.OfKind(events, record.Drain); len(d) != 0 {
-		t.Errorf("quitquitquit drained envoy: %v", d)
-	}
+	events := a.wantQuickExit(t, sent, "quitquitquit")
 	if d := record.AdminRequests(events, "/drain_listeners"); len(d) != 0 {
 		t.Errorf("quitquitquit called /drain_listeners: %v", d)
 	}
@@ -257,23 +240,39 @@ func TestEnvoyQuitQuitQuit(t *testing.T) {
 	if err != nil || code != http.StatusOK {
 		t.Fatalf("POST envoy /quitquitquit = %d %q, %v; want 200", code, body, err)
 	}
-	ws := a.waitExit(ctxTimeout(t, exitGuard))
-	took := a.exited.Sub(sent)
-	t.Logf("envoy quitquitquit to pilot-agent exit: %v, %s", took.Round(time.Millisecond), exitDesc(ws))
-	if ws.Signaled() || ws.ExitStatus() != 0 {
-		t.Errorf("pilot-agent after envoy's quitquitquit: %s, want exit 0", exitDesc(ws))
-	}
-	if took >= longDrain {
-		t.Errorf("took %v, want it well under terminationDrainDuration %v (no drain)", took, longDrain)
-	}
-	events := a.record()
+	events := a.wantQuickExit(t, sent, "envoy's quitquitquit")
 	exits := record.OfKind(events, record.Exit)
 	if len(exits) != 1 || exits[0].Code != 0 || exits[0].Reason != "POST /quitquitquit" {
 		t.Errorf("envoy exits %v, want one exit 0 for POST /quitquitquit", exits)
 	}
-	if d := record.OfKind(events, record.Drain); len(d) != 0 {
-		t.Errorf("drained: %v", d)
+}
+
+// wantQuickExit waits for pilot-agent's exit after what, sent at sent: it
+// must exit 0 well before a longDrain terminationDrainDuration and without
+// draining envoy. It returns the stand-in's record.
+func (a *agent) wantQuickExit(t *testing.T, sent time.Time, what string) []record.Event {
+	t.Helper()
+	if took := a.exitZero(t, sent, exitGuard, what); took >= longDrain {
+		t.Errorf("%s to exit took %v, want it well under terminationDrainDuration %v (no drain)", what, took, longDrain)
 	}
+	events := a.record()
+	if d := record.OfKind(events, record.Drain); len(d) != 0 {
+		t.Errorf("%s drained envoy: %v", what, d)
+	}
+	return events
+}
+
+// exitZero waits, up to guard, for pilot-agent's exit after what, sent at
+// sent, which must be exit 0, and returns how long after sent it came.
+func (a *agent) exitZero(t *testing.T, sent time.Time, guard time.Duration, what string) time.Duration {
+	t.Helper()
+	ws := a.waitExit(ctxTimeout(t, guard))
+	took := a.exited.Sub(sent)
+	t.Logf("%s to pilot-agent exit: %v, %s", what, took.Round(time.Millisecond), exitDesc(ws))
+	if ws.Signaled() || ws.ExitStatus() != 0 {
+		t.Errorf("pilot-agent after %s: %s, want exit 0", what, exitDesc(ws))
+	}
+	return took
 }
 
 // TestDrainThenSIGTERM: the native-sidecar shutdown. POST :15020/drain
@@ -293,13 +292,7 @@ func TestDrainThenSIGTERM(t *testing.T) {
 		t.Fatalf("drains after POST /drain: %v, want one graceful inboundonly skip_exit", drains)
 	}
 	sent := a.signal(syscall.SIGTERM)
-	ws := a.waitExit(ctxTimeout(t, exitGuard))
-	took := a.exited.Sub(sent)
-	t.Logf("SIGTERM after /drain to exit: %v, %s", took.Round(time.Millisecond), exitDesc(ws))
-	if ws.Signaled() || ws.ExitStatus() != 0 {
-		t.Errorf("pilot-agent: %s, want exit 0", exitDesc(ws))
-	}
-	if took >= a.proxy.TerminationDrainDuration {
+	if took := a.exitZero(t, sent, exitGuard, "SIGTERM after /drain"); took >= a.proxy.TerminationDrainDuration {
 		t.Errorf("SIGTERM after /drain took %v, want well under terminationDrainDuration %v", took, a.proxy.TerminationDrainDuration)
 	}
 	if n := len(record.OfKind(a.record(), record.Drain)); n != 1 {
