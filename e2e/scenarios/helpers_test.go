@@ -45,6 +45,25 @@ func waitPhase(t *testing.T, p *pod.Pod, within time.Duration) pod.Status {
 	return st
 }
 
+// waitStatus waits, up to eventBound, until the pod's status meets cond,
+// and returns that status; the test fails if it never does.
+func waitStatus(t *testing.T, p *pod.Pod, cond func(pod.Status) bool) pod.Status {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), eventBound)
+	defer cancel()
+	st, err := p.WaitFor(ctx, cond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// ended is the condition, for waitStatus, that container name has started
+// and is no longer running.
+func ended(name string) func(pod.Status) bool {
+	return func(s pod.Status) bool { c := s.Container(name); return c.Started && !c.Running }
+}
+
 // patient sets every supervisor bound a test does not test far out of
 // reach: each stands between an event the test expects (an app seen, a
 // sidecar's exit after its signal, its handler) and a fallback, so it is

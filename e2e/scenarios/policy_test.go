@@ -1,7 +1,6 @@
 package scenarios
 
 import (
-	"context"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -143,12 +142,8 @@ func TestAlwaysPod(t *testing.T) {
 				t.Fatal(err)
 			}
 			p := Start(t, built)
-			ctx, cancel := context.WithTimeout(context.Background(), eventBound)
-			defer cancel()
 			// The app exits 0 and is restarted, again and again.
-			if _, err := p.WaitFor(ctx, func(s pod.Status) bool { return s.Container("app").Restarts >= 3 }); err != nil {
-				t.Fatal(err)
-			}
+			waitStatus(t, p, func(s pod.Status) bool { return s.Container("app").Restarts >= 3 })
 			waitLog(t, p, "restartPolicy Always: an app's exit never stops the sidecar; idle until the pod is deleted")
 			if rec := Record(built.PilotRecord); len(rec) != 1 || !p.Status().Container("istio-proxy").Running {
 				t.Fatalf("sidecar touched: %q", rec)
@@ -175,12 +170,7 @@ func TestNativeSidecarPod(t *testing.T) {
 				t.Fatal(err)
 			}
 			p := Start(t, built)
-			ctx, cancel := context.WithTimeout(context.Background(), eventBound)
-			defer cancel()
-			st, err := p.WaitFor(ctx, func(s pod.Status) bool { c := s.Container("supervisor"); return c.Started && !c.Running })
-			if err != nil {
-				t.Fatal(err)
-			}
+			st := waitStatus(t, p, ended("supervisor"))
 			if c := st.Container("supervisor"); c.ExitCode != 0 {
 				t.Errorf("supervisor exit %d", c.ExitCode)
 			}

@@ -210,13 +210,9 @@ func TestRealPilotControl(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			p, built := run(t, b, Desc{Name: "control", Proxy: RealPilot, HoldApp: true, NoSupervisor: true,
 				Apps: []App{{Name: "app", UID: 1000}}})
-			ctx, cancel := context.WithTimeout(context.Background(), eventBound)
-			defer cancel()
-			if _, err := p.WaitFor(ctx, func(s pod.Status) bool { c := s.Container("app"); return c.Started && !c.Running }); err != nil {
-				t.Fatal(err)
-			}
+			waitStatus(t, p, ended("app"))
 			// Bounded: the pod is given 3s more to (wrongly) complete.
-			ctx, cancel = context.WithTimeout(context.Background(), 3*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			defer cancel()
 			st, err := p.WaitPhase(ctx)
 			if err == nil {

@@ -177,14 +177,10 @@ func TestTwoAppsOrder(t *testing.T) {
 				// quick ends once the supervisor has found it.
 				{Name: "quick", Cued: true}, {Name: "slow", Args: []string{"--sleep", "1h"}}}})
 			releaseApps(t, p, built, []App{{Name: "quick", Cued: true}})
-			ctx, cancel := context.WithTimeout(context.Background(), eventBound)
-			defer cancel()
-			if _, err := p.WaitFor(ctx, func(s pod.Status) bool {
+			waitStatus(t, p, func(s pod.Status) bool {
 				q := s.Container("quick")
 				return q.Started && !q.Running && s.Container("supervisor").Running
-			}); err != nil {
-				t.Fatal(err)
-			}
+			})
 			// The supervisor has seen "quick" exit; give it every chance to
 			// act wrongly, then check it did not.
 			waitLog(t, p, "app exited")
@@ -209,12 +205,7 @@ func TestBadSetting(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			p, built := run(t, b, Desc{Name: "bad", Apps: []App{{Name: "app", Args: []string{"--sleep", "1h"}}},
 				SupervisorEnv: []string{"SUPERVISOR_STOP_TIMEOUT=soon"}})
-			ctx, cancel := context.WithTimeout(context.Background(), eventBound)
-			defer cancel()
-			st, err := p.WaitFor(ctx, func(s pod.Status) bool { c := s.Container("supervisor"); return c.Started && !c.Running })
-			if err != nil {
-				t.Fatal(err)
-			}
+			st := waitStatus(t, p, ended("supervisor"))
 			if c := st.Container("supervisor"); c.ExitCode != 2 {
 				t.Errorf("supervisor exit %d, want 2", c.ExitCode)
 			}
@@ -234,12 +225,7 @@ func TestNotShared(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			p, _ := run(t, b, Desc{Name: "unshared", Apps: []App{{Name: "app", Args: []string{"--sleep", "1h"}}},
 				SupervisorOwnPIDNS: true})
-			ctx, cancel := context.WithTimeout(context.Background(), eventBound)
-			defer cancel()
-			st, err := p.WaitFor(ctx, func(s pod.Status) bool { c := s.Container("supervisor"); return c.Started && !c.Running })
-			if err != nil {
-				t.Fatal(err)
-			}
+			st := waitStatus(t, p, ended("supervisor"))
 			if c := st.Container("supervisor"); c.ExitCode != 1 {
 				t.Errorf("supervisor exit %d, want 1", c.ExitCode)
 			}
@@ -263,12 +249,7 @@ func TestSupervisorTerminated(t *testing.T) {
 			if err := p.Signal("supervisor", syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), eventBound)
-			defer cancel()
-			st, err := p.WaitFor(ctx, func(s pod.Status) bool { return !s.Container("supervisor").Running })
-			if err != nil {
-				t.Fatal(err)
-			}
+			st := waitStatus(t, p, func(s pod.Status) bool { return !s.Container("supervisor").Running })
 			if c := st.Container("supervisor"); c.ExitCode != 0 {
 				t.Errorf("supervisor exit %d, want 0", c.ExitCode)
 			}
@@ -319,15 +300,11 @@ func TestControl(t *testing.T) {
 	for _, b := range Builders(t) {
 		t.Run(b.Name, func(t *testing.T) {
 			p, _ := run(t, b, Desc{Name: "control", NoSupervisor: true, Apps: []App{{Name: "app"}}})
-			ctx, cancel := context.WithTimeout(context.Background(), eventBound)
-			defer cancel()
-			if _, err := p.WaitFor(ctx, func(s pod.Status) bool {
+			waitStatus(t, p, func(s pod.Status) bool {
 				app := s.Container("app")
 				return app.Started && !app.Running && s.Container("istio-proxy").Running
-			}); err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel = context.WithTimeout(context.Background(), 3*time.Second)
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			defer cancel()
 			st, err := p.WaitPhase(ctx)
 			if err == nil {

@@ -2,7 +2,6 @@ package scenarios
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -132,12 +131,7 @@ func TestCloudSQLProxyOtherUser(t *testing.T) {
 	for _, b := range Builders(t) {
 		t.Run(b.Name, func(t *testing.T) {
 			p, _ := runCloudSQLProxy(t, b, nil, nil, 0, []string{"SUPERVISOR_STOP_TIMEOUT=20s"})
-			ctx, cancel := context.WithTimeout(context.Background(), eventBound)
-			defer cancel()
-			st, err := p.WaitFor(ctx, func(s pod.Status) bool { c := s.Container("supervisor"); return c.Started && !c.Running })
-			if err != nil {
-				t.Fatal(err)
-			}
+			st := waitStatus(t, p, ended("supervisor"))
 			if st.Phase != pod.Running || !st.Container("cloud-sql-proxy").Running || st.Container("istio-proxy").ExitCode != 0 {
 				t.Errorf("status %s, want Running with cloud-sql-proxy up and istio-proxy exited 0", st)
 			}
