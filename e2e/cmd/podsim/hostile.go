@@ -163,30 +163,17 @@ func spawn(n, par int, mk func() *exec.Cmd) ([]*exec.Cmd, error) {
 	var mu sync.Mutex
 	var out []*exec.Cmd
 	var first error
-	var wg sync.WaitGroup
-	next := make(chan struct{})
-	for w := 0; w < par; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range next {
-				c := mk()
-				err := c.Start()
-				mu.Lock()
-				if err == nil {
-					out = append(out, c)
-				} else if first == nil {
-					first = err
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	for i := 0; i < n; i++ {
-		next <- struct{}{}
-	}
-	close(next)
-	wg.Wait()
+	inParallel(n, par, func() {
+		c := mk()
+		err := c.Start()
+		mu.Lock()
+		defer mu.Unlock()
+		if err == nil {
+			out = append(out, c)
+		} else if first == nil {
+			first = err
+		}
+	})
 	return out, first
 }
 
@@ -197,28 +184,36 @@ func churnProcs(n, par int, zombie time.Duration) error {
 	if p, err := exec.LookPath("true"); err == nil {
 		path, argv = p, []string{"true"}
 	}
-	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var first error
+	inParallel(n, par, func() {
+		c := &exec.Cmd{Path: path, Args: argv}
+		err := c.Start()
+		if err == nil {
+			time.Sleep(zombie)
+			err = c.Wait()
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil && first == nil {
+			first = fmt.Errorf("churn %s: %w", path, err)
+		}
+	})
+	return first
+}
+
+// inParallel calls do n times on par goroutines, so that a pod fills up
+// (or churns) as fast as the fork rate allows, and returns once all calls
+// are done.
+func inParallel(n, par int, do func()) {
+	var wg sync.WaitGroup
 	next := make(chan struct{})
 	for w := 0; w < par; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for range next {
-				c := &exec.Cmd{Path: path, Args: argv}
-				err := c.Start()
-				if err == nil {
-					time.Sleep(zombie)
-					err = c.Wait()
-				}
-				if err != nil {
-					mu.Lock()
-					if first == nil {
-						first = fmt.Errorf("churn %s: %w", path, err)
-					}
-					mu.Unlock()
-				}
+				do()
 			}
 		}()
 	}
@@ -227,7 +222,6 @@ func churnProcs(n, par int, zombie time.Duration) error {
 	}
 	close(next)
 	wg.Wait()
-	return first
 }
 
 // withoutFlag drops --name VALUE and --name=VALUE from args.
