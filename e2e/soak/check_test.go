@@ -166,13 +166,16 @@ func TestCheckKilled(t *testing.T) {
 	}
 }
 
+// TestCheckKilledEdges checks the verdicts on killedPod edited into the
+// edge cases of a supervisor's kill that soak runs met.
 func TestCheckKilledEdges(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		edit  func(tl *timeline, o *observed)
-		want  invariant // -1: none
-		text  string
-		check func(t *testing.T, v verdict)
+		name   string
+		edit   func(tl *timeline, o *observed)
+		want   invariant // -1: none
+		text   string
+		missed string // in the kill outcome's missed ("": anything)
+		check  func(t *testing.T, v verdict)
 	}{
 		{name: "not restarted", edit: func(_ *timeline, o *observed) {
 			s := &o.pods[0].pod.Status.InitContainerStatuses[0]
@@ -190,36 +193,21 @@ func TestCheckKilledEdges(t *testing.T) {
 		// The app ended at 3 s while no supervisor ran (killed at 2.9 s,
 		// back at 4 s): under Never the stop comes with the restart.
 		{name: "status lost, Never, in time", edit: func(_ *timeline, o *observed) {
-			o.kill.at = at(2900)
-			o.pods[0].log = strings.NewReplacer(logAt(2450, "starting", ""), logAt(3950, "starting", ""),
-				logAt(2500, msgResumed, `,"apps":1,"ended":0,"ended_unwatched":0,"watched":1`),
-				logAt(4000, msgResumed, `,"apps":1,"ended":0,"ended_unwatched":1,"watched":0`),
-				logAt(3002, msgSignalled, `,"signal":"SIGTERM"`), logAt(4001, msgSignalled, `,"signal":"SIGTERM"`)).Replace(o.pods[0].log)
-			o.pods[0].pod.Status.InitContainerStatuses[0].State.Terminated.Message = "unknown: a unknown; action SIGTERM"
+			lostStatus(o, 4000, 4001)
 		}, want: -1, check: func(t *testing.T, v verdict) {
 			if k := v.kill; len(k.lost) != 1 || k.delay != 1001*time.Millisecond || k.bound != killBound {
 				t.Errorf("kill outcome: %s", k)
 			}
 		}},
 		{name: "status lost, Never, late", edit: func(_ *timeline, o *observed) {
-			o.kill.at = at(2900)
-			o.pods[0].log = strings.NewReplacer(logAt(2450, "starting", ""), logAt(6950, "starting", ""),
-				logAt(2500, msgResumed, `,"apps":1,"ended":0,"ended_unwatched":0,"watched":1`),
-				logAt(7000, msgResumed, `,"apps":1,"ended":0,"ended_unwatched":1,"watched":0`),
-				logAt(3002, msgSignalled, `,"signal":"SIGTERM"`), logAt(7001, msgSignalled, `,"signal":"SIGTERM"`)).Replace(o.pods[0].log)
-			o.pods[0].pod.Status.InitContainerStatuses[0].State.Terminated.Message = "unknown: a unknown; action SIGTERM"
+			lostStatus(o, 7000, 7001)
 		}, want: invRestart, text: "4.001s after it would have"},
 		// Under OnFailure the lost status awaits the app's restart for the
 		// margin: 1 s for the restart, then 15 s more, is in bound.
 		{name: "status lost, OnFailure", edit: func(tl *timeline, o *observed) {
 			tl.restart, tl.backoffLimit = corev1.RestartPolicyOnFailure, 1
 			tl.want = tl.oracle()
-			o.kill.at = at(2900)
-			o.pods[0].log = strings.NewReplacer(logAt(2450, "starting", ""), logAt(3950, "starting", ""),
-				logAt(2500, msgResumed, `,"apps":1,"ended":0,"ended_unwatched":0,"watched":1`),
-				logAt(4000, msgResumed, `,"apps":1,"ended":0,"ended_unwatched":1,"watched":0`),
-				logAt(3002, msgSignalled, `,"signal":"SIGTERM"`), logAt(19001, msgSignalled, `,"signal":"SIGTERM"`)).Replace(o.pods[0].log)
-			o.pods[0].pod.Status.InitContainerStatuses[0].State.Terminated.Message = "unknown: a unknown; action SIGTERM"
+			lostStatus(o, 4000, 19001)
 		}, want: -1, check: func(t *testing.T, v verdict) {
 			if k := v.kill; k.delay != 16001*time.Millisecond || k.bound != killBound+restartMargin {
 				t.Errorf("kill outcome: %s", k)
@@ -246,21 +234,13 @@ func TestCheckKilledEdges(t *testing.T) {
 		// kill does not count, and no restart is wanted.
 		{name: "finished before the kill", edit: func(_ *timeline, o *observed) {
 			notRestarted(o, 3100, 0, logAt(3050, msgDone, ""))
-		}, want: -1, check: func(t *testing.T, v verdict) {
-			if !strings.Contains(v.kill.missed, "had finished") {
-				t.Errorf("kill outcome: %s", v.kill)
-			}
-		}},
+		}, want: -1, missed: "had finished"},
 		// Seed 20261204's soak-130: a native supervisor idles once done;
 		// the SIGKILL ends it (137) in a pod the kubelet no longer
 		// restarts it in. Not a failure, and the kill does not count.
 		{name: "native killed idle", edit: func(_ *timeline, o *observed) {
 			notRestarted(o, 3100, 137, logAt(3050, msgDone, ""))
-		}, want: -1, check: func(t *testing.T, v verdict) {
-			if !strings.Contains(v.kill.missed, "had finished") {
-				t.Errorf("kill outcome: %s", v.kill)
-			}
-		}},
+		}, want: -1, missed: "had finished"},
 		// soak-109: killed after its action, before its summary; the pod
 		// ended at once, with no restart; its message is the one it wrote
 		// as it acted.
@@ -311,11 +291,27 @@ func TestCheckKilledEdges(t *testing.T) {
 			} else if len(v.problems[tc.want]) == 0 || !strings.Contains(got, tc.text) {
 				t.Fatalf("want a %s problem with %q, got:\n%s", invariantNames[tc.want], tc.text, got)
 			}
+			if !strings.Contains(v.kill.missed, tc.missed) {
+				t.Errorf("kill outcome: %s, want it missed for %q", v.kill, tc.missed)
+			}
 			if tc.check != nil {
 				tc.check(t, v)
 			}
 		})
 	}
+}
+
+// lostStatus makes killedPod's supervisor killed at 2.9 s, before the app's
+// end at 3 s, and back at backMS (its log: "starting" 50 ms before, then
+// carrying on with the app ended unwatched) to signal istio-proxy at
+// signalMS, its outcome unknown.
+func lostStatus(o *observed, backMS, signalMS int) {
+	o.kill.at = at(2900)
+	o.pods[0].log = strings.NewReplacer(logAt(2450, "starting", ""), logAt(backMS-50, "starting", ""),
+		logAt(2500, msgResumed, `,"apps":1,"ended":0,"ended_unwatched":0,"watched":1`),
+		logAt(backMS, msgResumed, `,"apps":1,"ended":0,"ended_unwatched":1,"watched":0`),
+		logAt(3002, msgSignalled, `,"signal":"SIGTERM"`), logAt(signalMS, msgSignalled, `,"signal":"SIGTERM"`)).Replace(o.pods[0].log)
+	o.pods[0].pod.Status.InitContainerStatuses[0].State.Terminated.Message = "unknown: a unknown; action SIGTERM"
 }
 
 // notRestarted makes killedPod's supervisor one instance, never
