@@ -134,6 +134,18 @@ func withoutState(env map[string]string) map[string]string {
 	return env
 }
 
+// supervised is the pod the template makes of apps where istio-proxy goes
+// last: the supervisor first, watching before any app starts, with env.
+func supervised(env map[string]string, apps ...string) podShape {
+	return podShape{
+		InitContainers:        []string{"istio-init"},
+		Containers:            slices.Concat([]string{supervisorName}, apps, []string{proxyName}),
+		ShareProcessNamespace: true,
+		SupervisorEnv:         env,
+		SupervisorUser:        "1337",
+	}
+}
+
 // proxyFirstJob is what a one-app Job becomes with
 // holdApplicationUntilProxyStarts, asked by the pod's ProxyConfig or by
 // the mesh-wide value: istio-proxy first (with its postStart), the
@@ -200,11 +212,6 @@ func injectCases(t *testing.T) (cases []injectCase) {
 	handWritten.Namespace = namespace
 
 	quit := quitURL
-	// The template's order where istio-proxy goes last: the supervisor
-	// first, watching before any app starts.
-	withSupervisor := func(apps ...string) []string {
-		return append(append([]string{supervisorName}, apps...), proxyName)
-	}
 	hostPID := func(o runtime.Object) runtime.Object {
 		podTemplateFor(o).Spec.HostPID = true
 		return o
@@ -223,8 +230,7 @@ func injectCases(t *testing.T) (cases []injectCase) {
 		// A sidecar the supervisor knows, added as a regular container (as
 		// Dapr's injector does): not an app.
 		{name: "job with daprd: not an app", in: job("dapr", corev1.RestartPolicyNever, nil, "app", "daprd"),
-			want: podShape{InitContainers: []string{"istio-init"}, Containers: []string{supervisorName, "app", "daprd", proxyName},
-				ShareProcessNamespace: true, SupervisorEnv: supervisorEnv("Never", "app"), SupervisorUser: "1337"}},
+			want: supervised(supervisorEnv("Never", "app"), "app", "daprd")},
 		// A native sidecar the supervisor knows by name, beside the classic
 		// istio-proxy: the kubelet stops it after the apps, so the
 		// supervisor must not (it tells containers by name alone).
@@ -253,7 +259,7 @@ func injectCases(t *testing.T) (cases []injectCase) {
 		// The default: the supervisor first, istio-proxy last, and
 		// SUPERVISOR_AFTER_APPS naming istio-proxy, whose start tells the
 		// supervisor that the kubelet has passed the apps. Written out here
-		// rather than through withSupervisor and supervisorEnv.
+		// rather than through supervised and supervisorEnv.
 		{
 			name: "job busybox sleep 10",
 			in:   job("sleep", corev1.RestartPolicyNever, nil, "app"),
@@ -276,24 +282,12 @@ func injectCases(t *testing.T) (cases []injectCase) {
 		{
 			name: "cronjob restartPolicy OnFailure",
 			in:   cronJob("nightly", corev1.RestartPolicyOnFailure, "app"),
-			want: podShape{
-				InitContainers:        []string{"istio-init"},
-				Containers:            withSupervisor("app"),
-				ShareProcessNamespace: true,
-				SupervisorEnv:         supervisorEnv("OnFailure", "app"),
-				SupervisorUser:        "1337",
-			},
+			want: supervised(supervisorEnv("OnFailure", "app"), "app"),
 		},
 		{
 			name: "job with two app containers",
 			in:   job("pair", corev1.RestartPolicyNever, nil, "app", "uploader"),
-			want: podShape{
-				InitContainers:        []string{"istio-init"},
-				Containers:            withSupervisor("app", "uploader"),
-				ShareProcessNamespace: true,
-				SupervisorEnv:         supervisorEnv("Never", "app,uploader"),
-				SupervisorUser:        "1337",
-			},
+			want: supervised(supervisorEnv("Never", "app,uploader"), "app", "uploader"),
 		},
 		{
 			name: "pod with sidecar.istio.io/inject false gets nothing",
@@ -327,52 +321,25 @@ func injectCases(t *testing.T) (cases []injectCase) {
 				annotationPrefix + "image":          mirrorImage,
 			}, "app"),
 			image: mirrorImage,
-			want: podShape{
-				InitContainers:        []string{"istio-init"},
-				Containers:            withSupervisor("app"),
-				ShareProcessNamespace: true,
-				SupervisorEnv: supervisorEnv("Never", "3",
-					"SUPERVISOR_ON_FAILURE", quit,
-					"SUPERVISOR_STOP_TIMEOUT", "45s",
-					"SUPERVISOR_LOG_LEVEL", "debug"),
-				SupervisorUser: "1337",
-			},
+			want: supervised(supervisorEnv("Never", "3", "SUPERVISOR_ON_FAILURE", quit,
+				"SUPERVISOR_STOP_TIMEOUT", "45s", "SUPERVISOR_LOG_LEVEL", "debug"), "app"),
 		},
 		{
 			name: "on-success annotation replaces the quit endpoint",
 			in: job("drain", corev1.RestartPolicyNever,
 				map[string]string{annotationPrefix + "on-success": "SIGTERM"}, "app"),
-			want: podShape{
-				InitContainers:        []string{"istio-init"},
-				Containers:            withSupervisor("app"),
-				ShareProcessNamespace: true,
-				SupervisorEnv:         supervisorEnv("Never", "app", "SUPERVISOR_ON_SUCCESS", "SIGTERM"),
-				SupervisorUser:        "1337",
-			},
+			want: supervised(supervisorEnv("Never", "app", "SUPERVISOR_ON_SUCCESS", "SIGTERM"), "app"),
 		},
 		{
 			name: "the quit endpoint follows the pod's status port",
 			in: job("status-port", corev1.RestartPolicyNever,
 				map[string]string{"status.sidecar.istio.io/port": "15099"}, "app"),
-			want: podShape{
-				InitContainers:        []string{"istio-init"},
-				Containers:            withSupervisor("app"),
-				ShareProcessNamespace: true,
-				SupervisorEnv: supervisorEnv("Never", "app",
-					"SUPERVISOR_ON_SUCCESS", "http://127.0.0.1:15099/quitquitquit"),
-				SupervisorUser: "1337",
-			},
+			want: supervised(supervisorEnv("Never", "app", "SUPERVISOR_ON_SUCCESS", "http://127.0.0.1:15099/quitquitquit"), "app"),
 		},
 		{
 			name: "every tuning annotation reaches its variable",
 			in:   job("all-settings", corev1.RestartPolicyNever, everyAnnotation(), "app"),
-			want: podShape{
-				InitContainers:        []string{"istio-init"},
-				Containers:            withSupervisor("app"),
-				ShareProcessNamespace: true,
-				SupervisorEnv:         everyAnnotationEnv(),
-				SupervisorUser:        "1337",
-			},
+			want: supervised(everyAnnotationEnv(), "app"),
 		},
 		{
 			name: "supervisor opt-out annotation",
@@ -405,30 +372,19 @@ func injectCases(t *testing.T) (cases []injectCase) {
 			name: "istio-proxy as root (capNetBindService): quit over HTTP, not signals",
 			in: job("netbind", corev1.RestartPolicyNever,
 				map[string]string{"sidecar.istio.io/capNetBindService": "true"}, "app"),
-			want: podShape{
-				InitContainers:        []string{"istio-init"},
-				Containers:            withSupervisor("app"),
-				ShareProcessNamespace: true,
-				SupervisorEnv: supervisorEnv("Never", "app",
-					"SUPERVISOR_ON_SUCCESS", quit,
-					"SUPERVISOR_ON_FAILURE", quit,
-					"SUPERVISOR_ON_UNKNOWN", quit),
-				SupervisorUser: "1337",
-			},
+			want: supervised(supervisorEnv("Never", "app",
+				"SUPERVISOR_ON_SUCCESS", quit, "SUPERVISOR_ON_FAILURE", quit, "SUPERVISOR_ON_UNKNOWN", quit), "app"),
 		},
 		{
 			name: "exit-status ptrace runs as root with SYS_PTRACE and KILL",
 			in: job("ptrace", corev1.RestartPolicyNever,
 				map[string]string{annotationPrefix + "exit-status": "ptrace"}, "app"),
 			ptrace: true,
-			want: podShape{
-				InitContainers:        []string{"istio-init"},
-				Containers:            withSupervisor("app"),
-				ShareProcessNamespace: true,
-				SupervisorEnv:         supervisorEnv("Never", "app", "SUPERVISOR_EXIT_STATUS", "ptrace"),
-				SupervisorUser:        "0",
-				SupervisorCapsAdd:     []string{"SYS_PTRACE", "KILL"},
-			},
+			want: func() podShape {
+				s := supervised(supervisorEnv("Never", "app", "SUPERVISOR_EXIT_STATUS", "ptrace"), "app")
+				s.SupervisorUser, s.SupervisorCapsAdd = "0", []string{"SYS_PTRACE", "KILL"}
+				return s
+			}(),
 		},
 		{
 			name: "hand-written deploy/job.yaml keeps its own supervisor",
@@ -890,13 +846,7 @@ func dump(v any) string {
 // node's kubelet is 1.33 or newer, and the supervisor then stays out. The
 // webhook sees the nodes through a fake cluster holding one Node.
 func TestNativeSidecarAutoDetection(t *testing.T) {
-	checkNativeAutoDetection(t, job("auto", corev1.RestartPolicyNever, nil, "app"), podShape{
-		InitContainers:        []string{"istio-init"},
-		Containers:            []string{supervisorName, "app", proxyName},
-		ShareProcessNamespace: true,
-		SupervisorEnv:         supervisorEnv("Never", "app"),
-		SupervisorUser:        "1337",
-	}, "app")
+	checkNativeAutoDetection(t, job("auto", corev1.RestartPolicyNever, nil, "app"), containerSupervised(), "app")
 }
 
 // checkNativeAutoDetection injects obj under istiod's default,

@@ -37,15 +37,7 @@ func nativeSupervised(inits []string, env map[string]string, apps ...string) pod
 
 // containerSupervised is a one-app Job with the supervisor as a container,
 // as the template makes it by default.
-func containerSupervised() podShape {
-	return podShape{
-		InitContainers:        []string{"istio-init"},
-		Containers:            []string{supervisorName, "app", proxyName},
-		ShareProcessNamespace: true,
-		SupervisorEnv:         supervisorEnv("Never", "app"),
-		SupervisorUser:        "1337",
-	}
-}
+func containerSupervised() podShape { return supervised(supervisorEnv("Never", "app"), "app") }
 
 func nativeCases(t *testing.T) []injectCase {
 	var handWritten batchv1.Job
