@@ -83,10 +83,7 @@ func TestPrivileges(t *testing.T) {
 				Apps: []scenarios.App{{Name: "app", Cued: true, UID: 1000}},
 				SupervisorEnv: append(append([]string{}, patient...), "SUPERVISOR_APP_CONTAINERS=1",
 					"SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit")}
-			built, err := b.Build(d)
-			if err != nil {
-				t.Fatal(err)
-			}
+			built := b.MustBuild(t, d)
 			p := scenarios.Start(t, built)
 			pid := supervisorProc(t, p)
 			s := watch(pid, 2*time.Millisecond)
@@ -123,10 +120,7 @@ func TestPrivileges(t *testing.T) {
 				Apps: []scenarios.App{{Name: "app", Cued: true, Args: []string{"--exit", "3"}, UID: 1000}},
 				SupervisorEnv: append(append([]string{}, patient...), "SUPERVISOR_APP_CONTAINERS=1",
 					"SUPERVISOR_EXIT_STATUS=ptrace")}
-			built, err := b.Build(d)
-			if err != nil {
-				t.Fatal(err)
-			}
+			built := b.MustBuild(t, d)
 			// As deploy/job-ptrace.yaml: runAsUser 0, drop ALL, add
 			// SYS_PTRACE and KILL, allowPrivilegeEscalation false.
 			sup := scenarios.Container(&built.Spec, "supervisor")

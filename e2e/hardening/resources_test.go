@@ -64,10 +64,7 @@ func churnBounds(t *testing.T, be scenarios.Builder) {
 	for _, a := range apps {
 		d.Apps = append(d.Apps, scenarios.App{Name: a, UID: 1000, Cued: true})
 	}
-	b, err := be.Build(d)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := be.MustBuild(t, d)
 	// Each churned process stays a zombie for 5ms, as a shell's background
 	// jobs do.
 	var recs []string

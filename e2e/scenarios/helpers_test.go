@@ -13,10 +13,7 @@ import (
 // run builds d for b and starts it (Start).
 func run(t *testing.T, b Builder, d Desc) (*pod.Pod, Built) {
 	t.Helper()
-	built, err := b.Build(d)
-	if err != nil {
-		t.Fatal(err)
-	}
+	built := b.MustBuild(t, d)
 	return Start(t, built), built
 }
 

@@ -83,13 +83,11 @@ func TestHoldDrain(t *testing.T) {
 				// HoldApp: the app starts once the proxy is ready, so the
 				// deletion finds both up (as in any pod that was Ready). The
 				// grace period only bounds the deletion.
-				built, err := b.Build(Desc{Name: "deploy", Policy: pod.Always, NoSupervisor: true, Apps: []App{drainApp},
+				built := b.MustBuild(t, Desc{Name: "deploy", Policy: pod.Always, NoSupervisor: true, Apps: []App{drainApp},
 					ProxyDrain: 5 * time.Second, Grace: eventBound, HoldApp: true})
-				if err != nil {
-					t.Fatal(err)
-				}
 				if hold {
 					// Not the outcome here: the hold ends with the app's exit.
+					var err error
 					if built, err = WithHold(built, tl, eventBound); err != nil {
 						t.Fatal(err)
 					}
@@ -149,12 +147,10 @@ func TestHoldBound(t *testing.T) {
 	for _, b := range Builders(t) {
 		t.Run(b.Name, func(t *testing.T) {
 			tl := pod.MustTools(t)
-			built, err := b.Build(Desc{Name: "stuck", Policy: pod.Always, NoSupervisor: true,
+			built := b.MustBuild(t, Desc{Name: "stuck", Policy: pod.Always, NoSupervisor: true,
 				Apps:       []App{{Name: "app", DrainCued: true, Args: []string{"--sleep", "1h"}}},
 				ProxyDrain: time.Second, Grace: eventBound, HoldApp: true})
-			if err != nil {
-				t.Fatal(err)
-			}
+			var err error
 			if built, err = WithHold(built, tl, 3*time.Second); err != nil {
 				t.Fatal(err)
 			}
@@ -204,11 +200,9 @@ func TestHoldQuick(t *testing.T) {
 				if !job {
 					d.Policy, d.NoSupervisor = pod.Always, true
 				}
-				built, err := b.Build(d)
-				if err != nil {
-					t.Fatal(err)
-				}
+				built := b.MustBuild(t, d)
 				if !job {
+					var err error
 					if built, err = WithHold(built, tl, eventBound); err != nil {
 						t.Fatal(err)
 					}

@@ -51,10 +51,7 @@ func TestNamedPods(t *testing.T) {
 				{Name: "app", Cued: true, UID: 1000},
 				{Name: "late", Cued: true, UID: 1000},
 			}, SupervisorEnv: append([]string{}, patient...)}
-			built, err := b.Build(d)
-			if err != nil {
-				t.Fatal(err)
-			}
+			built := b.MustBuild(t, d)
 			open := make(chan struct{})
 			StartLast(&built.Spec, "late", Gate(open))
 			p := Start(t, built)
@@ -131,10 +128,7 @@ func TestNamedPods(t *testing.T) {
 				{Name: "a1", Cued: true},
 				{Name: "debugger", Ephemeral: true, Args: []string{"--sleep", "1h"}},
 			}, SupervisorEnv: append([]string{"SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_DELETION_GRACE=0s"}, patient...)}
-			built, err := b.Build(d)
-			if err != nil {
-				t.Fatal(err)
-			}
+			built := b.MustBuild(t, d)
 			stamps := withStamps(&built, names)
 			p := Start(t, built)
 			waitLogFor(t, p, "app found", "a0")

@@ -156,6 +156,16 @@ type Builder struct {
 	Build func(Desc) (Built, error)
 }
 
+// MustBuild is b.Build for a test: it fails the test if d cannot be built.
+func (b Builder) MustBuild(t testing.TB, d Desc) Built {
+	t.Helper()
+	built, err := b.Build(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return built
+}
+
 // Builders returns a Builder for each backend, for a test: the tools built
 // (pod.MustTools) and runc installed by e2e/scripts/install-deps.sh if need
 // be. It skips the test when not root: the pod simulation creates

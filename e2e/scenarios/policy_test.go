@@ -86,12 +86,9 @@ func signalledAt(p *pod.Pod) time.Time {
 func TestOnFailurePod(t *testing.T) {
 	for _, b := range Builders(t) {
 		t.Run(b.Name, func(t *testing.T) {
-			built, err := b.Build(Desc{Name: "onfailure", Policy: pod.OnFailure,
+			built := b.MustBuild(t, Desc{Name: "onfailure", Policy: pod.OnFailure,
 				Apps:          []App{{Name: "app", Cued: true, Args: []string{"--fail-first", "2"}}},
 				SupervisorEnv: append([]string{"SUPERVISOR_RESTART_POLICY=OnFailure"}, patient...)})
-			if err != nil {
-				t.Fatal(err)
-			}
 			stampFiles := withStamps(&built, []string{"app"})
 			p := Start(t, built)
 			if err := releaseRuns(p, built, "app", 3, nil); err != nil {
@@ -135,12 +132,9 @@ func countOf(ss []string, s string) int {
 func TestAlwaysPod(t *testing.T) {
 	for _, b := range Builders(t) {
 		t.Run(b.Name, func(t *testing.T) {
-			built, err := b.Build(Desc{Name: "always", Policy: pod.Always,
+			built := b.MustBuild(t, Desc{Name: "always", Policy: pod.Always,
 				Apps:          []App{{Name: "app", Args: []string{"--sleep", "300ms"}}},
 				SupervisorEnv: append([]string{"SUPERVISOR_RESTART_POLICY=Always"}, patient...), Grace: eventBound})
-			if err != nil {
-				t.Fatal(err)
-			}
 			p := Start(t, built)
 			// The app exits 0 and is restarted, again and again.
 			waitStatus(t, p, func(s pod.Status) bool { return s.Container("app").Restarts >= 3 })
@@ -164,11 +158,8 @@ func TestAlwaysPod(t *testing.T) {
 func TestNativeSidecarPod(t *testing.T) {
 	for _, b := range Builders(t) {
 		t.Run(b.Name, func(t *testing.T) {
-			built, err := b.Build(Desc{Name: "native", Apps: []App{{Name: "app", Args: []string{"--sleep", "1h"}}},
+			built := b.MustBuild(t, Desc{Name: "native", Apps: []App{{Name: "app", Args: []string{"--sleep", "1h"}}},
 				SupervisorEnv: append([]string{"SUPERVISOR_NATIVE_SIDECAR=true"}, patient...)})
-			if err != nil {
-				t.Fatal(err)
-			}
 			p := Start(t, built)
 			st := waitStatus(t, p, ended("supervisor"))
 			if c := st.Container("supervisor"); c.ExitCode != 0 {
@@ -189,12 +180,9 @@ func TestNativeSidecarPod(t *testing.T) {
 func TestSeveralSidecars(t *testing.T) {
 	for _, b := range Builders(t) {
 		t.Run(b.Name, func(t *testing.T) {
-			built, err := b.Build(Desc{Name: "sidecars", Apps: []App{{Name: "app", Cued: true}},
+			built := b.MustBuild(t, Desc{Name: "sidecars", Apps: []App{{Name: "app", Cued: true}},
 				SupervisorEnv: append([]string{"SUPERVISOR_SIDECAR_PROCESSES=pilot-agent,cloud-sql-proxy",
 					"SUPERVISOR_SIDECAR_ACTIONS=cloud-sql-proxy=SIGINT"}, patient...)})
-			if err != nil {
-				t.Fatal(err)
-			}
 			sqlRecord := addSidecar(t, &built, "cloud-sql-proxy")
 			_, st := runBuilt(t, built)
 			if st.Phase != pod.Succeeded {
@@ -249,13 +237,10 @@ func addSidecar(t *testing.T, b *Built, name string) string {
 func TestMissingApp(t *testing.T) {
 	for _, b := range Builders(t) {
 		t.Run(b.Name, func(t *testing.T) {
-			built, err := b.Build(Desc{Name: "missing", Apps: []App{{Name: "app", Cued: true, Args: []string{"--exit", "3"}}},
+			built := b.MustBuild(t, Desc{Name: "missing", Apps: []App{{Name: "app", Cued: true, Args: []string{"--exit", "3"}}},
 				SupervisorEnv: append(append([]string{}, patient...), "SUPERVISOR_APP_CONTAINERS=2", "SUPERVISOR_APPS=app,worker",
 					// The look for worker, which never comes, ends: the outcome.
 					"SUPERVISOR_APP_START_TIMEOUT=2s")})
-			if err != nil {
-				t.Fatal(err)
-			}
 			p, st := runBuilt(t, built)
 			msg := p.TerminationMessage("supervisor")
 			// The app that was seen failed: that outweighs the missing one.
@@ -275,12 +260,9 @@ func TestMissingApp(t *testing.T) {
 func TestAppDoneBeforeSupervisor(t *testing.T) {
 	for _, b := range Builders(t) {
 		t.Run(b.Name, func(t *testing.T) {
-			built, err := b.Build(Desc{Name: "early", Apps: []App{{Name: "app", Args: []string{"--exit", "3"}}},
+			built := b.MustBuild(t, Desc{Name: "early", Apps: []App{{Name: "app", Args: []string{"--exit", "3"}}},
 				// The look for the app, which has ended: the outcome.
 				SupervisorEnv: append(append([]string{}, patient...), "SUPERVISOR_APP_START_TIMEOUT=2s")})
-			if err != nil {
-				t.Fatal(err)
-			}
 			// As after a slow image pull: the supervisor starts once the app
 			// has ended.
 			Container(&built.Spec, "supervisor").StartAfter = terminated("app")
@@ -303,12 +285,9 @@ func TestAppDoneBeforeSupervisor(t *testing.T) {
 func TestNoSidecarPod(t *testing.T) {
 	for _, b := range Builders(t) {
 		t.Run(b.Name, func(t *testing.T) {
-			built, err := b.Build(Desc{Name: "nosidecar", Proxy: NoProxy, Apps: []App{{Name: "app", Cued: true}},
+			built := b.MustBuild(t, Desc{Name: "nosidecar", Proxy: NoProxy, Apps: []App{{Name: "app", Cued: true}},
 				// The wait for a sidecar, which never comes, ends: the outcome.
 				SupervisorEnv: append(append([]string{}, patient...), "SUPERVISOR_SIDECAR_START_TIMEOUT=2s")})
-			if err != nil {
-				t.Fatal(err)
-			}
 			p, st := runBuilt(t, built)
 			if st.Phase != pod.Succeeded || st.Container("supervisor").ExitCode != 0 {
 				t.Errorf("status %s", st)
@@ -327,11 +306,8 @@ func TestNoSidecarPod(t *testing.T) {
 func TestOrphansOutliveMain(t *testing.T) {
 	for _, b := range Builders(t) {
 		t.Run(b.Name, func(t *testing.T) {
-			built, err := b.Build(Desc{Name: "orphans", Apps: []App{{Name: "app", Cued: true, Args: []string{"--orphan", "1h"}}},
+			built := b.MustBuild(t, Desc{Name: "orphans", Apps: []App{{Name: "app", Cued: true, Args: []string{"--orphan", "1h"}}},
 				SupervisorEnv: patient})
-			if err != nil {
-				t.Fatal(err)
-			}
 			begun := time.Now()
 			p, st := runBuilt(t, built)
 			if st.Phase != pod.Succeeded {

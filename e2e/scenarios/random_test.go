@@ -70,10 +70,7 @@ func TestRandomPods(t *testing.T) {
 		t.Run(fmt.Sprintf("%d-%s", i, b.Name), func(t *testing.T) {
 			env := append([]string{"SUPERVISOR_RESTART_POLICY=" + string(policy), fmt.Sprintf("SUPERVISOR_APP_CONTAINERS=%d", len(apps)),
 				"SUPERVISOR_DELETION_GRACE=0s"}, patient...)
-			built, err := b.Build(Desc{Name: "random", Policy: policy, Apps: apps, SupervisorEnv: env})
-			if err != nil {
-				t.Fatal(err)
-			}
+			built := b.MustBuild(t, Desc{Name: "random", Policy: policy, Apps: apps, SupervisorEnv: env})
 			stampFiles := withStamps(&built, names)
 			p := Start(t, built)
 			// Each app's runs are released by a goroutine of its own, so that
@@ -205,11 +202,7 @@ func TestRestartNotYetMoved(t *testing.T) {
 				{Name: "app1", Cued: true, Args: []string{"--fail-first", "1"}, CgroupDelay: 800 * time.Millisecond, CgroupHold: hold},
 			}
 			env := append([]string{"SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_APP_CONTAINERS=2", "SUPERVISOR_DELETION_GRACE=0s"}, patient...)
-			var err error
-			built, err = b.Build(Desc{Name: "notmoved", Policy: pod.OnFailure, Apps: apps, SupervisorEnv: env})
-			if err != nil {
-				t.Fatal(err)
-			}
+			built = b.MustBuild(t, Desc{Name: "notmoved", Policy: pod.OnFailure, Apps: apps, SupervisorEnv: env})
 			stampFiles := withStamps(&built, names)
 			p := Start(t, built)
 			if err := awaitLog(p, 1, about("app found", "app0")); err != nil {

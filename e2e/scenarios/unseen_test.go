@@ -35,10 +35,7 @@ func TestRestartUnseen(t *testing.T) {
 			d := Desc{Name: "unseen", Policy: pod.OnFailure,
 				Apps:          []App{{Name: "app", Args: []string{"--fail-first", "1"}, Cued: true}},
 				SupervisorEnv: append([]string{"SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_RESTART_MARGIN=2s", "SUPERVISOR_RESTART_TIMEOUT=5s"}, patient...)}
-			built, err := b.Build(d)
-			if err != nil {
-				t.Fatal(err)
-			}
+			built := b.MustBuild(t, d)
 			stampFiles := withStamps(&built, []string{"app"})
 			p := Start(t, built)
 			waitLogFor(t, p, "app found", "app")
