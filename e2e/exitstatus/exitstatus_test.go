@@ -118,13 +118,7 @@ func podTools(t *testing.T) pod.Tools {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the pod simulation creates namespaces and cgroups")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	tl, err := pod.BuildTools(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tl
+	return pod.MustTools(t)
 }
 
 // newCoreDir is a directory the app (uid 1000) can write its core into.
@@ -214,12 +208,7 @@ func runJob(t *testing.T, tl pod.Tools, priv privilege, args []string) jobRun {
 	if err := built.Release("app"); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	st, err := p.WaitPhase(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := p.MustWaitPhase(t, 2*time.Minute)
 	lines := scenarios.ParseLog(p.Logs("supervisor"))
 	method, reason, decision := "", "", scenarios.LogLine(nil)
 	var exited scenarios.LogLine

@@ -1,7 +1,6 @@
 package exitstatus
 
 import (
-	"context"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -112,12 +111,7 @@ func runOnFailure(t *testing.T, tl pod.Tools, name string, failFirst int) {
 		}
 	}
 	// A hang guard only: the longest wait is 20s+margin after the last run.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	st, err := p.WaitPhase(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := p.MustWaitPhase(t, 10*time.Minute)
 
 	// The pod: every container's exit code, istio-proxy never restarted.
 	if st.Phase != pod.Succeeded {

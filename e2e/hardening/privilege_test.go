@@ -95,12 +95,7 @@ func TestPrivileges(t *testing.T) {
 			releaseWatched(t, p, built, s)
 			waitPhaseOf(t, p, "supervisor")
 			s.Stop()
-			ctx, cancel := context.WithTimeout(context.Background(), eventBound)
-			defer cancel()
-			st, err := p.WaitPhase(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			st := p.MustWaitPhase(t, eventBound)
 
 			want := creds{Uid: "1337 1337 1337 1337", Gid: "1337 1337 1337 1337", CapInh: capMask(), CapPrm: capMask(),
 				CapEff: capMask(), CapBnd: capMask(), CapAmb: capMask(), NoNewPrivs: "1", Comm: "sidecar-supervi"}

@@ -30,12 +30,7 @@ func TestCgroupHold(t *testing.T) {
 	p := startPod(t, Namespaces{Podsim: tl.Podsim}, Spec{Name: "hold", RestartPolicy: OnFailure, RestartBackoff: 50 * time.Millisecond,
 		Containers: []Container{{Name: "app", Argv: []string{tl.Podsim, "app", "--fail-first", "1", "--record", filepath.Join(t.TempDir(), "app.record")},
 			CgroupHold: hold}}})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	st, err := p.WaitPhase(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := p.MustWaitPhase(t, 2*time.Minute)
 	if c := st.Container("app"); st.Phase != Succeeded || c.Restarts != 1 {
 		t.Errorf("status %s, want Succeeded after one restart", st)
 	}

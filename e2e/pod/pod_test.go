@@ -135,12 +135,7 @@ func TestPodPhases(t *testing.T) {
 		for _, tt := range tests {
 			t.Run(b.Name()+"/"+tt.name, func(t *testing.T) {
 				p := startPod(t, b, Spec{Name: "phases", RestartPolicy: tt.policy, Containers: tt.ctrs})
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-				defer cancel()
-				st, err := p.WaitPhase(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
+				st := p.MustWaitPhase(t, 2*time.Minute)
 				if st.Phase != tt.phase {
 					t.Errorf("phase %s, want %s", st.Phase, tt.phase)
 				}

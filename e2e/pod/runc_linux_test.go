@@ -107,12 +107,7 @@ func TestRuncFilesystem(t *testing.T) {
 		app("message", "--record", "/dev/termination-log", "--exit", "4"),
 		app("readonly", "--record", "/readonly.record"),
 	}})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	st, err := p.WaitPhase(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := p.MustWaitPhase(t, 2*time.Minute)
 	if c := st.Container("message"); c.ExitCode != 4 {
 		t.Errorf("message exit %d, want 4", c.ExitCode)
 	}

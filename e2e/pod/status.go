@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"syscall"
+	"testing"
 	"time"
 )
 
@@ -159,6 +160,19 @@ func (p *Pod) Await(ctx context.Context, cond func() bool) error {
 // WaitPhase waits for a terminal phase (Succeeded or Failed).
 func (p *Pod) WaitPhase(ctx context.Context) (Status, error) {
 	return p.WaitFor(ctx, func(s Status) bool { return s.Phase == Succeeded || s.Phase == Failed })
+}
+
+// MustWaitPhase is WaitPhase for a test, bounded by within (a hang guard):
+// it fails the test if the pod has not ended by then.
+func (p *Pod) MustWaitPhase(t testing.TB, within time.Duration) Status {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	st, err := p.WaitPhase(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
 
 // WaitRunning waits until the named container runs (attempt >= restarts).

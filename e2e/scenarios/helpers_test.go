@@ -31,17 +31,6 @@ func checkEnd(t *testing.T, st pod.Status, phase pod.Phase, codes map[string]int
 	}
 }
 
-func waitPhase(t *testing.T, p *pod.Pod, within time.Duration) pod.Status {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), within)
-	defer cancel()
-	st, err := p.WaitPhase(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st
-}
-
 // waitStatus waits, up to eventBound, until the pod's status meets cond,
 // and returns that status; the test fails if it never does.
 func waitStatus(t *testing.T, p *pod.Pod, cond func(pod.Status) bool) pod.Status {

@@ -81,7 +81,7 @@ func TestNamedPods(t *testing.T) {
 			}
 			close(open)
 			releaseApps(t, p, built, d.Apps[1:])
-			st := waitPhase(t, p, eventBound)
+			st := p.MustWaitPhase(t, eventBound)
 			succeeded(t, st)
 			if c := st.Container("logship"); c.Restarts != instances-1 {
 				t.Errorf("logship %+v, want %d restarts", c, instances-1)
@@ -109,7 +109,7 @@ func TestNamedPods(t *testing.T) {
 				t.Fatal(err)
 			}
 			releaseApps(t, p, built, d.Apps[:1])
-			st := waitPhase(t, p, eventBound)
+			st := p.MustWaitPhase(t, eventBound)
 			succeeded(t, st)
 			if len(logFor(p, "app found", "debugger")) != 0 {
 				t.Errorf("the debug container was taken for an app")
@@ -188,7 +188,7 @@ func TestNamedPods(t *testing.T) {
 				}
 			}
 			releaseApps(t, p, built, d.Apps[1:])
-			succeeded(t, waitPhase(t, p, eventBound))
+			succeeded(t, p.MustWaitPhase(t, eventBound))
 		})
 		// Where names cannot be read (another runtime), today's rules stand,
 		// and the supervisor says so once.
@@ -197,7 +197,7 @@ func TestNamedPods(t *testing.T) {
 				SupervisorEnv: append([]string{}, patient...)}
 			p, built := run(t, b, d)
 			releaseApps(t, p, built, d.Apps)
-			st := waitPhase(t, p, eventBound)
+			st := p.MustWaitPhase(t, eventBound)
 			succeeded(t, st)
 			msgs := Messages(ParseLog(p.Logs("supervisor")))
 			if !slices.ContainsFunc(msgs, func(m string) bool { return strings.HasPrefix(m, "container names cannot be read here") }) {

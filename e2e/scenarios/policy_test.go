@@ -27,7 +27,7 @@ func runBuilt(t *testing.T, built Built) (*pod.Pod, pod.Status) {
 			}
 		}
 	}
-	return p, waitPhase(t, p, eventBound)
+	return p, p.MustWaitPhase(t, eventBound)
 }
 
 // withStamps makes every app record the time of each of its runs' end
@@ -94,7 +94,7 @@ func TestOnFailurePod(t *testing.T) {
 			if err := releaseRuns(p, built, "app", 3, nil); err != nil {
 				t.Fatal(err)
 			}
-			st := waitPhase(t, p, eventBound)
+			st := p.MustWaitPhase(t, eventBound)
 			if st.Phase != pod.Succeeded {
 				t.Errorf("phase %s, want Succeeded", st.Phase)
 			}

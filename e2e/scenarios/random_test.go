@@ -90,7 +90,7 @@ func TestRandomPods(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			st := waitPhase(t, p, eventBound)
+			st := p.MustWaitPhase(t, eventBound)
 			t.Logf("%s: %s", desc, st)
 			runs := 0
 			for _, c := range st.Containers {
@@ -235,7 +235,7 @@ func TestRestartNotYetMoved(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			st := waitPhase(t, p, eventBound)
+			st := p.MustWaitPhase(t, eventBound)
 			if st.Phase != pod.Succeeded {
 				t.Fatalf("phase %s, want Succeeded: %s", st.Phase, st)
 			}

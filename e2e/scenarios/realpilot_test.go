@@ -104,7 +104,7 @@ func TestRealPilot(t *testing.T) {
 				// proxy, ready or not.
 				waitEnvoy(t, built)
 				releaseApps(t, p, built, d.Apps)
-				st := waitPhase(t, p, eventBound)
+				st := p.MustWaitPhase(t, eventBound)
 				checkEnd(t, st, tt.phase, tt.codes)
 				events, err := built.Proxy.Record()
 				if err != nil {
@@ -249,7 +249,7 @@ func TestRealPilotStartingAsAppEnds(t *testing.T) {
 				d.SupervisorEnv = append([]string{}, patient...)
 				p, built := run(t, b, d)
 				releaseApps(t, p, built, d.Apps)
-				st := waitPhase(t, p, eventBound)
+				st := p.MustWaitPhase(t, eventBound)
 				if st.Phase != pod.Succeeded || st.Container("istio-proxy").ExitCode != 0 {
 					t.Errorf("phase %s, istio-proxy exit %d; want Succeeded and 0 (%s)", st.Phase, st.Container("istio-proxy").ExitCode, st)
 				}

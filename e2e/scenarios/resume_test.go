@@ -46,7 +46,7 @@ func TestSupervisorKilled(t *testing.T) {
 				waitLogFor(t, p, "app found", "app")
 				killSupervisor(t, p)
 				releaseApps(t, p, built, d.Apps)
-				st := waitPhase(t, p, eventBound)
+				st := p.MustWaitPhase(t, eventBound)
 				checkEnd(t, st, pod.Succeeded, map[string]int{"app": 0, "istio-proxy": 0})
 				checkKilledOnce(t, p, st, built)
 			})
@@ -61,7 +61,7 @@ func TestSupervisorKilled(t *testing.T) {
 				if err := built.Release(ProxyDrainCue); err != nil {
 					t.Fatal(err)
 				}
-				st := waitPhase(t, p, eventBound)
+				st := p.MustWaitPhase(t, eventBound)
 				checkEnd(t, st, pod.Succeeded, map[string]int{"app": 0, "istio-proxy": 0})
 				checkKilledOnce(t, p, st, built)
 			})

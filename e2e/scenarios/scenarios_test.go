@@ -144,7 +144,7 @@ func TestJobs(t *testing.T) {
 					waitStandIn(t, built)
 				}
 				releaseApps(t, p, built, d.Apps)
-				st := waitPhase(t, p, eventBound)
+				st := p.MustWaitPhase(t, eventBound)
 				checkEnd(t, st, tt.phase, tt.codes)
 				rec := Record(built.PilotRecord)
 				if len(rec) == 0 || !strings.HasPrefix(rec[0], "start ") {
@@ -191,7 +191,7 @@ func TestTwoAppsOrder(t *testing.T) {
 			if err := p.Signal("slow", syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
-			st := waitPhase(t, p, eventBound)
+			st := p.MustWaitPhase(t, eventBound)
 			if st.Container("istio-proxy").ExitCode != 137 || st.Phase != pod.Failed {
 				t.Errorf("after slow was killed by SIGKILL: %s, want istio-proxy 137 and Failed", st)
 			}
@@ -336,7 +336,7 @@ func TestSidecarStartingAsAppEnds(t *testing.T) {
 			if err := built.Release(HandlerCue); err != nil {
 				t.Fatal(err)
 			}
-			st := waitPhase(t, p, eventBound)
+			st := p.MustWaitPhase(t, eventBound)
 			if st.Phase != pod.Succeeded || st.Container("istio-proxy").ExitCode != 0 {
 				t.Errorf("phase %s, istio-proxy exit %d; want Succeeded and 0 (%s)", st.Phase, st.Container("istio-proxy").ExitCode, st)
 			}

@@ -95,7 +95,7 @@ func TestCloudSQLProxy(t *testing.T) {
 		for _, tt := range tests {
 			t.Run(b.Name+"/"+tt.name, func(t *testing.T) {
 				p, _ := runCloudSQLProxy(t, b, tt.app, tt.flags, tt.uid, tt.env)
-				st := waitPhase(t, p, eventBound)
+				st := p.MustWaitPhase(t, eventBound)
 				if st.Phase != tt.phase {
 					t.Errorf("phase %s, want %s (%s)", st.Phase, tt.phase, st)
 				}
@@ -338,7 +338,7 @@ func TestStandInSidecars(t *testing.T) {
 					recFile := filepath.Join(built.Shared, sc.RecordFile())
 					waitRecordStart(t, recFile)
 					releaseApps(t, p, built, d.Apps)
-					st := waitPhase(t, p, eventBound)
+					st := p.MustWaitPhase(t, eventBound)
 					if st.Phase != v.phase {
 						t.Errorf("phase %s, want %s (%s)", st.Phase, v.phase, st)
 					}
