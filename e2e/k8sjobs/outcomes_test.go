@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/cluster"
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/jobprog"
 )
 
 // exitThree: the app exits 3 in each of the 2 pods backoffLimit 1 allows; the
@@ -177,7 +178,7 @@ func (e *env) control(ctx context.Context, t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := finished(jb); c != nil {
+	if c := jobprog.Finished(jb); c != nil {
 		t.Fatalf("the control Job reached %s without a supervisor", c.Type)
 	}
 	if jb.Status.Active != 1 {

@@ -17,17 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/cluster"
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/jobprog"
 )
-
-// finished returns the Job's Complete or Failed condition, if it has one.
-func finished(j *batchv1.Job) *batchv1.JobCondition {
-	for i, c := range j.Status.Conditions {
-		if c.Status == corev1.ConditionTrue && (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) {
-			return &j.Status.Conditions[i]
-		}
-	}
-	return nil
-}
 
 // waitJob waits, up to limit, until the Job is Complete or Failed, and
 // returns the condition it reached.
@@ -42,7 +33,7 @@ func (e *env) waitJob(ctx context.Context, t *testing.T, ns, name string, limit 
 			return false, nil
 		}
 		last = fmt.Sprintf("active %d, succeeded %d, failed %d, conditions %+v", j.Status.Active, j.Status.Succeeded, j.Status.Failed, j.Status.Conditions)
-		cond = finished(j)
+		cond = jobprog.Finished(j)
 		return cond != nil, nil
 	})
 	if err != nil {
