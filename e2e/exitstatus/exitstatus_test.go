@@ -26,6 +26,9 @@ import (
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/scenarios"
 )
 
+// TestMain removes the tools the tests built.
+func TestMain(m *testing.M) { pod.RunTests(m) }
+
 // privilege is how the supervisor container runs.
 type privilege struct {
 	name string
@@ -115,9 +118,7 @@ func TestExitStatusMethods(t *testing.T) {
 // simulation's tools (found in the guest's initramfs there).
 func podTools(t *testing.T) pod.Tools {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the pod simulation creates namespaces and cgroups")
-	}
+	pod.NeedRoot(t)
 	return pod.MustTools(t)
 }
 

@@ -18,6 +18,9 @@ import (
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/scripts"
 )
 
+// TestMain removes the tools the tests built.
+func TestMain(m *testing.M) { pod.RunTests(m) }
+
 // patient sets every supervisor bound the tests do not test far out of
 // reach: each stands between an event a test expects (an app seen, a
 // sidecar's exit after its signal, its handler) and a fallback, so it is
@@ -26,15 +29,6 @@ var patient = []string{"SUPERVISOR_STOP_TIMEOUT=2m", "SUPERVISOR_SIDECAR_START_T
 
 // eventBound bounds the tests' waits for an event: a hang guard.
 const eventBound = 2 * time.Minute
-
-// needRoot skips a test that cannot run without root: the pod simulation
-// makes namespaces and cgroups. CI runs as root.
-func needRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the pod simulation creates namespaces and cgroups")
-	}
-}
 
 var straceOnce = sync.OnceValues(func() (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)

@@ -38,7 +38,7 @@ const (
 // kill(2)), reading only stat, cmdline and cgroup under /proc (never
 // environ), with no socket at all, and a log of one JSON object per line.
 func TestHostilePod(t *testing.T) {
-	needRoot(t)
+	pod.NeedRoot(t)
 	tl := pod.MustTools(t)
 	straceBin := strace(t)
 

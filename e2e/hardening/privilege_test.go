@@ -249,7 +249,7 @@ func pidfdExitInfo(t *testing.T) bool {
 // only network use is TCP connections to the URL it was given (pilot-agent:
 // /drain, then the quit, on its port); it never binds, listens or accepts.
 func TestHTTPActionNetwork(t *testing.T) {
-	needRoot(t)
+	pod.NeedRoot(t)
 	tl := pod.MustTools(t)
 	straceBin := strace(t)
 	b, err := scenarios.BuildNamespaces(scenarios.Desc{Name: "http",

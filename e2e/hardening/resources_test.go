@@ -204,7 +204,7 @@ func argOf(argv []string, flag string) string {
 // it finds the app and ghost among them, and stops only the sidecar.
 func TestTenThousandProcesses(t *testing.T) {
 	const swarm, scanFloor = 10000, 10
-	needRoot(t)
+	pod.NeedRoot(t)
 	tl := pod.MustTools(t)
 	// Discovery ends when ghost is found, not on a clock.
 	b, err := scenarios.BuildNamespaces(scenarios.Desc{Name: "many",

@@ -12,16 +12,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the pod simulation creates namespaces and cgroups")
-	}
-}
+// TestMain removes the tools the tests built.
+func TestMain(m *testing.M) { RunTests(m) }
 
+// needTools skips the test unless it runs as root, and builds the tools.
 func needTools(t *testing.T) Tools {
 	t.Helper()
-	requireRoot(t)
+	NeedRoot(t)
 	return MustTools(t)
 }
 

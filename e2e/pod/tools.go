@@ -61,6 +61,15 @@ func BuildTools(ctx context.Context) (Tools, error) {
 	return tools, toolsErr
 }
 
+// NeedRoot skips a test that cannot run without root: the pod simulation
+// creates namespaces and cgroups. CI runs as root.
+func NeedRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the pod simulation creates namespaces and cgroups")
+	}
+}
+
 // MustTools is BuildTools for a test, bounded to 5 minutes; it fails the
 // test when the tools cannot be built.
 func MustTools(t testing.TB) Tools {

@@ -172,9 +172,7 @@ func (b Builder) MustBuild(t testing.TB, d Desc) Built {
 // namespaces and cgroups (CI runs as root).
 func Builders(t testing.TB) []Builder {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the pod simulation creates namespaces and cgroups")
-	}
+	pod.NeedRoot(t)
 	tl := pod.MustTools(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
