@@ -329,13 +329,8 @@ func valuesCases() []valuesCase {
 			name:   "pilot.cni.enabled, job: the supervisor and no hold",
 			values: map[string]any{"pilot": map[string]any{"cni": map[string]any{"enabled": true}}},
 			in:     job("sleep", corev1.RestartPolicyNever, nil, "app"),
-			want: podShape{
-				InitContainers:        []string{"istio-validation"},
-				Containers:            []string{supervisorName, "app", proxyName},
-				ShareProcessNamespace: true,
-				SupervisorEnv:         supervisorEnv("Never", "app"),
-				SupervisorUser:        "1337",
-			},
+			// istio-validation in place of istio-init.
+			want: func() podShape { s := containerSupervised(); s.InitContainers = []string{"istio-validation"}; return s }(),
 		},
 		{
 			// The values' half of the template's test (the other half, the
@@ -350,13 +345,7 @@ func valuesCases() []valuesCase {
 			values: map[string]any{"pilot": map[string]any{"env": map[string]any{"SIDECAR_SUPERVISOR_IMAGE": mirrorImage}}},
 			in:     job("sleep", corev1.RestartPolicyNever, nil, "app"),
 			image:  mirrorImage,
-			want: podShape{
-				InitContainers:        []string{"istio-init"},
-				Containers:            []string{supervisorName, "app", proxyName},
-				ShareProcessNamespace: true,
-				SupervisorEnv:         supervisorEnv("Never", "app"),
-				SupervisorUser:        "1337",
-			},
+			want:   containerSupervised(),
 		},
 	}, nativeValuesCases()...)
 }

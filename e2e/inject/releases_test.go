@@ -294,13 +294,7 @@ func (r istioRelease) render(t *testing.T, d inject.SidecarTemplateData) (string
 // added), and native despite "false" under ENABLE_NATIVE_SIDECARS=true.
 func annotationIgnored() map[string]podShape {
 	return map[string]podShape{
-		"native sidecar by pod annotation": {
-			InitContainers:        []string{"istio-init"},
-			Containers:            []string{supervisorName, "app", proxyName},
-			ShareProcessNamespace: true,
-			SupervisorEnv:         supervisorEnv("Never", "app"),
-			SupervisorUser:        "1337",
-		},
+		"native sidecar by pod annotation":                                      containerSupervised(),
 		"native sidecars mesh-wide, pod opts out: the supervisor native":        native("app"),
 		"native sidecars mesh-wide, pod opts out, shape container: a container": native("app"),
 		"shape native, istio-proxy native too: nothing":                         nativeSupervised(nil, nativeEnv("Never", "app"), "app"),
