@@ -55,16 +55,17 @@ func TestJobs(t *testing.T) {
 			name string
 			run  func(context.Context, *testing.T)
 		}{
-			{"exit 0 completes", e.exitZero},
-			{"exit 0, on-success SIGTERM: pilot-agent drains", e.exitZeroDrain},
+			// istio-proxy exits 0 on the default quit, or drains on SIGTERM.
+			{"exit 0 completes", func(ctx context.Context, t *testing.T) { e.succeed(ctx, t, "exit-zero", quit) }},
+			{"exit 0, on-success SIGTERM: pilot-agent drains", func(ctx context.Context, t *testing.T) { e.succeed(ctx, t, "exit-zero-drain", drain) }},
 			{"quick apps as istio-proxy starts", e.quickApps},
 			{"apps of milliseconds", e.millisecondApps},
 			{"native sidecar of its own", e.nativeSidecarOfItsOwn},
 			{"ephemeral container left running", e.ephemeralLeftRunning},
 			{"OnFailure two apps, one failing twice", e.onFailureTwoApps},
 			{"hostPID and unshared pods admitted", e.notShared},
-			{"OnFailure, status unknown, success on the first try", e.onFailureUnknownFirstTry},
-			{"OnFailure, status unknown, two failures", e.onFailureUnknownTwice},
+			{"OnFailure, status unknown, success on the first try", func(ctx context.Context, t *testing.T) { e.onFailureUnknown(ctx, t, "unknown-first-try", 0) }},
+			{"OnFailure, status unknown, two failures", func(ctx context.Context, t *testing.T) { e.onFailureUnknown(ctx, t, "unknown-twice", 2) }},
 			{"exit 3 fails, proxy killed", e.exitThree},
 			{"OnFailure retry keeps the proxy", e.onFailure},
 			{"two apps", e.twoApps},
@@ -210,20 +211,10 @@ func (e *env) checkSucceeded(ctx context.Context, t *testing.T, p corev1.Pod, ap
 	return e.checkSupervisor(ctx, t, p, summary, logPidfd, logFound, logExited, logDecision, logStopped, logDone)
 }
 
-// exitZero: the app exits 0; the Job completes, istio-proxy exits 0 on the
-// default quit.
-func (e *env) exitZero(ctx context.Context, t *testing.T) {
-	e.succeed(ctx, t, "exit-zero", quit)
-}
-
-// exitZeroDrain: the same with the annotation on-success: SIGTERM (the
-// binary's own default): pilot-agent drains, then exits 0.
-func (e *env) exitZeroDrain(ctx context.Context, t *testing.T) {
-	e.succeed(ctx, t, "exit-zero-drain", drain)
-}
-
 // succeed runs a Job whose app exits 0, its supervisor told to stop
-// istio-proxy the given way (quit: no annotation, the template's default).
+// istio-proxy the given way (quit: no annotation, the template's default;
+// drain: on-success SIGTERM, the binary's own default, on which
+// pilot-agent drains, then exits 0). The Job completes.
 func (e *env) succeed(ctx context.Context, t *testing.T, name string, way stopWay) {
 	ns := e.namespace(ctx, t, name)
 	j := newJob(name, corev1.RestartPolicyNever, 0, app("app", "echo working; echo done"))

@@ -129,7 +129,7 @@ func (e *env) twoApps(ctx context.Context, t *testing.T) {
 	}
 }
 
-// control: the same Job as exitZero with the supervisor opted out: istio-proxy
+// control: the same Job as exit-zero (succeed) with the supervisor opted out: istio-proxy
 // alone keeps the pod Running, and the Job never completes.
 func (e *env) control(ctx context.Context, t *testing.T) {
 	ns := e.namespace(ctx, t, "control")

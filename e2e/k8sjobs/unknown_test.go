@@ -36,6 +36,9 @@ const unknownBound = 4 * time.Minute
 // unknown awaiting its restart.
 const waitingLine = "app status unknown under restartPolicy OnFailure: waiting for a restart before taking it as finished"
 
+// onFailureUnknown runs a Job (namespace and Job called name) whose app
+// fails fails times, then succeeds, its statuses unknown, and checks each
+// wait for a restart.
 func (e *env) onFailureUnknown(ctx context.Context, t *testing.T, name string, fails int) {
 	ns := e.namespace(ctx, t, name)
 	j := newJob(name, corev1.RestartPolicyOnFailure, 4,
@@ -106,12 +109,4 @@ func restartWaits(log string) []time.Duration {
 		}
 	}
 	return waits
-}
-
-func (e *env) onFailureUnknownFirstTry(ctx context.Context, t *testing.T) {
-	e.onFailureUnknown(ctx, t, "unknown-first-try", 0)
-}
-
-func (e *env) onFailureUnknownTwice(ctx context.Context, t *testing.T) {
-	e.onFailureUnknown(ctx, t, "unknown-twice", 2)
 }
