@@ -51,10 +51,7 @@ func TestJobs(t *testing.T) {
 	e := setUp(ctx, t)
 	t0 := time.Now()
 	t.Run("cases", func(t *testing.T) {
-		for _, tc := range []struct {
-			name string
-			run  func(context.Context, *testing.T)
-		}{
+		for _, tc := range append([]jobCase{
 			// istio-proxy exits 0 on the default quit, or drains on SIGTERM.
 			{"exit 0 completes", func(ctx context.Context, t *testing.T) { e.succeed(ctx, t, "exit-zero", quit) }},
 			{"exit 0, on-success SIGTERM: pilot-agent drains", func(ctx context.Context, t *testing.T) { e.succeed(ctx, t, "exit-zero-drain", drain) }},
@@ -75,13 +72,7 @@ func TestJobs(t *testing.T) {
 			{"deploy/job-ptrace.yaml", e.deployJobPtrace},
 			{"deploy/cronjob.yaml fires", e.deployCronJob},
 			{"the kubelet rewrites a running container's /etc/hosts", e.hostsRewritten},
-			{"cloud-sql-proxy example, exit 0 completes", e.cloudSQLExample},
-			{"cloud-sql-proxy example, exit 3 fails", e.cloudSQLExampleFails},
-			{"cloud-sql-proxy via the template, its quitquitquit", e.cloudSQLTemplateQuit},
-			{"cloud-sql-proxy via the template, SIGTERM with exit-zero-on-sigterm", e.cloudSQLTemplateTerm},
-			{"cloud-sql-proxy via the template, SIGTERM without it exits 143", e.cloudSQLTemplate143},
-			{"cloud-sql-proxy via the template, exit 3 fails", e.cloudSQLTemplateFails},
-		} {
+		}, e.cloudSQLCases()...) {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
 				t1 := time.Now()
@@ -91,6 +82,12 @@ func TestJobs(t *testing.T) {
 		}
 	})
 	t.Logf("all cases done in %s", time.Since(t0).Round(time.Second))
+}
+
+// jobCase is one of TestJobs' cases: its name and what it runs.
+type jobCase struct {
+	name string
+	run  func(context.Context, *testing.T)
 }
 
 // newJob is a Job as users write one: busybox app containers, the label that

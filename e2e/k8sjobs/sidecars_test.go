@@ -56,69 +56,54 @@ type csqlCase struct {
 	pilot    stopWay          // how pilot-agent was stopped on success
 }
 
-// cloudSQLExample: deploy/job-cloud-sql-proxy.yaml as it is, the app exits
-// 0: every container exits 0. The hand-added supervisor stops
-// cloud-sql-proxy by its quit endpoint (SUPERVISOR_SIDECAR_ACTIONS) and
-// istio-proxy by the binary's default on success, SIGTERM: pilot-agent
-// drains, then exits 0.
-func (e *env) cloudSQLExample(ctx context.Context, t *testing.T) {
-	e.cloudSQL(ctx, t, csqlCase{name: "csql-example", complete: true,
-		codes:   map[string]int32{"app": 0, csqlName: 0, proxyName: 0},
-		summary: "success: {app} exit 0; action SIGTERM (cloud-sql-proxy: POST " + csqlQuit + "); sidecar stopped",
-		csqlLog: csqlQuitLine, pilot: drain})
-}
-
-// cloudSQLExampleFails: the example with an app exiting 3 and backoffLimit
-// 0: the pod and the Job fail. cloud-sql-proxy keeps its own action (its
-// quit, exit 0); istio-proxy gets the failure's SIGKILL.
-func (e *env) cloudSQLExampleFails(ctx context.Context, t *testing.T) {
-	e.cloudSQL(ctx, t, csqlCase{name: "csql-example-fails", exit: 3,
-		codes:   map[string]int32{"app": 3, csqlName: 0, proxyName: 137},
-		summary: "failure: {app} exit 3; action SIGKILL (cloud-sql-proxy: POST " + csqlQuit + "); sidecar stopped",
-		csqlLog: csqlQuitLine})
-}
-
-// cloudSQLTemplateQuit: the example's pod without its supervisor: the
-// template adds one, which reads --quitquitquit and --admin-port on
-// cloud-sql-proxy's command line and quits it there; pilot-agent gets the
-// template's quit.
-func (e *env) cloudSQLTemplateQuit(ctx context.Context, t *testing.T) {
-	e.cloudSQL(ctx, t, csqlCase{name: "csql-template-quit", template: true, complete: true,
-		codes:   map[string]int32{"app": 0, csqlName: 0, proxyName: 0},
-		summary: "success: {app} exit 0; action POST " + quitURL + " (cloud-sql-proxy: POST " + csqlQuit + "); sidecar stopped",
-		csqlLog: csqlQuitLine, pilot: quit})
-}
-
-// cloudSQLTemplateTerm: without --quitquitquit, the template's supervisor
-// stops cloud-sql-proxy by SIGTERM, which --exit-zero-on-sigterm makes
-// exit 0.
-func (e *env) cloudSQLTemplateTerm(ctx context.Context, t *testing.T) {
-	e.cloudSQL(ctx, t, csqlCase{name: "csql-template-term", template: true, complete: true,
-		drop:    []string{"--quitquitquit"},
-		codes:   map[string]int32{"app": 0, csqlName: 0, proxyName: 0},
-		summary: "success: {app} exit 0; action POST " + quitURL + " (cloud-sql-proxy: SIGTERM); sidecar stopped",
-		csqlLog: csqlTermLine, pilot: quit})
-}
-
-// cloudSQLTemplate143: with neither flag, cloud-sql-proxy exits 143 on the
-// supervisor's SIGTERM, which fails the pod however the app did; the
-// supervisor's summary says so and how to fix it.
-func (e *env) cloudSQLTemplate143(ctx context.Context, t *testing.T) {
-	e.cloudSQL(ctx, t, csqlCase{name: "csql-template-143", template: true,
-		drop:    []string{"--quitquitquit", "--exit-zero-on-sigterm"},
-		codes:   map[string]int32{"app": 0, csqlName: 143, proxyName: 0},
-		summary: "success: {app} exit 0; action POST " + quitURL + " (cloud-sql-proxy: SIGTERM); ",
-		notes: []string{"; cloud-sql-proxy exited 143: the pod will be Failed; start it with --exit-zero-on-sigterm or --quitquitquit",
-			"; sidecar stopped"},
-		csqlLog: csqlTermLine, pilot: quit})
-}
-
-// cloudSQLTemplateFails: the template's supervisor, the app exits 3.
-func (e *env) cloudSQLTemplateFails(ctx context.Context, t *testing.T) {
-	e.cloudSQL(ctx, t, csqlCase{name: "csql-template-fails", template: true, exit: 3,
-		codes:   map[string]int32{"app": 3, csqlName: 0, proxyName: 137},
-		summary: "failure: {app} exit 3; action SIGKILL (cloud-sql-proxy: POST " + csqlQuit + "); sidecar stopped",
-		csqlLog: csqlQuitLine})
+// cloudSQLCases are TestJobs' cases of the cloud-sql-proxy example, each
+// run by cloudSQL.
+func (e *env) cloudSQLCases() []jobCase {
+	run := func(c csqlCase) func(context.Context, *testing.T) {
+		return func(ctx context.Context, t *testing.T) { e.cloudSQL(ctx, t, c) }
+	}
+	return []jobCase{
+		// deploy/job-cloud-sql-proxy.yaml as it is. The hand-added supervisor
+		// stops cloud-sql-proxy by its quit endpoint (SUPERVISOR_SIDECAR_ACTIONS)
+		// and istio-proxy by the binary's default on success, SIGTERM:
+		// pilot-agent drains, then exits 0.
+		{"cloud-sql-proxy example, exit 0 completes", run(csqlCase{name: "csql-example", complete: true,
+			codes:   map[string]int32{"app": 0, csqlName: 0, proxyName: 0},
+			summary: "success: {app} exit 0; action SIGTERM (cloud-sql-proxy: POST " + csqlQuit + "); sidecar stopped",
+			csqlLog: csqlQuitLine, pilot: drain})},
+		// backoffLimit 0: the pod and the Job fail. cloud-sql-proxy keeps its
+		// own action (its quit, exit 0); istio-proxy gets the failure's SIGKILL.
+		{"cloud-sql-proxy example, exit 3 fails", run(csqlCase{name: "csql-example-fails", exit: 3,
+			codes:   map[string]int32{"app": 3, csqlName: 0, proxyName: 137},
+			summary: "failure: {app} exit 3; action SIGKILL (cloud-sql-proxy: POST " + csqlQuit + "); sidecar stopped",
+			csqlLog: csqlQuitLine})},
+		// The example's pod without its supervisor: the template's reads
+		// --quitquitquit and --admin-port on cloud-sql-proxy's command line and
+		// quits it there; pilot-agent gets the template's quit.
+		{"cloud-sql-proxy via the template, its quitquitquit", run(csqlCase{name: "csql-template-quit", template: true, complete: true,
+			codes:   map[string]int32{"app": 0, csqlName: 0, proxyName: 0},
+			summary: "success: {app} exit 0; action POST " + quitURL + " (cloud-sql-proxy: POST " + csqlQuit + "); sidecar stopped",
+			csqlLog: csqlQuitLine, pilot: quit})},
+		// Without --quitquitquit: SIGTERM, which --exit-zero-on-sigterm makes exit 0.
+		{"cloud-sql-proxy via the template, SIGTERM with exit-zero-on-sigterm", run(csqlCase{name: "csql-template-term", template: true, complete: true,
+			drop:    []string{"--quitquitquit"},
+			codes:   map[string]int32{"app": 0, csqlName: 0, proxyName: 0},
+			summary: "success: {app} exit 0; action POST " + quitURL + " (cloud-sql-proxy: SIGTERM); sidecar stopped",
+			csqlLog: csqlTermLine, pilot: quit})},
+		// With neither flag cloud-sql-proxy exits 143 on the SIGTERM, which
+		// fails the pod however the app did; the summary says so and how to fix it.
+		{"cloud-sql-proxy via the template, SIGTERM without it exits 143", run(csqlCase{name: "csql-template-143", template: true,
+			drop:    []string{"--quitquitquit", "--exit-zero-on-sigterm"},
+			codes:   map[string]int32{"app": 0, csqlName: 143, proxyName: 0},
+			summary: "success: {app} exit 0; action POST " + quitURL + " (cloud-sql-proxy: SIGTERM); ",
+			notes: []string{"; cloud-sql-proxy exited 143: the pod will be Failed; start it with --exit-zero-on-sigterm or --quitquitquit",
+				"; sidecar stopped"},
+			csqlLog: csqlTermLine, pilot: quit})},
+		{"cloud-sql-proxy via the template, exit 3 fails", run(csqlCase{name: "csql-template-fails", template: true, exit: 3,
+			codes:   map[string]int32{"app": 3, csqlName: 0, proxyName: 137},
+			summary: "failure: {app} exit 3; action SIGKILL (cloud-sql-proxy: POST " + csqlQuit + "); sidecar stopped",
+			csqlLog: csqlQuitLine})},
+	}
 }
 
 // csqlJob is deploy/job-cloud-sql-proxy.yaml changed as c says, runnable
