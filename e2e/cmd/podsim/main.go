@@ -50,30 +50,16 @@ func main() {
 		}
 		mode, args = args[0], args[1:]
 	}
-	var err error
-	switch mode {
-	case "pause":
-		err = pause(args)
-	case "enter":
-		err = enter(args)
-	case "pilot-agent":
-		err = pilotAgent(args)
-	case "envoy":
-		err = envoy(args)
-	case "app":
-		err = app(args)
-	case "wait-http":
-		err = waitHTTP(args)
-	case "ps":
-		err = ps(args)
-	case "hostile":
-		err = hostile(args)
-	case "true":
-		err = exitCode(args)
-	case "daprd", "linkerd2-proxy", "consul-dataplane", "vault", "otelcol", "otelcol-contrib", "fluent-bit":
-		err = sidecarStandIn(mode, args)
-	default:
-		err = fmt.Errorf("unknown mode %q", mode)
+	sidecar := func(args []string) error { return sidecarStandIn(mode, args) }
+	run, ok := map[string]func([]string) error{
+		"pause": pause, "enter": enter, "pilot-agent": pilotAgent, "envoy": envoy, "app": app,
+		"wait-http": waitHTTP, "ps": ps, "hostile": hostile, "true": exitCode,
+		"daprd": sidecar, "linkerd2-proxy": sidecar, "consul-dataplane": sidecar, "vault": sidecar,
+		"otelcol": sidecar, "otelcol-contrib": sidecar, "fluent-bit": sidecar,
+	}[mode]
+	err := fmt.Errorf("unknown mode %q", mode)
+	if ok {
+		err = run(args)
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "podsim %s: %v\n", mode, err)
