@@ -21,15 +21,6 @@ import (
 // TestMain removes the tools the tests built.
 func TestMain(m *testing.M) { pod.RunTests(m) }
 
-// patient sets every supervisor bound the tests do not test far out of
-// reach: each stands between an event a test expects (an app seen, a
-// sidecar's exit after its signal, its handler) and a fallback, so it is
-// only a hang guard, and a loaded machine must never reach it.
-var patient = []string{"SUPERVISOR_STOP_TIMEOUT=2m", "SUPERVISOR_SIDECAR_START_TIMEOUT=2m", "SUPERVISOR_APP_START_TIMEOUT=2m"}
-
-// eventBound bounds the tests' waits for an event: a hang guard.
-const eventBound = 2 * time.Minute
-
 var straceOnce = sync.OnceValues(func() (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -79,7 +70,7 @@ func waitTerminated(t *testing.T, p *pod.Pod, name string, within time.Duration)
 // (pod.Pod.Await).
 func waitLogFor(t *testing.T, p *pod.Pod, msg, container string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), eventBound)
+	ctx, cancel := context.WithTimeout(context.Background(), scenarios.EventBound)
 	defer cancel()
 	if err := p.Await(ctx, func() bool {
 		for _, l := range logLines(p.Logs("supervisor"), msg) {

@@ -49,7 +49,7 @@ func TestHostilePod(t *testing.T) {
 		// The sidecar drains until a decoy has been exec'd into the app's
 		// container, before the stop's next scan.
 		ProxyDrainCued: true,
-		SupervisorEnv: append(append([]string{}, patient...),
+		SupervisorEnv: append(append([]string{}, scenarios.Patient...),
 			"SUPERVISOR_APP_CONTAINERS=1", "SUPERVISOR_IGNORE_PROCESSES=bystander"),
 	}, tl)
 	if err != nil {
@@ -74,7 +74,7 @@ func TestHostilePod(t *testing.T) {
 	termLog := sup.TerminationMessage
 
 	p := scenarios.Start(t, b)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*eventBound)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*scenarios.EventBound)
 	defer cancel()
 	// kubectl exec: a pilot-agent with PPID 0 in the app container and in
 	// the bystander, running until the end of the test.
@@ -88,7 +88,7 @@ func TestHostilePod(t *testing.T) {
 			"--record", rec("exec-"+c))
 	}
 	for _, c := range []string{"app", "bystander"} {
-		waitUntil(t, eventBound, "the decoy exec'd into "+c, func() bool { return started(scenarios.Record(rec("exec-" + c))) })
+		waitUntil(t, scenarios.EventBound, "the decoy exec'd into "+c, func() bool { return started(scenarios.Record(rec("exec-" + c))) })
 	}
 	close(execd)
 	appPID := nsPID(t, p.Status().Container("app").PID)
@@ -103,7 +103,7 @@ func TestHostilePod(t *testing.T) {
 	}
 	// The supervisor is strace's child, in the pod's PID namespace too.
 	var supPID int
-	for deadline := time.Now().Add(eventBound); supPID == 0; {
+	for deadline := time.Now().Add(scenarios.EventBound); supPID == 0; {
 		for _, c := range children(st.PID) {
 			if commOf(c) == "sidecar-supervi" {
 				supPID = nsPID(t, c)
@@ -127,17 +127,17 @@ func TestHostilePod(t *testing.T) {
 	if err := b.Release("app"); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, eventBound, "the sidecar's SIGTERM", func() bool {
+	waitUntil(t, scenarios.EventBound, "the sidecar's SIGTERM", func() bool {
 		return slices.Contains(scenarios.Record(b.PilotRecord), "signal SIGTERM")
 	})
 	go p.Exec(execCtx, "app", tl.Podsim, "hostile", "--comm", "pilot-agent", "--argv0", "pilot-agent",
 		"--record", rec("late-app"))
-	waitUntil(t, eventBound, "the late decoy", func() bool { return started(scenarios.Record(rec("late-app"))) })
+	waitUntil(t, scenarios.EventBound, "the late decoy", func() bool { return started(scenarios.Record(rec("late-app"))) })
 	if err := b.Release(scenarios.ProxyDrainCue); err != nil {
 		t.Fatal(err)
 	}
 
-	sst := waitTerminated(t, p, "supervisor", eventBound)
+	sst := waitTerminated(t, p, "supervisor", scenarios.EventBound)
 	if sst.ExitCode != 0 {
 		t.Errorf("supervisor exit %d, want 0", sst.ExitCode)
 	}

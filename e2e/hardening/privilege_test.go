@@ -39,13 +39,13 @@ func credsOf(t *testing.T, pid int) creds {
 // returns its host PID.
 func supervisorProc(t *testing.T, p *pod.Pod) int {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), eventBound)
+	ctx, cancel := context.WithTimeout(context.Background(), scenarios.EventBound)
 	defer cancel()
 	st, err := p.WaitRunning(ctx, "supervisor", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, eventBound, "supervisor process", func() bool { return commOf(st.PID) == "sidecar-supervi" })
+	waitUntil(t, scenarios.EventBound, "supervisor process", func() bool { return commOf(st.PID) == "sidecar-supervi" })
 	return st.PID
 }
 
@@ -81,7 +81,7 @@ func TestPrivileges(t *testing.T) {
 			}
 			d := scenarios.Desc{Name: "noprivs",
 				Apps: []scenarios.App{{Name: "app", Cued: true, UID: 1000}},
-				SupervisorEnv: append(append([]string{}, patient...), "SUPERVISOR_APP_CONTAINERS=1",
+				SupervisorEnv: append(append([]string{}, scenarios.Patient...), "SUPERVISOR_APP_CONTAINERS=1",
 					"SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit")}
 			built := b.MustBuild(t, d)
 			p := scenarios.Start(t, built)
@@ -95,7 +95,7 @@ func TestPrivileges(t *testing.T) {
 			releaseWatched(t, p, built, s)
 			waitPhaseOf(t, p, "supervisor")
 			s.Stop()
-			st := p.MustWaitPhase(t, eventBound)
+			st := p.MustWaitPhase(t, scenarios.EventBound)
 
 			want := creds{Uid: "1337 1337 1337 1337", Gid: "1337 1337 1337 1337", CapInh: capMask(), CapPrm: capMask(),
 				CapEff: capMask(), CapBnd: capMask(), CapAmb: capMask(), NoNewPrivs: "1", Comm: "sidecar-supervi"}
@@ -113,7 +113,7 @@ func TestPrivileges(t *testing.T) {
 		t.Run(b.Name+"/ptrace, root with SYS_PTRACE and KILL only", func(t *testing.T) {
 			d := scenarios.Desc{Name: "ptrace",
 				Apps: []scenarios.App{{Name: "app", Cued: true, Args: []string{"--exit", "3"}, UID: 1000}},
-				SupervisorEnv: append(append([]string{}, patient...), "SUPERVISOR_APP_CONTAINERS=1",
+				SupervisorEnv: append(append([]string{}, scenarios.Patient...), "SUPERVISOR_APP_CONTAINERS=1",
 					"SUPERVISOR_EXIT_STATUS=ptrace")}
 			built := b.MustBuild(t, d)
 			// As deploy/job-ptrace.yaml: runAsUser 0, drop ALL, add
@@ -158,7 +158,7 @@ func TestPrivileges(t *testing.T) {
 // status then.
 func waitPhaseOf(t *testing.T, p *pod.Pod, name string) pod.Status {
 	t.Helper()
-	waitTerminated(t, p, name, eventBound)
+	waitTerminated(t, p, name, scenarios.EventBound)
 	return p.Status()
 }
 
@@ -170,7 +170,7 @@ const minSamples = 20
 func releaseWatched(t *testing.T, p *pod.Pod, b scenarios.Built, s *sampler) {
 	t.Helper()
 	waitLogFor(t, p, "app found", "app")
-	waitUntil(t, eventBound, fmt.Sprintf("%d samples of the supervisor", minSamples), func() bool {
+	waitUntil(t, scenarios.EventBound, fmt.Sprintf("%d samples of the supervisor", minSamples), func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		return s.samples >= minSamples
@@ -254,7 +254,7 @@ func TestHTTPActionNetwork(t *testing.T) {
 	straceBin := strace(t)
 	b, err := scenarios.BuildNamespaces(scenarios.Desc{Name: "http",
 		Apps: []scenarios.App{{Name: "app", Cued: true, UID: 1000}},
-		SupervisorEnv: append(append([]string{}, patient...), "SUPERVISOR_APP_CONTAINERS=1",
+		SupervisorEnv: append(append([]string{}, scenarios.Patient...), "SUPERVISOR_APP_CONTAINERS=1",
 			"SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit")}, tl)
 	if err != nil {
 		t.Fatal(err)

@@ -59,7 +59,7 @@ func churnBounds(t *testing.T, be scenarios.Builder) {
 	const churn = "4000"
 	apps := []string{"early", "late", "third"}
 	// Discovery ends when the third app is found, not on a clock.
-	d := scenarios.Desc{Name: "churn", SupervisorEnv: append(append([]string{}, patient...),
+	d := scenarios.Desc{Name: "churn", SupervisorEnv: append(append([]string{}, scenarios.Patient...),
 		"SUPERVISOR_APP_CONTAINERS=3", "SUPERVISOR_APP_START_TIMEOUT=1h", "SUPERVISOR_SCAN_INTERVAL=10ms")}
 	for _, a := range apps {
 		d.Apps = append(d.Apps, scenarios.App{Name: a, UID: 1000, Cued: true})
@@ -209,7 +209,7 @@ func TestTenThousandProcesses(t *testing.T) {
 	// Discovery ends when ghost is found, not on a clock.
 	b, err := scenarios.BuildNamespaces(scenarios.Desc{Name: "many",
 		Apps: []scenarios.App{{Name: "app", UID: 1000, Cued: true}, {Name: "ghost", UID: 1000, Cued: true}},
-		SupervisorEnv: append(append([]string{}, patient...), "SUPERVISOR_APP_CONTAINERS=2",
+		SupervisorEnv: append(append([]string{}, scenarios.Patient...), "SUPERVISOR_APP_CONTAINERS=2",
 			"SUPERVISOR_APP_START_TIMEOUT=1h", "SUPERVISOR_SCAN_INTERVAL=10ms")}, tl)
 	if err != nil {
 		t.Fatal(err)

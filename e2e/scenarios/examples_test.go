@@ -79,7 +79,7 @@ func TestDeployExamples(t *testing.T) {
 						waitRecordStart(t, filepath.Join(built.Shared, s.RecordFile()))
 					}
 					releaseApps(t, p, built, d.Apps)
-					st := p.MustWaitPhase(t, eventBound)
+					st := p.MustWaitPhase(t, EventBound)
 					if st.Phase != o.phase || st.Container("app").ExitCode != o.code ||
 						st.Container(s.name()).ExitCode != 0 || st.Container("supervisor").ExitCode != 0 {
 						t.Errorf("status %s, want %s with app %d and %s, supervisor 0", st, o.phase, o.code, s.name())

@@ -31,11 +31,11 @@ func checkEnd(t *testing.T, st pod.Status, phase pod.Phase, codes map[string]int
 	}
 }
 
-// waitStatus waits, up to eventBound, until the pod's status meets cond,
+// waitStatus waits, up to EventBound, until the pod's status meets cond,
 // and returns that status; the test fails if it never does.
 func waitStatus(t *testing.T, p *pod.Pod, cond func(pod.Status) bool) pod.Status {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), eventBound)
+	ctx, cancel := context.WithTimeout(context.Background(), EventBound)
 	defer cancel()
 	st, err := p.WaitFor(ctx, cond)
 	if err != nil {
@@ -49,17 +49,6 @@ func waitStatus(t *testing.T, p *pod.Pod, cond func(pod.Status) bool) pod.Status
 func ended(name string) func(pod.Status) bool {
 	return func(s pod.Status) bool { c := s.Container(name); return c.Started && !c.Running }
 }
-
-// patient sets every supervisor bound a test does not test far out of
-// reach: each stands between an event the test expects (an app seen, a
-// sidecar's exit after its signal, its handler) and a fallback, so it is
-// only a hang guard, and a loaded machine must never reach it. A test
-// whose outcome is a timeout sets that one short itself, after these (the
-// last setting wins).
-var patient = []string{"SUPERVISOR_STOP_TIMEOUT=2m", "SUPERVISOR_SIDECAR_START_TIMEOUT=2m", "SUPERVISOR_APP_START_TIMEOUT=2m"}
-
-// eventBound bounds the tests' waits for an event: a hang guard.
-const eventBound = 2 * time.Minute
 
 func isSubsequence(want, got []string) bool {
 	i := 0
@@ -81,7 +70,7 @@ func waitStandIn(t *testing.T, b Built) {
 // SIGTERM handler by then. (A file: polled.)
 func waitRecordStart(t *testing.T, file string) {
 	t.Helper()
-	deadline := time.Now().Add(eventBound)
+	deadline := time.Now().Add(EventBound)
 	for time.Now().Before(deadline) {
 		if rec := Record(file); len(rec) > 0 && strings.HasPrefix(rec[0], "start ") {
 			return
@@ -142,7 +131,7 @@ func logCount(p *pod.Pod, match func(LogLine) bool) int {
 // awaitLog waits (bounded) until n lines of the supervisor's log match:
 // the pod wakes the wait at each line written (pod.Pod.Await).
 func awaitLog(p *pod.Pod, n int, match func(LogLine) bool) error {
-	ctx, cancel := context.WithTimeout(context.Background(), eventBound)
+	ctx, cancel := context.WithTimeout(context.Background(), EventBound)
 	defer cancel()
 	return p.Await(ctx, func() bool { return logCount(p, match) >= n })
 }

@@ -21,7 +21,7 @@ var drainApp = App{Name: "app", UID: 1000, DrainCued: true, Args: []string{"--sl
 // long the deletion took.
 func deletePod(t *testing.T, p *pod.Pod) (pod.Status, time.Duration) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*eventBound)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*EventBound)
 	defer cancel()
 	begun := time.Now()
 	st := p.Delete(ctx)
@@ -33,7 +33,7 @@ func deletePod(t *testing.T, p *pod.Pod) (pod.Status, time.Duration) {
 func deleting(p *pod.Pod) <-chan pod.Status {
 	out := make(chan pod.Status, 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*eventBound)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*EventBound)
 		defer cancel()
 		out <- p.Delete(ctx)
 	}()
@@ -56,9 +56,9 @@ func gets(record []string) (ok, failed int) {
 // waitRecord polls (bounded) a record file until cond holds for it.
 func waitRecord(t *testing.T, file, what string, cond func([]string) bool) {
 	t.Helper()
-	for deadline := time.Now().Add(eventBound); !cond(Record(file)); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(EventBound); !cond(Record(file)); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("no %s in %s within %s:\n%s", what, file, eventBound, strings.Join(Record(file), "\n"))
+			t.Fatalf("no %s in %s within %s:\n%s", what, file, EventBound, strings.Join(Record(file), "\n"))
 		}
 	}
 }
@@ -84,11 +84,11 @@ func TestHoldDrain(t *testing.T) {
 				// deletion finds both up (as in any pod that was Ready). The
 				// grace period only bounds the deletion.
 				built := b.MustBuild(t, Desc{Name: "deploy", Policy: pod.Always, NoSupervisor: true, Apps: []App{drainApp},
-					ProxyDrain: 5 * time.Second, Grace: eventBound, HoldApp: true})
+					ProxyDrain: 5 * time.Second, Grace: EventBound, HoldApp: true})
 				if hold {
 					// Not the outcome here: the hold ends with the app's exit.
 					var err error
-					if built, err = WithHold(built, tl, eventBound); err != nil {
+					if built, err = WithHold(built, tl, EventBound); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -105,7 +105,7 @@ func TestHoldDrain(t *testing.T) {
 						t.Errorf("the sidecar was stopped while the app drained: record %q, %s", rec, p.Status())
 					}
 				} else {
-					ctx, cancel := context.WithTimeout(context.Background(), eventBound)
+					ctx, cancel := context.WithTimeout(context.Background(), EventBound)
 					defer cancel()
 					if _, err := p.WaitFor(ctx, func(s pod.Status) bool { c := s.Container("istio-proxy"); return c.Started && !c.Running }); err != nil {
 						t.Fatalf("istio-proxy did not stop while the app drained: %v", err)
@@ -149,7 +149,7 @@ func TestHoldBound(t *testing.T) {
 			tl := pod.MustTools(t)
 			built := b.MustBuild(t, Desc{Name: "stuck", Policy: pod.Always, NoSupervisor: true,
 				Apps:       []App{{Name: "app", DrainCued: true, Args: []string{"--sleep", "1h"}}},
-				ProxyDrain: time.Second, Grace: eventBound, HoldApp: true})
+				ProxyDrain: time.Second, Grace: EventBound, HoldApp: true})
 			var err error
 			if built, err = WithHold(built, tl, 3*time.Second); err != nil {
 				t.Fatal(err)
@@ -157,7 +157,7 @@ func TestHoldBound(t *testing.T) {
 			p := Start(t, built)
 			waitUp(t, p, built)
 			deleted := deleting(p)
-			ctx, cancel := context.WithTimeout(context.Background(), eventBound)
+			ctx, cancel := context.WithTimeout(context.Background(), EventBound)
 			defer cancel()
 			st, err := p.WaitFor(ctx, func(s pod.Status) bool { c := s.Container("istio-proxy"); return c.Started && !c.Running })
 			if err != nil {
@@ -196,14 +196,14 @@ func TestHoldQuick(t *testing.T) {
 				// hang: a container still running at the end of either would
 				// show as killed (137).
 				d := Desc{Name: "quick", Apps: []App{{Name: "app", Args: []string{"--sleep", "1h"}}},
-					ProxyDrain: 500 * time.Millisecond, Grace: eventBound, HoldApp: true}
+					ProxyDrain: 500 * time.Millisecond, Grace: EventBound, HoldApp: true}
 				if !job {
 					d.Policy, d.NoSupervisor = pod.Always, true
 				}
 				built := b.MustBuild(t, d)
 				if !job {
 					var err error
-					if built, err = WithHold(built, tl, eventBound); err != nil {
+					if built, err = WithHold(built, tl, EventBound); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -234,7 +234,7 @@ func TestHoldQuick(t *testing.T) {
 // as a Ready pod is.
 func waitUp(t *testing.T, p *pod.Pod, b Built) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), eventBound)
+	ctx, cancel := context.WithTimeout(context.Background(), EventBound)
 	defer cancel()
 	if _, err := p.WaitRunning(ctx, "istio-proxy", 0); err != nil {
 		t.Fatal(err)

@@ -50,7 +50,7 @@ func TestNamedPods(t *testing.T) {
 				{Name: "logship", Native: true, Cued: true},
 				{Name: "app", Cued: true, UID: 1000},
 				{Name: "late", Cued: true, UID: 1000},
-			}, SupervisorEnv: append([]string{}, patient...)}
+			}, SupervisorEnv: append([]string{}, Patient...)}
 			built := b.MustBuild(t, d)
 			open := make(chan struct{})
 			StartLast(&built.Spec, "late", Gate(open))
@@ -67,7 +67,7 @@ func TestNamedPods(t *testing.T) {
 				return len(pids)
 			}
 			for k := 1; k <= instances; k++ {
-				ctx, cancel := context.WithTimeout(context.Background(), eventBound)
+				ctx, cancel := context.WithTimeout(context.Background(), EventBound)
 				err := p.Await(ctx, func() bool { return leftAlone() >= k })
 				cancel()
 				if err != nil {
@@ -81,7 +81,7 @@ func TestNamedPods(t *testing.T) {
 			}
 			close(open)
 			releaseApps(t, p, built, d.Apps[1:])
-			st := p.MustWaitPhase(t, eventBound)
+			st := p.MustWaitPhase(t, EventBound)
 			succeeded(t, st)
 			if c := st.Container("logship"); c.Restarts != instances-1 {
 				t.Errorf("logship %+v, want %d restarts", c, instances-1)
@@ -100,16 +100,16 @@ func TestNamedPods(t *testing.T) {
 			d := Desc{Name: "debug", Apps: []App{
 				{Name: "app", Cued: true, UID: 1000},
 				{Name: "debugger", Ephemeral: true, Args: []string{"--sleep", "1h"}},
-			}, SupervisorEnv: append([]string{}, patient...)}
+			}, SupervisorEnv: append([]string{}, Patient...)}
 			p, built := run(t, b, d)
 			waitLogFor(t, p, "app found", "app")
-			ctx, cancel := context.WithTimeout(context.Background(), eventBound)
+			ctx, cancel := context.WithTimeout(context.Background(), EventBound)
 			defer cancel()
 			if err := p.StartEphemeral(ctx, "debugger"); err != nil {
 				t.Fatal(err)
 			}
 			releaseApps(t, p, built, d.Apps[:1])
-			st := p.MustWaitPhase(t, eventBound)
+			st := p.MustWaitPhase(t, EventBound)
 			succeeded(t, st)
 			if len(logFor(p, "app found", "debugger")) != 0 {
 				t.Errorf("the debug container was taken for an app")
@@ -127,12 +127,12 @@ func TestNamedPods(t *testing.T) {
 				{Name: "a0", Cued: true, Args: []string{"--fail-first", "2"}},
 				{Name: "a1", Cued: true},
 				{Name: "debugger", Ephemeral: true, Args: []string{"--sleep", "1h"}},
-			}, SupervisorEnv: append([]string{"SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_DELETION_GRACE=0s"}, patient...)}
+			}, SupervisorEnv: append([]string{"SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_DELETION_GRACE=0s"}, Patient...)}
 			built := b.MustBuild(t, d)
 			stamps := withStamps(&built, names)
 			p := Start(t, built)
 			waitLogFor(t, p, "app found", "a0")
-			ctx, cancel := context.WithTimeout(context.Background(), eventBound)
+			ctx, cancel := context.WithTimeout(context.Background(), EventBound)
 			defer cancel()
 			if err := p.StartEphemeral(ctx, "debugger"); err != nil {
 				t.Fatal(err)
@@ -170,10 +170,10 @@ func TestNamedPods(t *testing.T) {
 			d := Desc{Name: "status", Apps: []App{
 				{Name: "logship", Native: true, Args: []string{"--sleep", "1h"}},
 				{Name: "app", Cued: true, UID: 1000},
-			}, SupervisorEnv: append([]string{}, patient...)}
+			}, SupervisorEnv: append([]string{}, Patient...)}
 			p, built := run(t, b, d)
 			waitLogFor(t, p, "app found", "app")
-			ctx, cancel := context.WithTimeout(context.Background(), eventBound)
+			ctx, cancel := context.WithTimeout(context.Background(), EventBound)
 			defer cancel()
 			sup := built.Spec.Containers[len(built.Spec.Containers)-1]
 			out, err := p.Exec(ctx, "supervisor", sup.Argv[0], "status")
@@ -188,16 +188,16 @@ func TestNamedPods(t *testing.T) {
 				}
 			}
 			releaseApps(t, p, built, d.Apps[1:])
-			succeeded(t, p.MustWaitPhase(t, eventBound))
+			succeeded(t, p.MustWaitPhase(t, EventBound))
 		})
 		// Where names cannot be read (another runtime), today's rules stand,
 		// and the supervisor says so once.
 		t.Run(b.Name+"/without names", func(t *testing.T) {
 			d := Desc{Name: "nonames", NoNames: true, Apps: []App{{Name: "app", Cued: true, UID: 1000}},
-				SupervisorEnv: append([]string{}, patient...)}
+				SupervisorEnv: append([]string{}, Patient...)}
 			p, built := run(t, b, d)
 			releaseApps(t, p, built, d.Apps)
-			st := p.MustWaitPhase(t, eventBound)
+			st := p.MustWaitPhase(t, EventBound)
 			succeeded(t, st)
 			msgs := Messages(ParseLog(p.Logs("supervisor")))
 			if !slices.ContainsFunc(msgs, func(m string) bool { return strings.HasPrefix(m, "container names cannot be read here") }) {

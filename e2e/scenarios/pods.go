@@ -150,6 +150,17 @@ const DefaultRealDrain = time.Second
 // supervisor runs as the same non-root uid in our manifests.
 const ProxyUID = 1337
 
+// Patient sets every supervisor bound a test does not test far out of
+// reach: each stands between an event the test expects (an app seen, a
+// sidecar's exit after its signal, its handler) and a fallback, so it is
+// only a hang guard, and a loaded machine must never reach it. A test
+// whose outcome is a timeout sets that one short itself, after these (the
+// last setting wins).
+var Patient = []string{"SUPERVISOR_STOP_TIMEOUT=2m", "SUPERVISOR_SIDECAR_START_TIMEOUT=2m", "SUPERVISOR_APP_START_TIMEOUT=2m"}
+
+// EventBound bounds the tests' waits for an event: a hang guard.
+const EventBound = 2 * time.Minute
+
 // Builder builds a Desc into a startable pod on one backend of package pod.
 type Builder struct {
 	Name  string // "namespaces" or "runc"

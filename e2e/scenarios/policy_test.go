@@ -27,7 +27,7 @@ func runBuilt(t *testing.T, built Built) (*pod.Pod, pod.Status) {
 			}
 		}
 	}
-	return p, p.MustWaitPhase(t, eventBound)
+	return p, p.MustWaitPhase(t, EventBound)
 }
 
 // withStamps makes every app record the time of each of its runs' end
@@ -88,13 +88,13 @@ func TestOnFailurePod(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			built := b.MustBuild(t, Desc{Name: "onfailure", Policy: pod.OnFailure,
 				Apps:          []App{{Name: "app", Cued: true, Args: []string{"--fail-first", "2"}}},
-				SupervisorEnv: append([]string{"SUPERVISOR_RESTART_POLICY=OnFailure"}, patient...)})
+				SupervisorEnv: append([]string{"SUPERVISOR_RESTART_POLICY=OnFailure"}, Patient...)})
 			stampFiles := withStamps(&built, []string{"app"})
 			p := Start(t, built)
 			if err := releaseRuns(p, built, "app", 3, nil); err != nil {
 				t.Fatal(err)
 			}
-			st := p.MustWaitPhase(t, eventBound)
+			st := p.MustWaitPhase(t, EventBound)
 			if st.Phase != pod.Succeeded {
 				t.Errorf("phase %s, want Succeeded", st.Phase)
 			}
@@ -134,7 +134,7 @@ func TestAlwaysPod(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			built := b.MustBuild(t, Desc{Name: "always", Policy: pod.Always,
 				Apps:          []App{{Name: "app", Args: []string{"--sleep", "300ms"}}},
-				SupervisorEnv: append([]string{"SUPERVISOR_RESTART_POLICY=Always"}, patient...), Grace: eventBound})
+				SupervisorEnv: append([]string{"SUPERVISOR_RESTART_POLICY=Always"}, Patient...), Grace: EventBound})
 			p := Start(t, built)
 			// The app exits 0 and is restarted, again and again.
 			waitStatus(t, p, func(s pod.Status) bool { return s.Container("app").Restarts >= 3 })
@@ -159,7 +159,7 @@ func TestNativeSidecarPod(t *testing.T) {
 	for _, b := range Builders(t) {
 		t.Run(b.Name, func(t *testing.T) {
 			built := b.MustBuild(t, Desc{Name: "native", Apps: []App{{Name: "app", Args: []string{"--sleep", "1h"}}},
-				SupervisorEnv: append([]string{"SUPERVISOR_NATIVE_SIDECAR=true"}, patient...)})
+				SupervisorEnv: append([]string{"SUPERVISOR_NATIVE_SIDECAR=true"}, Patient...)})
 			p := Start(t, built)
 			st := waitStatus(t, p, ended("supervisor"))
 			if c := st.Container("supervisor"); c.ExitCode != 0 {
@@ -182,7 +182,7 @@ func TestSeveralSidecars(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			built := b.MustBuild(t, Desc{Name: "sidecars", Apps: []App{{Name: "app", Cued: true}},
 				SupervisorEnv: append([]string{"SUPERVISOR_SIDECAR_PROCESSES=pilot-agent,cloud-sql-proxy",
-					"SUPERVISOR_SIDECAR_ACTIONS=cloud-sql-proxy=SIGINT"}, patient...)})
+					"SUPERVISOR_SIDECAR_ACTIONS=cloud-sql-proxy=SIGINT"}, Patient...)})
 			sqlRecord := addSidecar(t, &built, "cloud-sql-proxy")
 			_, st := runBuilt(t, built)
 			if st.Phase != pod.Succeeded {
@@ -238,7 +238,7 @@ func TestMissingApp(t *testing.T) {
 	for _, b := range Builders(t) {
 		t.Run(b.Name, func(t *testing.T) {
 			built := b.MustBuild(t, Desc{Name: "missing", Apps: []App{{Name: "app", Cued: true, Args: []string{"--exit", "3"}}},
-				SupervisorEnv: append(append([]string{}, patient...), "SUPERVISOR_APP_CONTAINERS=2", "SUPERVISOR_APPS=app,worker",
+				SupervisorEnv: append(append([]string{}, Patient...), "SUPERVISOR_APP_CONTAINERS=2", "SUPERVISOR_APPS=app,worker",
 					// The look for worker, which never comes, ends: the outcome.
 					"SUPERVISOR_APP_START_TIMEOUT=2s")})
 			p, st := runBuilt(t, built)
@@ -262,7 +262,7 @@ func TestAppDoneBeforeSupervisor(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			built := b.MustBuild(t, Desc{Name: "early", Apps: []App{{Name: "app", Args: []string{"--exit", "3"}}},
 				// The look for the app, which has ended: the outcome.
-				SupervisorEnv: append(append([]string{}, patient...), "SUPERVISOR_APP_START_TIMEOUT=2s")})
+				SupervisorEnv: append(append([]string{}, Patient...), "SUPERVISOR_APP_START_TIMEOUT=2s")})
 			// As after a slow image pull: the supervisor starts once the app
 			// has ended.
 			Container(&built.Spec, "supervisor").StartAfter = terminated("app")
@@ -287,7 +287,7 @@ func TestNoSidecarPod(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			built := b.MustBuild(t, Desc{Name: "nosidecar", Proxy: NoProxy, Apps: []App{{Name: "app", Cued: true}},
 				// The wait for a sidecar, which never comes, ends: the outcome.
-				SupervisorEnv: append(append([]string{}, patient...), "SUPERVISOR_SIDECAR_START_TIMEOUT=2s")})
+				SupervisorEnv: append(append([]string{}, Patient...), "SUPERVISOR_SIDECAR_START_TIMEOUT=2s")})
 			p, st := runBuilt(t, built)
 			if st.Phase != pod.Succeeded || st.Container("supervisor").ExitCode != 0 {
 				t.Errorf("status %s", st)
@@ -307,7 +307,7 @@ func TestOrphansOutliveMain(t *testing.T) {
 	for _, b := range Builders(t) {
 		t.Run(b.Name, func(t *testing.T) {
 			built := b.MustBuild(t, Desc{Name: "orphans", Apps: []App{{Name: "app", Cued: true, Args: []string{"--orphan", "1h"}}},
-				SupervisorEnv: patient})
+				SupervisorEnv: Patient})
 			begun := time.Now()
 			p, st := runBuilt(t, built)
 			if st.Phase != pod.Succeeded {

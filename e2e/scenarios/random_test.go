@@ -69,7 +69,7 @@ func TestRandomPods(t *testing.T) {
 		desc := fmt.Sprintf("%s %v, run lengths %v", policy, apps, lengths)
 		t.Run(fmt.Sprintf("%d-%s", i, b.Name), func(t *testing.T) {
 			env := append([]string{"SUPERVISOR_RESTART_POLICY=" + string(policy), fmt.Sprintf("SUPERVISOR_APP_CONTAINERS=%d", len(apps)),
-				"SUPERVISOR_DELETION_GRACE=0s"}, patient...)
+				"SUPERVISOR_DELETION_GRACE=0s"}, Patient...)
 			built := b.MustBuild(t, Desc{Name: "random", Policy: policy, Apps: apps, SupervisorEnv: env})
 			stampFiles := withStamps(&built, names)
 			p := Start(t, built)
@@ -90,7 +90,7 @@ func TestRandomPods(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			st := p.MustWaitPhase(t, eventBound)
+			st := p.MustWaitPhase(t, EventBound)
 			t.Logf("%s: %s", desc, st)
 			runs := 0
 			for _, c := range st.Containers {
@@ -201,7 +201,7 @@ func TestRestartNotYetMoved(t *testing.T) {
 				{Name: "app0", Cued: true, Args: []string{"--fail-first", "2"}, CgroupDelay: 800 * time.Millisecond},
 				{Name: "app1", Cued: true, Args: []string{"--fail-first", "1"}, CgroupDelay: 800 * time.Millisecond, CgroupHold: hold},
 			}
-			env := append([]string{"SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_APP_CONTAINERS=2", "SUPERVISOR_DELETION_GRACE=0s"}, patient...)
+			env := append([]string{"SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_APP_CONTAINERS=2", "SUPERVISOR_DELETION_GRACE=0s"}, Patient...)
 			built = b.MustBuild(t, Desc{Name: "notmoved", Policy: pod.OnFailure, Apps: apps, SupervisorEnv: env})
 			stampFiles := withStamps(&built, names)
 			p := Start(t, built)
@@ -235,7 +235,7 @@ func TestRestartNotYetMoved(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			st := p.MustWaitPhase(t, eventBound)
+			st := p.MustWaitPhase(t, EventBound)
 			if st.Phase != pod.Succeeded {
 				t.Fatalf("phase %s, want Succeeded: %s", st.Phase, st)
 			}
@@ -273,9 +273,9 @@ func TestRestartNotYetMoved(t *testing.T) {
 
 // scanned returns once the process pid (the supervisor awaiting a
 // restart) has made enough read system calls for a few scans of the pod's
-// /proc (three files of each of its processes each), within eventBound.
+// /proc (three files of each of its processes each), within EventBound.
 func scanned(ctx context.Context, pid int) error {
-	ctx, cancel := context.WithTimeout(ctx, eventBound)
+	ctx, cancel := context.WithTimeout(ctx, EventBound)
 	defer cancel()
 	first, err := Syscr(pid)
 	if err != nil {
@@ -291,7 +291,7 @@ func scanned(ctx context.Context, pid int) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("pid %d made %d reads in %s: no scan seen: %w", pid, n-first, eventBound, ctx.Err())
+			return fmt.Errorf("pid %d made %d reads in %s: no scan seen: %w", pid, n-first, EventBound, ctx.Err())
 		case <-time.After(10 * time.Millisecond):
 		}
 	}

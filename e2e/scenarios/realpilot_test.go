@@ -97,14 +97,14 @@ func TestRealPilot(t *testing.T) {
 			t.Run(b.Name+"/"+tt.name, func(t *testing.T) {
 				d := tt.desc
 				d.Name, d.Proxy, d.HoldApp = "job", RealPilot, !tt.neverReady
-				d.SupervisorEnv = append(append([]string{}, patient...), d.SupervisorEnv...)
+				d.SupervisorEnv = append(append([]string{}, Patient...), d.SupervisorEnv...)
 				p, built := run(t, b, d)
 				// pilot-agent is up (envoy started, its signal handlers in
 				// place) before any app ends: the cases are about a running
 				// proxy, ready or not.
 				waitEnvoy(t, built)
 				releaseApps(t, p, built, d.Apps)
-				st := p.MustWaitPhase(t, eventBound)
+				st := p.MustWaitPhase(t, EventBound)
 				checkEnd(t, st, tt.phase, tt.codes)
 				events, err := built.Proxy.Record()
 				if err != nil {
@@ -182,7 +182,7 @@ func TestRealPilot(t *testing.T) {
 // released on the start alone could end before a drain could reach it.)
 func waitEnvoy(t *testing.T, b Built) {
 	t.Helper()
-	deadline := time.Now().Add(eventBound)
+	deadline := time.Now().Add(EventBound)
 	for time.Now().Before(deadline) {
 		events, _ := b.Proxy.Record()
 		for _, e := range record.OfKind(events, record.Listen) {
@@ -246,10 +246,10 @@ func TestRealPilotStartingAsAppEnds(t *testing.T) {
 		for i := 0; i < rounds; i++ {
 			t.Run(b.Name+"/"+strconv.Itoa(i), func(t *testing.T) {
 				d := Desc{Name: "job", Proxy: RealPilot, Apps: []App{{Name: "app", Cued: true, UID: 1000}}}
-				d.SupervisorEnv = append([]string{}, patient...)
+				d.SupervisorEnv = append([]string{}, Patient...)
 				p, built := run(t, b, d)
 				releaseApps(t, p, built, d.Apps)
-				st := p.MustWaitPhase(t, eventBound)
+				st := p.MustWaitPhase(t, EventBound)
 				if st.Phase != pod.Succeeded || st.Container("istio-proxy").ExitCode != 0 {
 					t.Errorf("phase %s, istio-proxy exit %d; want Succeeded and 0 (%s)", st.Phase, st.Container("istio-proxy").ExitCode, st)
 				}

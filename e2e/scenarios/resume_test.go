@@ -46,7 +46,7 @@ func TestSupervisorKilled(t *testing.T) {
 				waitLogFor(t, p, "app found", "app")
 				killSupervisor(t, p)
 				releaseApps(t, p, built, d.Apps)
-				st := p.MustWaitPhase(t, eventBound)
+				st := p.MustWaitPhase(t, EventBound)
 				checkEnd(t, st, pod.Succeeded, map[string]int{"app": 0, "istio-proxy": 0})
 				checkKilledOnce(t, p, st, built)
 			})
@@ -61,7 +61,7 @@ func TestSupervisorKilled(t *testing.T) {
 				if err := built.Release(ProxyDrainCue); err != nil {
 					t.Fatal(err)
 				}
-				st := p.MustWaitPhase(t, eventBound)
+				st := p.MustWaitPhase(t, EventBound)
 				checkEnd(t, st, pod.Succeeded, map[string]int{"app": 0, "istio-proxy": 0})
 				checkKilledOnce(t, p, st, built)
 			})
@@ -71,7 +71,7 @@ func TestSupervisorKilled(t *testing.T) {
 
 // patientEnv: the supervisor's bounds, none of them on the path.
 func patientEnv(policy pod.RestartPolicy) []string {
-	return append(append([]string{}, patient...), "SUPERVISOR_RESTART_POLICY="+string(policy))
+	return append(append([]string{}, Patient...), "SUPERVISOR_RESTART_POLICY="+string(policy))
 }
 
 // checkKilledOnce: the supervisor was started twice (killed once), the

@@ -137,14 +137,14 @@ func TestJobs(t *testing.T) {
 			t.Run(b.Name+"/"+tt.name, func(t *testing.T) {
 				d := tt.desc
 				d.Name = "job"
-				d.SupervisorEnv = append(append([]string{}, patient...), d.SupervisorEnv...)
+				d.SupervisorEnv = append(append([]string{}, Patient...), d.SupervisorEnv...)
 				p, built := run(t, b, d)
 				if slices.ContainsFunc(d.Apps, func(a App) bool { return a.Cued }) {
 					// Signals reach a stand-in with its handlers in place.
 					waitStandIn(t, built)
 				}
 				releaseApps(t, p, built, d.Apps)
-				st := p.MustWaitPhase(t, eventBound)
+				st := p.MustWaitPhase(t, EventBound)
 				checkEnd(t, st, tt.phase, tt.codes)
 				rec := Record(built.PilotRecord)
 				if len(rec) == 0 || !strings.HasPrefix(rec[0], "start ") {
@@ -173,7 +173,7 @@ func TestJobs(t *testing.T) {
 func TestTwoAppsOrder(t *testing.T) {
 	for _, b := range Builders(t) {
 		t.Run(b.Name, func(t *testing.T) {
-			p, built := run(t, b, Desc{Name: "two", SupervisorEnv: patient, Apps: []App{
+			p, built := run(t, b, Desc{Name: "two", SupervisorEnv: Patient, Apps: []App{
 				// quick ends once the supervisor has found it.
 				{Name: "quick", Cued: true}, {Name: "slow", Args: []string{"--sleep", "1h"}}}})
 			releaseApps(t, p, built, []App{{Name: "quick", Cued: true}})
@@ -191,7 +191,7 @@ func TestTwoAppsOrder(t *testing.T) {
 			if err := p.Signal("slow", syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
-			st := p.MustWaitPhase(t, eventBound)
+			st := p.MustWaitPhase(t, EventBound)
 			if st.Container("istio-proxy").ExitCode != 137 || st.Phase != pod.Failed {
 				t.Errorf("after slow was killed by SIGKILL: %s, want istio-proxy 137 and Failed", st)
 			}
@@ -272,12 +272,12 @@ func TestPodDeletion(t *testing.T) {
 	for _, b := range Builders(t) {
 		t.Run(b.Name, func(t *testing.T) {
 			p, built := run(t, b, Desc{Name: "delete", Apps: []App{{Name: "app", Args: []string{"--sleep", "1h"}}},
-				ProxyEnv: []string{"PILOT_DRAIN=1s"}, Grace: eventBound, SupervisorEnv: []string{"SUPERVISOR_DELETION_GRACE=1m"}})
+				ProxyEnv: []string{"PILOT_DRAIN=1s"}, Grace: EventBound, SupervisorEnv: []string{"SUPERVISOR_DELETION_GRACE=1m"}})
 			waitLog(t, p, "app found")
 			// The stand-in records its start once its signal handlers are in
 			// place; a SIGTERM before that (a loaded machine) kills it: 143.
 			waitStandIn(t, built)
-			ctx, cancel := context.WithTimeout(context.Background(), 2*eventBound)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*EventBound)
 			defer cancel()
 			st := p.Delete(ctx)
 			if c := st.Container("istio-proxy"); c.ExitCode != 0 {
@@ -329,14 +329,14 @@ func TestSidecarStartingAsAppEnds(t *testing.T) {
 	for _, b := range Builders(t) {
 		t.Run(b.Name, func(t *testing.T) {
 			d := Desc{Name: "job", Apps: []App{{Name: "app", Cued: true, UID: 1000}},
-				ProxyHandlerCued: true, SupervisorEnv: append([]string{}, patient...)}
+				ProxyHandlerCued: true, SupervisorEnv: append([]string{}, Patient...)}
 			p, built := run(t, b, d)
 			releaseApps(t, p, built, d.Apps) // no waitStandIn: the point is to stop it early
 			waitLogFor(t, p, "sidecar would die of the signal now: waiting until it handles it", "istio-proxy")
 			if err := built.Release(HandlerCue); err != nil {
 				t.Fatal(err)
 			}
-			st := p.MustWaitPhase(t, eventBound)
+			st := p.MustWaitPhase(t, EventBound)
 			if st.Phase != pod.Succeeded || st.Container("istio-proxy").ExitCode != 0 {
 				t.Errorf("phase %s, istio-proxy exit %d; want Succeeded and 0 (%s)", st.Phase, st.Container("istio-proxy").ExitCode, st)
 			}

@@ -95,7 +95,7 @@ func TestCloudSQLProxy(t *testing.T) {
 		for _, tt := range tests {
 			t.Run(b.Name+"/"+tt.name, func(t *testing.T) {
 				p, _ := runCloudSQLProxy(t, b, tt.app, tt.flags, tt.uid, tt.env)
-				st := p.MustWaitPhase(t, eventBound)
+				st := p.MustWaitPhase(t, EventBound)
 				if st.Phase != tt.phase {
 					t.Errorf("phase %s, want %s (%s)", st.Phase, tt.phase, st)
 				}
@@ -154,7 +154,7 @@ func runCloudSQLProxy(t *testing.T, b Builder, appArgs, flags []string, uid int,
 	d := Desc{Name: "job", Proxy: RealPilot, HoldApp: true,
 		Apps:     []App{{Name: "app", Cued: true, UID: 1000, Args: appArgs}},
 		Sidecars: []Sidecar{csp}}
-	d.SupervisorEnv = append(append(append([]string{}, patient...),
+	d.SupervisorEnv = append(append(append([]string{}, Patient...),
 		"SUPERVISOR_SIDECAR_PROCESSES=pilot-agent,cloud-sql-proxy"), env...)
 	p, built := run(t, b, d)
 	waitEnvoy(t, built)
@@ -171,14 +171,14 @@ func runCloudSQLProxy(t *testing.T, b Builder, appArgs, flags []string, uid int,
 // /proc/PID/net/tcp shows (the pod's, shared by every container).
 func waitListening(t *testing.T, p *pod.Pod, container string, port int) {
 	t.Helper()
-	deadline := time.Now().Add(eventBound)
+	deadline := time.Now().Add(EventBound)
 	for time.Now().Before(deadline) {
 		if pid := p.Status().Container(container).PID; pid > 0 && listening(pid, port) {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatalf("%s never listened on port %d within %s (%s)", container, port, eventBound, p.Status())
+	t.Fatalf("%s never listened on port %d within %s (%s)", container, port, EventBound, p.Status())
 }
 
 // listening reports whether /proc/PID/net/tcp has a socket in state LISTEN
@@ -320,7 +320,7 @@ func TestStandInSidecars(t *testing.T) {
 				sc.UID = v.uid
 				t.Run(b.Name+"/"+sc.name()+"/"+v.name, func(t *testing.T) {
 					// STOP_TIMEOUT past any stop, fluent-bit's 5 s Grace too.
-					env := append(append([]string{}, patient...), "SUPERVISOR_APP_CONTAINERS=1",
+					env := append(append([]string{}, Patient...), "SUPERVISOR_APP_CONTAINERS=1",
 						"SUPERVISOR_SIDECAR_PROCESSES=pilot-agent,"+c.process)
 					switch {
 					case v.http:
@@ -338,7 +338,7 @@ func TestStandInSidecars(t *testing.T) {
 					recFile := filepath.Join(built.Shared, sc.RecordFile())
 					waitRecordStart(t, recFile)
 					releaseApps(t, p, built, d.Apps)
-					st := p.MustWaitPhase(t, eventBound)
+					st := p.MustWaitPhase(t, EventBound)
 					if st.Phase != v.phase {
 						t.Errorf("phase %s, want %s (%s)", st.Phase, v.phase, st)
 					}

@@ -34,7 +34,7 @@ func TestRestartUnseen(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			d := Desc{Name: "unseen", Policy: pod.OnFailure,
 				Apps:          []App{{Name: "app", Args: []string{"--fail-first", "1"}, Cued: true}},
-				SupervisorEnv: append([]string{"SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_RESTART_MARGIN=2s", "SUPERVISOR_RESTART_TIMEOUT=5s"}, patient...)}
+				SupervisorEnv: append([]string{"SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_RESTART_MARGIN=2s", "SUPERVISOR_RESTART_TIMEOUT=5s"}, Patient...)}
 			built := b.MustBuild(t, d)
 			stampFiles := withStamps(&built, []string{"app"})
 			p := Start(t, built)
@@ -57,7 +57,7 @@ func TestRestartUnseen(t *testing.T) {
 			if err := built.Release("app"); err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), eventBound)
+			ctx, cancel := context.WithTimeout(context.Background(), EventBound)
 			defer cancel()
 			if _, err := p.WaitFor(ctx, func(s pod.Status) bool { return s.Container("app").Restarts == 1 }); err != nil {
 				t.Fatalf("the app was not restarted: %v", err)
