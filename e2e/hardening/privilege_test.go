@@ -84,24 +84,12 @@ func TestPrivileges(t *testing.T) {
 				SupervisorEnv: append(append([]string{}, scenarios.Patient...), "SUPERVISOR_APP_CONTAINERS=1",
 					"SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit")}
 			built := b.MustBuild(t, d)
-			p := scenarios.Start(t, built)
-			pid := supervisorProc(t, p)
-			s := watch(pid, 2*time.Millisecond)
-			got := credsOf(t, pid)
-			lis, err := listening(pid)
-			if err != nil {
-				t.Fatal(err)
-			}
+			p, s, lis := startWatched(t, built, creds{Uid: "1337 1337 1337 1337", Gid: "1337 1337 1337 1337", CapInh: capMask(),
+				CapPrm: capMask(), CapEff: capMask(), CapBnd: capMask(), CapAmb: capMask(), NoNewPrivs: "1", Comm: "sidecar-supervi"})
 			releaseWatched(t, p, built, s)
 			waitPhaseOf(t, p, "supervisor")
 			s.Stop()
 			st := p.MustWaitPhase(t, scenarios.EventBound)
-
-			want := creds{Uid: "1337 1337 1337 1337", Gid: "1337 1337 1337 1337", CapInh: capMask(), CapPrm: capMask(),
-				CapEff: capMask(), CapBnd: capMask(), CapAmb: capMask(), NoNewPrivs: "1", Comm: "sidecar-supervi"}
-			if got != want {
-				t.Errorf("credentials\n got %+v\nwant %+v", got, want)
-			}
 			if st.Phase != pod.Succeeded || st.Container("supervisor").ExitCode != 0 {
 				t.Errorf("pod %s: the supervisor did not do its job", st)
 			}
@@ -122,25 +110,13 @@ func TestPrivileges(t *testing.T) {
 			sup.UID, sup.GID = 0, 0
 			sup.Caps = []int{unix.CAP_KILL, unix.CAP_SYS_PTRACE}
 			sup.NoNewPrivs = true
-			p := scenarios.Start(t, built)
-			pid := supervisorProc(t, p)
-			s := watch(pid, 2*time.Millisecond)
-			got := credsOf(t, pid)
-			lis, err := listening(pid)
-			if err != nil {
-				t.Fatal(err)
-			}
-			releaseWatched(t, p, built, s)
-			st := waitPhaseOf(t, p, "supervisor")
-			s.Stop()
-
 			two := capMask(unix.CAP_KILL, unix.CAP_SYS_PTRACE)
-			want := creds{Uid: "0 0 0 0", Gid: "0 0 0 0", CapInh: capMask(), CapPrm: two, CapEff: two, CapBnd: two,
-				CapAmb: capMask(), NoNewPrivs: "1", Comm: "sidecar-supervi"}
-			if got != want {
-				t.Errorf("credentials\n got %+v\nwant %+v", got, want)
-			}
-			st = waitPhaseOf(t, p, "istio-proxy")
+			p, s, lis := startWatched(t, built, creds{Uid: "0 0 0 0", Gid: "0 0 0 0", CapInh: capMask(), CapPrm: two, CapEff: two,
+				CapBnd: two, CapAmb: capMask(), NoNewPrivs: "1", Comm: "sidecar-supervi"})
+			releaseWatched(t, p, built, s)
+			waitPhaseOf(t, p, "supervisor")
+			s.Stop()
+			st := waitPhaseOf(t, p, "istio-proxy")
 			out := p.Logs("supervisor")
 			exited := logLines(out, "app exited")
 			if len(exited) != 1 || exited[0].Str("exit_code") != "3" || exited[0].Str("method") != "ptrace" {
@@ -152,6 +128,24 @@ func TestPrivileges(t *testing.T) {
 			checkSockets(t, s, lis)
 		})
 	}
+}
+
+// startWatched starts built's pod and samples its supervisor every 2ms,
+// checks the supervisor's credentials (want) and returns the pod, the
+// sampler and the sockets the supervisor listens on from its start.
+func startWatched(t *testing.T, built scenarios.Built, want creds) (*pod.Pod, *sampler, map[string]string) {
+	t.Helper()
+	p := scenarios.Start(t, built)
+	pid := supervisorProc(t, p)
+	s := watch(pid, 2*time.Millisecond)
+	if got := credsOf(t, pid); got != want {
+		t.Errorf("credentials\n got %+v\nwant %+v", got, want)
+	}
+	lis, err := listening(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, s, lis
 }
 
 // waitPhaseOf waits for the named container to end and returns the pod's
