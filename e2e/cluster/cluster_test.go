@@ -14,18 +14,27 @@ import (
 	"k8s.io/utils/ptr"
 )
 
+// startCluster is Start for a test, failing it on an error, and returns the
+// cluster with the test's context: 35 minutes, room for a first start that
+// installs and builds what is missing.
+func startCluster(t *testing.T) (context.Context, *Cluster) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 35*time.Minute)
+	t.Cleanup(cancel)
+	c, err := Start(ctx, t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, c
+}
+
 // TestSmoke proves the cluster is a working Kubernetes for what the product
 // needs: the scheduler places a pod (no nodeName is set), containerd runs it
 // with a shared PID namespace in which one container sees the other's process
 // and the pause process as PID 1, and the Job controller of
 // kube-controller-manager marks a Job that exits 0 Complete.
 func TestSmoke(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 35*time.Minute)
-	defer cancel()
-	c, err := Start(ctx, t)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, c := startCluster(t)
 	ns := c.Namespace(ctx, t, "smoke")
 
 	t.Run("SharedProcessNamespace", func(t *testing.T) {
@@ -142,12 +151,7 @@ ps -o pid,args; exit 0`},
 // pull (imagePullPolicy Never), the entrypoint exists, and the static binary
 // runs as uid 1337 on an empty filesystem.
 func TestImages(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 35*time.Minute)
-	defer cancel()
-	c, err := Start(ctx, t)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, c := startCluster(t)
 	ns := c.Namespace(ctx, t, "images")
 
 	for _, tc := range []struct {
@@ -219,12 +223,7 @@ func hasCondition(conds []batchv1.JobCondition, typ batchv1.JobConditionType) bo
 // RuntimeReady condition, whatever the order crictl prints its keys in),
 // the node Ready.
 func TestRestartDaemons(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 35*time.Minute)
-	defer cancel()
-	c, err := Start(ctx, t)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, c := startCluster(t)
 	for _, d := range []string{"kubelet", "containerd"} {
 		if err := c.RestartDaemon(ctx, d); err != nil {
 			t.Errorf("restart %s: %v\n%s", d, err, c.DaemonLog(d, 30))
