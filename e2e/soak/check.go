@@ -451,13 +451,11 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, k *k
 		} else {
 			v.unchecked = append(v.unchecked, fmt.Sprintf("pod %s (deleted): supervisor log: %v", name, p.logErr))
 		}
-	case !strings.Contains(p.log, "{") && p.pod.DeletionTimestamp != nil:
-		// The kubelet answers with a line of its own as the log's body
-		// ("unable to retrieve container logs ...", "failed to try
-		// resolving symlinks in path ...") once the pod's containers or
-		// log files are gone: the Job controller deleted the pod (its
-		// backoffLimit, its activeDeadlineSeconds) before the soak read it.
-		// Nothing to check.
+	case kubeletLine(p.log):
+		// The log is gone (kubeletLine), though the fetch retried: the Job
+		// controller deleted the pod (its backoffLimit, its
+		// activeDeadlineSeconds), or the runtime lost the container,
+		// before the soak read it. Nothing to check.
 		v.unchecked = append(v.unchecked, fmt.Sprintf("pod %s: supervisor log gone: %s", name, strings.TrimSpace(p.log)))
 	default:
 		cur, err := parseSupervisorLog(p.log)
@@ -467,6 +465,12 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, k *k
 		}
 		if p.prevErr != nil {
 			v.add(invRestart, "pod %s: no log of the supervisor's instance before its restart: %v", name, p.prevErr)
+		} else if kubeletLine(p.prevLog) {
+			// The kubelet keeps one dead instance per container: once the
+			// restarted one has ended too, it may remove the killed one
+			// before the soak has read it.
+			v.unchecked = append(v.unchecked, fmt.Sprintf("pod %s: log of the supervisor's instance before its restart gone: %s",
+				name, strings.TrimSpace(p.prevLog)))
 		} else if p.prevLog != "" {
 			prev, err := parseSupervisorLog(p.prevLog)
 			if err != nil {
@@ -732,11 +736,17 @@ func checkRestart(t timeline, w *podWant, p podObs, sup *corev1.ContainerStatus,
 		v.add(invRestart, "pod %s: the supervisor, SIGKILLed at %s, restarted %d time(s) (last: %s), want once after exit 137",
 			name, clock(k.at), sup.RestartCount, cluster.StateString(sup.LastTerminationState))
 	}
-	if len(sls) < 2 {
+	before, after := supervisorLog{}, sls[len(sls)-1]
+	switch {
+	case len(sls) >= 2:
+		before = sls[0]
+	case sup.RestartCount > 0 && kubeletLine(p.prevLog):
+		// The killed instance's log is gone (not checked): where the kill
+		// came is told by the stamps alone.
+	default:
 		v.add(invRestart, "pod %s: no logs of two instances of the supervisor", name)
 		return gap, false
 	}
-	before, after := sls[0], sls[len(sls)-1]
 	ko.when = placeKill(k.at, inst, before)
 	ko.resumed = after.resumed
 	gap = [2]time.Time{k.at, after.start}
@@ -891,15 +901,21 @@ func checkApps(t timeline, w podWant, p *corev1.Pod, inst map[string][]instance,
 		if !slices.Equal(got, want) {
 			v.add(invCondition, "pod %s: %s ran instances %v, want %v", name, a.name, got, want)
 		}
+		s := containerStatus(p, a.name)
 		for _, in := range list {
 			switch {
+			case in.end.IsZero() && s != nil && neverStarted(s.LastTerminationState):
+				// The runtime killed it as it started it, and never recorded
+				// its start: containerd restarted under it (the soak's own
+				// disruption). The supervisor signals sidecars only.
+				v.anomalies = append(v.anomalies, fmt.Sprintf("pod %s: %s killed by the runtime as it started (%s)",
+					name, in, cluster.StateString(s.LastTerminationState)))
 			case in.end.IsZero():
 				v.add(invCondition, "pod %s: %s never ended (killed)", name, in)
 			case in.code != a.at(in.n).code:
 				v.add(invCondition, "pod %s: %s, want exit %d", name, in, a.at(in.n).code)
 			}
 		}
-		s := containerStatus(p, a.name)
 		switch {
 		case s == nil:
 			v.add(invCondition, "pod %s has no status for %s", name, a.name)
@@ -916,6 +932,24 @@ func checkApps(t timeline, w podWant, p *corev1.Pod, inst map[string][]instance,
 			v.add(invCondition, "pod %s: %s restarted %d time(s), want %d", name, a.name, s.RestartCount, w.restarts[a.name])
 		}
 	}
+}
+
+// kubeletLine reports whether a log's body is the kubelet's own line
+// ("unable to retrieve container logs ...", "failed to try resolving
+// symlinks in path ..."), not the supervisor's JSON: the kubelet answers
+// so, with no error, where the container or its log file is gone, or the
+// runtime is restarting.
+func kubeletLine(log string) bool {
+	return !strings.Contains(log, "{") &&
+		(strings.Contains(log, "unable to retrieve container logs") || strings.Contains(log, "failed to try resolving symlinks"))
+}
+
+// neverStarted reports whether a container state is a termination whose
+// start the runtime never recorded (started at the epoch): a container
+// killed as it was being started.
+func neverStarted(st corev1.ContainerState) bool {
+	t := st.Terminated
+	return t != nil && t.ExitCode == 137 && (t.StartedAt.IsZero() || t.StartedAt.Unix() == 0)
 }
 
 // seenMargin: an app instance that ended this long after the supervisor's

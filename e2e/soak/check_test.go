@@ -114,6 +114,29 @@ func TestCheckJobEdges(t *testing.T) {
 		t.Errorf("an instance started after the stop not caught:\n%s", got)
 	}
 
+	// The log gone though the pod was not deleted (seed 20261205, Job
+	// 127, read as containerd restarted): not checked, not broken.
+	tl, o = neverPod(0, "success: a exit 0; action SIGTERM", 0, 3002)
+	o.pods[0].log = "unable to retrieve container logs for containerd://d5907bc52bee"
+	if v := checkJob(tl, o); problems(v) != "" || len(v.unchecked) != 1 {
+		t.Errorf("a log gone: problems %q, unchecked %q", problems(v), v.unchecked)
+	}
+
+	// An instance the runtime killed as it started it, no end stamp, its
+	// start never recorded (seed 20261205, Job 131: containerd restarted
+	// under it), is an anomaly; one killed after it started is broken.
+	for _, startedAt := range []metav1.Time{{}, metav1.NewTime(at(100))} {
+		tl, o = neverPod(0, "success: a exit 0; action SIGTERM", 0, 3002)
+		o.inst["a"][0].end = time.Time{}
+		st := &o.pods[0].pod.Status.ContainerStatuses[0] // a
+		st.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, StartedAt: startedAt}}
+		v := checkJob(tl, o)
+		killedAtStart := startedAt.IsZero()
+		if got := problems(v); strings.Contains(got, "never ended") == killedAtStart || (len(v.anomalies) == 1) != killedAtStart {
+			t.Errorf("killed (start recorded: %v): problems %q, anomalies %q", !killedAtStart, got, v.anomalies)
+		}
+	}
+
 	tl, o = neverPod(0, "success: a exit 0; action SIGTERM", 0, 3002)
 	o.pods[0].running = []string{"abc123"}
 	o.pods[0].pod.Status.ContainerStatuses[2].State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
@@ -190,6 +213,15 @@ func TestCheckKilledEdges(t *testing.T) {
 		{name: "no log of the instance before", edit: func(_ *timeline, o *observed) {
 			o.pods[0].prevLog, o.pods[0].prevErr = "", errors.New("previous terminated container not found")
 		}, want: invRestart, text: "no log of the supervisor's instance before"},
+		// The kubelet removed the killed instance once the restarted one
+		// had ended too (seed 20261205, Job 95): not checked, not broken.
+		{name: "the log of the instance before gone", edit: func(_ *timeline, o *observed) {
+			o.pods[0].prevLog = "unable to retrieve container logs for containerd://4bdf686e577e"
+		}, want: -1, check: func(t *testing.T, v verdict) {
+			if len(v.unchecked) != 1 || !strings.Contains(v.unchecked[0], "before its restart gone") {
+				t.Errorf("unchecked: %q", v.unchecked)
+			}
+		}},
 		// The app ended at 3 s while no supervisor ran (killed at 2.9 s,
 		// back at 4 s): under Never the stop comes with the restart.
 		{name: "status lost, Never, in time", edit: func(_ *timeline, o *observed) {

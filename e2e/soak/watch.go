@@ -131,7 +131,10 @@ func (r *recorder) supervisorLog(ctx context.Context, name string, previous bool
 	for i := 0; i < logTries; i++ {
 		var b []byte
 		b, err = r.client.CoreV1().Pods(r.ns).GetLogs(name, &corev1.PodLogOptions{Container: supervisorName, Previous: previous}).DoRaw(ctx)
-		if err == nil {
+		// The kubelet's own line is tried again: containerd may be
+		// restarting (the soak restarts it once). Past the tries, it is
+		// the answer: the log is gone.
+		if err == nil && (!kubeletLine(string(b)) || i == logTries-1) {
 			return string(b), nil
 		}
 		select {
