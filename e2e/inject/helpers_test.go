@@ -165,7 +165,7 @@ func holdOf(spec corev1.PodSpec) holdShape {
 		}
 		return out
 	}
-	if p := findProxy(spec); p != nil {
+	if p := findEither(spec, proxyName); p != nil {
 		if l := p.Lifecycle; l != nil {
 			if l.PreStop != nil && l.PreStop.Exec != nil {
 				h.PreStop = l.PreStop.Exec.Command
@@ -199,9 +199,6 @@ func holdOf(spec corev1.PodSpec) holdShape {
 	return h
 }
 
-// findProxy returns istio-proxy, a regular container or a native sidecar.
-func findProxy(spec corev1.PodSpec) *corev1.Container { return findEither(spec, proxyName) }
-
 // findInit returns the init container called name, or nil.
 func findInit(spec corev1.PodSpec, name string) *corev1.Container {
 	return findIn(spec.InitContainers, name)
@@ -232,7 +229,7 @@ func shapeOf(spec corev1.PodSpec) podShape {
 	for _, c := range spec.Containers {
 		s.Containers = append(s.Containers, c.Name)
 	}
-	c := findSupervisor(spec)
+	c := findEither(spec, supervisorName)
 	if c == nil {
 		return s
 	}
@@ -253,12 +250,9 @@ func shapeOf(spec corev1.PodSpec) podShape {
 	return s
 }
 
-// findSupervisor returns the supervisor in either of its shapes: a regular
-// container, or a native sidecar (an init container).
-func findSupervisor(spec corev1.PodSpec) *corev1.Container { return findEither(spec, supervisorName) }
-
 // findEither returns the regular container called name or, failing that,
-// the init container (a native sidecar): either shape of ours or Istio's.
+// the init container (a native sidecar): the supervisor or istio-proxy in
+// either of its shapes.
 func findEither(spec corev1.PodSpec, name string) *corev1.Container {
 	if c := findContainer(spec, name); c != nil {
 		return c
@@ -393,7 +387,7 @@ func wantBasics(ptrace bool) supervisorBasics {
 // directory are checked too (checkSupervisorShape, checkStateDir).
 func checkSupervisorBasics(t *testing.T, spec corev1.PodSpec, want supervisorBasics) {
 	t.Helper()
-	if c := findSupervisor(spec); c != nil {
+	if c := findEither(spec, supervisorName); c != nil {
 		if diff := cmp.Diff(want, basicsOf(*c)); diff != "" {
 			t.Errorf("supervisor container settings (-want +got):\n%s", diff)
 		}

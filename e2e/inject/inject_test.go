@@ -504,7 +504,7 @@ func checkTemplateOutput(t *testing.T, in istioInstall, tc injectCase) {
 	mode := tc.templateAlone
 	switch {
 	case mode != "":
-	case findSupervisor(pod.Spec) != nil, findInit(pod.Spec, installName) != nil:
+	case findEither(pod.Spec, supervisorName) != nil, findInit(pod.Spec, installName) != nil:
 		// Added by hand: the template adds nothing.
 	case tc.want.SupervisorEnv != nil:
 		mode = "job"

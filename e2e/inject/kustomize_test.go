@@ -514,7 +514,7 @@ spec:
 			}
 			checkValid(t, pod.Spec)
 			if tc.resource == "Deployment/web" {
-				if p := findProxy(pod.Spec); p == nil || p.Resources.Requests.Cpu().String() != "200m" {
+				if p := findEither(pod.Spec, proxyName); p == nil || p.Resources.Requests.Cpu().String() != "200m" {
 					t.Errorf("istio-proxy's own cpu request lost:\n%s", dump(pod))
 				}
 			}

@@ -45,7 +45,7 @@ var readyProbe = corev1.Probe{
 //     no hooks.
 func checkSupervisorShape(t *testing.T, spec corev1.PodSpec) {
 	t.Helper()
-	c := findSupervisor(spec)
+	c := findEither(spec, supervisorName)
 	if c == nil {
 		return
 	}
@@ -81,7 +81,7 @@ func checkSupervisorShape(t *testing.T, spec corev1.PodSpec) {
 // no state volume.
 func checkStateDir(t *testing.T, spec corev1.PodSpec) {
 	t.Helper()
-	c := findSupervisor(spec)
+	c := findEither(spec, supervisorName)
 	if c == nil {
 		return
 	}
