@@ -52,7 +52,6 @@ func TestJobs(t *testing.T) {
 	t0 := time.Now()
 	t.Run("cases", func(t *testing.T) {
 		for _, tc := range append([]jobCase{
-			// istio-proxy exits 0 on the default quit, or drains on SIGTERM.
 			{"exit 0 completes", func(ctx context.Context, t *testing.T) { e.succeed(ctx, t, "exit-zero", quit) }},
 			{"exit 0, on-success SIGTERM: pilot-agent drains", func(ctx context.Context, t *testing.T) { e.succeed(ctx, t, "exit-zero-drain", drain) }},
 			{"quick apps as istio-proxy starts", e.quickApps},
