@@ -22,17 +22,10 @@ func needTools(t *testing.T) Tools {
 	return MustTools(t)
 }
 
-// backends are every backend, runc installed by e2e/scripts/install-deps.sh
-// when it is missing.
+// backends are every backend (runcBackend's runc installed if missing).
 func backends(t *testing.T, tl Tools) []Backend {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	runc, err := FindRunc(ctx)
-	if err != nil {
-		t.Fatalf("the runc backend needs runc (e2e/%s installs it): %v", InstallScript, err)
-	}
-	return []Backend{Namespaces{Podsim: tl.Podsim}, Runc{Path: runc, Podsim: tl.Podsim}}
+	return []Backend{Namespaces{Podsim: tl.Podsim}, runcBackend(t, tl)}
 }
 
 func startPod(t *testing.T, b Backend, spec Spec) *Pod {

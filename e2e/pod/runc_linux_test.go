@@ -11,6 +11,8 @@ import (
 	"time"
 )
 
+// runcBackend is the runc backend, runc installed by
+// e2e/scripts/install-deps.sh when it is missing.
 func runcBackend(t *testing.T, tl Tools) Runc {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
