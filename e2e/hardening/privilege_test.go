@@ -190,6 +190,14 @@ func checkSockets(t *testing.T, s *sampler, podListening map[string]string) {
 	for inode, what := range s.listens {
 		t.Errorf("the supervisor held a listening socket: inode %s, %s", inode, what)
 	}
+	// The kernel hands out the lowest free number: a supervisor holding at
+	// most 16 never gets one above that itself. A higher one was inherited
+	// from the harness (a runtime passes 0, 1 and 2 only).
+	for fd, what := range s.fdsAt {
+		if fd > 16 {
+			t.Errorf("the supervisor held descriptor %d (%s), which it did not open: inherited", fd, what)
+		}
+	}
 	if s.maxFDs > 16 {
 		t.Errorf("the supervisor held %d descriptors at once: %v", s.maxFDs, s.fdsAt)
 	}

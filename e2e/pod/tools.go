@@ -92,8 +92,10 @@ func BuildToolsFor(ctx context.Context, goarch string) (Tools, error) {
 
 // RunTests is the TestMain of every package whose tests build the tools:
 // it runs them, then deletes what BuildTools built in this process (not a
-// $PODSIM_TOOLS_DIR).
+// $PODSIM_TOOLS_DIR). The simulated pods' processes get none of the
+// descriptors this process inherited (closeInheritedOnExec).
 func RunTests(m *testing.M) {
+	closeInheritedOnExec()
 	code := m.Run()
 	if os.Getenv(ToolsDirEnv) == "" && tools.Dir != "" {
 		os.RemoveAll(tools.Dir)
