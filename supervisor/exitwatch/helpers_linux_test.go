@@ -242,11 +242,17 @@ func child(how string) {
 		}()
 		<-done
 	case "leader-exit":
+		ended := make(chan struct{})
 		go func() {
-			io.Copy(io.Discard, os.Stdin)
+			<-ended
 			time.Sleep(100 * time.Millisecond)
 			os.Exit(6) // exit_group, after the leader is gone
 		}()
+		// Only once the test ends it (its tracer attached by then: the
+		// kernel refuses to attach to a process whose leader has exited,
+		// EPERM, which a leader exiting at once raced).
+		io.Copy(io.Discard, os.Stdin)
+		close(ended)
 		// The main goroutine runs on the main thread (locked in init):
 		// end that thread alone, with exit(2), not exit_group(2).
 		syscall.RawSyscall(syscall.SYS_EXIT, 0, 0, 0)
