@@ -267,9 +267,9 @@ const argv0Max = 4096
 // "x\r", one container (found by FuzzProcessFields).
 const cgroupMax = 1 << 20
 
-// userHZ is the unit of /proc/PID/stat's start time: USER_HZ, 100 on every
-// architecture Kubernetes runs on.
-const userHZ = 100
+// Tick is the unit of /proc/PID/stat's start time (Process.StartTime):
+// 1/USER_HZ, USER_HZ being 100 on every architecture Kubernetes runs on.
+const Tick = time.Second / 100
 
 // Age is how long ago p started, to within a tick (10 ms; it may read up
 // to a tick long): the kernel's boot clock now (CLOCK_BOOTTIME) less p's
@@ -281,5 +281,5 @@ func Age(p Process) (time.Duration, error) {
 	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
 		return 0, fmt.Errorf("read the boot clock: %w", err)
 	}
-	return time.Duration(ts.Nano()) - time.Duration(p.StartTime)*(time.Second/userHZ), nil
+	return time.Duration(ts.Nano()) - time.Duration(p.StartTime)*Tick, nil
 }

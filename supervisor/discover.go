@@ -263,8 +263,10 @@ func (r *run) kindOf(c procscan.Container) (kind procscan.Kind, before bool) {
 	if k, ok := r.kinds[pinKey(c)]; ok {
 		return k, true
 	}
-	if k, ok := r.pinnedExiting(c); ok {
-		return k, true
+	if c.HasMain && c.Main.Exiting {
+		if k, found, _ := r.unifiedKind(c); found {
+			return k, true
+		}
 	}
 	if c.HasMain && c.Kind != procscan.Starting {
 		r.kinds[pinKey(c)] = c.Kind
@@ -285,31 +287,21 @@ func pinKey(c procscan.Container) string {
 	return c.ID
 }
 
-// pinnedExiting is the kind pinned for the container of c, a container
-// seen only through an exiting main process, whose content then differs
-// from its container's: its v1 lines read "/" (procscan.Process.Exiting),
-// and its unified line may end in " (deleted)". Such a process in a
-// container pinned before is no new container: a process exec'd into an
-// app container (kubectl exec, PPID 0 like a main process), still a zombie
-// once the app's main process has exited, would otherwise be taken for
-// the app's restart, and its exit status for the app's (the k8sjobs
-// cluster's OnFailure case did so: the app's real next run was then never
-// waited for). Its unified line still names its container: it is that
-// container when every container pinned with that line has one kind. With
-// no unified line (a host of cgroup v1 alone) nothing names it: see
-// execdBefore.
-func (r *run) pinnedExiting(c procscan.Container) (procscan.Kind, bool) {
-	if !c.HasMain || !c.Main.Exiting {
-		return 0, false
-	}
-	kind, found, _ := r.unifiedKind(c)
-	return kind, found
-}
-
 // unifiedKind is the kind pinned for the containers whose unified line is
-// c's (found), and whether that line tells containers apart here (tells):
-// it is not, when c has none, or when containers of different kinds
-// share it (a runtime that does not place containers apart in the
+// c's (found), and whether that line tells containers apart here (tells).
+// kindOf asks it for a container seen only through an exiting main
+// process, whose content then differs from its container's: its v1 lines
+// read "/" (procscan.Process.Exiting), and its unified line may end in
+// " (deleted)". Such a process in a container pinned before is no new
+// container: a process exec'd into an app container (kubectl exec, PPID 0
+// like a main process), still a zombie once the app's main process has
+// exited, would otherwise be taken for the app's restart, and its exit
+// status for the app's (the k8sjobs cluster's OnFailure case did so: the
+// app's real next run was then never waited for). Its unified line still
+// names its container when every container pinned with that line has one
+// kind. With no unified line (a host of cgroup v1 alone) nothing names it:
+// see execdBefore. The line does not tell containers apart when c has
+// none, or when containers of different kinds share it (a runtime that does not place containers apart in the
 // unified hierarchy).
 func (r *run) unifiedKind(c procscan.Container) (kind procscan.Kind, found, tells bool) {
 	u := procscan.Unified(c.ID)
@@ -359,7 +351,7 @@ func (r *run) execdBefore(c procscan.Container) bool {
 	if err != nil {
 		return false
 	}
-	if started := time.Now().Add(-age); !started.Add(time.Second / 100).Before(old.exitAt) {
+	if started := time.Now().Add(-age); !started.Add(procscan.Tick).Before(old.exitAt) {
 		return false
 	}
 	if id := instanceOf(c.Main); !r.execd[id] {

@@ -34,16 +34,16 @@ func (f *fakePod) LastPID() (int, error) {
 
 // fakeBoot is when the fake pod's kernel booted: the bubble's epoch
 // (synctest starts its clock there), so a fake process's StartTime
-// counts ticks (10 ms) of the bubble's clock.
+// counts ticks (procscan.Tick) of the bubble's clock.
 var fakeBoot = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // Age: how long ago p started, its StartTime counted from fakeBoot.
 func (f *fakePod) Age(p procscan.Process) (time.Duration, error) {
-	return time.Since(fakeBoot) - time.Duration(p.StartTime)*10*time.Millisecond, nil
+	return time.Since(fakeBoot) - time.Duration(p.StartTime)*procscan.Tick, nil
 }
 
 // ticksAt is the StartTime of a fake process started at t.
-func ticksAt(t time.Time) uint64 { return uint64(t.Sub(fakeBoot) / (10 * time.Millisecond)) }
+func ticksAt(t time.Time) uint64 { return uint64(t.Sub(fakeBoot) / procscan.Tick) }
 
 // Named: the fake pod's containers are named when named is set.
 func (f *fakePod) Named() bool { return f.named }
