@@ -108,12 +108,6 @@ func (p *Pod) supervise(ctx context.Context, i int, started chan struct{}) {
 			once()
 			return
 		}
-		copied := make(chan struct{})
-		go func() {
-			defer close(copied)
-			defer r.Close()
-			io.Copy(p.logs[i], r)
-		}()
 		p.mu.Lock()
 		p.procs[i], p.attempts[i] = proc, attempt
 		p.mu.Unlock()
@@ -123,11 +117,20 @@ func (p *Pod) supervise(ctx context.Context, i int, started chan struct{}) {
 			s.Started, s.Running, s.PID, s.Restarts, s.StartedAt = true, true, proc.PID(), attempt, now
 			deleting = p.deleting // under p.mu, as Delete reads the running set
 		})
+		// Its output is read only now (the pipe holds it meanwhile): a
+		// container's log line is seen only once its status says it runs,
+		// with its PID, as kubectl logs has nothing of a container not
+		// started (TestLogMeansRunning).
+		copied := make(chan struct{})
+		go func() {
+			defer close(copied)
+			defer r.Close()
+			io.Copy(p.logs[i], r)
+		}()
 		if deleting {
 			// Delete began while this container was starting and did not
 			// count it as running: it gets its SIGTERM now, as the kubelet
-			// stops a container that comes up during a deletion. (A test
-			// can see a runc container's first output before Start returns.)
+			// stops a container that comes up during a deletion.
 			proc.Signal(syscall.SIGTERM)
 		}
 		once()

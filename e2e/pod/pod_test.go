@@ -381,3 +381,41 @@ func TestPodStartAfter(t *testing.T) {
 		})
 	}
 }
+
+// TestLogMeansRunning: a container's output is seen only once its status
+// says it runs, with its PID, as `kubectl logs` has nothing of a container
+// the kubelet has not started. Tests wait for a log line and then read the
+// PID from the status (scenarios TestSupervisorImage did, and failed once
+// in a clean-clone CI run with "open /proc/0/status": the supervisor had
+// logged before runc's start had returned). Many containers, each
+// printing at once, on every backend.
+func TestLogMeansRunning(t *testing.T) {
+	tl := needTools(t)
+	const n = 12
+	for _, b := range backends(t, tl) {
+		t.Run(b.Name(), func(t *testing.T) {
+			var cs []Container
+			for i := range n {
+				cs = append(cs, Container{Name: fmt.Sprintf("c%d", i), Argv: []string{tl.Podsim, "app", "--sleep", "1h"}})
+			}
+			p := startPod(t, b, Spec{Name: "logs", Containers: cs})
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			for _, c := range cs {
+				var st ContainerStatus
+				if err := p.Await(ctx, func() bool {
+					if p.Logs(c.Name) == "" {
+						return false
+					}
+					st = p.Status().Container(c.Name)
+					return true
+				}); err != nil {
+					t.Fatalf("%s: no output: %v", c.Name, err)
+				}
+				if !st.Running || st.PID <= 0 {
+					t.Errorf("%s has written %q, yet its status is %+v", c.Name, p.Logs(c.Name), st)
+				}
+			}
+		})
+	}
+}
