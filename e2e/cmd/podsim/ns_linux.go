@@ -135,6 +135,13 @@ func enter(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	// Named as runc names its init, which this stands in for until the
+	// final execve: root, in the container's cgroup and mounts (so named
+	// by its termination-message mount), not yet its program. A supervisor
+	// tells it apart by this name, as it does runc's (procscan).
+	if err := os.WriteFile("/proc/self/comm", []byte("runc:[2:INIT]"), 0); err != nil {
+		return fmt.Errorf("name the runtime's init: %w", err)
+	}
 	if *execFD >= 0 {
 		// The final execve closes it; so does an exit on any error below.
 		unix.CloseOnExec(*execFD)
