@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"slices"
 	"syscall"
-	"time"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/supervisor/exitwatch"
 )
@@ -39,7 +38,6 @@ import (
 // supervisor killed mid-write) is dropped.
 const (
 	journalFile = "journal"
-	readyFile   = "ready"
 	// journalMax bounds the journal: a run that reaches it stops keeping
 	// one (a restarted instance then starts over).
 	journalMax = 1 << 20
@@ -277,29 +275,4 @@ func (j *journal) close() {
 	if j != nil && j.f != nil {
 		j.f.Close()
 	}
-}
-
-// ready writes the ready file in dir (the native shape's startup probe:
-// `sidecar-supervisor ready`), or removes it (at the start).
-func ready(dir string, on bool) error {
-	p := filepath.Join(dir, readyFile)
-	if !on {
-		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return err
-		}
-		return nil
-	}
-	return os.WriteFile(p, []byte(time.Now().UTC().Format(time.RFC3339Nano)+"\n"), 0o600)
-}
-
-// Ready reports whether the supervisor whose state directory is dir has
-// made its first scan of the pod (`sidecar-supervisor ready`).
-func Ready(dir string) error {
-	if dir == "" {
-		return errors.New(EnvPrefix + "STATE_DIR is not set: no ready file is kept")
-	}
-	if _, err := os.Stat(filepath.Join(dir, readyFile)); err != nil {
-		return fmt.Errorf("not ready: %w", err)
-	}
-	return nil
 }

@@ -1,8 +1,6 @@
 package supervisor
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -177,27 +175,6 @@ func TestResumeContradicted(t *testing.T) {
 		h.proc(10).exit(exited(3))
 		h.finish(Failure, "SIGKILL 100")
 	})
-}
-
-// TestReadyFile: the ready file is removed at the start and written once
-// the first scan is done; without a state directory, ready says why.
-func TestReadyFile(t *testing.T) {
-	if err := Ready(""); err == nil || !strings.Contains(err.Error(), "SUPERVISOR_STATE_DIR is not set") {
-		t.Errorf("Ready(\"\") = %v", err)
-	}
-	dir := t.TempDir()
-	if err := Ready(dir); err == nil {
-		t.Error("ready without a file")
-	}
-	if err := os.WriteFile(filepath.Join(dir, readyFile), nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := Ready(dir); err != nil {
-		t.Errorf("Ready with the file: %v", err)
-	}
-	if err := ready(dir, false); err != nil || Ready(dir) == nil {
-		t.Errorf("ready(false) = %v, and the file stays", err)
-	}
 }
 
 // TestResumeSidecarGoneUnseen: killed during the stop, after its SIGTERM

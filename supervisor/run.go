@@ -193,7 +193,9 @@ func (r *run) salvage(ctx context.Context, p any) (res Result, err error) {
 	return res, nil
 }
 
-// start checks the pod shares its PID namespace, then discovers.
+// start checks the pod shares its PID namespace, then discovers. Once the
+// first scan is taken in, the ready file says so (the kubelet's hooks wait
+// for it to start the apps), whatever comes next.
 func (r *run) start(ctx context.Context) (state, error) {
 	pod, err := r.scan.Scan()
 	if err != nil {
@@ -202,28 +204,32 @@ func (r *run) start(ctx context.Context) (state, error) {
 	if !pod.Outside() {
 		return nil, ErrNotShared
 	}
+	next := r.first(pod)
+	if r.cfg.StateDir != "" {
+		if err := ready(r.cfg.StateDir, true); err != nil {
+			r.log.Warn().Err(err).Str("dir", r.cfg.StateDir).Msg("cannot write the ready file: the kubelet's hooks on it wait out their bounds before starting the apps")
+		}
+	}
+	return next, nil
+}
+
+// first takes in the first scan: what to do next.
+func (r *run) first(pod procscan.Pod) state {
 	switch {
 	case r.cfg.NativeSidecar && r.cfg.RestartPolicy == Always:
 		r.log.Info().Msg("the sidecar is a native sidecar, stopped by the kubelet: nothing to do; idle until the pod is deleted")
-		return r.idle, nil
+		return r.idle
 	case r.cfg.NativeSidecar:
 		r.log.Info().Msg("the sidecar is a native sidecar, stopped by the kubelet: nothing to do")
 		r.note("native sidecar: nothing to do")
-		return nil, nil
+		return nil
 	case r.cfg.RestartPolicy == Always:
 		r.log.Info().Msg("restartPolicy Always: an app's exit never stops the sidecar; idle until the pod is deleted")
-		return r.idle, nil
+		return r.idle
 	}
 	r.resume(pod)
 	r.adopt(pod)
-	if r.cfg.StateDir != "" {
-		// Looking from now on: the native shape's startup probe lets the
-		// kubelet start the apps.
-		if err := ready(r.cfg.StateDir, true); err != nil {
-			r.log.Warn().Err(err).Str("dir", r.cfg.StateDir).Msg("cannot write the ready file: a startup probe on it fails")
-		}
-	}
-	return r.discover, nil
+	return r.discover
 }
 
 // deleted ends the run on SIGTERM: the kubelet is stopping every container,

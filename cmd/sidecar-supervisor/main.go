@@ -10,6 +10,13 @@
 //	sidecar-supervisor status        print the pod as the supervisor sees it,
 //	                                 and what the running supervisor is doing
 //	                                 (kubectl exec into its container)
+//	sidecar-supervisor ready         exit 0 once the running supervisor has
+//	                                 made its first scan, else 1 (the native
+//	                                 shape's startup probe)
+//	sidecar-supervisor wait          return once it has, or after 30 s;
+//	                                 always exit 0 (the container shape's
+//	                                 postStart hook: the kubelet starts the
+//	                                 apps after it)
 //	sidecar-supervisor version
 //
 // Exit codes: 0 done (or the pod is being deleted); 1 cannot work here (no
@@ -77,12 +84,31 @@ func main() {
 			fmt.Fprintf(os.Stderr, "sidecar-supervisor ready: %v\n", err)
 			os.Exit(exitCannotRun)
 		}
+	case mode == "wait" && len(args) == 1:
+		os.Exit(wait(os.Getenv(supervisor.EnvPrefix+"STATE_DIR"), os.Stderr))
 	case mode == "version" && len(args) == 1:
 		fmt.Println(version)
 	default:
-		fmt.Fprintf(os.Stderr, "usage: sidecar-supervisor [hold | install DIR | status | ready | version]\n")
+		fmt.Fprintf(os.Stderr, "usage: sidecar-supervisor [hold | install DIR | status | ready | wait | version]\n")
 		os.Exit(exitBadConfig)
 	}
+}
+
+// wait is the container shape's postStart hook: it holds the kubelet's
+// start of the apps until the supervisor's first scan is done, for
+// supervisor.WaitLimit at most, and exits 0 whatever happens (a hook that
+// fails has the kubelet kill the supervisor). What it prints goes to the
+// kubelet, which shows a hook's output only in the event of one that
+// failed.
+func wait(dir string, stderr io.Writer) int {
+	start := time.Now()
+	if err := supervisor.WaitReady(context.Background(), dir, supervisor.WaitLimit); err != nil {
+		fmt.Fprintf(stderr, "sidecar-supervisor wait: %v; the kubelet starts the apps after %s without it\n",
+			err, time.Since(start).Round(time.Millisecond))
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "sidecar-supervisor wait: the supervisor watches, after %s\n", time.Since(start).Round(time.Millisecond))
+	return exitOK
 }
 
 func run(mode string, environ []string, stderr io.Writer) int {

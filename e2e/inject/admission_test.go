@@ -457,7 +457,8 @@ func appending(cs ...corev1.Container) func(*corev1.Pod) {
 // policyEnv is the supervisor's environment the policy gives for these
 // pairs, with what it always sets.
 func policyEnv(restart string, kv ...string) map[string]string {
-	return setPairs(map[string]string{"SUPERVISOR_RESTART_POLICY": restart, "GOMEMLIMIT": "resourceFieldRef:limits.memory"}, kv...)
+	return setPairs(map[string]string{"SUPERVISOR_RESTART_POLICY": restart, "GOMEMLIMIT": "resourceFieldRef:limits.memory",
+		stateVar: "/var/run/sidecar-supervisor-state"}, kv...)
 }
 
 type admissionCase struct {
@@ -711,14 +712,20 @@ func TestAdmissionPolicy(t *testing.T) {
 			}
 			checkAdmissionOrder(t, got.Spec)
 			checkValid(t, got.Spec)
-			// Everything else of the pod is as the webhooks left it.
+			// Everything else of the pod is as the webhooks left it; the
+			// state volume comes after the pod's own (checkStateDir).
 			w := without.DeepCopy()
 			w.Annotations, w.Spec.ShareProcessNamespace = got.Annotations, got.Spec.ShareProcessNamespace
 			w.Spec.Containers = nil
 			g := got.DeepCopy()
 			g.Spec.Containers = nil
+			if n := len(g.Spec.Volumes); n == 0 || g.Spec.Volumes[n-1].Name != stateVolume {
+				t.Errorf("the state volume is not the pod's last: %v", g.Spec.Volumes)
+			} else if g.Spec.Volumes = g.Spec.Volumes[:n-1]; len(g.Spec.Volumes) == 0 {
+				g.Spec.Volumes = w.Spec.Volumes // none before: nil, not empty
+			}
 			if diff := cmp.Diff(w, g); diff != "" {
-				t.Errorf("the policy changed more than the supervisor, shareProcessNamespace and annotations (-without +with):\n%s", diff)
+				t.Errorf("the policy changed more than the supervisor, its state volume, shareProcessNamespace and annotations (-without +with):\n%s", diff)
 			}
 			for _, orig := range without.Spec.Containers {
 				if diff := cmp.Diff(&orig, findContainer(got.Spec, orig.Name)); diff != "" {

@@ -33,10 +33,22 @@ var readyProbe = corev1.Probe{
 	FailureThreshold: 600,
 }
 
+// waitHook is the postStart hook of a supervisor that is a regular
+// container placed before the apps: the kubelet starts the next container
+// only once it returns, which is when the supervisor's first scan is done
+// (bounded, always exit 0), as readyProbe does for the native shape.
+var waitHook = corev1.Lifecycle{
+	PostStart: &corev1.LifecycleHandler{
+		Exec: &corev1.ExecAction{Command: []string{"/" + supervisorName, "wait"}},
+	},
+}
+
 // checkSupervisorShape checks that the supervisor is what its place in the
 // pod says:
 //   - a regular container: no restartPolicy, no probe, SUPERVISOR_SHAPE
-//     unset or "container";
+//     unset or "container"; first among the containers (before the apps),
+//     waitHook as its postStart hook and a state directory (where its
+//     ready file is); elsewhere, no hook;
 //   - an init container: restartPolicy Always; SUPERVISOR_SHAPE=native,
 //     so that once it has stopped the sidecars it idles until the kubelet's
 //     SIGTERM (a native sidecar that exits is restarted); readyProbe as its
@@ -56,6 +68,16 @@ func checkSupervisorShape(t *testing.T, spec corev1.PodSpec) {
 		}
 		if shape != "" && shape != "container" {
 			t.Errorf("the supervisor is a regular container with %s=%q", shapeVar, shape)
+		}
+		switch first := spec.Containers[0].Name == supervisorName; {
+		case first && shapeOf(spec).SupervisorEnv[stateVar] == "":
+			t.Errorf("the supervisor comes before the apps without %s: its postStart hook has no ready file to wait for", stateVar)
+		case first:
+			if diff := cmp.Diff(&waitHook, c.Lifecycle); diff != "" {
+				t.Errorf("the supervisor before the apps: its lifecycle (-want +got):\n%s", diff)
+			}
+		case c.Lifecycle != nil:
+			t.Errorf("the supervisor after an app has a hook, which would only hold back the containers after it: %+v", c.Lifecycle)
 		}
 		return
 	}

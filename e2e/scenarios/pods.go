@@ -112,7 +112,11 @@ type Desc struct {
 	// SupervisorNative runs the supervisor as a native sidecar, before
 	// the apps (SUPERVISOR_SHAPE=native; it has SupervisorState).
 	SupervisorNative bool
-	Grace            time.Duration
+	// SupervisorFirst puts the supervisor before the apps with its
+	// postStart hook, `sidecar-supervisor wait`, as the injection template
+	// does with istio-proxy last (it has SupervisorState).
+	SupervisorFirst bool
+	Grace           time.Duration
 }
 
 // HandlerCue is the name Built.Release takes for the stand-in's handler
@@ -393,7 +397,7 @@ func assemble(d Desc, dir string, apps []pod.Container, proxy, supervisor *pod.C
 		}
 	}
 	// Istio appends istio-proxy after the app containers, or puts it first
-	// when it holds the application; the supervisor comes last.
+	// when it holds the application; the supervisor comes last, or first.
 	if proxy != nil && d.HoldApp {
 		spec.Containers = append(spec.Containers, *proxy)
 	}
@@ -405,11 +409,16 @@ func assemble(d Desc, dir string, apps []pod.Container, proxy, supervisor *pod.C
 		supervisor.Name = "supervisor"
 		supervisor.NoNewPrivs, supervisor.Caps = true, []int{}
 		supervisor.OwnPIDNamespace = d.SupervisorOwnPIDNS
-		if d.SupervisorNative {
+		switch {
+		case d.SupervisorNative:
 			// A native sidecar before every container of the pod.
 			supervisor.Native = true
 			spec.Containers = append([]pod.Container{*supervisor}, spec.Containers...)
-		} else {
+		case d.SupervisorFirst:
+			// The next container starts once the hook has returned.
+			supervisor.PostStart = []string{supervisor.Argv[0], "wait"}
+			spec.Containers = append([]pod.Container{*supervisor}, spec.Containers...)
+		default:
 			spec.Containers = append(spec.Containers, *supervisor)
 		}
 	}

@@ -280,6 +280,33 @@ func TestAppDoneBeforeSupervisor(t *testing.T) {
 	}
 }
 
+// TestWaitHook: the supervisor before the apps with its postStart hook, as
+// the injection template puts it with istio-proxy last. The pod's next
+// container starts only once `sidecar-supervisor wait` has returned, which
+// it does on the supervisor's first scan: apps that end at once are each
+// seen and their statuses read, never missed (TestAppDoneBeforeSupervisor
+// is the case without it).
+func TestWaitHook(t *testing.T) {
+	for _, b := range Builders(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			built := b.MustBuild(t, Desc{Name: "first", SupervisorFirst: true,
+				Apps: []App{{Name: "app0"}, {Name: "app1", Args: []string{"--exit", "3"}}, {Name: "app2"}},
+				SupervisorEnv: append(append([]string{}, Patient...), "SUPERVISOR_APP_CONTAINERS=3", "SUPERVISOR_AFTER_APPS=istio-proxy")})
+			p, st := runBuilt(t, built)
+			if msg := p.TerminationMessage("supervisor"); !strings.HasPrefix(msg, "failure: app1 exit 3") || strings.Contains(msg, "unknown") {
+				t.Errorf("termination message %q, want every app's status read", msg)
+			}
+			if st.Phase != pod.Failed || st.Container("istio-proxy").ExitCode != 137 {
+				t.Errorf("status %s, want Failed with istio-proxy SIGKILLed", st)
+			}
+			logs := p.Logs("supervisor")
+			if !strings.Contains(logs, "[postStart] sidecar-supervisor wait: the supervisor watches, after ") {
+				t.Errorf("the hook did not return on the supervisor's ready file:\n%s", logs)
+			}
+		})
+	}
+}
+
 // TestNoSidecarPod: no sidecar ever appears: the supervisor says so and
 // exits 0 within its bound.
 func TestNoSidecarPod(t *testing.T) {

@@ -15,7 +15,7 @@ const stateMount = "/var/run/sidecar-supervisor-state"
 // a directory of the pod's, owned by uid, mounted at inContainer ("": the
 // host's path, for the namespaces backend), kept across its restarts.
 func supervisorState(d Desc, dir string, supervisor *pod.Container, uid int, inContainer string) error {
-	if !d.SupervisorState && !d.SupervisorNative {
+	if !d.SupervisorState && !d.SupervisorNative && !d.SupervisorFirst {
 		return nil
 	}
 	host := filepath.Join(dir, "supervisor-state")

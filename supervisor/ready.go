@@ -1,0 +1,133 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/procscan"
+)
+
+// The ready file: a supervisor writes it in SUPERVISOR_STATE_DIR once its
+// first scan of the pod is done, and removes it as it starts. Two hooks
+// of the kubelet read it, each a command exec'd in the supervisor's
+// container (with its environment, in the pod's PID namespace):
+//
+//   - the native shape's startup probe, `sidecar-supervisor ready`: the
+//     kubelet starts the next container only once it passes;
+//   - the container shape's postStart hook, `sidecar-supervisor wait`,
+//     where the supervisor comes before the apps: the kubelet runs it
+//     once it has started the supervisor, and starts the next container
+//     (the first app) only when it returns. It returns once the file is
+//     there, or after WaitLimit, and always exits 0: a hook that fails has
+//     the kubelet kill the supervisor, and under restartPolicy Never that
+//     is the hang the supervisor exists to remove. Past the bound the apps
+//     start as they would without the hook: never worse than none.
+//
+// Either way no app starts before the supervisor watches, however loaded
+// the node: an app of milliseconds is adopted, not missed.
+//
+// The file names the process that wrote it, its PID and start time (clock
+// ticks since boot, /proc/PID/stat), and counts only while that process
+// runs: a supervisor that dies and is restarted leaves its file behind,
+// and the new one's hooks must not pass on it before its own first scan.
+// Its PID is then gone, or another process's with another start time.
+const readyFile = "ready"
+
+// WaitLimit bounds `sidecar-supervisor wait`: a first scan takes
+// milliseconds (281 ms at most seen on a loaded node); a supervisor that
+// has not made it by then is not coming (bad settings, a read-only state
+// directory), and the apps go on without it.
+const WaitLimit = 30 * time.Second
+
+// waitPoll is how often `wait` looks for the file: what it adds to the
+// first app's start.
+const waitPoll = 5 * time.Millisecond
+
+// procRoot is where Ready reads the writer's start time.
+var procRoot = "/proc"
+
+// ready writes the ready file in dir, naming this process, or removes it
+// (at the start). The file is written whole and renamed into place, so a
+// hook never reads half of it.
+func ready(dir string, on bool) error {
+	p := filepath.Join(dir, readyFile)
+	if !on {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	pid := os.Getpid()
+	start, err := startTime(pid)
+	if err != nil {
+		return err
+	}
+	tmp := p + ".new"
+	if err := os.WriteFile(tmp, fmt.Appendf(nil, "%d %d\n", pid, start), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, p)
+}
+
+func startTime(pid int) (uint64, error) {
+	s, err := procscan.NewScanner(procRoot)
+	if err != nil {
+		return 0, err
+	}
+	return s.StartTime(pid)
+}
+
+// Ready reports whether the supervisor whose state directory is dir has
+// made its first scan of the pod (`sidecar-supervisor ready`).
+func Ready(dir string) error {
+	if dir == "" {
+		return errors.New(EnvPrefix + "STATE_DIR is not set: no ready file is kept")
+	}
+	b, err := os.ReadFile(filepath.Join(dir, readyFile))
+	if err != nil {
+		return fmt.Errorf("not ready: %w", err)
+	}
+	f := strings.Fields(string(b))
+	var pid int
+	var start uint64
+	if len(f) == 2 {
+		pid, err = strconv.Atoi(f[0])
+		if err == nil {
+			start, err = strconv.ParseUint(f[1], 10, 64)
+		}
+	}
+	if len(f) != 2 || err != nil || pid <= 0 {
+		return fmt.Errorf("not ready: the ready file holds %q, not a supervisor's PID and start time", b)
+	}
+	now, err := startTime(pid)
+	if err != nil || now != start {
+		return fmt.Errorf("not ready: the ready file is an earlier supervisor's (PID %d, which runs no more)", pid)
+	}
+	return nil
+}
+
+// WaitReady returns once Ready(dir) passes, or with its last error after
+// limit or once ctx is done. Without a state directory it returns at once.
+func WaitReady(ctx context.Context, dir string, limit time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	tick := time.NewTicker(waitPoll)
+	defer tick.Stop()
+	for {
+		err := Ready(dir)
+		if err == nil || dir == "" {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-tick.C:
+		}
+	}
+}
