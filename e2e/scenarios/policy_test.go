@@ -290,7 +290,7 @@ func TestWaitHook(t *testing.T) {
 	for _, b := range Builders(t) {
 		t.Run(b.Name, func(t *testing.T) {
 			built := b.MustBuild(t, Desc{Name: "first", SupervisorFirst: true,
-				Apps: []App{{Name: "app0"}, {Name: "app1", Args: []string{"--exit", "3"}}, {Name: "app2"}},
+				Apps:          []App{{Name: "app0"}, {Name: "app1", Args: []string{"--exit", "3"}}, {Name: "app2"}},
 				SupervisorEnv: append(append([]string{}, Patient...), "SUPERVISOR_APP_CONTAINERS=3", "SUPERVISOR_AFTER_APPS=istio-proxy")})
 			p, st := runBuilt(t, built)
 			if msg := p.TerminationMessage("supervisor"); !strings.HasPrefix(msg, "failure: app1 exit 3") || strings.Contains(msg, "unknown") {
