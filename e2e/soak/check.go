@@ -679,6 +679,23 @@ func wouldStop(t timeline, w podWant, inst map[string][]instance) (at time.Time,
 	return at, true
 }
 
+// deletionGrace is the supervisor's SUPERVISOR_DELETION_GRACE: an app
+// ended by SIGTERM (exit 143, as a shell reports it) may be the pod being
+// deleted, so the supervisor holds such a failure's decision that long,
+// killed or not (supervisor/decide.go).
+const deletionGrace = 2 * time.Second
+
+// graceFor is deletionGrace where the decisive run of one of the pod's apps
+// exited 143, else 0: what comes on top of wouldStop before the stop.
+func graceFor(t timeline, w podWant, inst map[string][]instance) time.Duration {
+	for _, a := range t.apps {
+		if x := find(inst[a.name], w.last[a.name]); x != nil && x.code == 143 {
+			return deletionGrace
+		}
+	}
+	return 0
+}
+
 // The window around the gap in which an app's end may have gone unread:
 // the killed supervisor may not have read (and journaled) an end just
 // before its death, and the restarted one sees ends up to its line saying
@@ -766,6 +783,7 @@ func checkRestart(t timeline, w *podWant, p podObs, sup *corev1.ContainerStatus,
 		}
 	}
 	would, ok := wouldStop(t, *w, inst)
+	would = would.Add(graceFor(t, *w, inst))
 	var stops []logLine
 	for _, sl := range sls {
 		stops = append(stops, sl.stops...)

@@ -411,3 +411,18 @@ func TestParseRealLogs(t *testing.T) {
 		}
 	}
 }
+
+// TestGraceFor: an app whose decisive run exited 143 holds the decision
+// for the deletion grace, killed or not (seed 20261206, Jobs 36, 100 and
+// 135: their kills cost 1.3-2.0 s, flagged as 3.3-4.0 s without it).
+func TestGraceFor(t *testing.T) {
+	for _, tc := range []struct {
+		code int
+		want time.Duration
+	}{{0, 0}, {3, 0}, {143, deletionGrace}} {
+		tl, o := neverPod(tc.code, "", 0, 3001)
+		if got := graceFor(tl, tl.want.pods[0], o.inst); got != tc.want {
+			t.Errorf("exit %d: grace %s, want %s", tc.code, got, tc.want)
+		}
+	}
+}
