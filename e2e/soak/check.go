@@ -685,16 +685,18 @@ func wouldStop(t timeline, w podWant, inst map[string][]instance) (at time.Time,
 // killed or not (supervisor/decide.go).
 const deletionGrace = 2 * time.Second
 
-// graceFor is deletionGrace where the decisive run of one of the pod's apps
-// exited 143, else 0: what comes on top of wouldStop before the stop.
-func graceFor(t timeline, w podWant, inst map[string][]instance) time.Duration {
-	for _, a := range t.apps {
-		if x := find(inst[a.name], w.last[a.name]); x != nil && x.code == 143 {
-			return deletionGrace
-		}
+// graceFor is deletionGrace where the supervisor's summary is a failure
+// naming an exit 143 it read, else 0: what comes on top of wouldStop
+// before the stop. A status it never read (exit-status none, an end while
+// no supervisor ran) holds no decision.
+func graceFor(sup *corev1.ContainerStatus) time.Duration {
+	if sup != nil && sup.State.Terminated != nil && failed143.MatchString(sup.State.Terminated.Message) {
+		return deletionGrace
 	}
 	return 0
 }
+
+var failed143 = regexp.MustCompile(`^failure: .*\bexit 143\b`)
 
 // The window around the gap in which an app's end may have gone unread:
 // the killed supervisor may not have read (and journaled) an end just
@@ -783,7 +785,7 @@ func checkRestart(t timeline, w *podWant, p podObs, sup *corev1.ContainerStatus,
 		}
 	}
 	would, ok := wouldStop(t, *w, inst)
-	would = would.Add(graceFor(t, *w, inst))
+	would = would.Add(graceFor(sup))
 	var stops []logLine
 	for _, sl := range sls {
 		stops = append(stops, sl.stops...)

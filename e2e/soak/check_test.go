@@ -412,17 +412,28 @@ func TestParseRealLogs(t *testing.T) {
 	}
 }
 
-// TestGraceFor: an app whose decisive run exited 143 holds the decision
-// for the deletion grace, killed or not (seed 20261206, Jobs 36, 100 and
-// 135: their kills cost 1.3-2.0 s, flagged as 3.3-4.0 s without it).
+// TestGraceFor: a failure decided on an exit 143 the supervisor read holds
+// the decision for the deletion grace, killed or not (seed 20261206, Jobs
+// 36, 100 and 135: their kills cost 1.3-2.0 s, flagged as 3.3-4.0 s
+// without it); a status it never read holds nothing.
 func TestGraceFor(t *testing.T) {
 	for _, tc := range []struct {
-		code int
-		want time.Duration
-	}{{0, 0}, {3, 0}, {143, deletionGrace}} {
-		tl, o := neverPod(tc.code, "", 0, 3001)
-		if got := graceFor(tl, tl.want.pods[0], o.inst); got != tc.want {
-			t.Errorf("exit %d: grace %s, want %s", tc.code, got, tc.want)
+		summary string
+		want    time.Duration
+	}{
+		{"failure: app1 exit 143; action SIGKILL; sidecar stopped in 0.1s\n", deletionGrace},
+		{"failure: app1 exit 3, app2 exit 143; action SIGKILL", deletionGrace},
+		{"failure: app1 exit 1431; action SIGKILL", 0},
+		{"failure: app1 exit 3; action SIGKILL", 0},
+		{"success: app1 exit 0; action SIGTERM", 0},
+		{"unknown: app1 unknown (it exited before the supervisor could watch it); action SIGTERM", 0},
+	} {
+		sup := terminated(supervisorName, 0, tc.summary, at(5000))
+		if got := graceFor(&sup); got != tc.want {
+			t.Errorf("%q: grace %s, want %s", tc.summary, got, tc.want)
 		}
+	}
+	if got := graceFor(&corev1.ContainerStatus{}); got != 0 {
+		t.Errorf("running supervisor: grace %s", got)
 	}
 }
