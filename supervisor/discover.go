@@ -301,8 +301,8 @@ func pinKey(c procscan.Container) string {
 // names its container when every container pinned with that line has one
 // kind. With no unified line (a host of cgroup v1 alone) nothing names it:
 // see execdBefore. The line does not tell containers apart when c has
-// none, or when containers of different kinds share it (a runtime that does not place containers apart in the
-// unified hierarchy).
+// none, or when containers of different kinds share it (a runtime that
+// does not place containers apart in the unified hierarchy).
 func (r *run) unifiedKind(c procscan.Container) (kind procscan.Kind, found, tells bool) {
 	u := procscan.Unified(c.ID)
 	if u == "" {

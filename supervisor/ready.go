@@ -50,7 +50,7 @@ const WaitLimit = 30 * time.Second
 const waitPoll = 5 * time.Millisecond
 
 // procRoot is where Ready reads the writer's start time.
-var procRoot = "/proc"
+const procRoot = "/proc"
 
 // ready writes the ready file in dir, naming this process, or removes it
 // (at the start). The file is written whole and renamed into place, so a
