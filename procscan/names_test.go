@@ -10,7 +10,7 @@ import (
 // a native sidecar and a debug container are Other, another pod's
 // container too, and a container not yet started stays Starting, unless its
 // runtime's init is already named an app: then it is the app, watched from
-// before its entrypoint runs (an app of milliseconds is not missed).
+// before its entrypoint runs.
 func TestName(t *testing.T) {
 	const other = "0f3c5a2b-0000-0000-0000-000000000000"
 	cg := func(id string) string { return "0::/../" + id }

@@ -86,7 +86,7 @@ type Container struct {
 	// runtime's init in the container's settled cgroup: it will exec the
 	// container's entrypoint in place, same PID and start time. Pod.Name
 	// takes such a container for an app when the kubelet's mount names it
-	// one: watched from then on, an app of milliseconds is not missed.
+	// one: watched from then on, before its entrypoint runs.
 	Init bool
 	// Processes holds the one process of the container that a scan keeps:
 	// its oldest (Main, when HasMain), with ID as its Cgroup. The others

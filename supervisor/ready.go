@@ -30,7 +30,12 @@ import (
 //     start as they would without the hook: never worse than none.
 //
 // Either way no app starts before the supervisor watches, however loaded
-// the node: an app of milliseconds is adopted, not missed.
+// the node. Watching is not seeing: an app of milliseconds is adopted
+// from its runtime's init on (discover.go's look, every 2 ms) whenever the
+// supervisor gets the CPU once in that app's life; one that runs wholly
+// while the supervisor is kept off the CPU (a node loaded enough, a vCPU
+// stolen) is missed, counted unknown after APP_START_TIMEOUT. The hook
+// makes that rare (docs/performance.md has the figures), not impossible.
 //
 // The file names the process that wrote it, its PID and start time (clock
 // ticks since boot, /proc/PID/stat), and counts only while that process
