@@ -32,6 +32,8 @@ rm -rf "$RUN_DIR"
 mkdir -p "$RUN_DIR"
 
 log "product module: vet and tests"
+# procscan's TestRealRuntimeInits creates containers with runc and crun.
+e2e/scripts/install-deps.sh >/dev/null
 go vet ./...
 go test -count=1 "$@" ./...
 

@@ -1,6 +1,7 @@
 package procscan
 
 import (
+	"path"
 	"regexp"
 	"strings"
 )
@@ -222,15 +223,50 @@ func under(p, dir string) bool {
 }
 
 // runtimeInit reports whether p is a container runtime's init process that
-// has not yet exec'd the container's entrypoint. runc's is named
-// "runc:[2:INIT]" (set by its nsexec); it enters the pod's PID namespace, the
-// container's cgroup and uid when the container is created, then blocks on
-// runc's exec fifo until the container is started. Under the kubelet that
-// is the time between CreateContainer and StartContainer, during which a
+// has not yet exec'd the container's entrypoint. Each OCI runtime's enters
+// the pod's PID namespace, the container's cgroup and uid when the
+// container is created, then waits until it is started: under the kubelet,
+// the time between CreateContainer and StartContainer, during which a
 // supervisor started just before istio-proxy (the injector puts istio-proxy
-// last) sees istio-proxy's container with this process as its main one.
+// last) sees istio-proxy's container with this process as its main one. It
+// then execs the entrypoint in place, keeping its PID. Known by name, as
+// each runtime leaves it:
+//
+//   - runc (containerd's default, CRI-O's before crun): comm "runc:[2:INIT]",
+//     set by its nsexec; argv "runc init".
+//   - youki: comm "youki:[2:INIT]", set the same way.
+//   - crun (CRI-O's default from 1.31, and in its packages from 1.28, as
+//     /usr/libexec/crio/crun; OpenShift's from 4.18): a fork of crun
+//     itself, argv[0] crun's (seen here: crun 1.8.1 `create` left
+//     comm "crun", argv[0] "crun", uid already the container's). A crun
+//     whose binary is on a writable file system first re-executes a copy
+//     of itself from a memfd, and the comm is then the memfd's name,
+//     "memfd:crun_cloned:/proc/self/exe" cut to 15 bytes, on Linux 6.14+,
+//     or the number of its file descriptor before. argv[0] stays crun's, so
+//     argv[0] decides: an app whose entrypoint is crun itself would be
+//     taken for a container being set up.
+//
+// A runtime not named here (kata's agent, gVisor's sentry create the
+// container's process elsewhere; others unchecked) leaves its init looking
+// like the container's process: an app found under its name, or a sidecar
+// by the kubelet's mount, a little early.
 func runtimeInit(p Process) bool {
-	return strings.HasPrefix(p.Comm, "runc:[")
+	switch {
+	case strings.HasPrefix(p.Comm, "runc:[") || strings.HasPrefix(p.Comm, "youki:["):
+		return true
+	case path.Base(p.Argv0) != "crun":
+		return false
+	}
+	return p.Comm == "crun" || strings.HasPrefix(p.Comm, "memfd:crun") || allDigits(p.Comm)
+}
+
+func allDigits(s string) bool {
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // older orders processes by start time. Start times count clock ticks

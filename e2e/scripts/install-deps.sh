@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install what the pod tests (e2e/pod, e2e/scenarios) need from Debian:
 # E2E_DEBIAN_PACKAGES in e2e/versions.env (runc, the OCI runtime of the Runc
-# backend; dumb-init and busybox-static for the sidecar stand-ins). Idempotent: when everything is installed it only checks, in well
+# backend; crun, for procscan's test of the runtimes' inits; dumb-init and busybox-static for the sidecar stand-ins). Idempotent: when everything is installed it only checks, in well
 # under a second, and needs no network.
 #
 # Prints one NAME=PATH line per tool on stdout (logs go to stderr):
