@@ -295,7 +295,6 @@ func (h *harness) wait() (Result, error) {
 	return Result{}, nil
 }
 
-func exited(code int) exitwatch.Status                 { return exitwatch.Status{Known: true, Code: code} }
-func killed(sig exitwatch.Signal) exitwatch.Status     { return exitwatch.Status{Known: true, Signal: sig} }
-func unknownStatus() exitwatch.Status                  { return exitwatch.Status{Reason: "test"} }
-func ignoreSignals(exitwatch.Signal) *exitwatch.Status { return nil }
+func exited(code int) exitwatch.Status             { return exitwatch.Status{Known: true, Code: code} }
+func killed(sig exitwatch.Signal) exitwatch.Status { return exitwatch.Status{Known: true, Signal: sig} }
+func unknownStatus() exitwatch.Status              { return exitwatch.Status{Reason: "test"} }
