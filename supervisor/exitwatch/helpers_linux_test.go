@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The test binary doubles as the processes the tests watch:
@@ -25,6 +27,7 @@ import (
 //	                    child's PID, reaps it and exits 0: the child is then
 //	                    not ours, like an app's main process in a pod
 //	HELPER=child HOW    see child()
+//	HELPER=tracer PID   traces PID (PTRACE_SEIZE) until it ends
 //
 // The helper modes need the main goroutine on the main thread (leader-exit).
 func init() {
@@ -43,6 +46,27 @@ func TestMain(m *testing.M) {
 			}
 		}
 		os.Exit(0)
+	case "tracer":
+		// Another tracer, as a debugger is: seizes the PID, says so, and
+		// resumes each of its stops with its signal (the Go runtime's
+		// preemption signals stop a tracee too) until it ends.
+		pid, _ := strconv.Atoi(os.Args[len(os.Args)-1])
+		if err := unix.PtraceSeize(pid); err != nil {
+			fmt.Println("seize:", err)
+			os.Exit(100)
+		}
+		fmt.Println("traced")
+		for {
+			var ws unix.WaitStatus
+			if _, err := unix.Wait4(pid, &ws, unix.WALL, nil); err != nil || ws.Exited() || ws.Signaled() {
+				os.Exit(0)
+			}
+			sig := 0
+			if ws.Stopped() && ws.StopSignal() != unix.SIGTRAP {
+				sig = int(ws.StopSignal())
+			}
+			unix.PtraceCont(pid, sig)
+		}
 	case "exit":
 		code, _ := strconv.Atoi(os.Args[len(os.Args)-1])
 		io.Copy(io.Discard, os.Stdin)

@@ -395,3 +395,36 @@ func TestPtraceZombie(t *testing.T) {
 		t.Errorf("status %+v, want unknown: %q", s, want)
 	}
 }
+
+// TestPtraceAlreadyTraced: a process another tracer holds (a debugger's,
+// strace's) is refused with EPERM. The status is unknown, and its reason
+// names the tracer, not a permission: the supervisor has CAP_SYS_PTRACE
+// whenever it uses ptrace.
+func TestPtraceAlreadyTraced(t *testing.T) {
+	needPtrace(t)
+	w := newPtraceKernel(t)
+	g, end := grandchild(t, "0")
+	cmd := exec.Command(os.Args[0], "-test.run=^$", strconv.Itoa(g.PID))
+	cmd.Env = append(os.Environ(), "HELPER=tracer")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	if line, err := readLine(bufio.NewReader(out), 10*time.Second); line != "traced" {
+		t.Fatalf("the other tracer: %q, %v", line, err)
+	}
+	proc, err := w.Watch(g)
+	if err != nil {
+		t.Fatalf("Watch of a traced process: %v, want a process whose status is unknown", err)
+	}
+	end()
+	s := waitDone(t, proc)
+	want := fmt.Sprintf("ptrace refused (already traced by PID %d ", cmd.Process.Pid)
+	if s.Known || !strings.HasPrefix(s.Reason, want) {
+		t.Errorf("status %+v, want unknown: %q…", s, want)
+	}
+}

@@ -5,6 +5,9 @@ package exitwatch
 import (
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -86,6 +89,8 @@ func (w *Watcher) Watch(p Process) (Proc, error) {
 		// exit_state is set), not for want of a permission. The pidfd
 		// still reports its exit, with no status.
 		err = errors.New("it exited before it could be traced")
+	} else if errors.Is(err, unix.EPERM) {
+		err = refused(p.PID, err)
 	}
 	return &unknownProc{Proc: proc, reason: fmt.Sprintf("ptrace refused (%v)", err)}, nil
 }
@@ -104,4 +109,26 @@ func (w *Watcher) Close() error {
 		w.tracer.close()
 	}
 	return w.pidfds.close()
+}
+
+// refused says why the kernel refused to trace a live process, from what
+// /proc/PID/status shows: the supervisor has CAP_SYS_PTRACE (the method is
+// ptrace only then), so "operation not permitted" alone would send a
+// reader after a capability the pod has.
+func refused(pid int, err error) error {
+	b, rerr := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if rerr != nil {
+		return err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(l, ":")
+		v = strings.TrimSpace(v)
+		switch {
+		case k == "TracerPid" && v != "0":
+			return fmt.Errorf("already traced by PID %s (a debugger, strace, another supervisor): a process has one tracer", v)
+		case k == "State" && strings.HasPrefix(v, "Z"):
+			return errors.New("its main thread has exited while other threads run on: the kernel traces no exited thread")
+		}
+	}
+	return fmt.Errorf("%w, with CAP_SYS_PTRACE: Yama's ptrace_scope 3 or a security module forbids it", err)
 }
