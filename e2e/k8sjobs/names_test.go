@@ -11,6 +11,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/cluster"
@@ -86,16 +87,27 @@ func (e *env) ephemeralLeftRunning(ctx context.Context, t *testing.T) {
 }
 
 // addDebugContainer adds a `kubectl debug`-style ephemeral container
-// (sleep 600) to p through the API.
+// (sleep 600) to p through the API, to the pod as it is then: the kubelet
+// updates its status meanwhile (a container turning ready), and an update
+// of the copy read earlier is refused as a conflict (seen once in CI).
 func (e *env) addDebugContainer(ctx context.Context, t *testing.T, p corev1.Pod) {
 	t.Helper()
-	p.Spec.EphemeralContainers = append(p.Spec.EphemeralContainers, corev1.EphemeralContainer{
-		EphemeralContainerCommon: corev1.EphemeralContainerCommon{
-			Name: "debugger", Image: cluster.BusyboxImage, Command: []string{"sleep", "600"},
-			ImagePullPolicy: corev1.PullIfNotPresent, TerminationMessagePolicy: corev1.TerminationMessageReadFile,
-		},
+	pods := e.c.Client.CoreV1().Pods(p.Namespace)
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := pods.Get(ctx, p.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		cur.Spec.EphemeralContainers = append(cur.Spec.EphemeralContainers, corev1.EphemeralContainer{
+			EphemeralContainerCommon: corev1.EphemeralContainerCommon{
+				Name: "debugger", Image: cluster.BusyboxImage, Command: []string{"sleep", "600"},
+				ImagePullPolicy: corev1.PullIfNotPresent, TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+			},
+		})
+		_, err = pods.UpdateEphemeralContainers(ctx, p.Name, cur, metav1.UpdateOptions{})
+		return err
 	})
-	if _, err := e.c.Client.CoreV1().Pods(p.Namespace).UpdateEphemeralContainers(ctx, p.Name, &p, metav1.UpdateOptions{}); err != nil {
+	if err != nil {
 		t.Fatalf("add an ephemeral container to %s: %v", p.Name, err)
 	}
 }
