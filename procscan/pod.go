@@ -244,7 +244,9 @@ func under(p, dir string) bool {
 //     "memfd:crun_cloned:/proc/self/exe" cut to 15 bytes, on Linux 6.14+,
 //     or the number of its file descriptor before. argv[0] stays crun's, so
 //     argv[0] decides: an app whose entrypoint is crun itself would be
-//     taken for a container being set up.
+//     taken for a container being set up. An init that ends before its
+//     exec (a start that failed) has no argv left to read: its comm, crun's
+//     or the memfd's, decides then, as runc's name does for runc's.
 //
 // A runtime not named here (kata's agent, gVisor's sentry create the
 // container's process elsewhere; others unchecked) leaves its init looking
@@ -254,6 +256,8 @@ func runtimeInit(p Process) bool {
 	switch {
 	case strings.HasPrefix(p.Comm, "runc:[") || strings.HasPrefix(p.Comm, "youki:["):
 		return true
+	case p.Argv0 == "":
+		return p.Comm == "crun" || strings.HasPrefix(p.Comm, "memfd:crun")
 	case path.Base(p.Argv0) != "crun":
 		return false
 	}

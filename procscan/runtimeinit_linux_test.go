@@ -1,6 +1,7 @@
 package procscan
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -34,11 +35,12 @@ func TestRealRuntimeInits(t *testing.T) {
 			rt := runtimeCmd(t, name, bin)
 			id := "procscan-" + name + "-" + strconv.Itoa(os.Getpid())
 			bundle := testBundle(t, rt)
-			rt(t, "create", "--bundle", bundle, id)
+			// Before create: a create that fails half-way may leave an init.
 			t.Cleanup(func() {
 				rt(t, "kill", id, "KILL")
 				rt(t, "delete", "--force", id)
 			})
+			rt(t, "create", "--bundle", bundle, id)
 			var state struct{ Pid int }
 			if err := json.Unmarshal(rt(t, "state", id), &state); err != nil || state.Pid <= 0 {
 				t.Fatalf("%s state: pid %d, %v", name, state.Pid, err)
@@ -84,18 +86,28 @@ func runtimeCmd(t *testing.T, name, bin string) func(*testing.T, ...string) []by
 				bin, "--root", root, "--cgroup-manager=disabled"}, args...)
 		}
 		// Files, not pipes: the container's init inherits the runtime's
-		// stdio, and a pipe it holds would never reach EOF.
-		out, err := os.CreateTemp(t.TempDir(), "out")
+		// stdio, and a pipe it holds would never reach EOF. Stdout apart
+		// from stderr: `state` prints the JSON read back.
+		dir := t.TempDir()
+		out, err := os.Create(filepath.Join(dir, "stdout"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer out.Close()
-		cmd := exec.Command(argv[0], argv[1:]...)
-		cmd.Stdout, cmd.Stderr = out, out
+		errs, err := os.Create(filepath.Join(dir, "stderr"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer errs.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+		cmd.Stdout, cmd.Stderr = out, errs
 		err = cmd.Run()
 		b, _ := os.ReadFile(out.Name())
 		if err != nil && args[0] != "kill" && args[0] != "delete" {
-			t.Fatalf("%s: %v: %s", strings.Join(argv, " "), err, b)
+			e, _ := os.ReadFile(errs.Name())
+			t.Fatalf("%s: %v: %s%s", strings.Join(argv, " "), err, b, e)
 		}
 		return b
 	}

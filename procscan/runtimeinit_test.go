@@ -31,7 +31,9 @@ func TestRuntimeInitIsNotAnApp(t *testing.T) {
 		{"pilot-agent", "pilot-agent", "/usr/local/bin/pilot-agent", false},
 		{"an app named after a number", "4", "/app/4", false},
 		{"an app whose argv0 says crun but runs as itself", "job", "crun", false},
-		{"a zombie with no argv", "crun", "", false},
+		{"crun's init ended before its exec (no argv)", "crun", "", true},
+		{"crun's memfd copy ended before its exec", "memfd:crun_clon", "", true},
+		{"a process named after a number, ended (no argv)", "4", "", false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			procs := []Process{

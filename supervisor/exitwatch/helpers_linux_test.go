@@ -47,9 +47,10 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	case "tracer":
-		// Another tracer, as a debugger is: seizes the PID, says so, and
-		// resumes each of its stops with its signal (the Go runtime's
-		// preemption signals stop a tracee too) until it ends.
+		// Another tracer: seizes the PID, says so, and resumes each
+		// signal-delivery stop with its signal (the Go runtime's preemption
+		// signals stop a tracee too) until it ends. The tracee here meets
+		// no other stop (no group-stop, no SIGTRAP).
 		pid, _ := strconv.Atoi(os.Args[len(os.Args)-1])
 		if err := unix.PtraceSeize(pid); err != nil {
 			fmt.Println("seize:", err)

@@ -130,5 +130,6 @@ func refused(pid int, err error) error {
 			return errors.New("its main thread has exited while other threads run on: the kernel traces no exited thread")
 		}
 	}
-	return fmt.Errorf("%w, with CAP_SYS_PTRACE: Yama's ptrace_scope 3 or a security module forbids it", err)
+	// TracerPid is 0 too for a tracer outside the pod's PID namespace.
+	return fmt.Errorf("%w, with CAP_SYS_PTRACE: traced from outside the pod (a debugger on the node), or a security module forbids it", err)
 }
