@@ -151,6 +151,25 @@ func startGrandchild(t *testing.T, how string) grand {
 	return grand{proc: Process{PID: pid, StartTime: st}, end: func() { stdin.Close() }, out: r}
 }
 
+// startFirstLine starts cmd, killed at the test's end, and returns the
+// first line it prints within 10 s; what names that line in a failure.
+func startFirstLine(t *testing.T, cmd *exec.Cmd, what string) string {
+	t.Helper()
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	line, err := readLine(bufio.NewReader(out), 10*time.Second)
+	if err != nil {
+		t.Fatalf("read %s: %v", what, err)
+	}
+	return line
+}
+
 // parentOf reads field 4 of /proc/PID/stat.
 func parentOf(t *testing.T, pid int) int {
 	t.Helper()

@@ -334,18 +334,7 @@ func TestPtraceZombie(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command("/bin/sh", "-c", `cat "$0" >/dev/null & echo $!; exec sleep 600`, fifo)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	line, err := readLine(bufio.NewReader(out), 10*time.Second)
-	if err != nil {
-		t.Fatalf("read the zombie's pid: %v", err)
-	}
+	line := startFirstLine(t, cmd, "the zombie's pid")
 	pid, err := strconv.Atoi(line)
 	if err != nil {
 		t.Fatalf("pid %q: %v", line, err)
@@ -406,16 +395,8 @@ func TestPtraceAlreadyTraced(t *testing.T) {
 	g, end := grandchild(t, "0")
 	cmd := exec.Command(os.Args[0], "-test.run=^$", strconv.Itoa(g.PID))
 	cmd.Env = append(os.Environ(), "HELPER=tracer")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	if line, err := readLine(bufio.NewReader(out), 10*time.Second); line != "traced" {
-		t.Fatalf("the other tracer: %q, %v", line, err)
+	if line := startFirstLine(t, cmd, "the other tracer's word"); line != "traced" {
+		t.Fatalf("the other tracer: %q", line)
 	}
 	proc, err := w.Watch(g)
 	if err != nil {
