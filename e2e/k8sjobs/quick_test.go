@@ -58,9 +58,12 @@ func (e *env) quickApps(ctx context.Context, t *testing.T) {
 	}
 }
 
-// untraced matches the summary of an app whose exit came before ptrace
-// could attach (named, or by its cgroup's short ID).
-var untraced = regexp.MustCompile(`^unknown: (?:app|[0-9a-f]{12}) unknown \(ptrace refused \(it exited before it could be traced\)\); action SIGTERM`)
+// late matches the summary of an app whose status no fact in the pod
+// holds: never seen (it ran wholly before a scan), seen at its very end and
+// reaped before its pidfd was opened, or too late to trace (ptrace reads
+// only the status of a process traced before its end). Named, or by its
+// cgroup's short ID.
+var late = regexp.MustCompile(`^unknown: (?:app|[0-9a-f]{12}) unknown \((?:never seen within SUPERVISOR_APP_START_TIMEOUT|it exited before the supervisor could watch it|ptrace refused \(it exited before it could be traced\))\); action SIGTERM`)
 
 // unnamedApp matches a summary that names the app by its cgroup's short ID.
 var unnamedApp = regexp.MustCompile(`^(?:success|failure): ([0-9a-f]{12}) exit [0-9]+;`)
@@ -116,26 +119,19 @@ func (e *env) millisecondApps(ctx context.Context, t *testing.T) {
 			}
 		}
 		app := wantExit(t, p, "app", code)
-		if msg := status(t, p, supervisorName).State.Terminated; msg != nil && strings.Contains(msg.Message, "never seen within SUPERVISOR_APP_START_TIMEOUT") {
-			// Missed: the look from istio-proxy's start, then the unknown
-			// outcome's SIGTERM; pilot-agent exits 0.
+		if msg := status(t, p, supervisorName).State.Terminated; msg != nil && late.MatchString(msg.Message) {
+			// Missed, or adopted too late to read its status (seen in CI,
+			// 1 pod in 3 on a busy node): the unknown outcome's SIGTERM,
+			// pilot-agent exits 0, the pod's phase still the app's own exit
+			// code (checked above).
 			missed++
-			t.Logf("pod %s: the app was missed (%s)", p.Name, msg.Message)
+			t.Logf("pod %s: the app's status could not be read (%s)", p.Name, msg.Message)
 			wantExit(t, p, proxyName, 0)
-			e.checkSupervisor(ctx, t, p, "unknown: app unknown (never seen within SUPERVISOR_APP_START_TIMEOUT); action SIGTERM",
-				logDecision, logStopped, logDone)
-			continue
-		}
-		if msg := status(t, p, supervisorName).State.Terminated; msg != nil && jb.method == "ptrace" && untraced.MatchString(msg.Message) {
-			// Adopted at its exit, too late to attach: ptrace reads only
-			// the status of a process traced before its end, so it is
-			// unknown; the unknown outcome's SIGTERM, pilot-agent exits
-			// 0, the pod's phase still the app's own exit code. Seen in a
-			// CI-like run (1 of 3 such pods that run).
-			missed++
-			t.Logf("pod %s: the app was adopted too late to trace (%s)", p.Name, msg.Message)
-			wantExit(t, p, proxyName, 0)
-			e.checkSupervisor(ctx, t, p, untraced.FindString(msg.Message), logPtrace, logDecision, logStopped, logDone)
+			logs := []string{logDecision, logStopped, logDone}
+			if jb.method == "ptrace" {
+				logs = append([]string{logPtrace}, logs...)
+			}
+			e.checkSupervisor(ctx, t, p, late.FindString(msg.Message), logs...)
 			continue
 		}
 		// No look of SUPERVISOR_APP_START_TIMEOUT: the summary below names
@@ -165,5 +161,5 @@ func (e *env) millisecondApps(ctx context.Context, t *testing.T) {
 		e.checkSupervisor(ctx, t, p, "failure: "+name+" exit 3; action SIGKILL",
 			method, logFound, logExited, logDecision, logStopped, logDone)
 	}
-	t.Logf("%d of %d apps of milliseconds adopted, their statuses read", len(jobs)-missed, len(jobs)) // missed: never seen, or too late to trace
+	t.Logf("%d of %d apps of milliseconds adopted, their statuses read", len(jobs)-missed, len(jobs))
 }
