@@ -4,8 +4,9 @@
 // It reads a proc filesystem mounted anywhere, so tests run against fixture
 // trees under testdata/, and returns plain values. It never signals or waits.
 // Of each process it reads stat, argv[0] alone (the first 4 KiB of cmdline at
-// most) and cgroup (byte for byte), and nothing else: never environ, which
-// holds other containers' secrets. A scan (Scanner.Scan) groups processes into
+// most; past argv[0] only whether the rest is the word "init", as a runtime's
+// init has it) and cgroup (byte for byte), and nothing else: never environ,
+// which holds other containers' secrets. A scan (Scanner.Scan) groups processes into
 // containers as it reads them and keeps a few values per container, so that
 // its memory does not grow with the pod's processes: a pod of 100,000 costs
 // the supervisor no more than one of 1,000 (BENCHMARKS.md).

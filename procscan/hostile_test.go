@@ -161,24 +161,30 @@ func TestOlder(t *testing.T) {
 	}
 }
 
-// TestArgv0 reads argv[0] and nothing after it, within argv0Max bytes.
+// TestArgv0 reads argv[0] and nothing after it, within argv0Max bytes, but
+// whether the rest is the one argument "init" (Process.InitArg).
 func TestArgv0(t *testing.T) {
 	long := strings.Repeat("/x", 2500) + "/pilot-agent" // 5012 bytes
 	tests := []struct {
 		name    string
 		cmdline []byte
 		argv0   string
+		initArg bool
 	}{
-		{"argv", []byte("/bin/app\x00--password=hunter2\x00"), "/bin/app"},
-		{"zombie", []byte{}, ""},
-		{"a title without NUL (setproctitle)", []byte("postgres: writer process   "), "postgres: writer process   "},
-		{"empty argv[0]", []byte("\x00pilot-agent\x00"), ""},
-		{"newline and invalid UTF-8", []byte("a\nb\xff\x00c\x00"), "a\nb\xff"},
-		{"the longest that fits", append([]byte(strings.Repeat("y", argv0Max-1)), 0), strings.Repeat("y", argv0Max-1)},
+		{"argv", []byte("/bin/app\x00--password=hunter2\x00"), "/bin/app", false},
+		{"zombie", []byte{}, "", false},
+		{"a title without NUL (setproctitle)", []byte("postgres: writer process   "), "postgres: writer process   ", false},
+		{"empty argv[0]", []byte("\x00pilot-agent\x00"), "", false},
+		{"newline and invalid UTF-8", []byte("a\nb\xff\x00c\x00"), "a\nb\xff", false},
+		{"the longest that fits", append([]byte(strings.Repeat("y", argv0Max-1)), 0), strings.Repeat("y", argv0Max-1), false},
 		// Longer than any path: read as none, so a name cut at the bound
 		// ("...pilot-agent" from a longer one) cannot match.
-		{"longer than the bound", append([]byte(long), 0), ""},
-		{"no NUL within the bound", []byte(strings.Repeat("z", argv0Max+100)), ""},
+		{"longer than the bound", append([]byte(long), 0), "", false},
+		{"no NUL within the bound", []byte(strings.Repeat("z", argv0Max+100)), "", false},
+		{"a runtime's init", []byte("/usr/bin/kata-agent\x00init\x00"), "/usr/bin/kata-agent", true},
+		{"init and more", []byte("/sbin/init\x00init\x00--now\x00"), "/sbin/init", false},
+		{"init alone", []byte("/sbin/init\x00"), "/sbin/init", false},
+		{"init with no argv[0]", []byte("\x00init\x00"), "", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -187,8 +193,8 @@ func TestArgv0(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if p.Argv0 != tt.argv0 {
-				t.Errorf("Argv0 = %q, want %q", p.Argv0, tt.argv0)
+			if p.Argv0 != tt.argv0 || p.InitArg != tt.initArg {
+				t.Errorf("Argv0 = %q, InitArg = %v; want %q, %v", p.Argv0, p.InitArg, tt.argv0, tt.initArg)
 			}
 			if tt.argv0 == "" && p.Name() != "c" {
 				t.Errorf("Name() = %q, want the comm", p.Name())

@@ -247,15 +247,30 @@ func under(p, dir string) bool {
 //     taken for a container being set up. An init that ends before its
 //     exec (a start that failed) has no argv left to read: its comm, crun's
 //     or the memfd's, decides then, as runc's name does for runc's.
+//   - Kata Containers: the agent in the pod's VM runs itself as
+//     "kata-agent init" (rustjail's Container::start: current_exe with the
+//     one argument init, 3.x), which joins the pod's PID namespace and
+//     forks the container's process: comm "kata-agent", argv[0] the
+//     agent's path, waiting on the exec fifo, then execvp in place. Where
+//     the agent is the VM's init (osbuilder's AGENT_INIT=yes, as in the
+//     vanilla Alpine initrd), its binary is /sbin/init: comm "init", argv
+//     "/sbin/init init". An app whose entrypoint is the agent is not a case
+//     (the agent runs outside the pod); one run as "/sbin/init init" would
+//     be taken for a container being set up.
 //
-// A runtime not named here (kata's agent, gVisor's sentry create the
-// container's process elsewhere; others unchecked) leaves its init looking
+// gVisor makes a container's process only when it is started, the
+// entrypoint loaded already (runsc's createContainerProcess): nothing to
+// know. A runtime not named here (others unchecked) leaves its init looking
 // like the container's process: an app found under its name, or a sidecar
 // by the kubelet's mount, a little early.
 func runtimeInit(p Process) bool {
 	switch {
 	case strings.HasPrefix(p.Comm, "runc:[") || strings.HasPrefix(p.Comm, "youki:["):
 		return true
+	case p.Comm == "kata-agent":
+		return p.Argv0 == "" || path.Base(p.Argv0) == "kata-agent"
+	case p.Comm == "init":
+		return p.Argv0 == "/sbin/init" && p.InitArg
 	case p.Argv0 == "":
 		return p.Comm == "crun" || strings.HasPrefix(p.Comm, "memfd:crun")
 	case path.Base(p.Argv0) != "crun":

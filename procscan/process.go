@@ -38,10 +38,14 @@ type Process struct {
 	Comm string
 	// Argv0 is argv[0], from the first argv0Max bytes of /proc/PID/cmdline;
 	// empty for zombies and kernel threads, and when argv[0] is longer
-	// (no path is). The other arguments are never read: they are not
+	// (no path is). The other arguments are never kept: they are not
 	// needed, and can carry secrets (--password=...), as can the
 	// environment that follows them.
 	Argv0 string
+	// InitArg is true when argv[0] is followed by one argument alone, the
+	// word "init": how container runtimes run their init ("runc init",
+	// "kata-agent init"). The one thing ever looked at past argv[0].
+	InitArg bool
 	// Cgroup is the whole content of /proc/PID/cgroup, byte for byte, but
 	// for its final newline: one line per hierarchy. Equal Cgroup strings
 	// mean the same container.

@@ -79,6 +79,7 @@ func (r *reader) read(pid, dir int) (Process, error) {
 		StartTime: s.start,
 		Comm:      view(s.comm),
 		Argv0:     view(argv0(r.cmdline)),
+		InitArg:   initArg(r.cmdline),
 		Cgroup:    r.content(r.cgroup),
 		State:     state(s.state),
 		Exiting:   s.flags&pfExiting != 0,
@@ -125,6 +126,13 @@ func argv0(b []byte) []byte {
 		return nil
 	}
 	return b
+}
+
+// initArg reports whether a cmdline file is argv[0] and the one argument
+// "init" (Process.InitArg).
+func initArg(b []byte) bool {
+	a0 := argv0(b)
+	return len(a0) > 0 && bytes.Equal(b[len(a0):], []byte("\x00init\x00"))
 }
 
 // readAt reads the file name (NUL-terminated) of the directory dir into

@@ -52,6 +52,11 @@ func TestRealRuntimeInits(t *testing.T) {
 			if !runtimeInit(created) || created.UID != 1337 {
 				t.Errorf("created: comm %q argv0 %q uid %d: want %s's init, with the container's uid 1337", created.Comm, created.Argv0, created.UID, name)
 			}
+			// runc runs its init as "runc init" (Process.InitArg); crun's is
+			// a fork of `crun create`.
+			if created.InitArg != (name == "runc") {
+				t.Errorf("created: InitArg %v, want %v for %s's init", created.InitArg, name == "runc", name)
+			}
 			rt(t, "start", id)
 			// The event: the init's exec of the entrypoint, which changes its comm.
 			started := created
