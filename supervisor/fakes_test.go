@@ -17,6 +17,7 @@ type fakePod struct {
 	err        error
 	scans      int
 	unhandled  map[int]bool     // PIDs that handle no signal (Signals)
+	blind      bool             // Signals fails: no dispositions (gVisor)
 	named      bool             // containers carry their Kubernetes names
 	panicAt    int              // Scan panics at this scan (a bug injected)
 	args       map[int][]string // command lines (Args)
@@ -61,10 +62,13 @@ func (f *fakePod) Scan() (procscan.Pod, error) {
 }
 
 // Signals: every process handles every signal, unless unhandled says
-// otherwise for its PID.
+// otherwise for its PID; none can be read when blind.
 func (f *fakePod) Signals(pid int) (procscan.Signals, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.blind {
+		return procscan.Signals{}, fmt.Errorf("pid %d status: no SigCgt or SigIgn line", pid)
+	}
 	if f.unhandled[pid] {
 		return procscan.Signals{}, nil
 	}

@@ -27,18 +27,22 @@ import (
 //     the call (pilot-agent's envoy).
 
 // unready says why s would die of sig's default action now, or "" when it
-// handles sig (or is gone, or cannot be read: then the signal is sent as
-// before, and the reason logged).
+// handles sig (or is gone). Dispositions that cannot be read (gVisor's
+// status has none) leave the table's fact alone to decide, and the reason
+// logged once.
 func (r *run) unready(s *sidecar, sig exitwatch.Signal) string {
 	sigs, err := r.scan.Signals(s.main.PID)
 	if s.exited() || errors.Is(err, exitwatch.ErrGone) {
 		return ""
 	}
-	if err != nil {
-		r.log.Warn().Err(err).Int("pid", s.main.PID).Msg("cannot read the sidecar's signal dispositions: signalling it as it is")
-		return ""
-	}
-	if !sigs.Handles(int(sig)) {
+	switch {
+	case err != nil:
+		if !s.blindDispositions {
+			s.blindDispositions = true
+			r.log.Warn().Err(err).Int("pid", s.main.PID).Str("container", s.container).
+				Msg("cannot read the sidecar's signal dispositions: only a known sidecar's own sign of its handler is waited for")
+		}
+	case !sigs.Handles(int(sig)):
 		return fmt.Sprintf("it neither catches nor ignores %s yet (SigCgt, SigIgn)", sig)
 	}
 	k := s.known

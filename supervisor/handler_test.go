@@ -40,21 +40,34 @@ func TestStopWaitsForHandler(t *testing.T) {
 
 // TestStopWaitsForEnvoy: pilot-agent's Go runtime catches SIGTERM from its
 // start, but pilot-agent asks for it (signal.Notify) only just before it
-// starts envoy: until envoy runs, SIGTERM would kill it (143).
+// starts envoy: until envoy runs, SIGTERM would kill it (143). Where the
+// kernel's dispositions cannot be read (gVisor's status has no SigCgt),
+// envoy's start still decides, and the log says once why.
 func TestStopWaitsForEnvoy(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		bare := container(procscan.Sidecar, "pilot-agent", 100)
-		bare.Processes = bare.Processes[:1] // no envoy yet
-		cfg := testConfig(t)
-		h := start(t, cfg, container(procscan.App, "app", 10), bare)
-		h.proc(10).exit(exited(0))
-		waitLog(t, h, `has not started envoy yet`)
-		noSignalFor(t, h, 100*time.Millisecond)
-		h.pod.move(100, container(procscan.Sidecar, "pilot-agent", 100)) // envoy started
-		started := time.Now()
-		h.finish(Success, "SIGTERM 100")
-		h.signalledWithin(0, started, cfg.ScanInterval, "at the first look once envoy runs")
-	})
+	for _, blind := range []bool{false, true} {
+		t.Run(map[bool]string{false: "dispositions read", true: "no dispositions"}[blind], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				bare := container(procscan.Sidecar, "pilot-agent", 100)
+				bare.Processes = bare.Processes[:1] // no envoy yet
+				cfg := testConfig(t)
+				h := start(t, cfg, container(procscan.App, "app", 10), bare)
+				h.pod.mu.Lock()
+				h.pod.blind = blind
+				h.pod.mu.Unlock()
+				h.proc(10).exit(exited(0))
+				waitLog(t, h, `has not started envoy yet`)
+				noSignalFor(t, h, 100*time.Millisecond)
+				h.pod.move(100, container(procscan.Sidecar, "pilot-agent", 100)) // envoy started
+				started := time.Now()
+				h.finish(Success, "SIGTERM 100")
+				h.signalledWithin(0, started, cfg.ScanInterval, "at the first look once envoy runs")
+				const warn = `"message":"cannot read the sidecar's signal dispositions: only a known sidecar's own sign of its handler is waited for"`
+				if n := strings.Count(h.logged(), warn); n != map[bool]int{false: 0, true: 1}[blind] {
+					t.Errorf("the warning logged %d times, want it once where the dispositions cannot be read; log:\n%s", n, h.logged())
+				}
+			})
+		})
+	}
 }
 
 // TestStopHandlerBound: a sidecar that never handles SIGTERM gets it after

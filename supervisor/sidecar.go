@@ -23,6 +23,9 @@ type sidecar struct {
 	// handlerSeen: the child that shows a known sidecar handles SIGTERM
 	// (knownSidecar.handlerWith) has been seen.
 	handlerSeen bool
+	// blindDispositions: its /proc/PID/status has no signal dispositions
+	// (gVisor's has no SigCgt line), said once.
+	blindDispositions bool
 	// sent is the last signal it was sent.
 	sent exitwatch.Signal
 }
