@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -28,6 +29,8 @@ import (
 //	                    not ours, like an app's main process in a pod
 //	HELPER=child HOW    see child()
 //	HELPER=tracer PID   traces PID (PTRACE_SEIZE) until it ends
+//	HELPER=nopidfd      prints checkPidfd's error under a seccomp filter
+//	                    that fails pidfd_open with ENOSYS (an old kernel)
 //
 // The helper modes need the main goroutine on the main thread (leader-exit).
 func init() {
@@ -68,6 +71,13 @@ func TestMain(m *testing.M) {
 			}
 			unix.PtraceCont(pid, sig)
 		}
+	case "nopidfd":
+		if err := denyPidfdOpen(); err != nil {
+			fmt.Println("seccomp:", err)
+			os.Exit(100)
+		}
+		fmt.Println(checkPidfd())
+		os.Exit(0)
 	case "exit":
 		code, _ := strconv.Atoi(os.Args[len(os.Args)-1])
 		io.Copy(io.Discard, os.Stdin)
@@ -335,3 +345,27 @@ func sigName(s os.Signal) string {
 
 func exited(code int) Status   { return Status{Known: true, Code: code} }
 func killed(sig Signal) Status { return Status{Known: true, Signal: sig} }
+
+// denyPidfdOpen makes pidfd_open fail with ENOSYS on this thread from now
+// on, as a kernel before 5.3 (or gVisor before release-20260504.0) does:
+// a seccomp filter (no_new_privs first, so that it needs no privilege).
+func denyPidfdOpen() error {
+	const (
+		ldAbsW   = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
+		jeqK     = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
+		retK     = unix.BPF_RET | unix.BPF_K
+		retErrno = 0x00050000 // SECCOMP_RET_ERRNO
+		retAllow = 0x7fff0000 // SECCOMP_RET_ALLOW
+	)
+	filter := []unix.SockFilter{
+		{Code: ldAbsW, K: 0}, // seccomp_data.nr
+		{Code: jeqK, Jt: 0, Jf: 1, K: unix.SYS_PIDFD_OPEN},
+		{Code: retK, K: retErrno | uint32(unix.ENOSYS)},
+		{Code: retK, K: retAllow},
+	}
+	prog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return err
+	}
+	return unix.Prctl(unix.PR_SET_SECCOMP, unix.SECCOMP_MODE_FILTER, uintptr(unsafe.Pointer(&prog)), 0, 0)
+}

@@ -35,9 +35,20 @@ import (
 func checkPidfd() error {
 	fd, err := unix.PidfdOpen(os.Getpid(), 0)
 	if err != nil {
-		return fmt.Errorf("pidfd_open: %w (the supervisor needs Linux 5.3 or later, and a seccomp profile that allows pidfd_open, such as RuntimeDefault)", err)
+		return fmt.Errorf("pidfd_open: %w (the supervisor needs Linux 5.3 or later, or gVisor release-20260504.0 or later, and a seccomp profile that allows pidfd_open, such as RuntimeDefault; this kernel is %s)", err, kernelName())
 	}
 	return unix.Close(fd)
+}
+
+// kernelName is the kernel's release and version as uname gives them.
+// gVisor's: "4.19.0-gvisor" ("4.4.0" before its release-20260427.0), and
+// "#1 SMP Sun Jan 10 15:06:54 PST 2016".
+func kernelName() string {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return "unknown (uname: " + err.Error() + ")"
+	}
+	return unix.ByteSliceToString(u.Release[:]) + " " + unix.ByteSliceToString(u.Version[:])
 }
 
 // probePidfd checks, by real calls, whether the kernel gives exit statuses

@@ -4,9 +4,14 @@ package exitwatch
 
 import (
 	"errors"
+	"os"
+	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestPidfdExitStatus watches processes that are not its children exit in
@@ -169,5 +174,30 @@ func TestProbePidfd(t *testing.T) {
 	}
 	if _, err := probePidfd([]string{"/nonexistent/probe"}); err == nil {
 		t.Error("probe with a missing target did not fail")
+	}
+}
+
+// TestNoPidfdSaysWhy: where pidfd_open does not exist (Linux before 5.3,
+// gVisor before release-20260504.0; here a seccomp filter fails it with
+// ENOSYS), the supervisor's start-up error names the call, what it needs,
+// and the kernel it found.
+func TestNoPidfdSaysWhy(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "HELPER=nopidfd")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("helper: %v\n%s", err, out)
+	}
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"pidfd_open: function not implemented (the supervisor needs Linux 5.3 or later, or gVisor release-20260504.0 or later",
+		"this kernel is " + unix.ByteSliceToString(u.Release[:]) + " ",
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("checkPidfd under a filter that denies pidfd_open said %q, want it to hold %q", out, want)
+		}
 	}
 }
