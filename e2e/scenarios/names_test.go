@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/pod"
 )
@@ -172,7 +173,14 @@ func TestNamedPods(t *testing.T) {
 				{Name: "app", Cued: true, UID: 1000},
 			}, SupervisorEnv: append([]string{}, Patient...)}
 			p, built := run(t, b, d)
-			waitLogFor(t, p, "app found", "app")
+			// The progress `status` shows is written once the scan that
+			// found the app is done, after its "app found" line.
+			waiting := "running: waiting for app app (pid "
+			for deadline := time.Now().Add(EventBound); !strings.Contains(p.TerminationMessage("supervisor"), waiting); time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("the supervisor's termination-message file never said %q within %s: %q", waiting, EventBound, p.TerminationMessage("supervisor"))
+				}
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), EventBound)
 			defer cancel()
 			sup := built.Spec.Containers[len(built.Spec.Containers)-1]
