@@ -1,6 +1,7 @@
 package inject
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	psaapi "k8s.io/pod-security-admission/api"
 	"k8s.io/pod-security-admission/policy"
 )
@@ -19,36 +21,38 @@ import (
 // returns its pod template.
 func podTemplateOf(t *testing.T, kind string, data []byte) corev1.PodTemplateSpec {
 	t.Helper()
-	switch kind {
-	case "Job":
-		var j batchv1.Job
-		decodeStrict(t, data, &j)
-		return j.Spec.Template
-	case "CronJob":
-		var c batchv1.CronJob
-		decodeStrict(t, data, &c)
-		return c.Spec.JobTemplate.Spec.Template
-	case "Deployment":
-		var d appsv1.Deployment
-		decodeStrict(t, data, &d)
-		return d.Spec.Template
+	obj := map[string]runtime.Object{"Job": &batchv1.Job{}, "CronJob": &batchv1.CronJob{}, "Deployment": &appsv1.Deployment{}}[kind]
+	if obj == nil {
+		t.Fatalf("unexpected kind %q", kind)
 	}
-	t.Fatalf("unexpected kind %q", kind)
-	return corev1.PodTemplateSpec{}
+	decodeStrict(t, data, obj)
+	return *podTemplateFor(obj)
+}
+
+// ptraceRefusals are Pod Security's verdicts (podSecurity) on a supervisor
+// with exit-status ptrace: refused by "baseline" for SYS_PTRACE (and nothing
+// else), hence admitted by "privileged" only.
+var ptraceRefusals = []string{
+	`unrestricted capabilities: container "sidecar-supervisor" must not include "KILL", "SYS_PTRACE" in securityContext.capabilities.add` + "\n" +
+		`runAsNonRoot != true: container "sidecar-supervisor" must not set securityContext.runAsNonRoot=false` + "\n" +
+		`runAsUser=0: container "sidecar-supervisor" must not set runAsUser=0`,
+	// KILL is in baseline's list; SYS_PTRACE is not.
+	`non-default capabilities: container "sidecar-supervisor" must not include "SYS_PTRACE" in securityContext.capabilities.add`,
+	"",
 }
 
 // TestHandWrittenManifests checks deploy/job.yaml, cronjob.yaml,
-// job-native.yaml and job-ptrace.yaml: strict decoding, the supervisor last
-// (or, native, an init container: shape_test.go's checks) with a shared PID
-// namespace, what the API server would refuse, and
-// SUPERVISOR_RESTART_POLICY / SUPERVISOR_APP_CONTAINERS agreeing with the pod
-// they are in.
+// job-native.yaml, job-ptrace.yaml and deployment.yaml with
+// checkHandWritten; and for deployment.yaml, the hold timeout following the
+// template's rule from the pod's terminationGracePeriodSeconds and Istio's
+// default drain, and restartPolicy left to the Deployment default (Always).
 func TestHandWrittenManifests(t *testing.T) {
 	for _, tc := range []struct {
-		file   string
-		kind   string
-		ptrace bool
-		want   podShape
+		file     string
+		kind     string
+		ptrace   bool
+		want     podShape
+		security []string
 	}{
 		{
 			// Written out, the others through handJobEnv and supervisorEnv.
@@ -93,7 +97,7 @@ func TestHandWrittenManifests(t *testing.T) {
 			},
 		},
 		{
-			file: "job-ptrace.yaml", kind: "Job", ptrace: true,
+			file: "job-ptrace.yaml", kind: "Job", ptrace: true, security: ptraceRefusals,
 			want: podShape{
 				Containers:            []string{"app", supervisorName},
 				ShareProcessNamespace: true,
@@ -102,16 +106,65 @@ func TestHandWrittenManifests(t *testing.T) {
 				SupervisorCapsAdd:     []string{"SYS_PTRACE", "KILL"},
 			},
 		},
+		{
+			// The hold exactly as the injection template adds it.
+			file: "deployment.yaml", kind: "Deployment",
+			want: podShape{
+				InitContainers:        []string{installName},
+				Containers:            []string{"app", proxyName},
+				ShareProcessNamespace: true,
+				Hold:                  wantHold("20s", "SUPERVISOR_APPS", "app"),
+			},
+		},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			tmpl := podTemplateOf(t, tc.kind, readDeploy(t, tc.file))
+			checkHandWritten(t, tmpl, tc.want, tc.ptrace, tc.security)
+			if tc.kind != "Deployment" {
+				return
+			}
 			spec := tmpl.Spec
-			checkSupervised(t, spec, tc.want, wantBasics(tc.ptrace), false, "pod", "")
-			checkConsistent(t, spec)
-			if got := tmpl.Labels["sidecar.istio.io/inject"]; got != "true" {
-				t.Errorf(`pod label sidecar.istio.io/inject = %q, want "true"`, got)
+			if p := findContainer(spec, proxyName); p == nil || p.Image != "auto" {
+				t.Errorf("istio-proxy must be a customisation with image: auto, got %+v", p)
+			}
+			if spec.RestartPolicy != "" && spec.RestartPolicy != corev1.RestartPolicyAlways {
+				t.Errorf("restartPolicy = %q, want Always (unset)", spec.RestartPolicy)
+			}
+			// grace - drain (Istio's default 5s) - 5s margin, as the template does.
+			if spec.TerminationGracePeriodSeconds == nil {
+				t.Fatal("terminationGracePeriodSeconds not set: the hold timeout is derived from it")
+			}
+			hold, err := time.ParseDuration(shapeOf(spec).Hold.Env["SUPERVISOR_HOLD_TIMEOUT"])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := time.Duration(*spec.TerminationGracePeriodSeconds)*time.Second - 5*time.Second - 5*time.Second; hold != want {
+				t.Errorf("SUPERVISOR_HOLD_TIMEOUT = %v, want terminationGracePeriodSeconds - 5s drain - 5s = %v", hold, want)
 			}
 		})
+	}
+}
+
+// checkHandWritten checks a pod template written by hand: its shape is want
+// (checkSupervised, with wantBasics(ptrace)); the settings copied by hand
+// from the pod agree with it (checkConsistent); it asks Istio for
+// istio-proxy; and Pod Security (Kubernetes' own checks) says security of
+// what the pod has of ours at each of securityLevels (nil: every level
+// admits it).
+func checkHandWritten(t *testing.T, tmpl corev1.PodTemplateSpec, want podShape, ptrace bool, security []string) {
+	t.Helper()
+	checkSupervised(t, tmpl.Spec, want, wantBasics(ptrace), false, "pod", "")
+	if want.SupervisorEnv != nil {
+		checkConsistent(t, tmpl.Spec)
+	}
+	if got := tmpl.Labels["sidecar.istio.io/inject"]; got != "true" {
+		t.Errorf(`pod label sidecar.istio.io/inject = %q, want "true"`, got)
+	}
+	if security == nil {
+		security = []string{"", "", ""}
+	}
+	if diff := cmp.Diff(security, podSecurity(t, tmpl.Spec)); diff != "" {
+		t.Errorf("Pod Security verdicts for %v (-want +got):\n%s", securityLevels, diff)
 	}
 }
 
@@ -125,8 +178,10 @@ func handJobEnv(restart string, extra ...string) map[string]string {
 }
 
 // checkConsistent checks that the settings copied by hand from the pod spec
-// match it.
-func checkConsistent(t *testing.T, spec corev1.PodSpec) {
+// match it: SUPERVISOR_RESTART_POLICY, SUPERVISOR_APP_CONTAINERS and, where
+// set, SUPERVISOR_APPS count and name the containers but the supervisor,
+// istio-proxy and the sidecars named.
+func checkConsistent(t *testing.T, spec corev1.PodSpec, sidecars ...string) {
 	t.Helper()
 	env := shapeOf(spec).SupervisorEnv
 	if got, want := env["SUPERVISOR_RESTART_POLICY"], string(spec.RestartPolicy); got != want {
@@ -134,50 +189,15 @@ func checkConsistent(t *testing.T, spec corev1.PodSpec) {
 	}
 	var apps []string
 	for _, c := range spec.Containers {
-		if c.Name != supervisorName && c.Name != proxyName {
+		if c.Name != supervisorName && c.Name != proxyName && !slices.Contains(sidecars, c.Name) {
 			apps = append(apps, c.Name)
 		}
 	}
 	if got, want := env["SUPERVISOR_APP_CONTAINERS"], strconv.Itoa(len(apps)); got != want {
 		t.Errorf("SUPERVISOR_APP_CONTAINERS = %q, the pod has %s app containers", got, want)
 	}
-	if got, want := env["SUPERVISOR_APPS"], strings.Join(apps, ","); got != want {
-		t.Errorf("SUPERVISOR_APPS = %q, the pod's app containers are %q", got, want)
-	}
-}
-
-// TestPodSecurityLevels runs Kubernetes' own Pod Security admission checks
-// (k8s.io/pod-security-admission, the code behind the PodSecurity admission
-// plugin) on the supervisor container alone, or the hold's install init
-// container, as it is in each manifest: the regular ones must pass
-// "restricted"; the ptrace one must be refused by "baseline" for SYS_PTRACE
-// (and nothing else), hence needs "privileged".
-func TestPodSecurityLevels(t *testing.T) {
-	for _, tc := range []struct {
-		file, kind string
-		// What each level says, in the order of levels: "" when allowed,
-		// else "reason: detail" of each refusal, joined by "\n".
-		want []string
-	}{
-		{file: "job.yaml", kind: "Job", want: []string{"", "", ""}},
-		{file: "cronjob.yaml", kind: "CronJob", want: []string{"", "", ""}},
-		{file: "deployment.yaml", kind: "Deployment", want: []string{"", "", ""}},
-		{file: "job-native.yaml", kind: "Job", want: []string{"", "", ""}},
-		{file: "job-ptrace.yaml", kind: "Job", want: []string{
-			`unrestricted capabilities: container "sidecar-supervisor" must not include "KILL", "SYS_PTRACE" in securityContext.capabilities.add` + "\n" +
-				`runAsNonRoot != true: container "sidecar-supervisor" must not set securityContext.runAsNonRoot=false` + "\n" +
-				`runAsUser=0: container "sidecar-supervisor" must not set runAsUser=0`,
-			// KILL is in baseline's list; SYS_PTRACE is not.
-			`non-default capabilities: container "sidecar-supervisor" must not include "SYS_PTRACE" in securityContext.capabilities.add`,
-			"",
-		}},
-	} {
-		t.Run(tc.file, func(t *testing.T) {
-			tmpl := podTemplateOf(t, tc.kind, readDeploy(t, tc.file))
-			if diff := cmp.Diff(tc.want, podSecurity(t, tmpl.Spec)); diff != "" {
-				t.Errorf("Pod Security verdicts for %v (-want +got):\n%s", securityLevels, diff)
-			}
-		})
+	if got, ok := env["SUPERVISOR_APPS"]; ok && got != strings.Join(apps, ",") {
+		t.Errorf("SUPERVISOR_APPS = %q, the pod's app containers are %q", got, strings.Join(apps, ","))
 	}
 }
 
@@ -231,46 +251,4 @@ func podSecurityOf(t *testing.T, spec corev1.PodSpec) []string {
 		got = append(got, strings.Join(reasons, "\n"))
 	}
 	return got
-}
-
-// TestHandWrittenDeployment checks deploy/deployment.yaml: strict decoding;
-// the install init container, the volume, istio-proxy's hook, mount and
-// SUPERVISOR_HOLD_TIMEOUT, the shared PID namespace, exactly as the
-// injection template adds them; the hold timeout following the template's
-// rule from the pod's terminationGracePeriodSeconds and Istio's default
-// drain; restartPolicy left to the Deployment default (Always).
-func TestHandWrittenDeployment(t *testing.T) {
-	tmpl := podTemplateOf(t, "Deployment", readDeploy(t, "deployment.yaml"))
-	spec := tmpl.Spec
-	want := podShape{
-		InitContainers:        []string{installName},
-		Containers:            []string{"app", proxyName},
-		ShareProcessNamespace: true,
-		Hold:                  wantHold("20s", "SUPERVISOR_APPS", "app"),
-	}
-	if diff := cmp.Diff(want, shapeOf(spec)); diff != "" {
-		t.Errorf("pod (-want +got):\n%s", diff)
-	}
-	checkSupervisorBasics(t, spec, wantBasics(false))
-	checkValid(t, spec)
-	if p := findContainer(spec, proxyName); p == nil || p.Image != "auto" {
-		t.Errorf("istio-proxy must be a customisation with image: auto, got %+v", p)
-	}
-	if spec.RestartPolicy != "" && spec.RestartPolicy != corev1.RestartPolicyAlways {
-		t.Errorf("restartPolicy = %q, want Always (unset)", spec.RestartPolicy)
-	}
-	if got := tmpl.Labels["sidecar.istio.io/inject"]; got != "true" {
-		t.Errorf(`pod label sidecar.istio.io/inject = %q, want "true"`, got)
-	}
-	// grace - drain (Istio's default 5s) - 5s margin, as the template does.
-	if spec.TerminationGracePeriodSeconds == nil {
-		t.Fatal("terminationGracePeriodSeconds not set: the hold timeout is derived from it")
-	}
-	hold, err := time.ParseDuration(shapeOf(spec).Hold.Env["SUPERVISOR_HOLD_TIMEOUT"])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := time.Duration(*spec.TerminationGracePeriodSeconds)*time.Second - 5*time.Second - 5*time.Second; hold != want {
-		t.Errorf("SUPERVISOR_HOLD_TIMEOUT = %v, want terminationGracePeriodSeconds - 5s drain - 5s = %v", hold, want)
-	}
 }

@@ -6,8 +6,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-
-	"github.com/google/go-cmp/cmp"
 )
 
 // readmeBlock returns the first fenced code block of kind lang after the
@@ -47,8 +45,7 @@ var (
 func TestReadmeInstall(t *testing.T) {
 	t.Run("by hand", func(t *testing.T) {
 		tmpl := podTemplateOf(t, "Job", []byte(readmeBlock(t, "**By hand**", "yaml")))
-		spec := tmpl.Spec
-		want := podShape{
+		checkHandWritten(t, tmpl, podShape{
 			Containers:            []string{"app", supervisorName},
 			ShareProcessNamespace: true,
 			SupervisorEnv: map[string]string{
@@ -58,22 +55,7 @@ func TestReadmeInstall(t *testing.T) {
 				"SUPERVISOR_ON_SUCCESS":     quitURL,
 			},
 			SupervisorUser: "1337",
-		}
-		if diff := cmp.Diff(want, shapeOf(spec)); diff != "" {
-			t.Errorf("README's Job (-want +got):\n%s", diff)
-		}
-		checkOrder(t, spec, false)
-		checkSupervisorBasics(t, spec, wantBasics(false))
-		checkConsistent(t, spec)
-		if tmpl.Labels["sidecar.istio.io/inject"] != "true" {
-			t.Error("README's Job does not ask Istio for istio-proxy")
-		}
-		// One verdict per level, privileged to restricted: none refuses it.
-		for i, reasons := range podSecurity(t, spec) {
-			if reasons != "" {
-				t.Errorf("README's Job's supervisor is refused at Pod Security level %s: %s", securityLevels[i], reasons)
-			}
-		}
+		}, false, nil)
 	})
 	t.Run("injection template", func(t *testing.T) {
 		cmd := readmeBlock(t, "**Istio injection template**", "sh")

@@ -95,13 +95,14 @@ func TestSidecarExamples(t *testing.T) {
 		t.Run(ex.file, func(t *testing.T) {
 			tmpl := podTemplateOf(t, "Job", readDeploy(t, ex.file))
 			spec := tmpl.Spec
-			shape := shapeOf(spec)
-			if !shape.ShareProcessNamespace {
+			env := shapeOf(spec).SupervisorEnv
+			if !shapeOf(spec).ShareProcessNamespace {
 				t.Error("shareProcessNamespace is not true")
 			}
 			checkOrder(t, spec, false)
 			checkSupervisorBasics(t, spec, wantBasics(false))
 			checkValid(t, spec)
+			checkConsistent(t, spec, ex.inFile)
 			if diff := cmp.Diff([]string{"", "", ""}, podSecurity(t, spec)); diff != "" {
 				t.Errorf("the supervisor's Pod Security verdicts for %v (-want +got):\n%s", securityLevels, diff)
 			}
@@ -111,40 +112,19 @@ func TestSidecarExamples(t *testing.T) {
 					t.Fatalf("no %s container", ex.inFile)
 				}
 				judged := *spec.DeepCopy()
-				judged.Containers = []corev1.Container{*c}
-				judged.InitContainers = nil
-				if got := verdict(t, judged); got != "" {
+				judged.Containers, judged.InitContainers = []corev1.Container{*c}, nil
+				if got := podSecurityOf(t, judged)[0]; got != "" {
 					t.Errorf("%s container not admitted by Pod Security restricted:\n%s", ex.inFile, got)
 				}
 			}
-
-			env := shape.SupervisorEnv
 			if got := strings.Split(env["SUPERVISOR_SIDECAR_PROCESSES"], ","); !slices.Contains(got, ex.process) {
 				t.Errorf("SUPERVISOR_SIDECAR_PROCESSES = %q, want it to name %s", env["SUPERVISOR_SIDECAR_PROCESSES"], ex.process)
 			}
 			if got, want := env["SUPERVISOR_SIDECAR_ACTIONS"], ex.process+"="+ex.stopURL(t, tmpl); got != want {
 				t.Errorf("SUPERVISOR_SIDECAR_ACTIONS = %q, want %q (the stop the pod enables)", got, want)
 			}
-			if got, want := env["SUPERVISOR_RESTART_POLICY"], string(spec.RestartPolicy); got != want {
-				t.Errorf("SUPERVISOR_RESTART_POLICY = %q, pod restartPolicy = %q", got, want)
-			}
-			apps := 0
-			for _, c := range spec.Containers {
-				if c.Name != supervisorName && c.Name != ex.inFile {
-					apps++
-				}
-			}
-			if got, want := env["SUPERVISOR_APP_CONTAINERS"], strconv.Itoa(apps); got != want {
-				t.Errorf("SUPERVISOR_APP_CONTAINERS = %q, the pod has %s app containers", got, want)
-			}
 		})
 	}
-}
-
-// verdict is Pod Security "restricted"'s refusals of spec, "" when allowed.
-func verdict(t *testing.T, spec corev1.PodSpec) string {
-	t.Helper()
-	return podSecurityOf(t, spec)[0]
 }
 
 // hasFlag reports whether args has --name (or -name), alone or =true.
