@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -370,15 +369,6 @@ func TestHoldWithIstioValues(t *testing.T) {
 	}
 }
 
-// TestHoldNativeSidecarAutoDetection: under istiod's default
-// ENABLE_NATIVE_SIDECARS=auto a Deployment gets the hold while a node's
-// kubelet is older than 1.33, and nothing but Istio's native sidecar once
-// every kubelet is 1.33 or newer.
-func TestHoldNativeSidecarAutoDetection(t *testing.T) {
-	checkNativeAutoDetection(t, deployment("web", "web"),
-		withHold([]string{installName, "istio-init"}, []string{"web", proxyName}, wantHold("20s")), "web")
-}
-
 // webhookWithNode starts Istio's webhook watching a fake cluster that holds
 // one Node with the given kubelet version.
 func webhookWithNode(t *testing.T, in istioInstall, kubelet string) http.Handler {
@@ -400,21 +390,4 @@ func webhookWithNode(t *testing.T, in istioInstall, kubelet string) http.Handler
 		t.Fatal("fake cluster did not sync")
 	}
 	return hook
-}
-
-// TestHoldPodSecurity runs Kubernetes' Pod Security checks on what the
-// template adds to a Deployment, as Istio's webhook returns it: the install
-// init container and the shared PID namespace pass "restricted".
-func TestHoldPodSecurity(t *testing.T) {
-	for _, in := range installs(t) {
-		t.Run(in.Name, func(t *testing.T) {
-			pod := admit(t, newWebhook(t, in), podFor(deployment("web", "web")))
-			if findInit(pod.Spec, installName) == nil {
-				t.Fatalf("no %s init container:\n%s", installName, dump(pod))
-			}
-			if diff := cmp.Diff([]string{"", "", ""}, podSecurity(t, pod.Spec)); diff != "" {
-				t.Errorf("Pod Security verdicts for %v (-want +got):\n%s", securityLevels, diff)
-			}
-		})
-	}
 }

@@ -434,7 +434,7 @@ func TestIstioInjection(t *testing.T) {
 		for _, tc := range allCases(t) {
 			t.Run(in.Name+"/"+tc.name, func(t *testing.T) {
 				if tc.nativeSidecars {
-					setNativeSidecars(t)
+					setNativeSidecarMode(t, features.NativeSidecarModeEnabled)
 				}
 				t.Run("template output", func(t *testing.T) {
 					checkTemplateOutput(t, in, tc)
@@ -460,11 +460,6 @@ func TestIstioInjection(t *testing.T) {
 			})
 		}
 	}
-}
-
-// setNativeSidecars turns on istiod's ENABLE_NATIVE_SIDECARS for one test.
-func setNativeSidecars(t *testing.T) {
-	setNativeSidecarMode(t, features.NativeSidecarModeEnabled)
 }
 
 // setNativeSidecarMode sets istiod's ENABLE_NATIVE_SIDECARS for one test:
@@ -839,35 +834,4 @@ func dump(v any) string {
 		return err.Error()
 	}
 	return "--- got ---\n" + string(b)
-}
-
-// TestNativeSidecarAutoDetection shows istiod's default,
-// ENABLE_NATIVE_SIDECARS=auto: istio-proxy becomes a native sidecar when every
-// node's kubelet is 1.33 or newer, and the supervisor then stays out. The
-// webhook sees the nodes through a fake cluster holding one Node.
-func TestNativeSidecarAutoDetection(t *testing.T) {
-	checkNativeAutoDetection(t, job("auto", corev1.RestartPolicyNever, nil, "app"), containerSupervised(), "app")
-}
-
-// checkNativeAutoDetection injects obj under istiod's default,
-// ENABLE_NATIVE_SIDECARS=auto, by a webhook that sees one Node: with a 1.32
-// kubelet the pod must have the shape older; with a 1.37 one (native
-// sidecars need 1.33) it must be Istio's native sidecar beside app alone.
-func checkNativeAutoDetection(t *testing.T, obj runtime.Object, older podShape, app string) {
-	setNativeSidecarMode(t, features.NativeSidecarModeAuto)
-	in := installs(t)[0]
-	for _, tc := range []struct {
-		kubelet string
-		want    podShape
-	}{
-		{kubelet: "v1.32.9", want: older},
-		{kubelet: "v1.37.2", want: native(app)},
-	} {
-		t.Run("kubelet "+tc.kubelet, func(t *testing.T) {
-			pod := admit(t, webhookWithNode(t, in, tc.kubelet), podFor(obj.DeepCopyObject()))
-			if diff := cmp.Diff(tc.want, shapeOf(pod.Spec)); diff != "" {
-				t.Errorf("injected pod (-want +got):\n%s\n%s", diff, dump(pod))
-			}
-		})
-	}
 }

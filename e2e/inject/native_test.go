@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"istio.io/istio/pilot/pkg/features"
 )
@@ -215,56 +216,64 @@ func nativeValuesCases() []valuesCase {
 	}
 }
 
-// TestSupervisorShapeAutoDetection: under istiod's default,
-// ENABLE_NATIVE_SIDECARS=auto, a Job that opts out of Istio's native sidecar
-// gets the supervisor as a container while a node's kubelet is older than
-// 1.33, and as a native sidecar once every kubelet is 1.33 or newer: the
-// fact istiod found for its own sidecar.
-func TestSupervisorShapeAutoDetection(t *testing.T) {
+// TestNativeSidecarAutoDetection: under istiod's default,
+// ENABLE_NATIVE_SIDECARS=auto, by a webhook that sees one Node, istio-proxy
+// becomes a native sidecar once every node's kubelet is 1.33 or newer, and
+// neither the supervisor nor the hold is added then; before, a Job gets the
+// supervisor as a container and a Deployment the hold. A Job that opts out
+// of Istio's native sidecar gets the supervisor as a native sidecar from
+// 1.33: the fact istiod found for its own sidecar.
+func TestNativeSidecarAutoDetection(t *testing.T) {
 	setNativeSidecarMode(t, features.NativeSidecarModeAuto)
 	in := installs(t)[0]
-	obj := job("opted-out", corev1.RestartPolicyNever, map[string]string{"sidecar.istio.io/nativeSidecar": "false"}, "app")
+	plain := job("auto", corev1.RestartPolicyNever, nil, "app")
+	optedOut := job("opted-out", corev1.RestartPolicyNever, map[string]string{"sidecar.istio.io/nativeSidecar": "false"}, "app")
+	nativeJob := nativeSupervised(nil, nativeEnv("Never", "app"), "app")
 	for _, tc := range []struct {
-		kubelet string
-		want    podShape
+		name, kubelet string
+		obj           runtime.Object
+		want          podShape
 	}{
-		{kubelet: "v1.32.9", want: containerSupervised()},
-		{kubelet: "v1.33.0", want: nativeSupervised(nil, nativeEnv("Never", "app"), "app")},
-		{kubelet: "v1.37.2", want: nativeSupervised(nil, nativeEnv("Never", "app"), "app")},
+		{"job", "v1.32.9", plain, containerSupervised()},
+		{"job", "v1.37.2", plain, native("app")},
+		{"deployment", "v1.32.9", deployment("web", "web"), withHold([]string{installName, "istio-init"}, []string{"web", proxyName}, wantHold("20s"))},
+		{"deployment", "v1.37.2", deployment("web", "web"), native("web")},
+		{"job opted out", "v1.32.9", optedOut, containerSupervised()},
+		{"job opted out", "v1.33.0", optedOut, nativeJob},
+		{"job opted out", "v1.37.2", optedOut, nativeJob},
 	} {
-		t.Run("kubelet "+tc.kubelet, func(t *testing.T) {
-			pod := admit(t, webhookWithNode(t, in, tc.kubelet), podFor(obj.DeepCopyObject()))
+		t.Run(tc.name+"/kubelet "+tc.kubelet, func(t *testing.T) {
+			pod := admit(t, webhookWithNode(t, in, tc.kubelet), podFor(tc.obj.DeepCopyObject()))
 			checkSupervised(t, pod.Spec, tc.want, wantBasics(false), true, "injected pod", dump(pod))
 		})
 	}
 }
 
-// TestNativePodSecurity runs Kubernetes' Pod Security checks on the native
-// supervisor as Istio's webhook returns it, with its state volume: it
-// passes "restricted", as the container does; with exit-status ptrace only
-// "privileged" admits it, for the same reasons as deploy/job-ptrace.yaml.
-func TestNativePodSecurity(t *testing.T) {
-	ptraceRefusals := []string{
-		`unrestricted capabilities: container "sidecar-supervisor" must not include "KILL", "SYS_PTRACE" in securityContext.capabilities.add` + "\n" +
-			`runAsNonRoot != true: container "sidecar-supervisor" must not set securityContext.runAsNonRoot=false` + "\n" +
-			`runAsUser=0: container "sidecar-supervisor" must not set runAsUser=0`,
-		`non-default capabilities: container "sidecar-supervisor" must not include "SYS_PTRACE" in securityContext.capabilities.add`,
-		"",
-	}
+// TestInjectedPodSecurity runs Kubernetes' Pod Security checks on what the
+// template adds, as Istio's webhook returns it: the supervisor, a container
+// or native with its state volume, and the hold's install init container
+// with the shared PID namespace pass "restricted"; with exit-status ptrace
+// only "privileged" admits the supervisor, for the same reasons as
+// deploy/job-ptrace.yaml.
+func TestInjectedPodSecurity(t *testing.T) {
 	for _, in := range installs(t) {
 		for _, tc := range []struct {
-			name        string
-			annotations map[string]string
-			want        []string
+			name string
+			obj  runtime.Object
+			// ours must be in the pod.
+			ours string
+			want []string
 		}{
-			{"native", map[string]string{shapeAnnotation: "native"}, []string{"", "", ""}},
-			{"native ptrace", map[string]string{shapeAnnotation: "native", annotationPrefix + "exit-status": "ptrace"}, ptraceRefusals},
-			{"container", nil, []string{"", "", ""}},
+			{"native", job("psa", corev1.RestartPolicyNever, map[string]string{shapeAnnotation: "native"}, "app"), supervisorName, []string{"", "", ""}},
+			{"native ptrace", job("psa", corev1.RestartPolicyNever, map[string]string{shapeAnnotation: "native", annotationPrefix + "exit-status": "ptrace"}, "app"),
+				supervisorName, ptraceRefusals},
+			{"container", job("psa", corev1.RestartPolicyNever, nil, "app"), supervisorName, []string{"", "", ""}},
+			{"hold", deployment("web", "web"), installName, []string{"", "", ""}},
 		} {
 			t.Run(in.Name+"/"+tc.name, func(t *testing.T) {
-				pod := admit(t, newWebhook(t, in), podFor(job("psa", corev1.RestartPolicyNever, tc.annotations, "app")))
-				if findEither(pod.Spec, supervisorName) == nil {
-					t.Fatalf("no %s:\n%s", supervisorName, dump(pod))
+				pod := admit(t, newWebhook(t, in), podFor(tc.obj))
+				if findEither(pod.Spec, tc.ours) == nil {
+					t.Fatalf("no %s:\n%s", tc.ours, dump(pod))
 				}
 				if diff := cmp.Diff(tc.want, podSecurity(t, pod.Spec)); diff != "" {
 					t.Errorf("Pod Security verdicts for %v (-want +got):\n%s", securityLevels, diff)
