@@ -1,8 +1,10 @@
 package inject
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -120,7 +122,7 @@ func TestKustomizeComponent(t *testing.T) {
 		t.Run(tc.resource, func(t *testing.T) {
 			b, ok := built[tc.resource]
 			if !ok {
-				t.Fatalf("kustomize output has no %s; has %v", tc.resource, keys(built))
+				t.Fatalf("kustomize output has no %s; has %v", tc.resource, slices.Sorted(maps.Keys(built)))
 			}
 			decodeStrict(t, b, tc.obj)
 			tmpl := podTemplateFor(tc.obj)
@@ -200,65 +202,21 @@ func TestKustomizePatchesAgree(t *testing.T) {
 	}
 }
 
-// TestKustomizeImageOverride checks that an overlay's images field replaces
-// the supervisor image both components add, and leaves the hold's
-// istio-proxy image (auto, Istio's) alone.
-func TestKustomizeImageOverride(t *testing.T) {
-	const mirror = "registry.example.com/mirror/sidecar-supervisor"
+// TestKustomizeOverlay builds an overlay of both components as users write
+// one: its images field replaces the supervisor image both components add
+// and leaves the hold's istio-proxy image (auto, Istio's) alone; every Job
+// and CronJob pod gets the one setting the component gives a default of its
+// own, pilot-agent's quit endpoint on success, and a patch in the overlay
+// (applied after the components) gives one workload another action.
+func TestKustomizeOverlay(t *testing.T) {
+	const mirror = "registry.example.com/mirror/sidecar-supervisor:v0.1.1"
 	out := buildOverlay(t, map[string]string{
-		"/app/kustomization.yaml": `resources: [job.yaml, deployment.yaml]
+		"/app/kustomization.yaml": `resources: [quit.yaml, drain.yaml, nightly.yaml, deployment.yaml]
 components: [../supervisor, ../hold]
 images:
 - name: ghcr.io/sidecar-supervisor/sidecar-supervisor
-  newName: ` + mirror + `
+  newName: registry.example.com/mirror/sidecar-supervisor
   newTag: v0.1.1
-`,
-		"/app/job.yaml": jobYAML("job"),
-		"/app/deployment.yaml": `apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: web
-spec:
-  selector: {matchLabels: {app: web}}
-  template:
-    metadata:
-      labels: {app: web}
-    spec:
-      containers:
-      - name: web
-        image: busybox:1.37
-`,
-	})
-	var j batchv1.Job
-	decodeStrict(t, out["Job/job"], &j)
-	want := []string{"busybox:1.37", mirror + ":v0.1.1"}
-	var got []string
-	for _, c := range j.Spec.Template.Spec.Containers {
-		got = append(got, c.Image)
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("container images (-want +got):\n%s\n%s", diff, out["Job/job"])
-	}
-	var d appsv1.Deployment
-	decodeStrict(t, out["Deployment/web"], &d)
-	want = []string{mirror + ":v0.1.1", "auto", "busybox:1.37"}
-	got = nil
-	for _, c := range append(d.Spec.Template.Spec.InitContainers, d.Spec.Template.Spec.Containers...) {
-		got = append(got, c.Image)
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("deployment images, init containers then containers (-want +got):\n%s\n%s", diff, out["Deployment/web"])
-	}
-}
-
-// TestKustomizeOnSuccessOverride checks the one setting the component gives
-// a default of its own: every Job and CronJob pod gets pilot-agent's quit
-// endpoint on success, and a patch in the overlay (applied after the
-// components) gives one workload another action.
-func TestKustomizeOnSuccessOverride(t *testing.T) {
-	out := buildOverlay(t, map[string]string{
-		"/app/kustomization.yaml": `resources: [quit.yaml, drain.yaml, nightly.yaml]
-components: [../supervisor]
 patches:
 - target: {kind: Job, name: drain}
   patch: |-
@@ -288,19 +246,45 @@ spec:
           - name: app
             image: busybox:1.37
 `,
+		"/app/deployment.yaml": `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+spec:
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      containers:
+      - name: web
+        image: busybox:1.37
+`,
 	})
+	jobImages := []string{"busybox:1.37", mirror}
 	for _, tc := range []struct {
 		resource string
 		obj      runtime.Object
-		want     string
+		// images: of the init containers, then the containers.
+		images    []string
+		onSuccess string
 	}{
-		{"Job/quit", &batchv1.Job{}, quitURL},
-		{"Job/drain", &batchv1.Job{}, "SIGTERM"},
-		{"CronJob/nightly", &batchv1.CronJob{}, quitURL},
+		{"Job/quit", &batchv1.Job{}, jobImages, quitURL},
+		{"Job/drain", &batchv1.Job{}, jobImages, "SIGTERM"},
+		{"CronJob/nightly", &batchv1.CronJob{}, jobImages, quitURL},
+		{"Deployment/web", &appsv1.Deployment{}, []string{mirror, "auto", "busybox:1.37"}, ""},
 	} {
 		decodeStrict(t, out[tc.resource], tc.obj)
-		if got := resolveEnv(*podTemplateFor(tc.obj), supervisorName)["SUPERVISOR_ON_SUCCESS"]; got != tc.want {
-			t.Errorf("%s: SUPERVISOR_ON_SUCCESS resolves to %q, want %q\n%s", tc.resource, got, tc.want, out[tc.resource])
+		tmpl := podTemplateFor(tc.obj)
+		var images []string
+		for _, c := range append(slices.Clone(tmpl.Spec.InitContainers), tmpl.Spec.Containers...) {
+			images = append(images, c.Image)
+		}
+		if diff := cmp.Diff(tc.images, images); diff != "" {
+			t.Errorf("%s images, init containers then containers (-want +got):\n%s\n%s", tc.resource, diff, out[tc.resource])
+		}
+		if got := resolveEnv(*tmpl, supervisorName)["SUPERVISOR_ON_SUCCESS"]; got != tc.onSuccess {
+			t.Errorf("%s: SUPERVISOR_ON_SUCCESS resolves to %q, want %q\n%s", tc.resource, got, tc.onSuccess, out[tc.resource])
 		}
 	}
 }
@@ -383,14 +367,6 @@ func resolveEnv(tmpl corev1.PodTemplateSpec, container string) map[string]string
 		}
 	}
 	return out
-}
-
-func keys(m map[string][]byte) []string {
-	var ks []string
-	for k := range m {
-		ks = append(ks, k)
-	}
-	return ks
 }
 
 // kustomizeHold is the hold as the hold component adds it: as the template's,
@@ -491,7 +467,7 @@ spec:
 		t.Run(tc.resource, func(t *testing.T) {
 			b, ok := out[tc.resource]
 			if !ok {
-				t.Fatalf("kustomize output has no %s; has %v", tc.resource, keys(out))
+				t.Fatalf("kustomize output has no %s; has %v", tc.resource, slices.Sorted(maps.Keys(out)))
 			}
 			decodeStrict(t, b, tc.obj)
 			spec := podTemplateFor(tc.obj).Spec
