@@ -252,39 +252,22 @@ func holdCases(t *testing.T) []injectCase {
 	}
 }
 
-// TestHoldWithIstioValues renders istiod's chart with other values in turn
-// and runs Deployments through its webhook: a mesh-wide istio-proxy
-// lifecycle with a preStop keeps the pod out of the hold (and its hook
-// stays); one with only a postStart is merged with the hold; the mesh-wide
-// off switch and the pod's way back in; with Istio's CNI the install
+// valuesCases run on istiod's chart rendered with their values: a mesh-wide
+// istio-proxy lifecycle with a preStop keeps the pod out of the hold (and
+// its hook stays); one with only a postStart is merged with the hold; the
+// mesh-wide switches (the hold off, the image, the supervisor's shape:
+// nativeValuesCases) and the pod's way back in; with Istio's CNI the install
 // container follows the pod's init containers, after istio-validation. Jobs
 // get the supervisor first, or last where the mesh-wide
 // holdApplicationUntilProxyStarts puts istio-proxy first.
-// valuesCase is a pod injected by an istiod installed with other values:
-// values is merged over values-supervisor.yaml as helm would.
-type valuesCase struct {
-	name   string
-	values map[string]any
-	in     runtime.Object
-	want   podShape
-	image  string
-}
-
-// valuesCases: a mesh-wide istio-proxy lifecycle with a preStop keeps the
-// pod out of the hold (and its hook stays); one with only a postStart is
-// merged with the hold; the mesh-wide switches (the hold off, the image, the
-// supervisor's shape: nativeValuesCases) and the pod's way back in; with
-// Istio's CNI the install container follows the pod's init containers, after
-// istio-validation. Jobs get the supervisor first, or last where the
-// mesh-wide holdApplicationUntilProxyStarts puts istio-proxy first.
-func valuesCases() []valuesCase {
+func valuesCases() []injectCase {
 	withInit := edit(deployment("web", "web"), func(p *corev1.PodTemplateSpec) {
 		p.Spec.InitContainers = []corev1.Container{{Name: "migrate", Image: "busybox:1.37"}}
 	})
 	hook := func(cmd ...string) map[string]any {
 		return map[string]any{"exec": map[string]any{"command": cmd}}
 	}
-	return append([]valuesCase{
+	return append([]injectCase{
 		{
 			name:   "global.proxy.lifecycle with a preStop: no hold",
 			values: map[string]any{"global": map[string]any{"proxy": map[string]any{"lifecycle": map[string]any{"preStop": hook("sleep", "5")}}}},
@@ -351,23 +334,6 @@ func valuesCases() []valuesCase {
 
 // mirrorImage is the supervisor's image as a private mirror serves it.
 const mirrorImage = "registry.example.com/mirror/sidecar-supervisor:v0.1.0"
-
-// TestHoldWithIstioValues renders istiod's chart with the values of each of
-// valuesCases in turn and runs its pod through istiod's webhook.
-func TestHoldWithIstioValues(t *testing.T) {
-	for _, tc := range valuesCases() {
-		t.Run(tc.name, func(t *testing.T) {
-			in, err := injector.RenderHelm(tc.values)
-			if err != nil {
-				t.Fatal(err)
-			}
-			pod := admit(t, newWebhook(t, in), podFor(tc.in))
-			tcase := injectCase{in: tc.in, want: tc.want, image: tc.image}
-			checkSupervised(t, pod.Spec, tc.want, tcase.basics(), true, "injected pod", dump(pod))
-			checkTemplateOutput(t, in, tcase)
-		})
-	}
-}
 
 // webhookWithNode starts Istio's webhook watching a fake cluster that holds
 // one Node with the given kubelet version.

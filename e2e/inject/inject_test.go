@@ -184,8 +184,11 @@ type injectCase struct {
 	in   runtime.Object
 	// nativeSidecars sets istiod's ENABLE_NATIVE_SIDECARS=true for the case.
 	nativeSidecars bool
-	want           podShape
-	ptrace         bool
+	// values, merged over values-supervisor.yaml as helm would, install
+	// the istiod the case runs on (the Helm installation alone).
+	values map[string]any
+	want   podShape
+	ptrace bool
 	// image overrides the expected supervisor image.
 	image string
 	// templateAlone: Istio does not run the supervisor template for this
@@ -418,26 +421,52 @@ func checkStatus(t *testing.T, annotations map[string]string, want string) {
 
 // allCases are the pods TestIstioInjection and TestIstioReleases inject.
 func allCases(t *testing.T) []injectCase {
-	return slices.Concat(injectCases(t), nativeCases(t), holdCases(t))
+	return slices.Concat(injectCases(t), nativeCases(t), holdCases(t), valuesCases())
+}
+
+// install is the installation the case runs on instead of in: in itself,
+// or, for a case with values, istiod's chart rendered with them (nil when
+// in is not the Helm installation).
+func (tc injectCase) install(t *testing.T, in istioInstall) *istioInstall {
+	t.Helper()
+	if tc.values == nil {
+		return &in
+	}
+	if in.Name != "helm" {
+		return nil
+	}
+	in, err := injector.RenderHelm(tc.values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &in
 }
 
 // TestIstioInjection runs each case (Jobs and CronJobs here, the
 // supervisor's native shape in native_test.go, Deployments and
-// StatefulSets in hold_test.go) through Istio's injector with the
-// configuration of each installation method, in both of the injector's
+// StatefulSets in hold_test.go, other Helm values: valuesCases) through
+// Istio's injector with the configuration of each installation method
+// (cases with values: the Helm one alone), in both of the injector's
 // forms: istiod's admission webhook (which runs defaultTemplates) and
 // istioctl kube-inject's IntoObject (which runs only "sidecar" unless the pod
 // names its templates).
 func TestIstioInjection(t *testing.T) {
-	for _, in := range installs(t) {
-		hook := newWebhook(t, in)
+	for _, base := range installs(t) {
+		baseHook := newWebhook(t, base)
 		for _, tc := range allCases(t) {
-			t.Run(in.Name+"/"+tc.name, func(t *testing.T) {
+			in, hook := tc.install(t, base), baseHook
+			if in == nil {
+				continue
+			}
+			if tc.values != nil {
+				hook = newWebhook(t, *in)
+			}
+			t.Run(base.Name+"/"+tc.name, func(t *testing.T) {
 				if tc.nativeSidecars {
 					setNativeSidecarMode(t, features.NativeSidecarModeEnabled)
 				}
 				t.Run("template output", func(t *testing.T) {
-					checkTemplateOutput(t, in, tc)
+					checkTemplateOutput(t, *in, tc)
 				})
 				t.Run("webhook", func(t *testing.T) {
 					pod := admit(t, hook, podFor(tc.in))
@@ -452,7 +481,7 @@ func TestIstioInjection(t *testing.T) {
 					checkValid(t, again.Spec)
 				})
 				t.Run("kube-inject", func(t *testing.T) {
-					out := kubeInject(t, in, tc.in)
+					out := kubeInject(t, *in, tc.in)
 					spec := podTemplateFor(out).Spec
 					checkSupervised(t, spec, tc.want, tc.basics(), true, "injected "+reflect.TypeOf(out).String(), dump(out))
 					checkStatus(t, podTemplateFor(out).Annotations, tc.status)

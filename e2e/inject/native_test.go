@@ -166,11 +166,11 @@ func nativeCases(t *testing.T) []injectCase {
 
 // nativeValuesCases are the mesh-wide switch, SIDECAR_SUPERVISOR_SHAPE in
 // istiod's pilot.env, and the native shape beside Istio's CNI.
-func nativeValuesCases() []valuesCase {
+func nativeValuesCases() []injectCase {
 	env := func(shape string) map[string]any {
 		return map[string]any{"pilot": map[string]any{"env": map[string]any{"SIDECAR_SUPERVISOR_SHAPE": shape}}}
 	}
-	return []valuesCase{
+	return []injectCase{
 		{
 			name:   "pilot.env.SIDECAR_SUPERVISOR_SHAPE native: native mesh-wide",
 			values: env("native"),

@@ -66,8 +66,6 @@ import (
 
 	"istio.io/istio/pilot/pkg/features"
 	"istio.io/istio/pkg/kube/inject"
-
-	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/inject/injector"
 )
 
 // nativeRule is how a release's "sidecar" template decides that istio-proxy
@@ -305,11 +303,10 @@ func annotationIgnored() map[string]podShape {
 }
 
 // TestIstioReleases executes the template as every release from 1.20 would,
-// for every pod of TestIstioInjection and TestHoldWithIstioValues: it
-// renders, gives what the newest release gives for the same native
-// decision, and the pod merged from it is the one wanted. On today's
-// template before this test, 1.20-1.26 failed every pod: "can't evaluate
-// field NativeSidecars".
+// for every pod of TestIstioInjection: it renders, gives what the newest
+// release gives for the same native decision, and the pod merged from it is
+// the one wanted. On today's template before this test, 1.20-1.26 failed
+// every pod: "can't evaluate field NativeSidecars".
 func TestIstioReleases(t *testing.T) {
 	type relCase struct {
 		injectCase
@@ -318,27 +315,14 @@ func TestIstioReleases(t *testing.T) {
 		env map[string]string
 	}
 	var cases []relCase
-	base := installs(t)[0]
 	for _, tc := range allCases(t) {
-		cases = append(cases, relCase{injectCase: tc, in: base})
-	}
-	for _, vc := range valuesCases() {
-		in, err := injector.RenderHelm(vc.values)
-		if err != nil {
-			t.Fatal(err)
-		}
 		env := map[string]string{}
-		if pilot, ok := vc.values["pilot"].(map[string]any); ok {
-			if e, ok := pilot["env"].(map[string]any); ok {
-				for k, v := range e {
-					env[k] = v.(string)
-				}
-			}
+		pilot, _ := tc.values["pilot"].(map[string]any)
+		e, _ := pilot["env"].(map[string]any)
+		for k, v := range e {
+			env[k] = v.(string)
 		}
-		cases = append(cases, relCase{
-			injectCase: injectCase{name: vc.name, in: vc.in, want: vc.want, image: vc.image},
-			in:         in, env: env,
-		})
+		cases = append(cases, relCase{injectCase: tc, in: *tc.install(t, installs(t)[0]), env: env})
 	}
 	ignored := annotationIgnored()
 	for _, r := range istioReleases {
