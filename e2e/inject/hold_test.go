@@ -87,168 +87,85 @@ func withHold(inits, containers []string, hold holdShape) podShape {
 	}
 }
 
+// held is a one-container Deployment "web" with the template's hold of
+// SUPERVISOR_HOLD_TIMEOUT timeout, after istio-init unless inits says.
+func held(timeout string, inits ...string) podShape {
+	if inits == nil {
+		inits = []string{installName, "istio-init"}
+	}
+	return withHold(inits, []string{"web", proxyName}, wantHold(timeout))
+}
+
+// withPostStart is s with istio-proxy's postStart hook cmd.
+func withPostStart(s podShape, cmd ...string) podShape {
+	s.Hold.PostStart = cmd
+	return s
+}
+
+// unheld is a one-container Deployment "web" Istio injected without the hold.
+var unheld = podShape{InitContainers: []string{"istio-init"}, Containers: []string{"web", proxyName}}
+
 func holdCases(t *testing.T) []injectCase {
 	var handWritten appsv1.Deployment
 	decodeStrict(t, readDeploy(t, "deployment.yaml"), &handWritten)
 	handWritten.Namespace = namespace
 
 	inits := []string{installName, "istio-init"}
-	plain := podShape{InitContainers: []string{"istio-init"}, Containers: []string{"web", proxyName}}
+	web := func() *appsv1.Deployment { return deployment("web", "web") }
 	return []injectCase{
-		{
-			name: "deployment gets the hold",
-			in:   deployment("web", "web"),
-			want: withHold(inits, []string{"web", proxyName}, wantHold("20s")),
-		},
-		{
-			name: "statefulset gets the hold",
-			in:   statefulSet("db", "db"),
-			want: withHold(inits, []string{"db", proxyName}, wantHold("20s")),
-		},
-		{
-			name: "install container after the pod's init containers, before istio-init",
+		{name: "deployment gets the hold", in: web(), want: held("20s")},
+		{name: "statefulset gets the hold", in: statefulSet("db", "db"), want: withHold(inits, []string{"db", proxyName}, wantHold("20s"))},
+		{name: "install container after the pod's init containers, before istio-init",
 			in: edit(deployment("web", "web", "worker"), func(p *corev1.PodTemplateSpec) {
-				p.Spec.InitContainers = []corev1.Container{
-					{Name: "migrate", Image: "busybox:1.37"}, {Name: "warm", Image: "busybox:1.37"},
-				}
+				p.Spec.InitContainers = []corev1.Container{{Name: "migrate", Image: "busybox:1.37"}, {Name: "warm", Image: "busybox:1.37"}}
 			}),
-			want: withHold([]string{"migrate", "warm", installName, "istio-init"},
-				[]string{"web", "worker", proxyName}, wantHold("20s")),
-		},
-		{
-			name: "terminationGracePeriodSeconds 60: hold 50s",
-			in:   edit(deployment("web", "web"), grace(60)),
-			want: withHold(inits, []string{"web", proxyName}, wantHold("50s")),
-		},
-		{
-			name: "terminationDrainDuration 7.5s (proxy.istio.io/config): hold 30-8-5 = 17s",
-			in: annotate(deployment("web", "web"),
-				"proxy.istio.io/config", `{"terminationDrainDuration": "7.5s"}`),
-			want: withHold(inits, []string{"web", proxyName}, wantHold("17s")),
-		},
-		{
-			name: "terminationGracePeriodSeconds 10 leaves no time: no hold",
-			in:   edit(deployment("web", "web"), grace(10)),
-			want: plain,
-		},
-		{
-			name: "terminationGracePeriodSeconds 11: hold 1s",
-			in:   edit(deployment("web", "web"), grace(11)),
-			want: withHold(inits, []string{"web", proxyName}, wantHold("1s")),
-		},
-		{
-			name: "hold-timeout annotation wins, even over a short grace period",
-			in:   annotate(edit(deployment("web", "web"), grace(10)), annotationPrefix+"hold-timeout", "3s"),
-			want: withHold(inits, []string{"web", proxyName}, wantHold("3s")),
-		},
-		{
-			name: "log and ignore annotations reach istio-proxy's environment; job-only ones do not",
-			in: annotate(deployment("web", "web"),
-				annotationPrefix+"hold-timeout", "45s",
-				annotationPrefix+"log-level", "debug",
-				annotationPrefix+"log-format", "console",
-				annotationPrefix+"ignore-processes", "fluent-bit",
-				annotationPrefix+"stop-timeout", "9s",
-				annotationPrefix+"on-success", "SIGKILL"),
-			want: withHold(inits, []string{"web", proxyName}, wantHold("45s",
-				"SUPERVISOR_LOG_LEVEL", "debug",
-				"SUPERVISOR_LOG_FORMAT", "console",
-				"SUPERVISOR_IGNORE_PROCESSES", "fluent-bit")),
-		},
-		{
-			name:  "image annotation sets the install container's image",
-			in:    annotate(deployment("web", "web"), annotationPrefix+"image", mirrorImage),
-			image: mirrorImage,
-			want:  withHold(inits, []string{"web", proxyName}, wantHold("20s")),
-		},
-		{
-			name: "hold false: no hold",
-			in:   annotate(deployment("web", "web"), annotationPrefix+"hold", "false"),
-			want: plain,
-		},
-		{
-			name: "supervisor opt-out annotation: no hold",
-			in:   annotate(deployment("web", "web"), annotationPrefix+"inject", "false"),
-			want: plain,
-		},
-		{
-			name:          "sidecar.istio.io/inject false: nothing at all",
-			in:            edit(deployment("web", "web"), func(p *corev1.PodTemplateSpec) { p.Labels["sidecar.istio.io/inject"] = "false" }),
-			want:          podShape{Containers: []string{"web"}},
-			templateAlone: "hold",
-		},
-		{
-			name:          "pod selects only the sidecar template: no hold",
-			in:            annotate(deployment("web", "web"), "inject.istio.io/templates", "sidecar"),
-			want:          plain,
-			templateAlone: "hold",
-		},
-		{
-			name: "native sidecar by pod annotation: no hold, Istio's drain hook kept",
-			in:   annotate(deployment("web", "web"), "sidecar.istio.io/nativeSidecar", "true"),
-			want: native("web"),
-		},
-		{
-			name:           "native sidecar mesh-wide: no hold, Istio's drain hook kept",
-			in:             deployment("web", "web"),
-			nativeSidecars: true,
-			want:           native("web"),
-		},
-		{
-			name:           "native sidecars mesh-wide, pod opts out: hold",
-			in:             annotate(deployment("web", "web"), "sidecar.istio.io/nativeSidecar", "false"),
-			nativeSidecars: true,
-			want:           withHold(inits, []string{"web", proxyName}, wantHold("20s")),
-		},
-		{
-			name: "istio-proxy customised with a preStop of its own: no hold, the user's hook kept",
-			in: edit(deployment("web", "web"), func(p *corev1.PodTemplateSpec) {
-				p.Spec.Containers = append(p.Spec.Containers,
-					customProxy(&corev1.Lifecycle{PreStop: execHook("sleep", "15")}))
+			want: withHold([]string{"migrate", "warm", installName, "istio-init"}, []string{"web", "worker", proxyName}, wantHold("20s"))},
+		{name: "terminationGracePeriodSeconds 60: hold 50s", in: edit(web(), grace(60)), want: held("50s")},
+		{name: "terminationDrainDuration 7.5s (proxy.istio.io/config): hold 30-8-5 = 17s",
+			in: annotate(web(), "proxy.istio.io/config", `{"terminationDrainDuration": "7.5s"}`), want: held("17s")},
+		{name: "terminationGracePeriodSeconds 10 leaves no time: no hold", in: edit(web(), grace(10)), want: unheld},
+		{name: "terminationGracePeriodSeconds 11: hold 1s", in: edit(web(), grace(11)), want: held("1s")},
+		{name: "hold-timeout annotation wins, even over a short grace period",
+			in: annotate(edit(web(), grace(10)), annotationPrefix+"hold-timeout", "3s"), want: held("3s")},
+		{name: "log and ignore annotations reach istio-proxy's environment; job-only ones do not",
+			in: annotate(web(), annotationPrefix+"hold-timeout", "45s", annotationPrefix+"log-level", "debug",
+				annotationPrefix+"log-format", "console", annotationPrefix+"ignore-processes", "fluent-bit",
+				annotationPrefix+"stop-timeout", "9s", annotationPrefix+"on-success", "SIGKILL"),
+			want: withHold(inits, []string{"web", proxyName}, wantHold("45s", "SUPERVISOR_LOG_LEVEL", "debug",
+				"SUPERVISOR_LOG_FORMAT", "console", "SUPERVISOR_IGNORE_PROCESSES", "fluent-bit"))},
+		{name: "image annotation sets the install container's image",
+			in: annotate(web(), annotationPrefix+"image", mirrorImage), image: mirrorImage, want: held("20s")},
+		{name: "hold false: no hold", in: annotate(web(), annotationPrefix+"hold", "false"), want: unheld},
+		{name: "supervisor opt-out annotation: no hold", in: annotate(web(), annotationPrefix+"inject", "false"), want: unheld},
+		{name: "sidecar.istio.io/inject false: nothing at all", templateAlone: "hold",
+			in:   edit(web(), func(p *corev1.PodTemplateSpec) { p.Labels["sidecar.istio.io/inject"] = "false" }),
+			want: podShape{Containers: []string{"web"}}},
+		{name: "pod selects only the sidecar template: no hold", templateAlone: "hold",
+			in: annotate(web(), "inject.istio.io/templates", "sidecar"), want: unheld},
+		{name: "native sidecar by pod annotation: no hold, Istio's drain hook kept",
+			in: annotate(web(), "sidecar.istio.io/nativeSidecar", "true"), want: native("web")},
+		{name: "native sidecar mesh-wide: no hold, Istio's drain hook kept", in: web(), nativeSidecars: true, want: native("web")},
+		{name: "native sidecars mesh-wide, pod opts out: hold", nativeSidecars: true,
+			in: annotate(web(), "sidecar.istio.io/nativeSidecar", "false"), want: held("20s")},
+		{name: "istio-proxy customised with a preStop of its own: no hold, the user's hook kept",
+			in: edit(web(), func(p *corev1.PodTemplateSpec) {
+				p.Spec.Containers = append(p.Spec.Containers, customProxy(&corev1.Lifecycle{PreStop: execHook("sleep", "15")}))
 			}),
-			want: podShape{
-				InitContainers: []string{"istio-init"},
-				Containers:     []string{"web", proxyName},
-				Hold:           holdShape{PreStop: []string{"sleep", "15"}},
-			},
-		},
-		{
-			name: "istio-proxy customised without a preStop: hold added, the customisation kept",
-			in: edit(deployment("web", "web"), func(p *corev1.PodTemplateSpec) {
-				p.Spec.Containers = append(p.Spec.Containers,
-					customProxy(&corev1.Lifecycle{PostStart: execHook("sleep", "1")}))
+			want: podShape{InitContainers: []string{"istio-init"}, Containers: []string{"web", proxyName}, Hold: holdShape{PreStop: []string{"sleep", "15"}}}},
+		{name: "istio-proxy customised without a preStop: hold added, the customisation kept",
+			in: edit(web(), func(p *corev1.PodTemplateSpec) {
+				p.Spec.Containers = append(p.Spec.Containers, customProxy(&corev1.Lifecycle{PostStart: execHook("sleep", "1")}))
 			}),
-			want: withHold(inits, []string{"web", proxyName}, func() holdShape {
-				h := wantHold("20s")
-				h.PostStart = []string{"sleep", "1"}
-				return h
-			}()),
-		},
-		{
-			name: "holdApplicationUntilProxyStarts: istio-proxy first, its postStart kept next to the hold",
-			in: annotate(deployment("web", "web"),
-				"proxy.istio.io/config", `{"holdApplicationUntilProxyStarts": true}`),
-			want: withHold(inits, []string{proxyName, "web"}, func() holdShape {
-				h := wantHold("20s")
-				h.PostStart = []string{"pilot-agent", "wait"}
-				return h
-			}()),
-		},
-		{
-			name: "istio-proxy as root (capNetBindService): hold added alike",
-			in:   annotate(deployment("web", "web"), "sidecar.istio.io/capNetBindService", "true"),
-			want: withHold(inits, []string{"web", proxyName}, wantHold("20s")),
-		},
-		{
-			name: "interceptionMode NONE: no istio-init, the install container alone",
-			in:   annotate(deployment("web", "web"), "sidecar.istio.io/interceptionMode", "NONE"),
-			want: withHold([]string{installName}, []string{"web", proxyName}, wantHold("20s")),
-		},
-		{
-			name: "hand-written deploy/deployment.yaml keeps its own hold",
-			in:   &handWritten,
-			want: withHold(inits, []string{"app", proxyName}, wantHold("20s")),
-		},
+			want: withPostStart(held("20s"), "sleep", "1")},
+		{name: "holdApplicationUntilProxyStarts: istio-proxy first, its postStart kept next to the hold",
+			in:   annotate(web(), "proxy.istio.io/config", `{"holdApplicationUntilProxyStarts": true}`),
+			want: withPostStart(withHold(inits, []string{proxyName, "web"}, wantHold("20s")), "pilot-agent", "wait")},
+		{name: "istio-proxy as root (capNetBindService): hold added alike",
+			in: annotate(web(), "sidecar.istio.io/capNetBindService", "true"), want: held("20s")},
+		{name: "interceptionMode NONE: no istio-init, the install container alone",
+			in: annotate(web(), "sidecar.istio.io/interceptionMode", "NONE"), want: held("20s", installName)},
+		{name: "hand-written deploy/deployment.yaml keeps its own hold", in: &handWritten,
+			want: withHold(inits, []string{"app", proxyName}, wantHold("20s"))},
 	}
 }
 
@@ -261,75 +178,47 @@ func holdCases(t *testing.T) []injectCase {
 // get the supervisor first, or last where the mesh-wide
 // holdApplicationUntilProxyStarts puts istio-proxy first.
 func valuesCases() []injectCase {
-	withInit := edit(deployment("web", "web"), func(p *corev1.PodTemplateSpec) {
-		p.Spec.InitContainers = []corev1.Container{{Name: "migrate", Image: "busybox:1.37"}}
-	})
-	hook := func(cmd ...string) map[string]any {
-		return map[string]any{"exec": map[string]any{"command": cmd}}
+	lifecycle := func(hook string, cmd ...string) map[string]any {
+		return map[string]any{"global": map[string]any{"proxy": map[string]any{"lifecycle": map[string]any{
+			hook: map[string]any{"exec": map[string]any{"command": cmd}}}}}}
 	}
 	return append([]injectCase{
-		{
-			name:   "global.proxy.lifecycle with a preStop: no hold",
-			values: map[string]any{"global": map[string]any{"proxy": map[string]any{"lifecycle": map[string]any{"preStop": hook("sleep", "5")}}}},
-			in:     deployment("web", "web"),
-			want: podShape{
-				InitContainers: []string{"istio-init"},
-				Containers:     []string{"web", proxyName},
-				Hold:           holdShape{PreStop: []string{"sleep", "5"}},
-			},
-		},
-		{
-			name:   "global.proxy.lifecycle with a postStart only: hold added next to it",
-			values: map[string]any{"global": map[string]any{"proxy": map[string]any{"lifecycle": map[string]any{"postStart": hook("sleep", "1")}}}},
-			in:     deployment("web", "web"),
-			want: withHold([]string{installName, "istio-init"}, []string{"web", proxyName}, func() holdShape {
-				h := wantHold("20s")
-				h.PostStart = []string{"sleep", "1"}
-				return h
-			}()),
-		},
-		{
-			name:   "pilot.cni.enabled: istio-validation first, then the pod's, then install",
-			values: map[string]any{"pilot": map[string]any{"cni": map[string]any{"enabled": true}}},
-			in:     withInit,
-			want: withHold([]string{"istio-validation", "migrate", installName},
-				[]string{"web", proxyName}, wantHold("20s")),
-		},
-		{
-			name:   "pilot.env.SIDECAR_SUPERVISOR_HOLD false: no hold mesh-wide",
-			values: map[string]any{"pilot": map[string]any{"env": map[string]any{"SIDECAR_SUPERVISOR_HOLD": "false"}}},
-			in:     deployment("web", "web"),
-			want:   podShape{InitContainers: []string{"istio-init"}, Containers: []string{"web", proxyName}},
-		},
-		{
-			name:   "pilot.env.SIDECAR_SUPERVISOR_HOLD false, pod annotated hold true: hold",
-			values: map[string]any{"pilot": map[string]any{"env": map[string]any{"SIDECAR_SUPERVISOR_HOLD": "false"}}},
-			in:     annotate(deployment("web", "web"), annotationPrefix+"hold", "true"),
-			want:   withHold([]string{installName, "istio-init"}, []string{"web", proxyName}, wantHold("20s")),
-		},
-		{
-			name:   "pilot.cni.enabled, job: the supervisor and no hold",
-			values: map[string]any{"pilot": map[string]any{"cni": map[string]any{"enabled": true}}},
-			in:     job("sleep", corev1.RestartPolicyNever, nil, "app"),
-			// istio-validation in place of istio-init.
-			want: func() podShape { s := containerSupervised(); s.InitContainers = []string{"istio-validation"}; return s }(),
-		},
-		{
-			// The values' half of the template's test (the other half, the
-			// pod's ProxyConfig, is in injectCases).
-			name:   "global.proxy.holdApplicationUntilProxyStarts, job: istio-proxy first, the supervisor last",
-			values: map[string]any{"global": map[string]any{"proxy": map[string]any{"holdApplicationUntilProxyStarts": true}}},
-			in:     job("sleep", corev1.RestartPolicyNever, nil, "app"),
-			want:   proxyFirstJob(),
-		},
-		{
-			name:   "pilot.env.SIDECAR_SUPERVISOR_IMAGE: the image mesh-wide",
-			values: map[string]any{"pilot": map[string]any{"env": map[string]any{"SIDECAR_SUPERVISOR_IMAGE": mirrorImage}}},
-			in:     job("sleep", corev1.RestartPolicyNever, nil, "app"),
-			image:  mirrorImage,
-			want:   containerSupervised(),
-		},
+		{name: "global.proxy.lifecycle with a preStop: no hold", values: lifecycle("preStop", "sleep", "5"), in: deployment("web", "web"),
+			want: podShape{InitContainers: []string{"istio-init"}, Containers: []string{"web", proxyName}, Hold: holdShape{PreStop: []string{"sleep", "5"}}}},
+		{name: "global.proxy.lifecycle with a postStart only: hold added next to it", values: lifecycle("postStart", "sleep", "1"),
+			in: deployment("web", "web"), want: withPostStart(held("20s"), "sleep", "1")},
+		{name: "pilot.cni.enabled: istio-validation first, then the pod's, then install", values: cniValues, in: edit(deployment("web", "web"), withMigrate),
+			want: held("20s", "istio-validation", "migrate", installName)},
+		{name: "pilot.env.SIDECAR_SUPERVISOR_HOLD false: no hold mesh-wide", values: pilotEnv("SIDECAR_SUPERVISOR_HOLD", "false"),
+			in: deployment("web", "web"), want: unheld},
+		{name: "pilot.env.SIDECAR_SUPERVISOR_HOLD false, pod annotated hold true: hold", values: pilotEnv("SIDECAR_SUPERVISOR_HOLD", "false"),
+			in: annotate(deployment("web", "web"), annotationPrefix+"hold", "true"), want: held("20s")},
+		// istio-validation in place of istio-init.
+		{name: "pilot.cni.enabled, job: the supervisor and no hold", values: cniValues, in: job("sleep", corev1.RestartPolicyNever, nil, "app"),
+			want: withInits(containerSupervised(), "istio-validation")},
+		// The values' half of the template's test (the other half, the
+		// pod's ProxyConfig, is in injectCases).
+		{name: "global.proxy.holdApplicationUntilProxyStarts, job: istio-proxy first, the supervisor last",
+			values: proxyFirstValues, in: job("sleep", corev1.RestartPolicyNever, nil, "app"), want: proxyFirstJob()},
+		{name: "pilot.env.SIDECAR_SUPERVISOR_IMAGE: the image mesh-wide", values: pilotEnv("SIDECAR_SUPERVISOR_IMAGE", mirrorImage),
+			in: job("sleep", corev1.RestartPolicyNever, nil, "app"), image: mirrorImage, want: containerSupervised()},
 	}, nativeValuesCases()...)
+}
+
+// Helm values: Istio's CNI, holdApplicationUntilProxyStarts mesh-wide.
+var (
+	cniValues        = map[string]any{"pilot": map[string]any{"cni": map[string]any{"enabled": true}}}
+	proxyFirstValues = map[string]any{"global": map[string]any{"proxy": map[string]any{"holdApplicationUntilProxyStarts": true}}}
+)
+
+// withMigrate gives a pod the init container "migrate" of its own.
+func withMigrate(p *corev1.PodTemplateSpec) {
+	p.Spec.InitContainers = []corev1.Container{{Name: "migrate", Image: "busybox:1.37"}}
+}
+
+// pilotEnv is Helm values setting istiod's environment variable name.
+func pilotEnv(name, value string) map[string]any {
+	return map[string]any{"pilot": map[string]any{"env": map[string]any{name: value}}}
 }
 
 // mirrorImage is the supervisor's image as a private mirror serves it.

@@ -40,179 +40,93 @@ func nativeSupervised(inits []string, env map[string]string, apps ...string) pod
 // as the template makes it by default.
 func containerSupervised() podShape { return supervised(supervisorEnv("Never", "app"), "app") }
 
+// nativeJob is a one-app Job with the native supervisor, as the template
+// makes it.
+func nativeJob() podShape { return nativeSupervised(nil, nativeEnv("Never", "app"), "app") }
+
+// nativeProxyFirst is a one-app Job with the native supervisor where
+// holdApplicationUntilProxyStarts puts istio-proxy first: istio-proxy starts
+// before the apps, nothing marks the kubelet's passing of them, so the look
+// is long (SUPERVISOR_APP_START_TIMEOUT: look).
+func nativeProxyFirst(look string) podShape {
+	s := withPostStart(nativeJob(), "pilot-agent", "wait")
+	s.SupervisorEnv = withoutAfterApps(nativeEnv("Never", "app", "SUPERVISOR_APP_START_TIMEOUT", look))
+	s.Containers = []string{proxyName, "app"}
+	return s
+}
+
+// withInits is s with these init containers.
+func withInits(s podShape, inits ...string) podShape {
+	s.InitContainers = inits
+	return s
+}
+
+// shapeJob is a one-app Job "sleep" with the shape annotation and further
+// pod annotations (name, value...).
+func shapeJob(shape string, kv ...string) *batchv1.Job {
+	return job("sleep", corev1.RestartPolicyNever, setPairs(map[string]string{shapeAnnotation: shape}, kv...), "app")
+}
+
 func nativeCases(t *testing.T) []injectCase {
 	var handWritten batchv1.Job
 	decodeStrict(t, readDeploy(t, "job-native.yaml"), &handWritten)
 	handWritten.Namespace = namespace
 
-	shape := func(s string) map[string]string { return map[string]string{shapeAnnotation: s} }
-	withInit := func(p *corev1.PodTemplateSpec) {
-		p.Spec.InitContainers = []corev1.Container{{Name: "migrate", Image: "busybox:1.37"}}
+	const proxyConfig, holdConfig = "proxy.istio.io/config", `{"holdApplicationUntilProxyStarts": true}`
+	ptraced := nativeSupervised(nil, nativeEnv("Never", "app", "SUPERVISOR_EXIT_STATUS", "ptrace"), "app")
+	ptraced.SupervisorUser, ptraced.SupervisorCapsAdd = "0", []string{"SYS_PTRACE", "KILL"}
+	optOut := func(kv ...string) *batchv1.Job {
+		return job("classic", corev1.RestartPolicyNever, setPairs(map[string]string{"sidecar.istio.io/nativeSidecar": "false"}, kv...), "app")
 	}
-	proxyFirst := nativeSupervised(nil, withoutAfterApps(nativeEnv("Never", "app",
-		"SUPERVISOR_APP_START_TIMEOUT", "1h")), "app")
-	proxyFirst.Containers = []string{proxyName, "app"}
-	proxyFirst.Hold.PostStart = []string{"pilot-agent", "wait"}
 	return []injectCase{
-		{
-			name: "native shape by pod annotation",
-			in:   job("native-shape", corev1.RestartPolicyNever, shape("native"), "app"),
-			want: nativeSupervised(nil, nativeEnv("Never", "app"), "app"),
-		},
-		{
-			name: "native shape: after the pod's own init containers, istio-init last",
-			in:   edit(job("native-init", corev1.RestartPolicyNever, shape("native"), "app"), withInit),
-			want: nativeSupervised([]string{"migrate"}, nativeEnv("Never", "app"), "app"),
-		},
-		{
-			// (A Job: kube-inject reads a CronJob's annotations from its
-			// jobTemplate, not from the pod template.)
-			name: "native shape, restartPolicy OnFailure, two apps",
-			in:   job("native-retry", corev1.RestartPolicyOnFailure, shape("native"), "app", "uploader"),
-			want: nativeSupervised(nil, nativeEnv("OnFailure", "app,uploader"), "app", "uploader"),
-		},
-		{
-			// istio-proxy starts before the apps: nothing marks the
-			// kubelet's passing of them, so the look is an hour long.
-			name: "native shape with holdApplicationUntilProxyStarts: istio-proxy first, the look 1h",
-			in: job("native-hold", corev1.RestartPolicyNever, map[string]string{
-				shapeAnnotation:         "native",
-				"proxy.istio.io/config": `{"holdApplicationUntilProxyStarts": true}`,
-			}, "app"),
-			want: proxyFirst,
-		},
-		{
-			name: "native shape with holdApplicationUntilProxyStarts: app-start-timeout annotation wins",
-			in: job("native-hold-look", corev1.RestartPolicyNever, map[string]string{
-				shapeAnnotation:                        "native",
-				annotationPrefix + "app-start-timeout": "10m",
-				"proxy.istio.io/config":                `{"holdApplicationUntilProxyStarts": true}`,
-			}, "app"),
-			want: func() podShape {
-				s := proxyFirst
-				s.SupervisorEnv = withoutAfterApps(nativeEnv("Never", "app", "SUPERVISOR_APP_START_TIMEOUT", "10m"))
-				return s
-			}(),
-		},
-		{
-			name:   "native shape, exit-status ptrace: root with SYS_PTRACE and KILL",
-			in:     job("native-ptrace", corev1.RestartPolicyNever, map[string]string{shapeAnnotation: "native", annotationPrefix + "exit-status": "ptrace"}, "app"),
-			ptrace: true,
-			want: func() podShape {
-				s := nativeSupervised(nil, nativeEnv("Never", "app", "SUPERVISOR_EXIT_STATUS", "ptrace"), "app")
-				s.SupervisorUser = "0"
-				s.SupervisorCapsAdd = []string{"SYS_PTRACE", "KILL"}
-				return s
-			}(),
-		},
-		{
-			name: "native shape, interceptionMode NONE: no istio-init, the supervisor alone",
-			in: job("native-none", corev1.RestartPolicyNever, map[string]string{
-				shapeAnnotation: "native", "sidecar.istio.io/interceptionMode": "NONE",
-			}, "app"),
-			want: func() podShape {
-				s := nativeSupervised(nil, nativeEnv("Never", "app"), "app")
-				s.InitContainers = []string{supervisorName}
-				return s
-			}(),
-		},
-		{
-			// The default from a fact: istiod makes native sidecars, so
-			// every kubelet runs them; this pod opted out of Istio's.
-			name: "native sidecars mesh-wide, pod opts out: the supervisor native",
-			in: job("classic", corev1.RestartPolicyNever,
-				map[string]string{"sidecar.istio.io/nativeSidecar": "false"}, "app"),
-			nativeSidecars: true,
-			want:           nativeSupervised(nil, nativeEnv("Never", "app"), "app"),
-		},
-		{
-			name: "native sidecars mesh-wide, pod opts out, shape container: a container",
-			in: job("classic-container", corev1.RestartPolicyNever, map[string]string{
-				"sidecar.istio.io/nativeSidecar": "false", shapeAnnotation: "container",
-			}, "app"),
-			nativeSidecars: true,
-			want:           containerSupervised(),
-		},
-		{
-			// Only "native" asks for the shape that needs new kubelets.
-			name: "shape annotation other than native: a container",
-			in:   job("shape-typo", corev1.RestartPolicyNever, shape("Native"), "app"),
-			want: containerSupervised(),
-		},
-		{
-			name: "shape native, istio-proxy native too: nothing",
-			in: job("both-native", corev1.RestartPolicyNever, map[string]string{
-				"sidecar.istio.io/nativeSidecar": "true", shapeAnnotation: "native",
-			}, "app"),
-			want: native("app"),
-		},
-		{
-			// The template sees the supervisor among the init containers
-			// and adds nothing; Istio puts istio-init after it.
-			name: "hand-written deploy/job-native.yaml keeps its own supervisor",
-			in:   &handWritten,
-			want: nativeSupervised(nil, nativeEnv("Never", "app",
-				"SUPERVISOR_ON_FAILURE", "SIGKILL",
-				"SUPERVISOR_STOP_TIMEOUT", "30s",
-				"SUPERVISOR_EXIT_STATUS", "auto"), "app"),
-		},
-		{
-			name: "shape native on a deployment: the hold, as without it",
-			in:   annotate(deployment("web", "web"), shapeAnnotation, "native"),
-			want: withHold([]string{installName, "istio-init"}, []string{"web", proxyName}, wantHold("20s")),
-		},
+		{name: "native shape by pod annotation", in: shapeJob("native"), want: nativeJob()},
+		{name: "native shape: after the pod's own init containers, istio-init last", in: edit(shapeJob("native"), withMigrate),
+			want: nativeSupervised([]string{"migrate"}, nativeEnv("Never", "app"), "app")},
+		// (A Job: kube-inject reads a CronJob's annotations from its
+		// jobTemplate, not from the pod template.)
+		{name: "native shape, restartPolicy OnFailure, two apps",
+			in:   job("native-retry", corev1.RestartPolicyOnFailure, map[string]string{shapeAnnotation: "native"}, "app", "uploader"),
+			want: nativeSupervised(nil, nativeEnv("OnFailure", "app,uploader"), "app", "uploader")},
+		{name: "native shape with holdApplicationUntilProxyStarts: istio-proxy first, the look 1h",
+			in: shapeJob("native", proxyConfig, holdConfig), want: nativeProxyFirst("1h")},
+		{name: "native shape with holdApplicationUntilProxyStarts: app-start-timeout annotation wins",
+			in: shapeJob("native", proxyConfig, holdConfig, annotationPrefix+"app-start-timeout", "10m"), want: nativeProxyFirst("10m")},
+		{name: "native shape, exit-status ptrace: root with SYS_PTRACE and KILL", ptrace: true,
+			in: shapeJob("native", annotationPrefix+"exit-status", "ptrace"), want: ptraced},
+		{name: "native shape, interceptionMode NONE: no istio-init, the supervisor alone",
+			in: shapeJob("native", "sidecar.istio.io/interceptionMode", "NONE"), want: withInits(nativeJob(), supervisorName)},
+		// The default from a fact: istiod makes native sidecars, so every
+		// kubelet runs them; this pod opted out of Istio's.
+		{name: "native sidecars mesh-wide, pod opts out: the supervisor native", in: optOut(), nativeSidecars: true, want: nativeJob()},
+		{name: "native sidecars mesh-wide, pod opts out, shape container: a container",
+			in: optOut(shapeAnnotation, "container"), nativeSidecars: true, want: containerSupervised()},
+		// Only "native" asks for the shape that needs new kubelets.
+		{name: "shape annotation other than native: a container", in: shapeJob("Native"), want: containerSupervised()},
+		{name: "shape native, istio-proxy native too: nothing", in: shapeJob("native", "sidecar.istio.io/nativeSidecar", "true"), want: native("app")},
+		// The template sees the supervisor among the init containers and
+		// adds nothing; Istio puts istio-init after it.
+		{name: "hand-written deploy/job-native.yaml keeps its own supervisor", in: &handWritten,
+			want: nativeSupervised(nil, nativeEnv("Never", "app", "SUPERVISOR_ON_FAILURE", "SIGKILL",
+				"SUPERVISOR_STOP_TIMEOUT", "30s", "SUPERVISOR_EXIT_STATUS", "auto"), "app")},
+		{name: "shape native on a deployment: the hold, as without it",
+			in: annotate(deployment("web", "web"), shapeAnnotation, "native"), want: held("20s")},
 	}
 }
 
 // nativeValuesCases are the mesh-wide switch, SIDECAR_SUPERVISOR_SHAPE in
 // istiod's pilot.env, and the native shape beside Istio's CNI.
 func nativeValuesCases() []injectCase {
-	env := func(shape string) map[string]any {
-		return map[string]any{"pilot": map[string]any{"env": map[string]any{"SIDECAR_SUPERVISOR_SHAPE": shape}}}
-	}
 	return []injectCase{
-		{
-			name:   "pilot.env.SIDECAR_SUPERVISOR_SHAPE native: native mesh-wide",
-			values: env("native"),
-			in:     job("sleep", corev1.RestartPolicyNever, nil, "app"),
-			want:   nativeSupervised(nil, nativeEnv("Never", "app"), "app"),
-		},
-		{
-			name:   "pilot.env.SIDECAR_SUPERVISOR_SHAPE native, pod shape container: a container",
-			values: env("native"),
-			in:     job("sleep", corev1.RestartPolicyNever, map[string]string{shapeAnnotation: "container"}, "app"),
-			want:   containerSupervised(),
-		},
-		{
-			name:   "pilot.env.SIDECAR_SUPERVISOR_SHAPE container, pod shape native: native",
-			values: env("container"),
-			in:     job("sleep", corev1.RestartPolicyNever, map[string]string{shapeAnnotation: "native"}, "app"),
-			want:   nativeSupervised(nil, nativeEnv("Never", "app"), "app"),
-		},
-		{
-			name:   "pilot.cni.enabled, native: istio-validation first, the pod's, then the supervisor",
-			values: map[string]any{"pilot": map[string]any{"cni": map[string]any{"enabled": true}}},
-			in: edit(job("sleep", corev1.RestartPolicyNever, map[string]string{shapeAnnotation: "native"}, "app"),
-				func(p *corev1.PodTemplateSpec) {
-					p.Spec.InitContainers = []corev1.Container{{Name: "migrate", Image: "busybox:1.37"}}
-				}),
-			want: func() podShape {
-				s := nativeSupervised(nil, nativeEnv("Never", "app"), "app")
-				s.InitContainers = []string{"istio-validation", "migrate", supervisorName}
-				return s
-			}(),
-		},
-		{
-			name:   "global.proxy.holdApplicationUntilProxyStarts, native: istio-proxy first, the look 1h",
-			values: map[string]any{"global": map[string]any{"proxy": map[string]any{"holdApplicationUntilProxyStarts": true}}},
-			in:     job("sleep", corev1.RestartPolicyNever, map[string]string{shapeAnnotation: "native"}, "app"),
-			want: func() podShape {
-				s := nativeSupervised(nil, withoutAfterApps(nativeEnv("Never", "app", "SUPERVISOR_APP_START_TIMEOUT", "1h")), "app")
-				s.Containers = []string{proxyName, "app"}
-				s.Hold.PostStart = []string{"pilot-agent", "wait"}
-				return s
-			}(),
-		},
+		{name: "pilot.env.SIDECAR_SUPERVISOR_SHAPE native: native mesh-wide", values: pilotEnv("SIDECAR_SUPERVISOR_SHAPE", "native"),
+			in: job("sleep", corev1.RestartPolicyNever, nil, "app"), want: nativeJob()},
+		{name: "pilot.env.SIDECAR_SUPERVISOR_SHAPE native, pod shape container: a container", values: pilotEnv("SIDECAR_SUPERVISOR_SHAPE", "native"),
+			in: shapeJob("container"), want: containerSupervised()},
+		{name: "pilot.env.SIDECAR_SUPERVISOR_SHAPE container, pod shape native: native", values: pilotEnv("SIDECAR_SUPERVISOR_SHAPE", "container"),
+			in: shapeJob("native"), want: nativeJob()},
+		{name: "pilot.cni.enabled, native: istio-validation first, the pod's, then the supervisor", values: cniValues,
+			in: edit(shapeJob("native"), withMigrate), want: withInits(nativeJob(), "istio-validation", "migrate", supervisorName)},
+		{name: "global.proxy.holdApplicationUntilProxyStarts, native: istio-proxy first, the look 1h", values: proxyFirstValues,
+			in: shapeJob("native"), want: nativeProxyFirst("1h")},
 	}
 }
 
@@ -228,7 +142,6 @@ func TestNativeSidecarAutoDetection(t *testing.T) {
 	in := installs(t)[0]
 	plain := job("auto", corev1.RestartPolicyNever, nil, "app")
 	optedOut := job("opted-out", corev1.RestartPolicyNever, map[string]string{"sidecar.istio.io/nativeSidecar": "false"}, "app")
-	nativeJob := nativeSupervised(nil, nativeEnv("Never", "app"), "app")
 	for _, tc := range []struct {
 		name, kubelet string
 		obj           runtime.Object
@@ -236,11 +149,11 @@ func TestNativeSidecarAutoDetection(t *testing.T) {
 	}{
 		{"job", "v1.32.9", plain, containerSupervised()},
 		{"job", "v1.37.2", plain, native("app")},
-		{"deployment", "v1.32.9", deployment("web", "web"), withHold([]string{installName, "istio-init"}, []string{"web", proxyName}, wantHold("20s"))},
+		{"deployment", "v1.32.9", deployment("web", "web"), held("20s")},
 		{"deployment", "v1.37.2", deployment("web", "web"), native("web")},
 		{"job opted out", "v1.32.9", optedOut, containerSupervised()},
-		{"job opted out", "v1.33.0", optedOut, nativeJob},
-		{"job opted out", "v1.37.2", optedOut, nativeJob},
+		{"job opted out", "v1.33.0", optedOut, nativeJob()},
+		{"job opted out", "v1.37.2", optedOut, nativeJob()},
 	} {
 		t.Run(tc.name+"/kubelet "+tc.kubelet, func(t *testing.T) {
 			pod := admit(t, webhookWithNode(t, in, tc.kubelet), podFor(tc.obj.DeepCopyObject()))
