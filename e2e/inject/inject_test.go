@@ -209,27 +209,83 @@ func (tc injectCase) basics() supervisorBasics {
 	return b
 }
 
-func injectCases(t *testing.T) (cases []injectCase) {
+func injectCases(t *testing.T) []injectCase {
 	var handWritten batchv1.Job
 	decodeStrict(t, readDeploy(t, "job.yaml"), &handWritten)
 	handWritten.Namespace = namespace
 
 	quit := quitURL
-	hostPID := func(o runtime.Object) runtime.Object {
-		podTemplateFor(o).Spec.HostPID = true
-		return o
-	}
-	unshared := func(o runtime.Object) runtime.Object {
-		podTemplateFor(o).Spec.ShareProcessNamespace = ptr.To(false)
-		return o
-	}
+	hostPID := func(p *corev1.PodTemplateSpec) { p.Spec.HostPID = true }
+	unshared := func(p *corev1.PodTemplateSpec) { p.Spec.ShareProcessNamespace = ptr.To(false) }
 	const (
 		hostPIDStatus  = "not added: a hostPID pod cannot share its process namespace"
 		unsharedStatus = "not added: the pod sets shareProcessNamespace: false"
 	)
 	plainJob := podShape{InitContainers: []string{"istio-init"}, Containers: []string{"app", proxyName}}
-	plainDeployment := podShape{InitContainers: []string{"istio-init"}, Containers: []string{"web", proxyName}}
-	skipped := []injectCase{
+	sleep := func(annotations ...string) *batchv1.Job {
+		return job("sleep", corev1.RestartPolicyNever, setPairs(nil, annotations...), "app")
+	}
+	oneApp := func(kv ...string) podShape { return supervised(supervisorEnv("Never", "app", kv...), "app") }
+	ptraced := oneApp("SUPERVISOR_EXIT_STATUS", "ptrace")
+	ptraced.SupervisorUser, ptraced.SupervisorCapsAdd = "0", []string{"SYS_PTRACE", "KILL"}
+	return []injectCase{
+		// The default: the supervisor first, istio-proxy last, and
+		// SUPERVISOR_AFTER_APPS naming istio-proxy, whose start tells the
+		// supervisor that the kubelet has passed the apps. Written out here
+		// rather than through supervised and supervisorEnv.
+		{name: "job busybox sleep 10", in: sleep(), want: podShape{
+			InitContainers:        []string{"istio-init"},
+			Containers:            []string{supervisorName, "app", proxyName},
+			ShareProcessNamespace: true,
+			SupervisorEnv: map[string]string{
+				"SUPERVISOR_RESTART_POLICY": "Never",
+				"SUPERVISOR_APP_CONTAINERS": "1",
+				"SUPERVISOR_APPS":           "app",
+				"SUPERVISOR_AFTER_APPS":     "istio-proxy",
+				"SUPERVISOR_ON_SUCCESS":     quitURL,
+				"SUPERVISOR_STATE_DIR":      "/var/run/sidecar-supervisor-state",
+				"GOMEMLIMIT":                "resourceFieldRef:limits.memory",
+			},
+			SupervisorUser: "1337",
+		}},
+		{name: "cronjob restartPolicy OnFailure", in: cronJob("nightly", corev1.RestartPolicyOnFailure, "app"),
+			want: supervised(supervisorEnv("OnFailure", "app"), "app")},
+		{name: "job with two app containers", in: job("pair", corev1.RestartPolicyNever, nil, "app", "uploader"),
+			want: supervised(supervisorEnv("Never", "app,uploader"), "app", "uploader")},
+		{name: "pod with sidecar.istio.io/inject false gets nothing", templateAlone: "job",
+			in:   edit(sleep(), func(p *corev1.PodTemplateSpec) { p.Labels["sidecar.istio.io/inject"] = "false" }),
+			want: podShape{Containers: []string{"app"}}},
+		{name: "native sidecar by pod annotation", in: sleep("sidecar.istio.io/nativeSidecar", "true"), want: native("app")},
+		{name: "native sidecar mesh-wide (ENABLE_NATIVE_SIDECARS=true)", in: sleep(), nativeSidecars: true, want: native("app")},
+		{name: "annotations tune the supervisor", image: mirrorImage,
+			in: sleep(annotationPrefix+"on-failure", quit, annotationPrefix+"stop-timeout", "45s", annotationPrefix+"log-level", "debug",
+				annotationPrefix+"app-containers", "3", annotationPrefix+"image", mirrorImage),
+			want: supervised(supervisorEnv("Never", "3", "SUPERVISOR_ON_FAILURE", quit,
+				"SUPERVISOR_STOP_TIMEOUT", "45s", "SUPERVISOR_LOG_LEVEL", "debug"), "app")},
+		{name: "on-success annotation replaces the quit endpoint", in: sleep(annotationPrefix+"on-success", "SIGTERM"),
+			want: oneApp("SUPERVISOR_ON_SUCCESS", "SIGTERM")},
+		{name: "the quit endpoint follows the pod's status port", in: sleep("status.sidecar.istio.io/port", "15099"),
+			want: oneApp("SUPERVISOR_ON_SUCCESS", "http://127.0.0.1:15099/quitquitquit")},
+		{name: "every tuning annotation reaches its variable", in: job("all-settings", corev1.RestartPolicyNever, everyAnnotation(), "app"),
+			want: supervised(everyAnnotationEnv(), "app")},
+		{name: "supervisor opt-out annotation", in: sleep(annotationPrefix+"inject", "false"), want: plainJob},
+		{name: "pod selects only the sidecar template", in: sleep("inject.istio.io/templates", "sidecar"), want: plainJob, templateAlone: "job"},
+		// istio-proxy starts before the apps, so it cannot mark their end:
+		// the supervisor goes after them, without SUPERVISOR_AFTER_APPS.
+		{name: "holdApplicationUntilProxyStarts puts istio-proxy first, the supervisor last",
+			in: sleep("proxy.istio.io/config", `{"holdApplicationUntilProxyStarts": true}`), want: proxyFirstJob()},
+		{name: "istio-proxy as root (capNetBindService): quit over HTTP, not signals", in: sleep("sidecar.istio.io/capNetBindService", "true"),
+			want: oneApp("SUPERVISOR_ON_SUCCESS", quit, "SUPERVISOR_ON_FAILURE", quit, "SUPERVISOR_ON_UNKNOWN", quit)},
+		{name: "exit-status ptrace runs as root with SYS_PTRACE and KILL", in: sleep(annotationPrefix+"exit-status", "ptrace"), ptrace: true, want: ptraced},
+		// After the app, as written, without SUPERVISOR_AFTER_APPS.
+		{name: "hand-written deploy/job.yaml keeps its own supervisor", in: &handWritten, want: podShape{
+			InitContainers:        []string{"istio-init"},
+			Containers:            []string{"app", supervisorName, proxyName},
+			ShareProcessNamespace: true,
+			SupervisorEnv: withoutState(withoutAfterApps(supervisorEnv("Never", "app",
+				"SUPERVISOR_ON_FAILURE", "SIGKILL", "SUPERVISOR_STOP_TIMEOUT", "30s", "SUPERVISOR_EXIT_STATUS", "auto"))),
+			SupervisorUser: "1337",
+		}},
 		// A sidecar the supervisor knows, added as a regular container (as
 		// Dapr's injector does): not an app.
 		{name: "job with daprd: not an app", in: job("dapr", corev1.RestartPolicyNever, nil, "app", "daprd"),
@@ -237,173 +293,18 @@ func injectCases(t *testing.T) (cases []injectCase) {
 		// A native sidecar the supervisor knows by name, beside the classic
 		// istio-proxy: the kubelet stops it after the apps, so the
 		// supervisor must not (it tells containers by name alone).
-		{name: "native linkerd-proxy: left out of the sidecars to stop", in: func() runtime.Object {
-			j := job("native-linkerd", corev1.RestartPolicyNever, nil, "app")
-			j.Spec.Template.Spec.InitContainers = []corev1.Container{{Name: "linkerd-proxy", Image: "busybox:1.37",
-				RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)}}
-			return j
-		}(),
-			want: podShape{InitContainers: []string{"linkerd-proxy", "istio-init"}, Containers: []string{supervisorName, "app", proxyName},
-				ShareProcessNamespace: true, SupervisorUser: "1337", SupervisorEnv: supervisorEnv("Never", "app",
-					"SUPERVISOR_SIDECARS", "istio-proxy,daprd,consul-dataplane,vault-agent,cloud-sql-proxy,otc-container,otel-collector,fluent-bit")}},
+		{name: "native linkerd-proxy: left out of the sidecars to stop",
+			in: edit(sleep(), func(p *corev1.PodTemplateSpec) {
+				p.Spec.InitContainers = []corev1.Container{{Name: "linkerd-proxy", Image: "busybox:1.37", RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)}}
+			}),
+			want: withInits(oneApp("SUPERVISOR_SIDECARS", "istio-proxy,daprd,consul-dataplane,vault-agent,cloud-sql-proxy,otc-container,otel-collector,fluent-bit"),
+				"linkerd-proxy", "istio-init")},
 		// The API server refuses hostPID with shareProcessNamespace: the
 		// pod must stay valid, without the supervisor or the hold.
-		{name: "hostPID job: left alone, valid, and says why", in: hostPID(job("hostpid", corev1.RestartPolicyNever, nil, "app")),
-			want: plainJob, status: hostPIDStatus},
-		{name: "hostPID deployment: no hold, valid, and says why", in: hostPID(deployment("web", "web")),
-			want: plainDeployment, status: hostPIDStatus},
-		{name: "shareProcessNamespace false job: respected", in: unshared(job("unshared", corev1.RestartPolicyNever, nil, "app")),
-			want: plainJob, status: unsharedStatus},
-		{name: "shareProcessNamespace false deployment: respected", in: unshared(deployment("web", "web")),
-			want: plainDeployment, status: unsharedStatus},
-	}
-	defer func() { cases = append(cases, skipped...) }()
-	return []injectCase{
-		// The default: the supervisor first, istio-proxy last, and
-		// SUPERVISOR_AFTER_APPS naming istio-proxy, whose start tells the
-		// supervisor that the kubelet has passed the apps. Written out here
-		// rather than through supervised and supervisorEnv.
-		{
-			name: "job busybox sleep 10",
-			in:   job("sleep", corev1.RestartPolicyNever, nil, "app"),
-			want: podShape{
-				InitContainers:        []string{"istio-init"},
-				Containers:            []string{supervisorName, "app", proxyName},
-				ShareProcessNamespace: true,
-				SupervisorEnv: map[string]string{
-					"SUPERVISOR_RESTART_POLICY": "Never",
-					"SUPERVISOR_APP_CONTAINERS": "1",
-					"SUPERVISOR_APPS":           "app",
-					"SUPERVISOR_AFTER_APPS":     "istio-proxy",
-					"SUPERVISOR_ON_SUCCESS":     quitURL,
-					"SUPERVISOR_STATE_DIR":      "/var/run/sidecar-supervisor-state",
-					"GOMEMLIMIT":                "resourceFieldRef:limits.memory",
-				},
-				SupervisorUser: "1337",
-			},
-		},
-		{
-			name: "cronjob restartPolicy OnFailure",
-			in:   cronJob("nightly", corev1.RestartPolicyOnFailure, "app"),
-			want: supervised(supervisorEnv("OnFailure", "app"), "app"),
-		},
-		{
-			name: "job with two app containers",
-			in:   job("pair", corev1.RestartPolicyNever, nil, "app", "uploader"),
-			want: supervised(supervisorEnv("Never", "app,uploader"), "app", "uploader"),
-		},
-		{
-			name: "pod with sidecar.istio.io/inject false gets nothing",
-			in: func() runtime.Object {
-				j := job("plain", corev1.RestartPolicyNever, nil, "app")
-				j.Spec.Template.Labels["sidecar.istio.io/inject"] = "false"
-				return j
-			}(),
-			want:          podShape{Containers: []string{"app"}},
-			templateAlone: "job",
-		},
-		{
-			name: "native sidecar by pod annotation",
-			in: job("native", corev1.RestartPolicyNever,
-				map[string]string{"sidecar.istio.io/nativeSidecar": "true"}, "app"),
-			want: native("app"),
-		},
-		{
-			name:           "native sidecar mesh-wide (ENABLE_NATIVE_SIDECARS=true)",
-			in:             job("native-mesh", corev1.RestartPolicyNever, nil, "app"),
-			nativeSidecars: true,
-			want:           native("app"),
-		},
-		{
-			name: "annotations tune the supervisor",
-			in: job("tuned", corev1.RestartPolicyNever, map[string]string{
-				annotationPrefix + "on-failure":     quit,
-				annotationPrefix + "stop-timeout":   "45s",
-				annotationPrefix + "log-level":      "debug",
-				annotationPrefix + "app-containers": "3",
-				annotationPrefix + "image":          mirrorImage,
-			}, "app"),
-			image: mirrorImage,
-			want: supervised(supervisorEnv("Never", "3", "SUPERVISOR_ON_FAILURE", quit,
-				"SUPERVISOR_STOP_TIMEOUT", "45s", "SUPERVISOR_LOG_LEVEL", "debug"), "app"),
-		},
-		{
-			name: "on-success annotation replaces the quit endpoint",
-			in: job("drain", corev1.RestartPolicyNever,
-				map[string]string{annotationPrefix + "on-success": "SIGTERM"}, "app"),
-			want: supervised(supervisorEnv("Never", "app", "SUPERVISOR_ON_SUCCESS", "SIGTERM"), "app"),
-		},
-		{
-			name: "the quit endpoint follows the pod's status port",
-			in: job("status-port", corev1.RestartPolicyNever,
-				map[string]string{"status.sidecar.istio.io/port": "15099"}, "app"),
-			want: supervised(supervisorEnv("Never", "app", "SUPERVISOR_ON_SUCCESS", "http://127.0.0.1:15099/quitquitquit"), "app"),
-		},
-		{
-			name: "every tuning annotation reaches its variable",
-			in:   job("all-settings", corev1.RestartPolicyNever, everyAnnotation(), "app"),
-			want: supervised(everyAnnotationEnv(), "app"),
-		},
-		{
-			name: "supervisor opt-out annotation",
-			in: job("no-supervisor", corev1.RestartPolicyNever,
-				map[string]string{annotationPrefix + "inject": "false"}, "app"),
-			want: podShape{
-				InitContainers: []string{"istio-init"},
-				Containers:     []string{"app", proxyName},
-			},
-		},
-		{
-			name: "pod selects only the sidecar template",
-			in: job("sidecar-only", corev1.RestartPolicyNever,
-				map[string]string{"inject.istio.io/templates": "sidecar"}, "app"),
-			want: podShape{
-				InitContainers: []string{"istio-init"},
-				Containers:     []string{"app", proxyName},
-			},
-			templateAlone: "job",
-		},
-		// istio-proxy starts before the apps, so it cannot mark their end:
-		// the supervisor goes after them, without SUPERVISOR_AFTER_APPS.
-		{
-			name: "holdApplicationUntilProxyStarts puts istio-proxy first, the supervisor last",
-			in: job("hold", corev1.RestartPolicyNever,
-				map[string]string{"proxy.istio.io/config": `{"holdApplicationUntilProxyStarts": true}`}, "app"),
-			want: proxyFirstJob(),
-		},
-		{
-			name: "istio-proxy as root (capNetBindService): quit over HTTP, not signals",
-			in: job("netbind", corev1.RestartPolicyNever,
-				map[string]string{"sidecar.istio.io/capNetBindService": "true"}, "app"),
-			want: supervised(supervisorEnv("Never", "app",
-				"SUPERVISOR_ON_SUCCESS", quit, "SUPERVISOR_ON_FAILURE", quit, "SUPERVISOR_ON_UNKNOWN", quit), "app"),
-		},
-		{
-			name: "exit-status ptrace runs as root with SYS_PTRACE and KILL",
-			in: job("ptrace", corev1.RestartPolicyNever,
-				map[string]string{annotationPrefix + "exit-status": "ptrace"}, "app"),
-			ptrace: true,
-			want: func() podShape {
-				s := supervised(supervisorEnv("Never", "app", "SUPERVISOR_EXIT_STATUS", "ptrace"), "app")
-				s.SupervisorUser, s.SupervisorCapsAdd = "0", []string{"SYS_PTRACE", "KILL"}
-				return s
-			}(),
-		},
-		{
-			name: "hand-written deploy/job.yaml keeps its own supervisor",
-			in:   &handWritten,
-			// After the app, as written, without SUPERVISOR_AFTER_APPS.
-			want: podShape{
-				InitContainers:        []string{"istio-init"},
-				Containers:            []string{"app", supervisorName, proxyName},
-				ShareProcessNamespace: true,
-				SupervisorEnv: withoutState(withoutAfterApps(supervisorEnv("Never", "app",
-					"SUPERVISOR_ON_FAILURE", "SIGKILL",
-					"SUPERVISOR_STOP_TIMEOUT", "30s",
-					"SUPERVISOR_EXIT_STATUS", "auto"))),
-				SupervisorUser: "1337",
-			},
-		},
+		{name: "hostPID job: left alone, valid, and says why", in: edit(sleep(), hostPID), want: plainJob, status: hostPIDStatus},
+		{name: "hostPID deployment: no hold, valid, and says why", in: edit(deployment("web", "web"), hostPID), want: unheld, status: hostPIDStatus},
+		{name: "shareProcessNamespace false job: respected", in: edit(sleep(), unshared), want: plainJob, status: unsharedStatus},
+		{name: "shareProcessNamespace false deployment: respected", in: edit(deployment("web", "web"), unshared), want: unheld, status: unsharedStatus},
 	}
 }
 
