@@ -7,7 +7,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
-// checkAPIRules checks a pod spec against the rules of Kubernetes' own
+// checkValid checks what the API server would refuse or a merge could
+// duplicate: volume names, and in every container the env names and mount
+// paths; then the pod spec against the rules of Kubernetes' own
 // validation (k8s.io/kubernetes pkg/apis/core/validation: validateInitContainers,
 // validateContainers, validateProbe, validateStartupProbe, validateVolumes) for
 // the fields the supervisor's two shapes use. That package pulls in most of
@@ -25,11 +27,19 @@ import (
 //     liveness probe a successThreshold of 1 (0 is defaulted to 1);
 //   - every volume mount names a volume of the pod; an emptyDir's medium is
 //     "", Memory or a HugePages one, and its sizeLimit is not negative.
-func checkAPIRules(t *testing.T, spec corev1.PodSpec) {
+func checkValid(t *testing.T, spec corev1.PodSpec) {
 	t.Helper()
-	names := map[string]bool{}
+	names, volumeNames := map[string]bool{}, map[string]bool{}
 	volumes := map[string]corev1.Volume{}
+	// twice reports a name seen before, and marks it seen.
+	twice := func(what, name string, seen map[string]bool) {
+		if seen[name] {
+			t.Errorf("%s: %q appears twice", what, name)
+		}
+		seen[name] = true
+	}
 	for _, v := range spec.Volumes {
+		twice("volumes", v.Name, volumeNames)
 		volumes[v.Name] = v
 		if d := v.EmptyDir; d != nil {
 			switch d.Medium {
@@ -43,11 +53,13 @@ func checkAPIRules(t *testing.T, spec corev1.PodSpec) {
 		}
 	}
 	check := func(c corev1.Container, init bool) {
-		if names[c.Name] {
-			t.Errorf("container name %q is used twice among the init and regular containers", c.Name)
+		twice("container names, init and regular", c.Name, names)
+		env, paths := map[string]bool{}, map[string]bool{}
+		for _, e := range c.Env {
+			twice(c.Name+" env", e.Name, env)
 		}
-		names[c.Name] = true
 		for _, m := range c.VolumeMounts {
+			twice(c.Name+" volumeMounts", m.MountPath, paths)
 			if _, ok := volumes[m.Name]; !ok {
 				t.Errorf("container %s mounts volume %q, which the pod does not have", c.Name, m.Name)
 			}

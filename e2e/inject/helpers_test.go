@@ -415,37 +415,3 @@ func checkSupervised(t *testing.T, spec corev1.PodSpec, want podShape, basics su
 	checkSupervisorBasics(t, spec, basics)
 	checkValid(t, spec)
 }
-
-// checkValid checks what the API server would refuse or a merge could
-// duplicate: volume names, and in every container the env names and mount
-// paths; then the rules of Kubernetes' own validation for the fields the
-// supervisor's shapes use (checkAPIRules).
-func checkValid(t *testing.T, spec corev1.PodSpec) {
-	t.Helper()
-	dup := func(what string, names []string) {
-		seen := map[string]bool{}
-		for _, n := range names {
-			if seen[n] {
-				t.Errorf("%s: %q appears twice in %v", what, n, names)
-			}
-			seen[n] = true
-		}
-	}
-	var vols []string
-	for _, v := range spec.Volumes {
-		vols = append(vols, v.Name)
-	}
-	dup("volumes", vols)
-	for _, c := range append(append([]corev1.Container{}, spec.InitContainers...), spec.Containers...) {
-		var env, mounts []string
-		for _, e := range c.Env {
-			env = append(env, e.Name)
-		}
-		for _, m := range c.VolumeMounts {
-			mounts = append(mounts, m.MountPath)
-		}
-		dup(c.Name+" env", env)
-		dup(c.Name+" volumeMounts", mounts)
-	}
-	checkAPIRules(t, spec)
-}

@@ -608,29 +608,17 @@ func newWebhook(t *testing.T, in istioInstall) http.Handler {
 // the API server's defaulting of restartPolicy and
 // terminationGracePeriodSeconds (admission webhooks see defaulted objects).
 func podFor(obj runtime.Object) *corev1.Pod {
-	var (
-		tmpl  corev1.PodTemplateSpec
-		owner metav1.OwnerReference
-	)
-	yes := true
-	switch o := obj.(type) {
-	case *batchv1.Job:
-		tmpl = o.Spec.Template
-		owner = metav1.OwnerReference{APIVersion: "batch/v1", Kind: "Job", Name: o.Name, Controller: &yes}
-	case *batchv1.CronJob:
-		tmpl = o.Spec.JobTemplate.Spec.Template
-		owner = metav1.OwnerReference{APIVersion: "batch/v1", Kind: "Job", Name: o.Name + "-29000000", Controller: &yes}
-	case *appsv1.Deployment:
-		tmpl = o.Spec.Template
-		owner = metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: o.Name + "-5d4f8b9c7", Controller: &yes}
-	case *appsv1.StatefulSet:
-		tmpl = o.Spec.Template
-		owner = metav1.OwnerReference{APIVersion: "apps/v1", Kind: "StatefulSet", Name: o.Name, Controller: &yes}
-	case *appsv1.DaemonSet:
-		tmpl = o.Spec.Template
-		owner = metav1.OwnerReference{APIVersion: "apps/v1", Kind: "DaemonSet", Name: o.Name, Controller: &yes}
-	default:
-		panic("podFor: unexpected " + reflect.TypeOf(obj).String())
+	tmpl := podTemplateFor(obj)
+	name := obj.(metav1.Object).GetName()
+	kind := reflect.TypeOf(obj).Elem().Name()
+	owner := metav1.OwnerReference{APIVersion: "apps/v1", Kind: kind, Name: name, Controller: ptr.To(true)}
+	switch kind {
+	case "Job":
+		owner.APIVersion = "batch/v1"
+	case "CronJob":
+		owner.APIVersion, owner.Kind, owner.Name = "batch/v1", "Job", name+"-29000000"
+	case "Deployment":
+		owner.Kind, owner.Name = "ReplicaSet", name+"-5d4f8b9c7"
 	}
 	pod := &corev1.Pod{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
@@ -645,8 +633,7 @@ func podFor(obj runtime.Object) *corev1.Pod {
 		pod.Spec.RestartPolicy = corev1.RestartPolicyAlways
 	}
 	if pod.Spec.TerminationGracePeriodSeconds == nil {
-		grace := int64(corev1.DefaultTerminationGracePeriodSeconds)
-		pod.Spec.TerminationGracePeriodSeconds = &grace
+		pod.Spec.TerminationGracePeriodSeconds = ptr.To(int64(corev1.DefaultTerminationGracePeriodSeconds))
 	}
 	return pod
 }

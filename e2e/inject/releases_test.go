@@ -129,48 +129,30 @@ var (
 		"toLower", "appendMultusNetwork", "env", "omit", "strdict", "toJsonMap"}
 	funcs121 = append(slices.Clone(funcs120), "mergeMaps")
 	funcs130 = append(slices.Clone(funcs121), "omitNil", "otelResourceAttributes")
+
+	values120        = []string{"global", "istio_cni", "sidecarInjectorWebhook", "revision"}
+	values124        = []string{"global", "sidecarInjectorWebhook", "revision", "pilot", "gateways"}
+	pilotCNI, cniEnv = []string{"cni"}, []string{"cni", "env"}
 )
 
 // istioReleases: each minor's .0 tag; the patch releases of a minor change
 // none of these facts.
 var istioReleases = []istioRelease{
-	{name: "1.20", fields: fields120, deploymentMetaObjectMeta: true, funcs: funcs120, sprig323: true,
-		values: []string{"global", "istio_cni", "sidecarInjectorWebhook", "revision"}, native: nativeByEnv},
-	{name: "1.21", fields: fields121, deploymentMetaObjectMeta: true, funcs: funcs121, sprig323: true,
-		values: []string{"global", "istio_cni", "sidecarInjectorWebhook", "revision"}, native: nativeByEnv},
-	{name: "1.22", fields: fields122, funcs: funcs121, sprig323: true,
-		values: []string{"global", "istio_cni", "sidecarInjectorWebhook", "revision", "pilot"}, pilot: []string{"cni"},
-		native: nativeByEnv},
-	{name: "1.23", fields: fields122, funcs: funcs121, sprig323: true,
-		values: []string{"global", "istio_cni", "sidecarInjectorWebhook", "revision", "pilot", "gateways"},
-		pilot:  []string{"cni"}, native: nativeByEnv},
-	{name: "1.24", fields: fields122, funcs: funcs121,
-		values: []string{"global", "sidecarInjectorWebhook", "revision", "pilot", "gateways"}, pilot: []string{"cni"},
-		native: nativeByEnvOrAnnotation},
-	{name: "1.25", fields: fields122, funcs: funcs121,
-		values: []string{"global", "sidecarInjectorWebhook", "revision", "pilot", "gateways"}, pilot: []string{"cni"},
-		native: nativeByEnvOrAnnotation},
-	{name: "1.26", fields: fields122, funcs: funcs121,
-		values: []string{"global", "sidecarInjectorWebhook", "revision", "pilot", "gateways"}, pilot: []string{"cni", "env"},
-		native: nativeByEnvOrAnnotation},
-	{name: "1.27", fields: fields127, funcs: funcs121,
-		values: []string{"global", "sidecarInjectorWebhook", "revision", "pilot", "gateways"}, pilot: []string{"cni", "env"},
-		native: nativeByField},
-	{name: "1.28", fields: fields127, funcs: funcs121,
-		values: []string{"global", "sidecarInjectorWebhook", "revision", "pilot", "gateways"}, pilot: []string{"cni", "env"},
-		native: nativeByField},
-	{name: "1.29", fields: fields127, funcs: funcs121,
-		values: []string{"global", "sidecarInjectorWebhook", "revision", "pilot", "gateways"}, pilot: []string{"cni", "env"},
-		native: nativeByField},
-	{name: "1.30", fields: fields127, funcs: funcs130,
-		values: []string{"global", "sidecarInjectorWebhook", "revision", "pilot", "gateways"}, pilot: []string{"cni", "env"},
-		native: nativeByField},
+	{name: "1.20", fields: fields120, deploymentMetaObjectMeta: true, funcs: funcs120, sprig323: true, values: values120, native: nativeByEnv},
+	{name: "1.21", fields: fields121, deploymentMetaObjectMeta: true, funcs: funcs121, sprig323: true, values: values120, native: nativeByEnv},
+	{name: "1.22", fields: fields122, funcs: funcs121, sprig323: true, values: append(slices.Clone(values120), "pilot"), pilot: pilotCNI, native: nativeByEnv},
+	{name: "1.23", fields: fields122, funcs: funcs121, sprig323: true, values: append(slices.Clone(values120), "pilot", "gateways"), pilot: pilotCNI, native: nativeByEnv},
+	{name: "1.24", fields: fields122, funcs: funcs121, values: values124, pilot: pilotCNI, native: nativeByEnvOrAnnotation},
+	{name: "1.25", fields: fields122, funcs: funcs121, values: values124, pilot: pilotCNI, native: nativeByEnvOrAnnotation},
+	{name: "1.26", fields: fields122, funcs: funcs121, values: values124, pilot: cniEnv, native: nativeByEnvOrAnnotation},
+	{name: "1.27", fields: fields127, funcs: funcs121, values: values124, pilot: cniEnv, native: nativeByField},
+	{name: "1.28", fields: fields127, funcs: funcs121, values: values124, pilot: cniEnv, native: nativeByField},
+	{name: "1.29", fields: fields127, funcs: funcs121, values: values124, pilot: cniEnv, native: nativeByField},
+	{name: "1.30", fields: fields127, funcs: funcs130, values: values124, pilot: cniEnv, native: nativeByField},
 	// The newest: the istio.io/istio module of e2e/go.mod (the 1.31 line),
 	// checked against the module itself by TestNewestReleaseFacts.
 	{name: "newest", fields: slices.Insert(slices.Clone(fields127), slices.Index(fields127, "ProxyImage")+1, "ProxyInitImage"),
-		funcs:  funcs130,
-		values: []string{"global", "sidecarInjectorWebhook", "revision", "pilot", "gateways"}, pilot: []string{"cni", "env"},
-		native: nativeByField},
+		funcs: funcs130, values: values124, pilot: cniEnv, native: nativeByField},
 }
 
 // TestNewestReleaseFacts ties the table to the one release built here: the
@@ -272,16 +254,16 @@ func (r istioRelease) injectorValues(newest map[string]any) map[string]any {
 	return out
 }
 
-// render executes our template as the release's istiod does.
-func (r istioRelease) render(t *testing.T, d inject.SidecarTemplateData) (string, error) {
+// render executes our template as the release's istiod does, on data as
+// r.data builds it.
+func (r istioRelease) render(t *testing.T, data any) (string, error) {
 	t.Helper()
-	text := string(readDeploy(t, templateFile))
-	tmpl, err := template.New("inject").Funcs(r.funcMap(t)).Parse(text)
+	tmpl, err := template.New("inject").Funcs(r.funcMap(t)).Parse(string(readDeploy(t, templateFile)))
 	if err != nil {
 		return "", err
 	}
 	var out bytes.Buffer
-	err = tmpl.Execute(&out, r.data(d))
+	err = tmpl.Execute(&out, data)
 	return out.String(), err
 }
 
@@ -349,7 +331,7 @@ func checkRelease(t *testing.T, r istioRelease, in istioInstall, tc injectCase, 
 	if tc.nativeSidecars {
 		t.Setenv("ENABLE_NATIVE_SIDECARS", "true")
 	}
-	got, err := r.render(t, templateData(t, in, pod, tc.nativeSidecars))
+	got, err := r.render(t, r.data(templateData(t, in, pod, tc.nativeSidecars)))
 	if err != nil {
 		t.Fatalf("istiod %s would deny the pod: %v", r.name, err)
 	}
@@ -410,11 +392,6 @@ func checkRelease(t *testing.T, r istioRelease, in istioInstall, tc injectCase, 
 func TestIstioDataUnread(t *testing.T) {
 	in := installs(t)[0]
 	r := istioReleases[len(istioReleases)-1]
-	text := string(readDeploy(t, templateFile))
-	tmpl, err := template.New("inject").Funcs(r.funcMap(t)).Parse(text)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, obj := range []runtime.Object{
 		job("odd", corev1.RestartPolicyNever, nil, "app"),
 		deployment("web", "web"),
@@ -428,16 +405,16 @@ func TestIstioDataUnread(t *testing.T) {
 		for i := range d.NumField() {
 			odd.Elem().Field(i + 1).Set(d.Field(i))
 		}
-		var out bytes.Buffer
-		if err := tmpl.Execute(&out, odd.Interface()); err != nil {
+		out, err := r.render(t, odd.Interface())
+		if err != nil {
 			t.Fatalf("%T: %v", obj, err)
 		}
 		var patch corev1.Pod
-		decodeStrict(t, out.Bytes(), &patch)
+		decodeStrict(t, []byte(out), &patch)
 		status := patch.Annotations[annotationPrefix+"status"]
 		if !strings.HasPrefix(status, "not added: this istiod's injection data did not read as JSON") ||
 			!reflect.DeepEqual(patch.Spec, corev1.PodSpec{}) {
-			t.Errorf("%T: want only the status annotation, got:\n%s", obj, out.String())
+			t.Errorf("%T: want only the status annotation, got:\n%s", obj, out)
 		}
 	}
 }

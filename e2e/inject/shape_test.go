@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
 )
 
 // The supervisor comes in two shapes: a regular container ("container",
@@ -137,7 +138,7 @@ func checkStateDir(t *testing.T, spec corev1.PodSpec) {
 		}
 	}
 	want := corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
-		Medium: corev1.StorageMediumMemory, SizeLimit: ptrQuantity("1Mi"),
+		Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resource.MustParse("1Mi")),
 	}}
 	for _, v := range spec.Volumes {
 		if v.Name == stateVolume {
@@ -148,11 +149,6 @@ func checkStateDir(t *testing.T, spec corev1.PodSpec) {
 		}
 	}
 	t.Errorf("the supervisor mounts %s, which the pod does not have", stateVolume)
-}
-
-func ptrQuantity(s string) *resource.Quantity {
-	q := resource.MustParse(s)
-	return &q
 }
 
 // istioInits are the init containers Istio's injector moves last (after
