@@ -62,11 +62,6 @@ func TestKustomizeComponent(t *testing.T) {
 		SupervisorEnv:         env,
 		SupervisorUser:        "1337",
 	}
-	injected := func(s podShape, inits ...string) podShape {
-		s.InitContainers = append(inits, "istio-init")
-		s.Containers = append(append([]string{}, s.Containers...), proxyName)
-		return s
-	}
 	withHold := podShape{
 		InitContainers:        []string{installName},
 		Containers:            []string{proxyName, "web"},
@@ -83,8 +78,6 @@ func TestKustomizeComponent(t *testing.T) {
 		// settings once kubelet has resolved the downward API references
 		// against the pod's annotations.
 		wantResolved map[string]string
-		// The pod after Istio's webhook.
-		wantInjected podShape
 	}{
 		{
 			resource: "Job/migrate", obj: &batchv1.Job{},
@@ -94,7 +87,6 @@ func TestKustomizeComponent(t *testing.T) {
 				"SUPERVISOR_RESTART_POLICY": "Never",
 				"SUPERVISOR_ON_SUCCESS":     quitURL,
 			},
-			wantInjected: injected(withSupervisor),
 		},
 		{
 			resource: "CronJob/nightly-report", obj: &batchv1.CronJob{},
@@ -105,28 +97,15 @@ func TestKustomizeComponent(t *testing.T) {
 				"SUPERVISOR_ON_SUCCESS":     quitURL,
 				"SUPERVISOR_STOP_TIMEOUT":   "60s",
 			},
-			wantInjected: injected(withSupervisor),
 		},
 		{
 			resource: "Deployment/web", obj: &appsv1.Deployment{},
 			want:         withHold,
 			wantResolved: map[string]string{"SUPERVISOR_HOLD_TIMEOUT": "50s"},
-			wantInjected: podShape{
-				InitContainers:        []string{installName, "istio-init"},
-				Containers:            []string{"web", proxyName},
-				ShareProcessNamespace: true,
-				Hold:                  kustomizeHold(),
-			},
 		},
 	} {
 		t.Run(tc.resource, func(t *testing.T) {
-			b, ok := built[tc.resource]
-			if !ok {
-				t.Fatalf("kustomize output has no %s; has %v", tc.resource, slices.Sorted(maps.Keys(built)))
-			}
-			decodeStrict(t, b, tc.obj)
-			tmpl := podTemplateFor(tc.obj)
-			checkSupervised(t, tmpl.Spec, tc.want, wantBasics(false), false, "pod template", string(b))
+			tmpl := checkKustomized(t, built, tc.resource, tc.obj, tc.want)
 			got, isSet := tmpl.Annotations[restartPolicyAnnotation]
 			if tc.wantRestart == "" && isSet {
 				t.Errorf("annotation %s set on a workload the component must not touch", restartPolicyAnnotation)
@@ -144,14 +123,38 @@ func TestKustomizeComponent(t *testing.T) {
 			if diff := cmp.Diff(tc.wantResolved, resolveEnv(*tmpl, name)); diff != "" {
 				t.Errorf("%s settings as kubelet resolves them (-want +got):\n%s", name, diff)
 			}
-			t.Run("through istio's webhook", func(t *testing.T) {
-				pod := admit(t, newWebhook(t, installs(t)[0]), podFor(tc.obj))
-				// The component's supervisor stays after the apps, without
-				// SUPERVISOR_AFTER_APPS; only istio-proxy follows it.
-				checkSupervised(t, pod.Spec, tc.wantInjected, wantBasics(false), true, "injected pod", dump(pod))
-			})
+			t.Run("through istio's webhook", func(t *testing.T) { checkKustomizedInjected(t, tc.obj, tc.want) })
 		})
 	}
+}
+
+// checkKustomized decodes resource of built strictly into obj and checks
+// its pod template with checkSupervised: shape want, the supervisor (if
+// any) after the apps.
+func checkKustomized(t *testing.T, built map[string][]byte, resource string, obj runtime.Object, want podShape) *corev1.PodTemplateSpec {
+	t.Helper()
+	b, ok := built[resource]
+	if !ok {
+		t.Fatalf("kustomize output has no %s; has %v", resource, slices.Sorted(maps.Keys(built)))
+	}
+	decodeStrict(t, b, obj)
+	tmpl := podTemplateFor(obj)
+	checkSupervised(t, tmpl.Spec, want, wantBasics(false), false, "pod template", string(b))
+	return tmpl
+}
+
+// checkKustomizedInjected runs obj's pod, whose template has shape want,
+// through Istio's webhook and checks it with checkSupervised: istio-init
+// after the pod's init containers, istio-proxy moved last, and the
+// component's supervisor still after the apps, without
+// SUPERVISOR_AFTER_APPS (only istio-proxy follows it).
+func checkKustomizedInjected(t *testing.T, obj runtime.Object, want podShape) *corev1.Pod {
+	t.Helper()
+	pod := admit(t, newWebhook(t, installs(t)[0]), podFor(obj))
+	want.InitContainers = append(slices.Clone(want.InitContainers), "istio-init")
+	want.Containers = append(slices.DeleteFunc(slices.Clone(want.Containers), func(c string) bool { return c == proxyName }), proxyName)
+	checkSupervised(t, pod.Spec, want, wantBasics(false), true, "injected pod", dump(pod))
+	return pod
 }
 
 // TestKustomizePatchesAgree checks that the component's CronJob patches are
@@ -465,30 +468,13 @@ spec:
 		{"Job/once", &batchv1.Job{}, podShape{Containers: []string{"app"}}},
 	} {
 		t.Run(tc.resource, func(t *testing.T) {
-			b, ok := out[tc.resource]
-			if !ok {
-				t.Fatalf("kustomize output has no %s; has %v", tc.resource, slices.Sorted(maps.Keys(out)))
-			}
-			decodeStrict(t, b, tc.obj)
-			spec := podTemplateFor(tc.obj).Spec
-			if diff := cmp.Diff(tc.want, shapeOf(spec)); diff != "" {
-				t.Errorf("pod template (-want +got):\n%s\n%s", diff, b)
-			}
-			checkSupervisorBasics(t, spec, wantBasics(false))
-			checkValid(t, spec)
+			checkKustomized(t, out, tc.resource, tc.obj, tc.want)
 			if tc.resource == "Job/once" {
 				return
 			}
-			// Istio's webhook merges the hold into its istio-proxy, moves
-			// istio-proxy last and keeps the workload's own customisation.
-			pod := admit(t, newWebhook(t, installs(t)[0]), podFor(tc.obj))
-			want := tc.want
-			want.InitContainers = append(append([]string{}, want.InitContainers...), "istio-init")
-			want.Containers = []string{"app", proxyName}
-			if diff := cmp.Diff(want, shapeOf(pod.Spec)); diff != "" {
-				t.Errorf("injected pod (-want +got):\n%s\n%s", diff, dump(pod))
-			}
-			checkValid(t, pod.Spec)
+			// Istio's webhook merges the hold into its istio-proxy and
+			// keeps the workload's own customisation.
+			pod := checkKustomizedInjected(t, tc.obj, tc.want)
 			if tc.resource == "Deployment/web" {
 				if p := findEither(pod.Spec, proxyName); p == nil || p.Resources.Requests.Cpu().String() != "200m" {
 					t.Errorf("istio-proxy's own cpu request lost:\n%s", dump(pod))
