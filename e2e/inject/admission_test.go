@@ -118,24 +118,9 @@ func TestAdmissionFiles(t *testing.T) {
 // types. Regenerate it with -update-admission.
 func TestAdmissionV1beta1InSync(t *testing.T) {
 	for _, f := range admissionFiles {
-		v1 := readDeploy(t, filepath.Join(admissionDir, f))
-		want := v1beta1Of(t, f, v1)
-		path := filepath.Join(deployDir, admissionDir, "v1beta1", f)
-		if *updateAdmission {
-			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(path, want, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		got, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatalf("%v (run go test ./inject -run TestAdmissionV1beta1InSync -update-admission)", err)
-		}
-		if !bytes.Equal(got, want) {
-			t.Errorf("deploy/admission/v1beta1/%s is not deploy/admission/%s for v1beta1: run go test ./inject -run TestAdmissionV1beta1InSync -update-admission", f, f)
-		}
+		want := v1beta1Of(t, f, readDeploy(t, filepath.Join(admissionDir, f)))
+		got := checkGenerated(t, filepath.Join(admissionDir, "v1beta1", f), want, *updateAdmission,
+			"go test ./inject -run TestAdmissionV1beta1InSync -update-admission")
 		switch f {
 		case "policy.yaml":
 			var p admissionregistrationv1beta1.MutatingAdmissionPolicy

@@ -91,16 +91,7 @@ func TestIstioFilesInSync(t *testing.T) {
 	}
 	for path, want := range generated(tmpl) {
 		t.Run(filepath.Base(path), func(t *testing.T) {
-			if *update {
-				if err := os.WriteFile(filepath.Join(deployDir, path), []byte(want), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			got := string(readDeploy(t, path))
-			if diff := cmp.Diff(want, got); diff != "" {
-				t.Errorf("%s is not generated from %s; run the -update command in it (-want +got):\n%s",
-					path, templateFile, diff)
-			}
+			got := string(checkGenerated(t, path, []byte(want), *update, "go test ./inject -run TestIstioFilesInSync -update"))
 
 			// Independently of the generator: decode the file as Helm and
 			// istioctl would and compare the template it carries.
@@ -113,6 +104,26 @@ func TestIstioFilesInSync(t *testing.T) {
 			}
 		})
 	}
+}
+
+// checkGenerated checks that deploy/path holds want, which it first writes
+// there when update is set; fix is the command that does.
+func checkGenerated(t *testing.T, path string, want []byte, update bool, fix string) []byte {
+	t.Helper()
+	full := filepath.Join(deployDir, path)
+	if update {
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, want, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := readDeploy(t, path)
+	if diff := cmp.Diff(string(want), string(got)); diff != "" {
+		t.Errorf("deploy/%s is not what it is generated from; run %s (-want +got):\n%s", path, fix, diff)
+	}
+	return got
 }
 
 type injectorValues struct {

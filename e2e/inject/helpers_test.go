@@ -11,6 +11,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/inject/injector"
 )
 
 const (
@@ -201,7 +203,7 @@ func holdOf(spec corev1.PodSpec) holdShape {
 
 // findInit returns the init container called name, or nil.
 func findInit(spec corev1.PodSpec, name string) *corev1.Container {
-	return findIn(spec.InitContainers, name)
+	return injector.Find(spec.InitContainers, name)
 }
 
 // envValue gives a literal value as it is, a downward API value as
@@ -262,18 +264,7 @@ func findEither(spec corev1.PodSpec, name string) *corev1.Container {
 
 // findContainer returns the regular container called name, or nil.
 func findContainer(spec corev1.PodSpec, name string) *corev1.Container {
-	return findIn(spec.Containers, name)
-}
-
-// findIn returns the container called name in cs, in place (so that a test
-// may change it), or nil.
-func findIn(cs []corev1.Container, name string) *corev1.Container {
-	for i := range cs {
-		if cs[i].Name == name {
-			return &cs[i]
-		}
-	}
-	return nil
+	return injector.Find(spec.Containers, name)
 }
 
 // afterAppsVar names the containers the kubelet starts after every app; the

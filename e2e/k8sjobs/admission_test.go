@@ -585,7 +585,7 @@ func (a *admissionEnv) leftAlone(t *testing.T) {
 		{name: "a Job pod whose istio-proxy is native", pod: edit(istio(jobPodProbe(appContainer()), "sidecar"), func(p *corev1.Pod) {
 			p.Annotations["sidecar.istio.io/nativeSidecar"] = "true"
 		}), check: func(p *corev1.Pod) string {
-			if c := findInit(p.Spec, proxyName); c == nil || c.RestartPolicy == nil {
+			if c := injector.Find(p.Spec.InitContainers, proxyName); c == nil || c.RestartPolicy == nil {
 				return "istio-proxy is not a native sidecar"
 			}
 			return ""
@@ -684,13 +684,4 @@ func normalized(t *testing.T, p *corev1.Pod) string {
 	}
 	s := apiAccessVolume.ReplaceAllString(string(b), "kube-api-access-X")
 	return strings.ReplaceAll(s, ns, "NAMESPACE")
-}
-
-func findInit(spec corev1.PodSpec, name string) *corev1.Container {
-	for i := range spec.InitContainers {
-		if spec.InitContainers[i].Name == name {
-			return &spec.InitContainers[i]
-		}
-	}
-	return nil
 }

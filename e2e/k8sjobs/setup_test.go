@@ -105,10 +105,5 @@ func containerNames(cs []corev1.Container) []string {
 }
 
 func findContainer(spec corev1.PodSpec, name string) *corev1.Container {
-	for i := range spec.Containers {
-		if spec.Containers[i].Name == name {
-			return &spec.Containers[i]
-		}
-	}
-	return nil
+	return injector.Find(spec.Containers, name)
 }

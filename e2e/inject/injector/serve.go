@@ -324,13 +324,17 @@ func WaitDryRun(ctx context.Context, client kubernetes.Interface, ns string, pro
 }
 
 // HasContainer reports whether spec has a (regular) container named name.
-func HasContainer(spec corev1.PodSpec, name string) bool {
-	for _, c := range spec.Containers {
-		if c.Name == name {
-			return true
+func HasContainer(spec corev1.PodSpec, name string) bool { return Find(spec.Containers, name) != nil }
+
+// Find returns the container called name in cs, in place (so that a test
+// may change it), or nil.
+func Find(cs []corev1.Container, name string) *corev1.Container {
+	for i := range cs {
+		if cs[i].Name == name {
+			return &cs[i]
 		}
 	}
-	return false
+	return nil
 }
 
 // LogToStderr sends the log of Istio's packages (the injector), which
