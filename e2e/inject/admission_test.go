@@ -495,14 +495,6 @@ func admissionCases(t *testing.T) []admissionCase {
 	always.ImagePullPolicy = corev1.PullAlways
 
 	never := jobPod(corev1.RestartPolicyNever, app)
-	first := func(env map[string]string, containers ...string) podShape {
-		return podShape{Containers: append([]string{supervisorName}, containers...), ShareProcessNamespace: true,
-			SupervisorEnv: env, SupervisorUser: "1337"}
-	}
-	last := func(env map[string]string, containers ...string) podShape {
-		return podShape{Containers: append(containers, supervisorName), ShareProcessNamespace: true,
-			SupervisorEnv: env, SupervisorUser: "1337"}
-	}
 	const (
 		statusKey   = annotationPrefix + "status"
 		hostPIDWhy  = "not added: a hostPID pod cannot share its process namespace (the API server refuses a pod with both); stop the sidecars from the app, or use native sidecars"
@@ -521,7 +513,7 @@ func admissionCases(t *testing.T) []admissionCase {
 	// vaulted is the pod vault-k8s's webhook makes, the supervisor first
 	// with env.
 	vaulted := func(env map[string]string) podShape {
-		s := first(env, "app", "vault-agent")
+		s := supervisorFirst(env, "app", "vault-agent")
 		s.InitContainers = []string{"vault-agent-init"}
 		return s
 	}
@@ -552,7 +544,7 @@ func admissionCases(t *testing.T) []admissionCase {
 		// Sidecars a webhook adds after the policy's first run: seen on the
 		// second.
 		{name: "Dapr's daprd from its webhook", pod: never, webhook: appending(daprd),
-			want: first(appEnv("daprd"), "app", "daprd")},
+			want: supervisorFirst(appEnv("daprd"), "app", "daprd")},
 		{name: "the Vault agent from vault-k8s: its quit turned on first", pod: vaultPod, webhook: vaultHook,
 			want: vaulted(appEnv("vault-agent")), annotations: map[string]string{vaultQuit: "true", vaultStatus: "injected"}},
 		{name: "the Vault agent on its own listener port", pod: annotated(vaultPod, "vault.hashicorp.com/agent-cache-listener-port", "8300"), webhook: vaultHook,
@@ -563,18 +555,18 @@ func admissionCases(t *testing.T) []admissionCase {
 		{name: "Vault init-time secrets only: no sidecar, nothing", pod: annotated(vaultPod, "vault.hashicorp.com/agent-pre-populate-only", "true"), untouched: true},
 		// Sidecars in the pod spec itself: the first run adds the supervisor.
 		{name: "cloud-sql-proxy by hand, after the app", pod: jobPod(corev1.RestartPolicyNever, app, csql),
-			want: first(appEnv("cloud-sql-proxy"), "app", "cloud-sql-proxy")},
+			want: supervisorFirst(appEnv("cloud-sql-proxy"), "app", "cloud-sql-proxy")},
 		{name: "cloud-sql-proxy by hand, before the app: the supervisor last", pod: jobPod(corev1.RestartPolicyOnFailure, csql, app),
-			want: last(policyEnv("OnFailure", "SUPERVISOR_APP_CONTAINERS", "1", "SUPERVISOR_APPS", "app"), "cloud-sql-proxy", "app")},
+			want: supervisorLast(policyEnv("OnFailure", "SUPERVISOR_APP_CONTAINERS", "1", "SUPERVISOR_APPS", "app"), "cloud-sql-proxy", "app")},
 		{name: "cloud-sql-proxy by hand, then Istio's injector: one supervisor", pod: jobPod(corev1.RestartPolicyNever, app, csql), webhook: appending(proxy),
-			want: first(appEnv("cloud-sql-proxy"), "app", "cloud-sql-proxy", proxyName)},
+			want: supervisorFirst(appEnv("cloud-sql-proxy"), "app", "cloud-sql-proxy", proxyName)},
 		// Istio's own sidecar template alone (no supervisor template).
 		{name: "istio-proxy: pilot-agent's quit on success", pod: never, webhook: appending(proxy),
-			want: first(appEnv(proxyName, "SUPERVISOR_ON_SUCCESS", quitURL), "app", proxyName)},
+			want: supervisorFirst(appEnv(proxyName, "SUPERVISOR_ON_SUCCESS", quitURL), "app", proxyName)},
 		{name: "istio-proxy on another status port", pod: annotated(never, "status.sidecar.istio.io/port", "15099"), webhook: appending(proxy),
-			want: first(appEnv(proxyName, "SUPERVISOR_ON_SUCCESS", "http://127.0.0.1:15099/quitquitquit"), "app", proxyName)},
+			want: supervisorFirst(appEnv(proxyName, "SUPERVISOR_ON_SUCCESS", "http://127.0.0.1:15099/quitquitquit"), "app", proxyName)},
 		{name: "istio-proxy as root: every outcome quits", pod: never, webhook: appending(rootProxy),
-			want: first(appEnv(proxyName, "SUPERVISOR_ON_SUCCESS", quitURL, "SUPERVISOR_ON_FAILURE", quitURL, "SUPERVISOR_ON_UNKNOWN", quitURL), "app", proxyName)},
+			want: supervisorFirst(appEnv(proxyName, "SUPERVISOR_ON_SUCCESS", quitURL, "SUPERVISOR_ON_FAILURE", quitURL, "SUPERVISOR_ON_UNKNOWN", quitURL), "app", proxyName)},
 		{name: "istio-proxy of another uid: the supervisor's too", pod: never, webhook: appending(otherProxy),
 			want: podShape{Containers: []string{supervisorName, "app", proxyName}, ShareProcessNamespace: true, SupervisorUser: "1500",
 				SupervisorEnv: appEnv(proxyName, "SUPERVISOR_ON_SUCCESS", quitURL)}},
@@ -582,14 +574,13 @@ func admissionCases(t *testing.T) []admissionCase {
 			webhook: func(_ *testing.T, p *corev1.Pod) {
 				p.Spec.Containers = append([]corev1.Container{proxy}, p.Spec.Containers...)
 			},
-			want: last(policyEnv("Never", "SUPERVISOR_APP_CONTAINERS", "1", "SUPERVISOR_APPS", "app", "SUPERVISOR_ON_SUCCESS", quitURL), proxyName, "app")},
+			want: supervisorLast(policyEnv("Never", "SUPERVISOR_APP_CONTAINERS", "1", "SUPERVISOR_APPS", "app", "SUPERVISOR_ON_SUCCESS", quitURL), proxyName, "app")},
 		{name: "a pod Istio will inject, with cloud-sql-proxy: the quit ready for istio-proxy", pod: labelled(jobPod(corev1.RestartPolicyNever, app, csql), "sidecar.istio.io/inject", "true"),
-			want: first(appEnv("cloud-sql-proxy", "SUPERVISOR_ON_SUCCESS", quitURL), "app", "cloud-sql-proxy")},
+			want: supervisorFirst(appEnv("cloud-sql-proxy", "SUPERVISOR_ON_SUCCESS", quitURL), "app", "cloud-sql-proxy")},
 		{name: "a namespace Istio injects", pod: jobPod(corev1.RestartPolicyNever, app, csql), nsLabels: map[string]string{"istio-injection": "enabled"},
-			want: first(appEnv("cloud-sql-proxy", "SUPERVISOR_ON_SUCCESS", quitURL), "app", "cloud-sql-proxy")},
+			want: supervisorFirst(appEnv("cloud-sql-proxy", "SUPERVISOR_ON_SUCCESS", quitURL), "app", "cloud-sql-proxy")},
 		{name: "Istio's injector, its sidecar template alone", pod: annotated(istioPod, "inject.istio.io/templates", "sidecar"), webhook: istio,
-			want: podShape{InitContainers: []string{"istio-init"}, Containers: []string{supervisorName, "app", proxyName}, ShareProcessNamespace: true, SupervisorUser: "1337",
-				SupervisorEnv: appEnv(proxyName, "SUPERVISOR_ON_SUCCESS", quit15099)}},
+			want: withInits(supervisorFirst(appEnv(proxyName, "SUPERVISOR_ON_SUCCESS", quit15099), "app", proxyName), "istio-init")},
 		{name: "Istio's injector with the supervisor template: its supervisor, not a second", pod: istioPod, webhook: istio, untouched: true,
 			meant: func(p *corev1.Pod) string {
 				if env := shapeOf(p.Spec).SupervisorEnv; env["SUPERVISOR_ON_SUCCESS"] != quit15099 {
@@ -606,13 +597,12 @@ func admissionCases(t *testing.T) []admissionCase {
 			}},
 		// Several apps, OnFailure, an image pulled on every start.
 		{name: "two apps under OnFailure, one pulled on every start", pod: jobPod(corev1.RestartPolicyOnFailure, app, withName(always, "load")), webhook: appending(daprd),
-			want: first(policyEnv("OnFailure", "SUPERVISOR_APP_CONTAINERS", "2", "SUPERVISOR_APPS", "app,load", afterAppsVar, "daprd", "SUPERVISOR_RESTART_MARGIN", "60s"), "app", "load", "daprd")},
+			want: supervisorFirst(policyEnv("OnFailure", "SUPERVISOR_APP_CONTAINERS", "2", "SUPERVISOR_APPS", "app,load", afterAppsVar, "daprd", "SUPERVISOR_RESTART_MARGIN", "60s"), "app", "load", "daprd")},
 		// Native sidecars are the kubelet's.
 		{name: "istio-proxy native: nothing", pod: never, webhook: func(_ *testing.T, p *corev1.Pod) { p.Spec.InitContainers = append(p.Spec.InitContainers, nativeProxy) }, untouched: true},
 		{name: "a native linkerd-proxy next to daprd: not among the sidecars to stop", pod: withPod(never, func(p *corev1.Pod) { p.Spec.InitContainers = []corev1.Container{nativeLinkerd} }),
 			webhook: appending(daprd),
-			want: podShape{InitContainers: []string{"linkerd-proxy"}, Containers: []string{supervisorName, "app", "daprd"}, ShareProcessNamespace: true, SupervisorUser: "1337",
-				SupervisorEnv: appEnv("daprd", "SUPERVISOR_SIDECARS", "istio-proxy,daprd,consul-dataplane,vault-agent,cloud-sql-proxy,otc-container,otel-collector,fluent-bit")}},
+			want:    withInits(supervisorFirst(appEnv("daprd", "SUPERVISOR_SIDECARS", "istio-proxy,daprd,consul-dataplane,vault-agent,cloud-sql-proxy,otc-container,otel-collector,fluent-bit"), "app", "daprd"), "linkerd-proxy")},
 		// Never twice.
 		{name: "a supervisor by hand: nothing", pod: jobPod(corev1.RestartPolicyNever, app, csql, ctr(supervisorName)), untouched: true},
 		{name: "an init container named sidecar-supervisor: nothing", pod: withPod(jobPod(corev1.RestartPolicyNever, app, csql), func(p *corev1.Pod) {
@@ -646,12 +636,11 @@ func admissionCases(t *testing.T) []admissionCase {
 		// Asked for.
 		{name: "a bare pod that asks, naming its sidecar", pod: annotated(labelled(withPod(jobPod(corev1.RestartPolicyNever, app, ctr("my-proxy")), func(p *corev1.Pod) { p.OwnerReferences = nil }),
 			annotationPrefix+"inject", "true"), annotationPrefix+"sidecars", "my-proxy"),
-			want: first(appEnv("my-proxy", "SUPERVISOR_SIDECARS", "my-proxy"), "app", "my-proxy")},
+			want: supervisorFirst(appEnv("my-proxy", "SUPERVISOR_SIDECARS", "my-proxy"), "app", "my-proxy")},
 		{name: "every tuning annotation", pod: labelled(annotated(never, every...), annotationPrefix+"inject", "true"),
-			want: last(everyEnv, "app")},
+			want: supervisorLast(everyEnv, "app")},
 		{name: "exit-status ptrace: root with SYS_PTRACE and KILL", pod: annotated(never, annotationPrefix+"exit-status", "ptrace"), webhook: appending(daprd), ptrace: true,
-			want: podShape{Containers: []string{supervisorName, "app", "daprd"}, ShareProcessNamespace: true, SupervisorUser: "0", SupervisorCapsAdd: []string{"SYS_PTRACE", "KILL"},
-				SupervisorEnv: appEnv("daprd", "SUPERVISOR_EXIT_STATUS", "ptrace")}},
+			want: asRoot(supervisorFirst(appEnv("daprd", "SUPERVISOR_EXIT_STATUS", "ptrace"), "app", "daprd"))},
 		// A pod it cannot read: past the CEL cost budget (thousands of
 		// containers, which validation refuses after admission anyway).
 		{name: "a pod past the CEL budget", pod: withPod(never, func(p *corev1.Pod) {

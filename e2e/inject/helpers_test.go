@@ -104,6 +104,24 @@ type podShape struct {
 	Hold holdShape
 }
 
+// supervisorFirst and supervisorLast are a pod of containers with the
+// supervisor, configured with env and running as istio-proxy's uid, before
+// or after them, sharing its PID namespace.
+func supervisorFirst(env map[string]string, containers ...string) podShape {
+	return podShape{Containers: slices.Concat([]string{supervisorName}, containers), ShareProcessNamespace: true, SupervisorEnv: env, SupervisorUser: "1337"}
+}
+
+func supervisorLast(env map[string]string, containers ...string) podShape {
+	return podShape{Containers: slices.Concat(containers, []string{supervisorName}), ShareProcessNamespace: true, SupervisorEnv: env, SupervisorUser: "1337"}
+}
+
+// asRoot is s with the supervisor as exit-status ptrace runs it: as root,
+// with SYS_PTRACE and KILL.
+func asRoot(s podShape) podShape {
+	s.SupervisorUser, s.SupervisorCapsAdd = "0", []string{"SYS_PTRACE", "KILL"}
+	return s
+}
+
 // holdShape is what a pod has of the hold, found in it field by field, so
 // that a half-added hold shows which part is missing.
 type holdShape struct {

@@ -137,13 +137,7 @@ func withoutState(env map[string]string) map[string]string {
 // supervised is the pod the template makes of apps where istio-proxy goes
 // last: the supervisor first, watching before any app starts, with env.
 func supervised(env map[string]string, apps ...string) podShape {
-	return podShape{
-		InitContainers:        []string{"istio-init"},
-		Containers:            slices.Concat([]string{supervisorName}, apps, []string{proxyName}),
-		ShareProcessNamespace: true,
-		SupervisorEnv:         env,
-		SupervisorUser:        "1337",
-	}
+	return withInits(supervisorFirst(env, append(slices.Clone(apps), proxyName)...), "istio-init")
 }
 
 // proxyFirstJob is what a one-app Job becomes with
@@ -151,14 +145,7 @@ func supervised(env map[string]string, apps ...string) podShape {
 // the mesh-wide value: istio-proxy first (with its postStart), the
 // supervisor last, without SUPERVISOR_AFTER_APPS.
 func proxyFirstJob() podShape {
-	return podShape{
-		InitContainers:        []string{"istio-init"},
-		Containers:            []string{proxyName, "app", supervisorName},
-		ShareProcessNamespace: true,
-		SupervisorEnv:         withoutAfterApps(supervisorEnv("Never", "app")),
-		SupervisorUser:        "1337",
-		Hold:                  holdShape{PostStart: []string{"pilot-agent", "wait"}},
-	}
+	return withPostStart(withInits(supervisorLast(withoutAfterApps(supervisorEnv("Never", "app")), proxyName, "app"), "istio-init"), "pilot-agent", "wait")
 }
 
 // everyAnnotation sets every tuning annotation, each to a value of its own.
@@ -226,8 +213,6 @@ func injectCases(t *testing.T) []injectCase {
 		return job("sleep", corev1.RestartPolicyNever, setPairs(nil, annotations...), "app")
 	}
 	oneApp := func(kv ...string) podShape { return supervised(supervisorEnv("Never", "app", kv...), "app") }
-	ptraced := oneApp("SUPERVISOR_EXIT_STATUS", "ptrace")
-	ptraced.SupervisorUser, ptraced.SupervisorCapsAdd = "0", []string{"SYS_PTRACE", "KILL"}
 	return []injectCase{
 		// The default: the supervisor first, istio-proxy last, and
 		// SUPERVISOR_AFTER_APPS naming istio-proxy, whose start tells the
@@ -276,16 +261,11 @@ func injectCases(t *testing.T) []injectCase {
 			in: sleep("proxy.istio.io/config", `{"holdApplicationUntilProxyStarts": true}`), want: proxyFirstJob()},
 		{name: "istio-proxy as root (capNetBindService): quit over HTTP, not signals", in: sleep("sidecar.istio.io/capNetBindService", "true"),
 			want: oneApp("SUPERVISOR_ON_SUCCESS", quit, "SUPERVISOR_ON_FAILURE", quit, "SUPERVISOR_ON_UNKNOWN", quit)},
-		{name: "exit-status ptrace runs as root with SYS_PTRACE and KILL", in: sleep(annotationPrefix+"exit-status", "ptrace"), ptrace: true, want: ptraced},
+		{name: "exit-status ptrace runs as root with SYS_PTRACE and KILL", in: sleep(annotationPrefix+"exit-status", "ptrace"), ptrace: true, want: asRoot(oneApp("SUPERVISOR_EXIT_STATUS", "ptrace"))},
 		// After the app, as written, without SUPERVISOR_AFTER_APPS.
-		{name: "hand-written deploy/job.yaml keeps its own supervisor", in: &handWritten, want: podShape{
-			InitContainers:        []string{"istio-init"},
-			Containers:            []string{"app", supervisorName, proxyName},
-			ShareProcessNamespace: true,
-			SupervisorEnv: withoutState(withoutAfterApps(supervisorEnv("Never", "app",
-				"SUPERVISOR_ON_FAILURE", "SIGKILL", "SUPERVISOR_STOP_TIMEOUT", "30s", "SUPERVISOR_EXIT_STATUS", "auto"))),
-			SupervisorUser: "1337",
-		}},
+		{name: "hand-written deploy/job.yaml keeps its own supervisor", in: &handWritten,
+			want: podShape{InitContainers: []string{"istio-init"}, Containers: []string{"app", supervisorName, proxyName}, ShareProcessNamespace: true,
+				SupervisorEnv: handJobEnv("Never", "SUPERVISOR_ON_FAILURE", "SIGKILL", "SUPERVISOR_EXIT_STATUS", "auto"), SupervisorUser: "1337"}},
 		// A sidecar the supervisor knows, added as a regular container (as
 		// Dapr's injector does): not an app.
 		{name: "job with daprd: not an app", in: job("dapr", corev1.RestartPolicyNever, nil, "app", "daprd"),

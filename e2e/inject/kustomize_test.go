@@ -56,12 +56,7 @@ func TestKustomizeComponent(t *testing.T) {
 	for v, key := range settingAnnotations {
 		env[v] = "fieldRef:metadata.annotations['" + annotationPrefix + key + "']"
 	}
-	withSupervisor := podShape{
-		Containers:            []string{"app", supervisorName},
-		ShareProcessNamespace: true,
-		SupervisorEnv:         env,
-		SupervisorUser:        "1337",
-	}
+	withSupervisor := supervisorLast(env, "app")
 	withHold := podShape{
 		InitContainers:        []string{installName},
 		Containers:            []string{proxyName, "web"},

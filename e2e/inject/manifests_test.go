@@ -57,31 +57,18 @@ func TestHandWrittenManifests(t *testing.T) {
 		{
 			// Written out, the others through handJobEnv and supervisorEnv.
 			file: "job.yaml", kind: "Job",
-			want: podShape{
-				Containers:            []string{"app", supervisorName},
-				ShareProcessNamespace: true,
-				SupervisorEnv: map[string]string{
-					"SUPERVISOR_RESTART_POLICY": "Never",
-					"SUPERVISOR_APP_CONTAINERS": "1",
-					"SUPERVISOR_APPS":           "app",
-					"SUPERVISOR_ON_SUCCESS":     quitURL,
-					"SUPERVISOR_ON_FAILURE":     "SIGKILL",
-					"SUPERVISOR_STOP_TIMEOUT":   "30s",
-					"SUPERVISOR_EXIT_STATUS":    "auto",
-					"GOMEMLIMIT":                "resourceFieldRef:limits.memory",
-				},
-				SupervisorUser: "1337",
-			},
+			want: supervisorLast(map[string]string{
+				"SUPERVISOR_RESTART_POLICY": "Never",
+				"SUPERVISOR_APP_CONTAINERS": "1",
+				"SUPERVISOR_APPS":           "app",
+				"SUPERVISOR_ON_SUCCESS":     quitURL,
+				"SUPERVISOR_ON_FAILURE":     "SIGKILL",
+				"SUPERVISOR_STOP_TIMEOUT":   "30s",
+				"SUPERVISOR_EXIT_STATUS":    "auto",
+				"GOMEMLIMIT":                "resourceFieldRef:limits.memory",
+			}, "app"),
 		},
-		{
-			file: "cronjob.yaml", kind: "CronJob",
-			want: podShape{
-				Containers:            []string{"app", supervisorName},
-				ShareProcessNamespace: true,
-				SupervisorEnv:         handJobEnv("OnFailure"),
-				SupervisorUser:        "1337",
-			},
-		},
+		{file: "cronjob.yaml", kind: "CronJob", want: supervisorLast(handJobEnv("OnFailure"), "app")},
 		{
 			// The native shape by hand: an init container before the app,
 			// istio-proxy (added by Istio's injector) last.
@@ -98,13 +85,7 @@ func TestHandWrittenManifests(t *testing.T) {
 		},
 		{
 			file: "job-ptrace.yaml", kind: "Job", ptrace: true, security: ptraceRefusals,
-			want: podShape{
-				Containers:            []string{"app", supervisorName},
-				ShareProcessNamespace: true,
-				SupervisorEnv:         handJobEnv("Never", "SUPERVISOR_EXIT_STATUS", "ptrace", "SUPERVISOR_ON_FAILURE", "SIGKILL"),
-				SupervisorUser:        "0",
-				SupervisorCapsAdd:     []string{"SYS_PTRACE", "KILL"},
-			},
+			want: asRoot(supervisorLast(handJobEnv("Never", "SUPERVISOR_EXIT_STATUS", "ptrace", "SUPERVISOR_ON_FAILURE", "SIGKILL"), "app")),
 		},
 		{
 			// The hold exactly as the injection template adds it.

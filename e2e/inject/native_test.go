@@ -73,8 +73,6 @@ func nativeCases(t *testing.T) []injectCase {
 	handWritten.Namespace = namespace
 
 	const proxyConfig, holdConfig = "proxy.istio.io/config", `{"holdApplicationUntilProxyStarts": true}`
-	ptraced := nativeSupervised(nil, nativeEnv("Never", "app", "SUPERVISOR_EXIT_STATUS", "ptrace"), "app")
-	ptraced.SupervisorUser, ptraced.SupervisorCapsAdd = "0", []string{"SYS_PTRACE", "KILL"}
 	optOut := func(kv ...string) *batchv1.Job {
 		return job("classic", corev1.RestartPolicyNever, setPairs(map[string]string{"sidecar.istio.io/nativeSidecar": "false"}, kv...), "app")
 	}
@@ -92,7 +90,7 @@ func nativeCases(t *testing.T) []injectCase {
 		{name: "native shape with holdApplicationUntilProxyStarts: app-start-timeout annotation wins",
 			in: shapeJob("native", proxyConfig, holdConfig, annotationPrefix+"app-start-timeout", "10m"), want: nativeProxyFirst("10m")},
 		{name: "native shape, exit-status ptrace: root with SYS_PTRACE and KILL", ptrace: true,
-			in: shapeJob("native", annotationPrefix+"exit-status", "ptrace"), want: ptraced},
+			in: shapeJob("native", annotationPrefix+"exit-status", "ptrace"), want: asRoot(nativeSupervised(nil, nativeEnv("Never", "app", "SUPERVISOR_EXIT_STATUS", "ptrace"), "app"))},
 		{name: "native shape, interceptionMode NONE: no istio-init, the supervisor alone",
 			in: shapeJob("native", "sidecar.istio.io/interceptionMode", "NONE"), want: withInits(nativeJob(), supervisorName)},
 		// The default from a fact: istiod makes native sidecars, so every

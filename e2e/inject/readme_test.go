@@ -45,17 +45,12 @@ var (
 func TestReadmeInstall(t *testing.T) {
 	t.Run("by hand", func(t *testing.T) {
 		tmpl := podTemplateOf(t, "Job", []byte(readmeBlock(t, "**By hand**", "yaml")))
-		checkHandWritten(t, tmpl, podShape{
-			Containers:            []string{"app", supervisorName},
-			ShareProcessNamespace: true,
-			SupervisorEnv: map[string]string{
-				"SUPERVISOR_RESTART_POLICY": "Never",
-				"SUPERVISOR_APP_CONTAINERS": "1",
-				"SUPERVISOR_APPS":           "app",
-				"SUPERVISOR_ON_SUCCESS":     quitURL,
-			},
-			SupervisorUser: "1337",
-		}, false, nil)
+		checkHandWritten(t, tmpl, supervisorLast(map[string]string{
+			"SUPERVISOR_RESTART_POLICY": "Never",
+			"SUPERVISOR_APP_CONTAINERS": "1",
+			"SUPERVISOR_APPS":           "app",
+			"SUPERVISOR_ON_SUCCESS":     quitURL,
+		}, "app"), false, nil)
 	})
 	t.Run("injection template", func(t *testing.T) {
 		cmd := readmeBlock(t, "**Istio injection template**", "sh")
