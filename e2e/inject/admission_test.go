@@ -510,19 +510,6 @@ func admissionCases(t *testing.T) []admissionCase {
 		p.Spec.InitContainers = append(p.Spec.InitContainers, ctr("vault-agent-init"))
 		p.Spec.Containers = append(p.Spec.Containers, vault)
 	}
-	// vaulted is the pod vault-k8s's webhook makes, the supervisor first
-	// with env.
-	vaulted := func(env map[string]string) podShape {
-		s := supervisorFirst(env, "app", "vault-agent")
-		s.InitContainers = []string{"vault-agent-init"}
-		return s
-	}
-	everyEnv := policyEnv("Never")
-	var every []string
-	for v, key := range settingAnnotations {
-		everyEnv[v] = "value-of-" + key
-		every = append(every, annotationPrefix+key, "value-of-"+key)
-	}
 
 	// Istio's own injector (istiod's webhook, Istio's charts rendered with
 	// our values), as on a cluster where both are installed, in a mesh
@@ -546,12 +533,12 @@ func admissionCases(t *testing.T) []admissionCase {
 		{name: "Dapr's daprd from its webhook", pod: never, webhook: appending(daprd),
 			want: supervisorFirst(appEnv("daprd"), "app", "daprd")},
 		{name: "the Vault agent from vault-k8s: its quit turned on first", pod: vaultPod, webhook: vaultHook,
-			want: vaulted(appEnv("vault-agent")), annotations: map[string]string{vaultQuit: "true", vaultStatus: "injected"}},
+			want: withInits(supervisorFirst(appEnv("vault-agent"), "app", "vault-agent"), "vault-agent-init"), annotations: map[string]string{vaultQuit: "true", vaultStatus: "injected"}},
 		{name: "the Vault agent on its own listener port", pod: annotated(vaultPod, "vault.hashicorp.com/agent-cache-listener-port", "8300"), webhook: vaultHook,
-			want:        vaulted(appEnv("vault-agent", "SUPERVISOR_SIDECAR_ACTIONS", "vault-agent=http://127.0.0.1:8300/agent/v1/quit")),
+			want:        withInits(supervisorFirst(appEnv("vault-agent", "SUPERVISOR_SIDECAR_ACTIONS", "vault-agent=http://127.0.0.1:8300/agent/v1/quit"), "app", "vault-agent"), "vault-agent-init"),
 			annotations: map[string]string{vaultQuit: "true"}},
 		{name: "the Vault agent with its quit turned off by the pod: left so", pod: annotated(vaultPod, vaultQuit, "false"), webhook: vaultHook,
-			want: vaulted(appEnv("vault-agent")), annotations: map[string]string{vaultQuit: "false"}},
+			want: withInits(supervisorFirst(appEnv("vault-agent"), "app", "vault-agent"), "vault-agent-init"), annotations: map[string]string{vaultQuit: "false"}},
 		{name: "Vault init-time secrets only: no sidecar, nothing", pod: annotated(vaultPod, "vault.hashicorp.com/agent-pre-populate-only", "true"), untouched: true},
 		// Sidecars in the pod spec itself: the first run adds the supervisor.
 		{name: "cloud-sql-proxy by hand, after the app", pod: jobPod(corev1.RestartPolicyNever, app, csql),
@@ -637,8 +624,8 @@ func admissionCases(t *testing.T) []admissionCase {
 		{name: "a bare pod that asks, naming its sidecar", pod: annotated(labelled(withPod(jobPod(corev1.RestartPolicyNever, app, ctr("my-proxy")), func(p *corev1.Pod) { p.OwnerReferences = nil }),
 			annotationPrefix+"inject", "true"), annotationPrefix+"sidecars", "my-proxy"),
 			want: supervisorFirst(appEnv("my-proxy", "SUPERVISOR_SIDECARS", "my-proxy"), "app", "my-proxy")},
-		{name: "every tuning annotation", pod: labelled(annotated(never, every...), annotationPrefix+"inject", "true"),
-			want: supervisorLast(everyEnv, "app")},
+		{name: "every tuning annotation", pod: labelled(withPod(never, func(p *corev1.Pod) { p.Annotations = everyAnnotation() }), annotationPrefix+"inject", "true"),
+			want: supervisorLast(everyAnnotationEnv(policyEnv("Never")), "app")},
 		{name: "exit-status ptrace: root with SYS_PTRACE and KILL", pod: annotated(never, annotationPrefix+"exit-status", "ptrace"), webhook: appending(daprd), ptrace: true,
 			want: asRoot(supervisorFirst(appEnv("daprd", "SUPERVISOR_EXIT_STATUS", "ptrace"), "app", "daprd"))},
 		// A pod it cannot read: past the CEL cost budget (thousands of

@@ -148,7 +148,8 @@ func proxyFirstJob() podShape {
 	return withPostStart(withInits(supervisorLast(withoutAfterApps(supervisorEnv("Never", "app")), proxyName, "app"), "istio-init"), "pilot-agent", "wait")
 }
 
-// everyAnnotation sets every tuning annotation, each to a value of its own.
+// everyAnnotation sets every tuning annotation, each to a value of its own,
+// as everyAnnotationEnv sets their variables in env.
 func everyAnnotation() map[string]string {
 	a := map[string]string{}
 	for v, key := range settingAnnotations {
@@ -157,9 +158,7 @@ func everyAnnotation() map[string]string {
 	return a
 }
 
-// everyAnnotationEnv is the supervisor environment everyAnnotation gives.
-func everyAnnotationEnv() map[string]string {
-	env := supervisorEnv("Never", "")
+func everyAnnotationEnv(env map[string]string) map[string]string {
 	for v := range settingAnnotations {
 		env[v] = "value-of-" + v
 	}
@@ -252,7 +251,7 @@ func injectCases(t *testing.T) []injectCase {
 		{name: "the quit endpoint follows the pod's status port", in: sleep("status.sidecar.istio.io/port", "15099"),
 			want: oneApp("SUPERVISOR_ON_SUCCESS", "http://127.0.0.1:15099/quitquitquit")},
 		{name: "every tuning annotation reaches its variable", in: job("all-settings", corev1.RestartPolicyNever, everyAnnotation(), "app"),
-			want: supervised(everyAnnotationEnv(), "app")},
+			want: supervised(everyAnnotationEnv(supervisorEnv("Never", "")), "app")},
 		{name: "supervisor opt-out annotation", in: sleep(annotationPrefix+"inject", "false"), want: plainJob},
 		{name: "pod selects only the sidecar template", in: sleep("inject.istio.io/templates", "sidecar"), want: plainJob, templateAlone: "job"},
 		// istio-proxy starts before the apps, so it cannot mark their end:
@@ -503,7 +502,7 @@ func checkTemplateOutput(t *testing.T, in istioInstall, tc injectCase) {
 // proxyMesh is the mesh config with the pod's ProxyConfig as its
 // defaultConfig: the mesh's defaultConfig under the pod's
 // proxy.istio.io/config annotation, as both injector forms compute it.
-func proxyMesh(t *testing.T, in istioInstall, pod *corev1.Pod) *meshconfig.MeshConfig {
+func proxyMesh(t testing.TB, in istioInstall, pod *corev1.Pod) *meshconfig.MeshConfig {
 	t.Helper()
 	pca, ok := pod.Annotations["proxy.istio.io/config"]
 	if !ok {
@@ -518,7 +517,7 @@ func proxyMesh(t *testing.T, in istioInstall, pod *corev1.Pod) *meshconfig.MeshC
 
 // templateData is what istiod hands its templates for pod (the newest
 // release's SidecarTemplateData), with .NativeSidecars as given.
-func templateData(t *testing.T, in istioInstall, pod *corev1.Pod, native bool) inject.SidecarTemplateData {
+func templateData(t testing.TB, in istioInstall, pod *corev1.Pod, native bool) inject.SidecarTemplateData {
 	t.Helper()
 	return inject.SidecarTemplateData{
 		ObjectMeta:     pod.ObjectMeta,

@@ -30,7 +30,7 @@ var installsOnce = sync.OnceValues(func() ([]istioInstall, error) {
 	return []istioInstall{h, o}, nil
 })
 
-func installs(t *testing.T) []istioInstall {
+func installs(t testing.TB) []istioInstall {
 	t.Helper()
 	ins, err := installsOnce()
 	if err != nil {

@@ -426,17 +426,11 @@ func TestIstioDataUnread(t *testing.T) {
 //
 //	cd e2e && go test ./inject -run '^$' -bench Templates -benchmem
 func BenchmarkTemplates(b *testing.B) {
-	in, err := installsOnce()
-	if err != nil {
-		b.Fatal(err)
-	}
-	pod := podFor(job("sleep", corev1.RestartPolicyNever, nil, "app"))
-	data := inject.SidecarTemplateData{ObjectMeta: pod.ObjectMeta, Spec: pod.Spec,
-		ProxyConfig: in[0].Mesh.GetDefaultConfig(), MeshConfig: in[0].Mesh, Values: in[0].Values.Map(),
-		ProxyUID: 1337, ProxyGID: 1337}
+	in := installs(b)[0]
+	data := templateData(b, in, podFor(job("sleep", corev1.RestartPolicyNever, nil, "app")), false)
 	for _, name := range []string{"sidecar", "supervisor"} {
 		b.Run(name, func(b *testing.B) {
-			tmpl := in[0].Config.Templates[name]
+			tmpl := in.Config.Templates[name]
 			var out bytes.Buffer
 			for b.Loop() {
 				out.Reset()
