@@ -74,30 +74,11 @@ func TestKustomizeComponent(t *testing.T) {
 		// against the pod's annotations.
 		wantResolved map[string]string
 	}{
-		{
-			resource: "Job/migrate", obj: &batchv1.Job{},
-			want:        withSupervisor,
-			wantRestart: "Never",
-			wantResolved: map[string]string{
-				"SUPERVISOR_RESTART_POLICY": "Never",
-				"SUPERVISOR_ON_SUCCESS":     quitURL,
-			},
-		},
-		{
-			resource: "CronJob/nightly-report", obj: &batchv1.CronJob{},
-			want:        withSupervisor,
-			wantRestart: "OnFailure",
-			wantResolved: map[string]string{
-				"SUPERVISOR_RESTART_POLICY": "OnFailure",
-				"SUPERVISOR_ON_SUCCESS":     quitURL,
-				"SUPERVISOR_STOP_TIMEOUT":   "60s",
-			},
-		},
-		{
-			resource: "Deployment/web", obj: &appsv1.Deployment{},
-			want:         withHold,
-			wantResolved: map[string]string{"SUPERVISOR_HOLD_TIMEOUT": "50s"},
-		},
+		{resource: "Job/migrate", obj: &batchv1.Job{}, want: withSupervisor, wantRestart: "Never",
+			wantResolved: map[string]string{"SUPERVISOR_RESTART_POLICY": "Never", "SUPERVISOR_ON_SUCCESS": quitURL}},
+		{resource: "CronJob/nightly-report", obj: &batchv1.CronJob{}, want: withSupervisor, wantRestart: "OnFailure",
+			wantResolved: map[string]string{"SUPERVISOR_RESTART_POLICY": "OnFailure", "SUPERVISOR_ON_SUCCESS": quitURL, "SUPERVISOR_STOP_TIMEOUT": "60s"}},
+		{resource: "Deployment/web", obj: &appsv1.Deployment{}, want: withHold, wantResolved: map[string]string{"SUPERVISOR_HOLD_TIMEOUT": "50s"}},
 	} {
 		t.Run(tc.resource, func(t *testing.T) {
 			tmpl := checkKustomized(t, built, tc.resource, tc.obj, tc.want)
@@ -488,14 +469,11 @@ func TestKustomizeHoldAgrees(t *testing.T) {
 	decodeStrict(t, readDeploy(t, "deployment.yaml"), &hand)
 	decodeStrict(t, readDeploy(t, filepath.Join("kustomize", "hold", "hold.yaml")), &comp)
 	h, c := hand.Spec.Template.Spec, comp.Spec.Template.Spec
-	if diff := cmp.Diff(h.InitContainers, c.InitContainers); diff != "" {
-		t.Errorf("install container (-deployment.yaml +hold.yaml):\n%s", diff)
-	}
-	if diff := cmp.Diff(h.Volumes, c.Volumes); diff != "" {
-		t.Errorf("volumes (-deployment.yaml +hold.yaml):\n%s", diff)
-	}
-	if diff := cmp.Diff(h.ShareProcessNamespace, c.ShareProcessNamespace); diff != "" {
-		t.Errorf("shareProcessNamespace (-deployment.yaml +hold.yaml):\n%s", diff)
+	for what, pair := range map[string][2]any{"install container": {h.InitContainers, c.InitContainers},
+		"volumes": {h.Volumes, c.Volumes}, "shareProcessNamespace": {h.ShareProcessNamespace, c.ShareProcessNamespace}} {
+		if diff := cmp.Diff(pair[0], pair[1]); diff != "" {
+			t.Errorf("%s (-deployment.yaml +hold.yaml):\n%s", what, diff)
+		}
 	}
 	if len(c.Containers) != 1 {
 		t.Fatalf("hold.yaml: want istio-proxy as its only container, got %d", len(c.Containers))
@@ -511,17 +489,20 @@ func TestKustomizeHoldAgrees(t *testing.T) {
 	if diff := cmp.Diff(wantRest, rest); diff != "" {
 		t.Errorf("istio-proxy (-deployment.yaml +hold.yaml):\n%s", diff)
 	}
-	var handEnv, compEnv []string
-	for _, e := range hp.Env {
-		handEnv = append(handEnv, e.Name)
-	}
-	for _, e := range cp.Env {
-		compEnv = append(compEnv, e.Name)
-	}
-	if diff := cmp.Diff([]string{"SUPERVISOR_HOLD_TIMEOUT", "SUPERVISOR_APPS"}, handEnv); diff != "" {
-		t.Errorf("deployment.yaml istio-proxy env names (-want +got):\n%s", diff)
-	}
-	if diff := cmp.Diff([]string{"SUPERVISOR_HOLD_TIMEOUT", "SUPERVISOR_APPS", "SUPERVISOR_LOG_LEVEL", "SUPERVISOR_LOG_FORMAT", "SUPERVISOR_IGNORE_PROCESSES"}, compEnv); diff != "" {
-		t.Errorf("hold.yaml istio-proxy env names (-want +got):\n%s", diff)
+	for _, f := range []struct {
+		file string
+		c    *corev1.Container
+		want []string
+	}{
+		{"deployment.yaml", hp, []string{"SUPERVISOR_HOLD_TIMEOUT", "SUPERVISOR_APPS"}},
+		{"hold.yaml", cp, []string{"SUPERVISOR_HOLD_TIMEOUT", "SUPERVISOR_APPS", "SUPERVISOR_LOG_LEVEL", "SUPERVISOR_LOG_FORMAT", "SUPERVISOR_IGNORE_PROCESSES"}},
+	} {
+		var names []string
+		for _, e := range f.c.Env {
+			names = append(names, e.Name)
+		}
+		if diff := cmp.Diff(f.want, names); diff != "" {
+			t.Errorf("%s istio-proxy env names (-want +got):\n%s", f.file, diff)
+		}
 	}
 }

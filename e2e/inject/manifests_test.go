@@ -69,34 +69,17 @@ func TestHandWrittenManifests(t *testing.T) {
 			}, "app"),
 		},
 		{file: "cronjob.yaml", kind: "CronJob", want: supervisorLast(handJobEnv("OnFailure"), "app")},
-		{
-			// The native shape by hand: an init container before the app,
-			// istio-proxy (added by Istio's injector) last.
-			file: "job-native.yaml", kind: "Job",
-			want: podShape{
-				InitContainers:        []string{supervisorName},
-				Containers:            []string{"app"},
-				ShareProcessNamespace: true,
-				// The template's, with its state directory, and the Jobs'.
-				SupervisorEnv: supervisorEnv("Never", "app", shapeVar, "native", "SUPERVISOR_STOP_TIMEOUT", "30s",
-					"SUPERVISOR_ON_FAILURE", "SIGKILL", "SUPERVISOR_EXIT_STATUS", "auto"),
-				SupervisorUser: "1337",
-			},
-		},
+		// The native shape by hand: an init container before the app,
+		// istio-proxy (added by Istio's injector) last; the template's
+		// environment, with its state directory, and the Jobs'.
+		{file: "job-native.yaml", kind: "Job", want: podShape{InitContainers: []string{supervisorName}, Containers: []string{"app"}, ShareProcessNamespace: true,
+			SupervisorEnv: nativeEnv("Never", "app", "SUPERVISOR_STOP_TIMEOUT", "30s", "SUPERVISOR_ON_FAILURE", "SIGKILL", "SUPERVISOR_EXIT_STATUS", "auto"), SupervisorUser: "1337"}},
 		{
 			file: "job-ptrace.yaml", kind: "Job", ptrace: true, security: ptraceRefusals,
 			want: asRoot(supervisorLast(handJobEnv("Never", "SUPERVISOR_EXIT_STATUS", "ptrace", "SUPERVISOR_ON_FAILURE", "SIGKILL"), "app")),
 		},
-		{
-			// The hold exactly as the injection template adds it.
-			file: "deployment.yaml", kind: "Deployment",
-			want: podShape{
-				InitContainers:        []string{installName},
-				Containers:            []string{"app", proxyName},
-				ShareProcessNamespace: true,
-				Hold:                  wantHold("20s", "SUPERVISOR_APPS", "app"),
-			},
-		},
+		// The hold exactly as the injection template adds it.
+		{file: "deployment.yaml", kind: "Deployment", want: withHold([]string{installName}, []string{"app", proxyName}, wantHold("20s"))},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			tmpl := podTemplateOf(t, tc.kind, readDeploy(t, tc.file))
