@@ -491,8 +491,8 @@ func admissionCases(t *testing.T) []admissionCase {
 	nativeProxy.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
 	nativeLinkerd := ctr("linkerd-proxy")
 	nativeLinkerd.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
-	always := ctr("app")
-	always.ImagePullPolicy = corev1.PullAlways
+	load := ctr("load")
+	load.ImagePullPolicy = corev1.PullAlways
 
 	never := jobPod(corev1.RestartPolicyNever, app)
 	const (
@@ -583,7 +583,7 @@ func admissionCases(t *testing.T) []admissionCase {
 				return ""
 			}},
 		// Several apps, OnFailure, an image pulled on every start.
-		{name: "two apps under OnFailure, one pulled on every start", pod: jobPod(corev1.RestartPolicyOnFailure, app, withName(always, "load")), webhook: appending(daprd),
+		{name: "two apps under OnFailure, one pulled on every start", pod: jobPod(corev1.RestartPolicyOnFailure, app, load), webhook: appending(daprd),
 			want: supervisorFirst(policyEnv("OnFailure", "SUPERVISOR_APP_CONTAINERS", "2", "SUPERVISOR_APPS", "app,load", afterAppsVar, "daprd", "SUPERVISOR_RESTART_MARGIN", "60s"), "app", "load", "daprd")},
 		// Native sidecars are the kubelet's.
 		{name: "istio-proxy native: nothing", pod: never, webhook: func(_ *testing.T, p *corev1.Pod) { p.Spec.InitContainers = append(p.Spec.InitContainers, nativeProxy) }, untouched: true},
@@ -636,11 +636,6 @@ func admissionCases(t *testing.T) []admissionCase {
 			}
 		}), failure: "cost limit exceeded", untouched: true},
 	}
-}
-
-func withName(c corev1.Container, name string) corev1.Container {
-	c.Name = name
-	return c
 }
 
 // TestAdmissionPolicy runs each case's pod through the policy as the API

@@ -96,9 +96,9 @@ const quitURL = "http://127.0.0.1:15020/quitquitquit"
 // supervisorEnv is the environment the template gives the supervisor when no
 // annotation asks for more, where istio-proxy goes last (so with
 // SUPERVISOR_AFTER_APPS; see withoutAfterApps), its state directory
-// included (see withoutState). apps is the app containers'
-// names, comma-separated, which it counts too; a number is the
-// app-containers annotation's count, which replaces the names.
+// included (see handJobEnv). apps is the app containers' names,
+// comma-separated, which it counts too; a number is the app-containers
+// annotation's count, which replaces the names.
 func supervisorEnv(restart string, apps string, extra ...string) map[string]string {
 	env := map[string]string{
 		"SUPERVISOR_RESTART_POLICY": restart,
@@ -124,13 +124,6 @@ func supervisorEnv(restart string, apps string, extra ...string) map[string]stri
 // hand-written manifests).
 func withoutAfterApps(env map[string]string) map[string]string {
 	delete(env, afterAppsVar)
-	return env
-}
-
-// withoutState is env without SUPERVISOR_STATE_DIR: the hand-written
-// manifests in the container shape keep no state.
-func withoutState(env map[string]string) map[string]string {
-	delete(env, stateVar)
 	return env
 }
 

@@ -137,8 +137,9 @@ func checkHandWritten(t *testing.T, tmpl corev1.PodTemplateSpec, want podShape, 
 // (supervisorEnv) but after the app and without a state directory, with a
 // 30s stop timeout and the given further variables (name, value...).
 func handJobEnv(restart string, extra ...string) map[string]string {
-	extra = append([]string{"SUPERVISOR_STOP_TIMEOUT", "30s"}, extra...)
-	return withoutState(withoutAfterApps(supervisorEnv(restart, "app", extra...)))
+	env := withoutAfterApps(supervisorEnv(restart, "app", append([]string{"SUPERVISOR_STOP_TIMEOUT", "30s"}, extra...)...))
+	delete(env, stateVar)
+	return env
 }
 
 // checkConsistent checks that the settings copied by hand from the pod spec
