@@ -7,7 +7,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/scenarios"
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/measure"
 )
 
 // stopLatency is one method's exit-to-stop measurements.
@@ -130,12 +130,13 @@ func runOnce(ctx context.Context, e env, o podOpts) (latencyRun, error) {
 // its last "app found" one.
 func watchingTime(logs string) (time.Duration, error) {
 	var start, found time.Time
-	for _, l := range parseLogTimes(logs) {
-		switch l.msg {
+	lines, _ := measure.ParseLog(logs)
+	for _, l := range lines {
+		switch l.Message {
 		case "starting":
-			start = l.t
+			start = l.At
 		case "app found":
-			found = l.t
+			found = l.At
 		}
 	}
 	if start.IsZero() || found.IsZero() {
@@ -170,23 +171,4 @@ func latencies(ctx context.Context, e env, runs, slowRuns int) map[method]*stopL
 		}
 	}
 	return out
-}
-
-// logTime is a supervisor log line's message and time.
-type logTime struct {
-	msg string
-	t   time.Time
-}
-
-// parseLogTimes reads the supervisor's JSON log (times to the millisecond).
-func parseLogTimes(out string) []logTime {
-	var lines []logTime
-	for _, l := range scenarios.ParseLog(out) {
-		t, err := time.Parse(time.RFC3339Nano, l.Str("time"))
-		if err != nil {
-			continue
-		}
-		lines = append(lines, logTime{l.Msg(), t})
-	}
-	return lines
 }

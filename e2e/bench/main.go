@@ -38,6 +38,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/measure"
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/pod"
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/scenarios"
 )
@@ -196,8 +197,8 @@ func run(ctx context.Context, o options, w io.Writer) error {
 		if !o.sections[name] || ctx.Err() != nil {
 			return false
 		}
-		res.loads = append(res.loads, fmt.Sprintf("%s %s", loadAvg(), name))
-		log.Printf("%s (load %s)", name, loadAvg())
+		res.loads = append(res.loads, fmt.Sprintf("%s %s", measure.LoadAvg(), name))
+		log.Printf("%s (load %s)", name, measure.LoadAvg())
 		return true
 	}
 	if section("latency") {
@@ -226,7 +227,7 @@ func run(ctx context.Context, o options, w io.Writer) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	res.loads = append(res.loads, loadAvg()+" end")
+	res.loads = append(res.loads, measure.LoadAvg()+" end")
 	res.took = time.Since(res.started)
 	return report(w, res)
 }
@@ -257,24 +258,10 @@ func waitForLoad(ctx context.Context, limit float64, most time.Duration) string 
 	}
 }
 
+// load1 is the 1-minute load average, 0 if unknown.
 func load1() float64 {
-	b, _ := os.ReadFile("/proc/loadavg")
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return 0
-	}
-	v, _ := strconv.ParseFloat(f[0], 64)
+	v, _ := strconv.ParseFloat(strings.Fields(measure.LoadAvg())[0], 64)
 	return v
-}
-
-// loadAvg is /proc/loadavg's three averages.
-func loadAvg() string {
-	b, _ := os.ReadFile("/proc/loadavg")
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
 }
 
 // machine describes where the figures come from.
@@ -294,10 +281,8 @@ func readMachine() machine {
 			}
 		}
 	}
-	var u syscall.Utsname
-	if syscall.Uname(&u) == nil {
-		m.kernel = cString(u.Release[:]) + " " + cString(u.Machine[:])
-	}
+	release, arch := measure.Kernel()
+	m.kernel = release + " " + arch
 	if b, err := os.ReadFile("/etc/os-release"); err == nil {
 		for _, l := range strings.Split(string(b), "\n") {
 			if v, ok := strings.CutPrefix(l, "PRETTY_NAME="); ok {
@@ -305,23 +290,9 @@ func readMachine() machine {
 			}
 		}
 	}
-	if st, err := statusFields("/proc/meminfo"); err == nil {
+	if st, err := measure.Counters("/proc/meminfo"); err == nil {
 		m.memGB = float64(st["MemTotal"]) / (1 << 20)
 	}
-	out, err := exec.Command("git", "-C", pod.RepoDir(), "describe", "--always", "--dirty", "--abbrev=12").Output()
-	if err == nil {
-		m.commit = strings.TrimSpace(string(out))
-	}
+	m.commit = measure.Commit(pod.RepoDir())
 	return m
-}
-
-func cString(b []int8) string {
-	var s []byte
-	for _, c := range b {
-		if c == 0 {
-			break
-		}
-		s = append(s, byte(c))
-	}
-	return string(s)
 }

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/measure"
 )
 
 // memPoint is the memory section's measures of one pod size.
@@ -216,7 +218,7 @@ func (s *memSampler) stop() uint64 {
 
 // memAvailableKB is /proc/meminfo's MemAvailable.
 func memAvailableKB() uint64 {
-	st, err := statusFields("/proc/meminfo")
+	st, err := measure.Counters("/proc/meminfo")
 	if err != nil {
 		return 0
 	}
@@ -242,10 +244,11 @@ func raiseLimits(n int) (restore func(), err error) {
 		{"/proc/sys/kernel/pid_max", min(4<<20, 2*(running+n)+32768)},
 		{"/proc/sys/kernel/threads-max", running + 2*n + 10000},
 	} {
-		old, err := readInt(sc.file)
+		u, err := measure.ReadUint(sc.file)
 		if err != nil {
 			return restore, err
 		}
+		old := int(u)
 		if old >= sc.want {
 			continue
 		}
@@ -273,16 +276,4 @@ func threadsNow() int {
 	_, total, _ := strings.Cut(f[3], "/")
 	n, _ := strconv.Atoi(total)
 	return n
-}
-
-func readInt(file string) (int, error) {
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return 0, err
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		return 0, fmt.Errorf("%s: %w", file, err)
-	}
-	return n, nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/measure"
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/pod"
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/scenarios"
 )
@@ -274,8 +275,9 @@ func (bp *benchPod) ready() bool {
 		return strings.Contains(bp.Logs("poller"), "watching")
 	}
 	found := 0
-	for _, l := range scenarios.ParseLog(bp.Logs("supervisor")) {
-		if l.Msg() == "app found" {
+	lines, _ := measure.ParseLog(bp.Logs("supervisor"))
+	for _, l := range lines {
+		if l.Message == "app found" {
 			found++
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/measure"
 )
 
 // usage is a process's scheduler counters, summed over its threads.
@@ -42,7 +44,7 @@ func readUsage(pid int) (usage, error) {
 		if err != nil {
 			return usage{}, fmt.Errorf("%s/schedstat: %w", t, err)
 		}
-		st, err := statusFields(t + "/status")
+		st, err := measure.Counters(t + "/status")
 		if err != nil {
 			continue
 		}
@@ -64,35 +66,11 @@ func (u usage) sub(v usage) usage {
 type memory struct{ rssKB, hwmKB uint64 }
 
 func readMemory(pid int) (memory, error) {
-	st, err := statusFields(fmt.Sprintf("/proc/%d/status", pid))
+	st, err := measure.Counters(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return memory{}, err
 	}
 	return memory{rssKB: st["VmRSS"], hwmKB: st["VmHWM"]}, nil
-}
-
-// statusFields reads the numeric fields of a /proc status file ("kB" is
-// dropped).
-func statusFields(path string) (map[string]uint64, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]uint64{}
-	for _, l := range strings.Split(string(b), "\n") {
-		k, v, ok := strings.Cut(l, ":")
-		if !ok {
-			continue
-		}
-		f := strings.Fields(v)
-		if len(f) == 0 {
-			continue
-		}
-		if n, err := strconv.ParseUint(f[0], 10, 64); err == nil {
-			out[k] = n
-		}
-	}
-	return out, nil
 }
 
 // sleepingIn summarises where a process's threads sleep in the kernel

@@ -5,6 +5,8 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/measure"
 )
 
 // table is the report's one table: a row per figure, a column per method.
@@ -41,11 +43,7 @@ func (t *table) write(w io.Writer) {
 	for _, m := range methods {
 		head = append(head, m.title())
 	}
-	fmt.Fprintf(w, "| %s |\n", strings.Join(head, " | "))
-	fmt.Fprintf(w, "|%s\n", strings.Repeat("---|", len(head)))
-	for _, r := range t.rows {
-		fmt.Fprintf(w, "| %s |\n", strings.Join(r, " | "))
-	}
+	measure.Table(w, "", head, t.rows...)
 }
 
 // supervisorCells puts s under pidfd, and says the ptrace supervisor is

@@ -3,26 +3,15 @@ package main
 import (
 	"fmt"
 	"math"
-	"slices"
 	"time"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/measure"
 )
 
 // sample is a set of measurements of one quantity.
 type sample []float64
 
-// quantile is the q-quantile (0..1) by linear interpolation between the
-// closest ranks; NaN for an empty sample.
-func (s sample) quantile(q float64) float64 {
-	if len(s) == 0 {
-		return math.NaN()
-	}
-	v := slices.Clone(s)
-	slices.Sort(v)
-	pos := q * float64(len(v)-1)
-	lo := int(math.Floor(pos))
-	hi := int(math.Ceil(pos))
-	return v[lo] + (v[hi]-v[lo])*(pos-float64(lo))
-}
+func (s sample) quantile(q float64) float64 { return measure.Quantile(s, q) }
 
 func (s sample) min() float64 { return s.quantile(0) }
 func (s sample) max() float64 { return s.quantile(1) }

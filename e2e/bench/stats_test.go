@@ -1,27 +1,11 @@
 package main
 
 import (
-	"math"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 )
-
-func TestQuantile(t *testing.T) {
-	s := sample{5, 1, 4, 2, 3}
-	for _, tt := range []struct{ q, want float64 }{{0, 1}, {0.5, 3}, {1, 5}, {0.25, 2}, {0.9, 4.6}} {
-		if got := s.quantile(tt.q); math.Abs(got-tt.want) > 1e-9 {
-			t.Errorf("quantile(%v) = %v, want %v", tt.q, got, tt.want)
-		}
-	}
-	if got := (sample{}).quantile(0.5); !math.IsNaN(got) {
-		t.Errorf("empty sample's median = %v, want NaN", got)
-	}
-	if s[0] != 5 {
-		t.Errorf("quantile sorted the sample in place: %v", s)
-	}
-}
 
 func TestFormats(t *testing.T) {
 	tests := []struct{ got, want string }{

@@ -6,7 +6,7 @@
 // What each measures or checks stays in the program; what is here is what
 // they would otherwise each get right, and keep right, on their own: the
 // process's exit codes and logging, the cluster and injector set up and torn
-// down in order, the namespace's life, the informers, and the node's load.
+// down in order, the namespace's life and the informers.
 package jobprog
 
 import (
@@ -15,7 +15,6 @@ import (
 	"log"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -216,17 +215,4 @@ func Finished(j *batchv1.Job) *batchv1.JobCondition {
 // terminated, as the kubelet sees it).
 func PodDone(p *corev1.Pod) bool {
 	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
-}
-
-// LoadAvg is /proc/loadavg's three averages, which both reports give at the
-// start and the end of the run: a busy machine explains slow figures.
-func LoadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	if f := strings.Fields(string(b)); len(f) >= 3 {
-		return strings.Join(f[:3], " ")
-	}
-	return "?"
 }

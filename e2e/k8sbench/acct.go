@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -9,13 +8,14 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/measure"
 )
 
 // usage is what one container used, from its cgroup.
@@ -208,9 +208,9 @@ func (a *acct) sample(id string, u *usage, atExit bool) {
 	}
 	var peak uint64
 	if a.memory != "" {
-		peak, err = readUint(filepath.Join(a.memory, id, "memory.max_usage_in_bytes"))
+		peak, err = measure.ReadUint(filepath.Join(a.memory, id, "memory.max_usage_in_bytes"))
 	} else {
-		peak, err = readUint(filepath.Join(a.unified, id, "memory.peak"))
+		peak, err = measure.ReadUint(filepath.Join(a.unified, id, "memory.peak"))
 	}
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENODEV) {
@@ -225,30 +225,12 @@ func (a *acct) sample(id string, u *usage, atExit bool) {
 }
 
 func cpuStat(path string) (time.Duration, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0, err
+	st, err := measure.Counters(path)
+	us, ok := st["usage_usec"]
+	if err == nil && !ok {
+		err = fmt.Errorf("%s has no usage_usec", path)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "usage_usec "); ok {
-			us, err := strconv.ParseUint(v, 10, 64)
-			return time.Duration(us) * time.Microsecond, err
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return 0, err
-	}
-	return 0, fmt.Errorf("%s has no usage_usec", path)
-}
-
-func readUint(path string) (uint64, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, err
-	}
-	return strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	return time.Duration(us) * time.Microsecond, err
 }
 
 func (a *acct) fail(err error) {

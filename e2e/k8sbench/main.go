@@ -17,16 +17,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -37,6 +33,7 @@ import (
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/cluster"
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/jobprog"
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/measure"
 )
 
 type options struct {
@@ -110,7 +107,7 @@ type result struct {
 
 func run(ctx context.Context, o options, out io.Writer) error {
 	started := time.Now()
-	load0 := jobprog.LoadAvg()
+	load0 := measure.LoadAvg()
 	code := commit() // what is measured: the tree as the run starts
 	all := approaches(o.appSeconds)
 	var use []int
@@ -167,7 +164,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		results:  results,
 		started:  started,
 		took:     time.Since(started),
-		loads:    [2]string{load0, jobprog.LoadAvg()},
+		loads:    [2]string{load0, measure.LoadAvg()},
 		versions: e.Env,
 		images:   [2]string{e.SupervisorImage, e.ProxyImage},
 		commit:   code,
@@ -226,7 +223,7 @@ func (b *bench) runJob(ctx context.Context, a approach, idx, round int) (result,
 	if err != nil {
 		return res, fmt.Errorf("logs of %s: %w", pod.Name, err)
 	}
-	if res.appExit, err = parseStamp(string(logs)); err != nil {
+	if res.appExit, err = measure.ParseAdjtimex(string(logs)); err != nil {
 		res.failure = fmt.Sprintf("app's exit time: %v", err)
 		return res, nil
 	}
@@ -242,24 +239,16 @@ func (b *bench) runJob(ctx context.Context, a approach, idx, round int) (result,
 		if err != nil {
 			return res, fmt.Errorf("supervisor logs of %s: %w", pod.Name, err)
 		}
-		if res.supStart, err = firstLogTime(logs); err != nil {
+		lines, err := measure.ParseLog(string(logs))
+		if err == nil && len(lines) == 0 {
+			err = errors.New("no JSON line")
+		}
+		if err != nil {
 			return res, fmt.Errorf("supervisor log of %s: %w", pod.Name, err)
 		}
+		res.supStart = lines[0].At
 	}
 	return res, nil
-}
-
-// firstLogTime is the time of the supervisor's first JSON log line.
-func firstLogTime(logs []byte) (time.Time, error) {
-	line, _, _ := bytes.Cut(logs, []byte("\n"))
-	var l struct {
-		Time    string `json:"time"`
-		Message string `json:"message"`
-	}
-	if err := json.Unmarshal(line, &l); err != nil {
-		return time.Time{}, fmt.Errorf("first line %q: %w", line, err)
-	}
-	return time.Parse(time.RFC3339Nano, l.Time)
 }
 
 // jobPod returns the Job's pod (backoffLimit 0: one).
@@ -345,38 +334,4 @@ func (b *bench) deleteJob(name string) {
 	if err != nil {
 		logf("the pod of job %s still exists 2m after its deletion", name)
 	}
-}
-
-// adjtimex's output, as busybox prints it.
-var (
-	stampStatus = regexp.MustCompile(`(?m)^\s*status:\s+(\d+)`)
-	stampSec    = regexp.MustCompile(`(?m)^\s*time\.tv_sec:\s+(\d+)`)
-	stampFrac   = regexp.MustCompile(`(?m)^\s*time\.tv_usec:\s+(\d+)`)
-)
-
-// staNano is adjtimex's STA_NANO status bit: tv_usec holds nanoseconds.
-const staNano = 0x2000
-
-// parseStamp reads the time the app printed last with busybox's adjtimex.
-func parseStamp(log string) (time.Time, error) {
-	var v [3]int64
-	for i, re := range []*regexp.Regexp{stampStatus, stampSec, stampFrac} {
-		all := re.FindAllStringSubmatch(log, -1)
-		if len(all) == 0 {
-			return time.Time{}, fmt.Errorf("no %q in the app's log %q", re.String(), log)
-		}
-		n, err := strconv.ParseInt(all[len(all)-1][1], 10, 64)
-		if err != nil {
-			return time.Time{}, err
-		}
-		v[i] = n
-	}
-	ns := v[2]
-	if v[0]&staNano == 0 {
-		ns *= 1000
-	}
-	if ns < 0 || ns >= int64(time.Second) {
-		return time.Time{}, errors.New("adjtimex's fraction is out of range")
-	}
-	return time.Unix(v[1], ns), nil
 }

@@ -9,13 +9,13 @@ import (
 	"regexp"
 	"runtime"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/inject/injector"
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/measure"
 )
 
 // line is a result as the progress log shows it.
@@ -108,17 +108,7 @@ func containersMeasured(s shape) int {
 	return 1
 }
 
-// median is the middle value (the mean of the two middle ones for an even
-// count).
-func median(v []float64) float64 {
-	s := append([]float64(nil), v...)
-	sort.Float64s(s)
-	n := len(s)
-	if n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[n/2-1] + s[n/2]) / 2
-}
+func median(v []float64) float64 { return measure.Quantile(v, 0.5) }
 
 // pair is "p50 / max" with the given precision, or n/a.
 func pair(v []float64, prec int) string {
@@ -138,8 +128,7 @@ func (r *report) write(w io.Writer) error {
 	fmt.Fprintf(w, "- Images: supervisor `%s`, istio-proxy `%s` (Istio's pilot-agent, stand-in envoy); app `%s`\n", r.images[0], r.images[1], r.versions["BUSYBOX_IMAGE"])
 	fmt.Fprintf(w, "- Code: commit %s\n\n", r.commit)
 
-	fmt.Fprintf(w, "| approach | Jobs completed | app exit → pod Succeeded, s: p50 / max | app exit → Job Complete, s: p50 / max | Job created → Complete, s: p50 | CPU-s of the containers other than the app, per Job: p50 / max (supervisor's p50) | their peak memory, MiB, per Job: p50 / max (supervisor's p50) |\n")
-	fmt.Fprintf(w, "|---|---|---|---|---|---|---|\n")
+	var rows [][]string
 	for _, i := range r.use {
 		f := r.figures(i)
 		cpu, mem := pair(f.cpu, 3), pair(f.mem, 1)
@@ -155,9 +144,11 @@ func (r *report) write(w io.Writer) error {
 		if f.fellBack > 0 {
 			done += fmt.Sprintf(" (in %d the POST failed: SIGTERM)", f.fellBack)
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n",
-			r.all[i].rowTitle(f.onSuccess), done, pair(f.toPod, 2), pair(f.toJob, 2), life, cpu, mem)
+		rows = append(rows, []string{r.all[i].rowTitle(f.onSuccess), done, pair(f.toPod, 2), pair(f.toJob, 2), life, cpu, mem})
 	}
+	measure.Table(w, "", []string{"approach", "Jobs completed", "app exit → pod Succeeded, s: p50 / max", "app exit → Job Complete, s: p50 / max",
+		"Job created → Complete, s: p50", "CPU-s of the containers other than the app, per Job: p50 / max (supervisor's p50)",
+		"their peak memory, MiB, per Job: p50 / max (supervisor's p50)"}, rows...)
 	fmt.Fprintln(w)
 	r.method(w)
 	return nil
@@ -262,11 +253,7 @@ warm-up round reads the binaries first, so the figures are mostly anonymous memo
 
 // machine describes the host.
 func machine() string {
-	var u unix.Utsname
-	kernel := "?"
-	if unix.Uname(&u) == nil {
-		kernel = unix.ByteSliceToString(u.Release[:])
-	}
+	kernel, _ := measure.Kernel()
 	mem := "?"
 	var si unix.Sysinfo_t
 	if unix.Sysinfo(&si) == nil {
@@ -316,9 +303,5 @@ func commit() string {
 	if err != nil {
 		return "?"
 	}
-	out, err := exec.Command("git", "-C", dir, "describe", "--always", "--dirty", "--abbrev=12").Output()
-	if err != nil {
-		return "?"
-	}
-	return strings.TrimSpace(string(out))
+	return measure.Commit(dir)
 }

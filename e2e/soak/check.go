@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/cluster"
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/measure"
 )
 
 // instance is one run of an app container, as the app stamped it.
@@ -38,11 +40,8 @@ func (i instance) String() string {
 func clock(t time.Time) string { return t.UTC().Format("15:04:05.000") }
 
 // stampRE reads one stamp line: "start N POD <adjtimex>" or "end N POD
-// CODE <adjtimex>"; adjtimex prints its status before the time.
-var stampRE = regexp.MustCompile(`^(start|end) (\d+) (\S+)(?: (-?\d+))? .*status:\s*(\d+).*time\.tv_sec:\s*(\d+)\s+time\.tv_usec:\s*(\d+)`)
-
-// staNano is adjtimex's status bit saying time.tv_usec holds nanoseconds.
-const staNano = 0x2000
+// CODE <adjtimex>".
+var stampRE = regexp.MustCompile(`^(start|end) (\d+) (\S+)(?: (-?\d+))? (.*)$`)
 
 // parseStamps reads an app's stamp file.
 func parseStamps(app, text string) ([]instance, error) {
@@ -52,17 +51,15 @@ func parseStamps(app, text string) ([]instance, error) {
 			continue
 		}
 		m := stampRE.FindStringSubmatch(line)
-		if m == nil {
-			return nil, fmt.Errorf("%s: unreadable stamp %q", app, line)
+		var at time.Time
+		err := errors.New("no stamp")
+		if m != nil {
+			at, err = measure.ParseAdjtimex(m[5])
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: unreadable stamp %q: %v", app, line, err)
 		}
 		n, _ := strconv.Atoi(m[2])
-		status, _ := strconv.Atoi(m[5])
-		sec, _ := strconv.ParseInt(m[6], 10, 64)
-		frac, _ := strconv.ParseInt(m[7], 10, 64)
-		if status&staNano == 0 {
-			frac *= 1000
-		}
-		at := time.Unix(sec, frac)
 		in := byN[n]
 		if in == nil {
 			in = &instance{app: app, n: n, pod: m[3]}
@@ -120,15 +117,8 @@ type supervisorLog struct {
 }
 
 type logLine struct {
-	Time    string       `json:"time"`
-	Message string       `json:"message"`
-	Signal  string       `json:"signal"`
-	Method  string       `json:"method"`
-	Reason  string       `json:"reason"`
-	Error   string       `json:"error"`
-	Missing []string     `json:"missing"` // of msgMissing: the apps never seen
-	counts  resumeCounts // of msgResumed only
-	at      time.Time
+	measure.LogLine
+	counts resumeCounts // of msgResumed only
 }
 
 // resumeCounts are the fields of msgResumed: the app instances the
@@ -164,24 +154,17 @@ var msgJournal = []string{
 func parseSupervisorLog(text string) (supervisorLog, error) {
 	var s supervisorLog
 	foundSeen := false
-	for _, raw := range strings.Split(text, "\n") {
-		if !strings.HasPrefix(raw, "{") {
-			continue
-		}
-		var l logLine
-		if err := json.Unmarshal([]byte(raw), &l); err != nil {
-			return s, fmt.Errorf("supervisor log line %q: %w", raw, err)
-		}
+	lines, err := measure.ParseLog(text)
+	if err != nil {
+		return s, err
+	}
+	for _, ml := range lines {
+		l, at := logLine{LogLine: ml}, ml.At
 		if l.Message == msgResumed {
-			if err := json.Unmarshal([]byte(raw), &l.counts); err != nil {
-				return s, fmt.Errorf("supervisor log line %q: %w", raw, err)
+			if err := json.Unmarshal([]byte(l.Raw), &l.counts); err != nil {
+				return s, fmt.Errorf("supervisor log line %q: %w", l.Raw, err)
 			}
 		}
-		at, err := time.Parse(time.RFC3339Nano, l.Time)
-		if err != nil {
-			return s, fmt.Errorf("supervisor log line %q: time: %w", raw, err)
-		}
-		l.at = at
 		if s.first.IsZero() {
 			s.start, s.first = at, at
 		}
@@ -500,13 +483,13 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, k *k
 		for _, s := range stops {
 			// The log has milliseconds (truncated): a stop logged at ms
 			// came at or after ms, and before ms+1.
-			before := s.at.Add(time.Millisecond)
+			before := s.At.Add(time.Millisecond)
 			for _, list := range inst {
 				for _, in := range list {
 					if !in.end.IsZero() && !in.end.Before(before) {
-						v.add(invOrder, "pod %s: istio-proxy %s (%s) at %s while %s", name, s.Message, s.Signal, clock(s.at), in)
+						v.add(invOrder, "pod %s: istio-proxy %s (%s) at %s while %s", name, s.Message, s.Signal, clock(s.At), in)
 					} else if in.end.IsZero() && !in.start.Before(before) {
-						v.add(invOrder, "pod %s: istio-proxy %s (%s) at %s before %s", name, s.Message, s.Signal, clock(s.at), in)
+						v.add(invOrder, "pod %s: istio-proxy %s (%s) at %s before %s", name, s.Message, s.Signal, clock(s.At), in)
 					}
 				}
 			}
@@ -561,7 +544,7 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, k *k
 			case t.none:
 				kind = lagUnknownNever
 			}
-			v.stopLags[kind] = append(v.stopLags[kind], stops[0].at.Sub(at))
+			v.stopLags[kind] = append(v.stopLags[kind], stops[0].At.Sub(at))
 		}
 	}
 
@@ -743,12 +726,12 @@ func checkRestart(t timeline, w *podWant, p podObs, sup *corev1.ContainerStatus,
 		ko.missed = fmt.Sprintf("the supervisor had finished (its %q at %s)", msgDone, clock(sls[0].done))
 		return gap, true
 	}
-	if sup.RestartCount == 0 && len(sls) == 1 && len(sls[0].stops) > 0 && !sls[0].stops[0].at.After(k.at) {
+	if sup.RestartCount == 0 && len(sls) == 1 && len(sls[0].stops) > 0 && !sls[0].stops[0].At.After(k.at) {
 		// The SIGKILL came after the action: the sidecars stopped, the
 		// pod's regular containers had all ended, and the kubelet does
 		// not restart a container of a pod that is done. Its message is
 		// the one it wrote before acting ("running: <outcome> ...").
-		ko.missed = fmt.Sprintf("the supervisor had acted (%q at %s); the pod ended before any restart", sls[0].stops[0].Message, clock(sls[0].stops[0].at))
+		ko.missed = fmt.Sprintf("the supervisor had acted (%q at %s); the pod ended before any restart", sls[0].stops[0].Message, clock(sls[0].stops[0].At))
 		return gap, true
 	}
 	if sup.RestartCount != 1 || last == nil || last.ExitCode != 137 {
@@ -772,7 +755,7 @@ func checkRestart(t timeline, w *podWant, p podObs, sup *corev1.ContainerStatus,
 	if after.resumed == nil {
 		v.add(invRestart, "pod %s: the restarted supervisor does not say %q", name, msgResumed)
 	} else {
-		gap[1] = after.resumed.at
+		gap[1] = after.resumed.At
 	}
 	if w == nil || w.deleted {
 		return gap, false
@@ -793,7 +776,7 @@ func checkRestart(t timeline, w *podWant, p podObs, sup *corev1.ContainerStatus,
 	if !ok || len(stops) == 0 {
 		return gap, false // the other invariants say why
 	}
-	ko.wouldStop, ko.stop = would, stops[0].at
+	ko.wouldStop, ko.stop = would, stops[0].At
 	ko.delay = ko.stop.Sub(would)
 	ko.bound = killBound
 	if t.restart == corev1.RestartPolicyOnFailure && !t.none {
@@ -834,8 +817,8 @@ func placeKill(at time.Time, inst map[string][]instance, before supervisorLog) s
 	if !before.done.IsZero() && !before.done.After(at) {
 		return fmt.Sprintf("after the stop: %s after the summary (%q)", fmtDur(at.Sub(before.done)), msgDone)
 	}
-	if len(before.stops) > 0 && !before.stops[0].at.After(at) {
-		return fmt.Sprintf("during the stop: %s after %q", fmtDur(at.Sub(before.stops[0].at)), before.stops[0].Message)
+	if len(before.stops) > 0 && !before.stops[0].At.After(at) {
+		return fmt.Sprintf("during the stop: %s after %q", fmtDur(at.Sub(before.stops[0].At)), before.stops[0].Message)
 	}
 	var near *instance
 	var running []string
@@ -1027,7 +1010,7 @@ func (k *killOutcome) String() string {
 	s := fmt.Sprintf("pod %s killed at %s, %s", k.pod, clock(k.at), k.when)
 	if r := k.resumed; r != nil {
 		s += fmt.Sprintf("; carried on at %s (%s after the kill; apps %d, ended %d, ended unwatched %d, watched %d)",
-			clock(r.at), fmtDur(r.at.Sub(k.at)), r.counts.Apps, r.counts.Ended, r.counts.EndedUnwatched, r.counts.Watched)
+			clock(r.At), fmtDur(r.At.Sub(k.at)), r.counts.Apps, r.counts.Ended, r.counts.EndedUnwatched, r.counts.Watched)
 	}
 	if len(k.lost) > 0 {
 		s += "; ended while no supervisor ran: " + strings.Join(k.lost, ", ")

@@ -6,14 +6,13 @@ import (
 	"os"
 	"runtime"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 
-	"golang.org/x/sys/unix"
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/measure"
 )
 
 // report is the run's document.
@@ -111,12 +110,11 @@ func (r *report) ok() bool {
 
 func (r *report) write(w io.Writer) error {
 	var b strings.Builder
-	var uts unix.Utsname
-	_ = unix.Uname(&uts)
+	kernel, _ := measure.Kernel()
 	host, _ := os.Hostname()
 	fmt.Fprintf(&b, "## Soak: %d Jobs on the one-node cluster, seed %d\n\n", len(r.results), r.o.seed)
 	fmt.Fprintf(&b, "`sudo e2e/soak.sh -seed %d -jobs %d -parallel %d` on %s: %d cores, kernel %s, %s, load %s before and %s after. ",
-		r.o.seed, r.o.jobs, r.o.parallel, host, runtime.NumCPU(), unix.ByteSliceToString(uts.Release[:]),
+		r.o.seed, r.o.jobs, r.o.parallel, host, runtime.NumCPU(), kernel,
 		r.started.UTC().Format("2006-01-02 15:04 MST"), r.loads[0], r.loads[1])
 	fmt.Fprintf(&b, "Took %s, %d Jobs at a time. Images: supervisor %s, istio-proxy %s.\n\n",
 		r.took.Round(time.Second), r.o.parallel, r.images[0], r.images[1])
@@ -165,15 +163,8 @@ func (r *report) write(w io.Writer) error {
 		}
 	}
 	b.WriteString("\nEach cell: Jobs for which the invariant held / Jobs in the row. A Job is in every row that fits it.\n\n")
-	b.WriteString("| Jobs | n |")
-	for _, n := range invariantNames {
-		b.WriteString(" " + n + " |")
-	}
-	b.WriteString(" all held | Job time, median | max |\n|---|---:|")
-	for range invariantNames {
-		b.WriteString("---:|")
-	}
-	b.WriteString("---:|---:|---:|\n")
+	head := append(append([]string{"Jobs", "n"}, invariantNames[:]...), "all held", "Job time, median", "max")
+	var table [][]string
 	for _, row := range rows() {
 		var sel []result
 		for _, res := range r.results {
@@ -184,7 +175,7 @@ func (r *report) write(w io.Writer) error {
 		if len(sel) == 0 {
 			continue
 		}
-		fmt.Fprintf(&b, "| %s | %d |", row.title, len(sel))
+		cells := []string{row.title, fmt.Sprint(len(sel))}
 		all := 0
 		var took []time.Duration
 		for _, res := range sel {
@@ -200,10 +191,11 @@ func (r *report) write(w io.Writer) error {
 					n++
 				}
 			}
-			fmt.Fprintf(&b, " %s |", mark(n, len(sel)))
+			cells = append(cells, mark(n, len(sel)))
 		}
-		fmt.Fprintf(&b, " %s | %s | %s |\n", mark(all, len(sel)), pct(took, 50), pct(took, 100))
+		table = append(table, append(cells, mark(all, len(sel)), pct(took, 50), pct(took, 100)))
 	}
+	measure.Table(&b, "l"+strings.Repeat("r", len(head)-1), head, table...)
 	b.WriteString(r.kills())
 	var failed, unchecked, anomalies []string
 	for _, res := range r.results {
@@ -242,7 +234,8 @@ func (r *report) write(w io.Writer) error {
 
 // kills renders the table of the Jobs whose supervisor was killed.
 func (r *report) kills() string {
-	var rows, missed []string
+	var rows [][]string
+	var missed []string
 	for _, res := range r.results {
 		k := res.v.kill
 		if k == nil {
@@ -254,7 +247,7 @@ func (r *report) kills() string {
 		}
 		resumed, lost := "–", "–"
 		if k.resumed != nil {
-			resumed = fmt.Sprintf("%s (%d unwatched)", fmtDur(k.resumed.at.Sub(k.at)), k.resumed.counts.EndedUnwatched)
+			resumed = fmt.Sprintf("%s (%d unwatched)", fmtDur(k.resumed.At.Sub(k.at)), k.resumed.counts.EndedUnwatched)
 		}
 		if len(k.lost) > 0 {
 			lost = strings.Join(k.lost, ", ")
@@ -267,8 +260,7 @@ func (r *report) kills() string {
 		if len(res.v.problems[invRestart]) > 0 {
 			held = "**no**"
 		}
-		rows = append(rows, fmt.Sprintf("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |", res.t.name(), res.t.restart, res.t.shape(),
-			res.t.kill, k.when, resumed, lost, delay, bound, held))
+		rows = append(rows, []string{res.t.name(), string(res.t.restart), res.t.shape(), res.t.kill.String(), k.when, resumed, lost, delay, bound, held})
 	}
 	if len(rows)+len(missed) == 0 {
 		return ""
@@ -279,8 +271,7 @@ func (r *report) kills() string {
 		"lost: app instances that ended while no supervisor ran; delay: istio-proxy's stop against when it would have been without the kill "+
 		"(the pod's last app end; with statuses unknown under OnFailure, plus the restart wait); bound: %s, plus the restart wait where a status was lost under OnFailure, or the look (SUPERVISOR_APP_START_TIMEOUT, from the restarted supervisor's start) where an app ran wholly unseen.\n\n",
 		len(rows), len(missed), killBound)
-	b.WriteString("| Job | policy | shape | drawn | killed | carried on | lost | delay | bound | held |\n|---|---|---|---|---|---:|---|---:|---:|---|\n")
-	b.WriteString(strings.Join(rows, "\n") + "\n")
+	measure.Table(&b, "lllllrlrr", []string{"Job", "policy", "shape", "drawn", "killed", "carried on", "lost", "delay", "bound", "held"}, rows...)
 	if len(missed) > 0 {
 		fmt.Fprintf(&b, "\nKills that did not count:\n\n- %s\n", strings.Join(missed, "\n- "))
 	}
@@ -295,12 +286,7 @@ func signed(d time.Duration) string {
 }
 
 // pctSigned is pct for durations that may be negative.
-func pctSigned(d []time.Duration, p int) string {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	k := max(1, min((p*len(s)+99)/100, len(s)))
-	return signed(s[k-1])
-}
+func pctSigned(d []time.Duration, p int) string { return signed(measure.Rank(d, p)) }
 
 func mark(n, of int) string {
 	if n == of {
@@ -314,11 +300,7 @@ func pct(d []time.Duration, p int) string {
 	if len(d) == 0 {
 		return "–"
 	}
-	s := slices.Clone(d)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	k := (p*len(s) + 99) / 100
-	k = max(1, min(k, len(s)))
-	v := s[k-1]
+	v := measure.Rank(d, p)
 	if v < 10*time.Second {
 		return v.Round(10 * time.Millisecond).String()
 	}

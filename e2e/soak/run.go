@@ -24,6 +24,7 @@ import (
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/cluster"
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/jobprog"
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/measure"
 )
 
 // nsLabel marks the soak's namespaces, so that the next run removes one a
@@ -65,7 +66,7 @@ type restart struct {
 
 func run(ctx context.Context, o options, out io.Writer) (bool, error) {
 	started := time.Now()
-	load0 := jobprog.LoadAvg()
+	load0 := measure.LoadAvg()
 	idx := o.only
 	if len(idx) == 0 {
 		for i := 0; i < o.jobs; i++ {
@@ -166,7 +167,7 @@ func run(ctx context.Context, o options, out io.Writer) (bool, error) {
 		restarts: restarts,
 		started:  started,
 		took:     time.Since(started),
-		loads:    [2]string{load0, jobprog.LoadAvg()},
+		loads:    [2]string{load0, measure.LoadAvg()},
 		images:   [2]string{e.SupervisorImage, e.ProxyImage},
 		out:      s.out,
 	}
