@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -111,13 +110,12 @@ type podOpts struct {
 // benchPod is a started pod and the files the measures come from.
 type benchPod struct {
 	*pod.Pod
-	opts    podOpts
-	built   scenarios.Built
-	backend *capture
-	dir     string // the benchmark's files (FIFOs, stamps)
-	trig    string // FIFO: the apps end once it is opened for writing and closed
-	ack     string // FIFO: the app writes a byte per SIGUSR1
-	filled  string // FIFO: the filler's hook returns once its processes exist
+	opts   podOpts
+	built  scenarios.Built
+	dir    string // the benchmark's files (FIFOs, stamps)
+	trig   string // FIFO: the apps end once it is opened for writing and closed
+	ack    string // FIFO: the app writes a byte per SIGUSR1
+	filled string // FIFO: the filler's hook returns once its processes exist
 }
 
 func appName(i int) string {
@@ -242,8 +240,7 @@ func startPod(ctx context.Context, e env, o podOpts) (*benchPod, error) {
 		last := len(spec.Containers) - 1
 		spec.Containers = append(spec.Containers[:last], filler, spec.Containers[last])
 	}
-	bp.backend = &capture{Namespaces: built.Backend.(pod.Namespaces), procs: map[string]pod.Process{}}
-	p, err := pod.Start(ctx, bp.backend, spec)
+	p, err := pod.Start(ctx, built.Backend, spec)
 	if err != nil {
 		os.RemoveAll(built.Dir)
 		return fail(err)
@@ -390,8 +387,7 @@ func stamp(path, event string) (time.Time, error) {
 
 // reaped is when the pod reaped container name's main process.
 func (bp *benchPod) reaped(name string) (time.Time, error) {
-	p := bp.backend.proc(name)
-	et, ok := p.(interface{ ExitedAt() time.Time })
+	et, ok := bp.Process(name).(interface{ ExitedAt() time.Time })
 	if !ok {
 		return time.Time{}, fmt.Errorf("container %s: the backend does not time the reap", name)
 	}
@@ -409,30 +405,6 @@ func (bp *benchPod) pid(name string) (int, error) {
 		return 0, fmt.Errorf("container %s is not running", name)
 	}
 	return c.PID, nil
-}
-
-// capture is the namespaces backend, keeping each container's process so
-// that the benchmark can ask when it was reaped.
-type capture struct {
-	pod.Namespaces
-	mu    sync.Mutex
-	procs map[string]pod.Process
-}
-
-func (c *capture) Start(ctx context.Context, p *pod.Pod, ct *pod.Container, attempt int, stdout *os.File) (pod.Process, error) {
-	proc, err := c.Namespaces.Start(ctx, p, ct, attempt, stdout)
-	if err == nil {
-		c.mu.Lock()
-		c.procs[ct.Name] = proc
-		c.mu.Unlock()
-	}
-	return proc, err
-}
-
-func (c *capture) proc(name string) pod.Process {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.procs[name]
 }
 
 // idleBatch is how many children one run of the idle program forks.

@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -16,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/measure"
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/pod"
 )
 
 // usage is what one container used, from its cgroup.
@@ -59,28 +59,14 @@ type acct struct {
 // directory containerd puts the containers' cgroups in.
 func newAcct(parent string, interval time.Duration) (*acct, error) {
 	a := &acct{interval: interval, ctrs: map[string]*usage{}, watches: map[int32]string{}}
-	mi, err := os.ReadFile("/proc/self/mountinfo")
+	unified, err := pod.CgroupMount("")
 	if err != nil {
 		return nil, err
 	}
-	for _, line := range strings.Split(string(mi), "\n") {
-		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS ... - FSTYPE SOURCE SUPEROPTS
-		pre, post, ok := strings.Cut(line, " - ")
-		if !ok {
-			continue
-		}
-		f, g := strings.Fields(pre), strings.Fields(post)
-		if len(f) < 5 || len(g) < 3 {
-			continue
-		}
-		switch {
-		case g[0] == "cgroup2" && a.unified == "":
-			a.unified = filepath.Join(f[4], parent)
-		case g[0] == "cgroup" && a.memory == "" && hasOption(g[2], "memory"):
-			a.memory = filepath.Join(f[4], parent)
-		}
+	if memory, _ := pod.CgroupMount("memory"); memory != "" {
+		a.memory = filepath.Join(memory, parent)
 	}
-	if a.unified == "" {
+	if a.unified = filepath.Join(unified, parent); unified == "" {
 		return nil, errors.New("no cgroup v2 hierarchy mounted (hybrid or unified): the per-container accounting needs its cpu.stat and cgroup.events")
 	}
 	a.ino, err = unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
@@ -88,15 +74,6 @@ func newAcct(parent string, interval time.Duration) (*acct, error) {
 		return nil, fmt.Errorf("inotify_init1: %w", err)
 	}
 	return a, nil
-}
-
-func hasOption(opts, name string) bool {
-	for _, o := range strings.Split(opts, ",") {
-		if o == name {
-			return true
-		}
-	}
-	return false
 }
 
 // run follows the cgroups until ctx ends.

@@ -160,6 +160,13 @@ func (l cgroupMountList) find(controllers string) string {
 	return ""
 }
 
+// CgroupMount is where the hierarchy of controllers ("" for cgroup2) is
+// mounted, "" where none is.
+func CgroupMount(controllers string) (string, error) {
+	l, err := cgroupMounts()
+	return l.find(controllers), err
+}
+
 func cgroupMounts() (cgroupMountList, error) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {

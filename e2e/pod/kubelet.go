@@ -262,6 +262,14 @@ func (p *Pod) proc(i int) Process {
 	return p.procs[i]
 }
 
+// Process is container name's process, the last one started; nil if none.
+func (p *Pod) Process(name string) Process {
+	if i := p.index(name); i >= 0 {
+		return p.proc(i)
+	}
+	return nil
+}
+
 func (p *Pod) attempt(i int) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -295,23 +295,50 @@ func (im *Image) Unpack(dir string) error {
 		return err
 	}
 	for i, l := range im.layers {
-		var r io.Reader = bytes.NewReader(l.blob)
-		switch {
-		case strings.HasSuffix(l.mediaType, "+gzip"):
-			zr, err := gzip.NewReader(r)
-			if err != nil {
-				return fmt.Errorf("layer %d: %w", i, err)
-			}
-			r = zr
-		case strings.HasSuffix(l.mediaType, ".tar"):
-		default:
-			return fmt.Errorf("layer %d: media type %s not supported", i, l.mediaType)
+		tr, err := l.tar()
+		if err == nil {
+			err = applyLayer(dir, tr)
 		}
-		if err := applyLayer(dir, tar.NewReader(r)); err != nil {
+		if err != nil {
 			return fmt.Errorf("layer %d: %w", i, err)
 		}
 	}
 	return nil
+}
+
+// Sizes are the layers' bytes as stored (compressed) and those of the
+// files in them (unpacked).
+func (im *Image) Sizes() (layers int, compressed, unpacked int64, err error) {
+	for i, l := range im.layers {
+		compressed += int64(len(l.blob))
+		tr, err := l.tar()
+		for err == nil {
+			var h *tar.Header
+			if h, err = tr.Next(); err == nil {
+				unpacked += h.Size
+			}
+		}
+		if err != io.EOF {
+			return 0, 0, 0, fmt.Errorf("layer %d: %w", i, err)
+		}
+	}
+	return len(im.layers), compressed, unpacked, nil
+}
+
+func (l layer) tar() (*tar.Reader, error) {
+	var r io.Reader = bytes.NewReader(l.blob)
+	switch {
+	case strings.HasSuffix(l.mediaType, "+gzip"):
+		zr, err := gzip.NewReader(r)
+		if err != nil {
+			return nil, err
+		}
+		r = zr
+	case strings.HasSuffix(l.mediaType, ".tar"):
+	default:
+		return nil, fmt.Errorf("media type %s not supported", l.mediaType)
+	}
+	return tar.NewReader(r), nil
 }
 
 func applyLayer(dir string, tr *tar.Reader) error {
