@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/measure"
 )
@@ -107,7 +108,7 @@ func memoryRun(ctx context.Context, e env, idle string, n int, m *memPoint) erro
 	// The supervisor starts once the filler's processes all exist (its
 	// postStart hook): bounded by the hook's own 2 minutes.
 	var pid int
-	if err := waitFor(ctx, 3*time.Minute, func() (bool, error) {
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
 		if c := bp.Status().Container("supervisor"); c.Started && !c.Running {
 			return false, errors.New("it exited")
 		}
@@ -122,7 +123,7 @@ func memoryRun(ctx context.Context, e env, idle string, n int, m *memPoint) erro
 		return err
 	}
 	defer s.stop()
-	if err := waitFor(ctx, window+5*time.Minute, func() (bool, error) {
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, window+5*time.Minute, true, func(context.Context) (bool, error) {
 		if c := bp.Status().Container("supervisor"); !c.Running {
 			return false, errors.New("the supervisor exited")
 		}
@@ -147,23 +148,6 @@ func memoryRun(ctx context.Context, e env, idle string, n int, m *memPoint) erro
 		m.perProcKB = append(m.perProcKB, float64(before-filled)/float64(n))
 	}
 	return nil
-}
-
-// waitFor polls cond every 100 ms for up to d, or until it fails.
-func waitFor(ctx context.Context, d time.Duration, cond func() (bool, error)) error {
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	for {
-		ok, err := cond()
-		if ok || err != nil {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
 }
 
 // memSampler reads a process's VmHWM until it exits.

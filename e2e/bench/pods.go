@@ -262,12 +262,12 @@ func (bp *benchPod) Close() error {
 // ready reports whether the watcher watches and pilot-agent runs, so that
 // the apps may be ended.
 func (bp *benchPod) ready() bool {
-	if !hasPrefix(scenarios.Record(bp.built.PilotRecord), "start") {
+	if !slices.ContainsFunc(scenarios.Record(bp.built.PilotRecord), startsWith("start")) {
 		return false
 	}
 	switch bp.opts.method {
 	case seed:
-		return hasPrefix(scenarios.Record(filepath.Join(bp.built.Dir, appName(0)+".record")), "app start")
+		return slices.ContainsFunc(scenarios.Record(filepath.Join(bp.built.Dir, appName(0)+".record")), startsWith("app start"))
 	case poll1s, poll50ms:
 		return strings.Contains(bp.Logs("poller"), "watching")
 	}
@@ -281,13 +281,8 @@ func (bp *benchPod) ready() bool {
 	return found == bp.opts.nApps()
 }
 
-func hasPrefix(lines []string, prefix string) bool {
-	for _, l := range lines {
-		if strings.HasPrefix(l, prefix) {
-			return true
-		}
-	}
-	return false
+func startsWith(prefix string) func(string) bool {
+	return func(l string) bool { return strings.HasPrefix(l, prefix) }
 }
 
 // waitReady waits for ready, looking every 2 ms (the harness's polling,

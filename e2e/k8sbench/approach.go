@@ -54,10 +54,11 @@ func (s shape) hasSupervisor() bool { return s == supervised || s == supervisedN
 type approach struct {
 	key   string // Job name prefix
 	title string // the table's row; %s takes the supervisor's success action
-	// script is the app container's shell script, or argv if direct.
+	// script is the app container's shell script (default: the app), or
+	// argv if direct.
 	script string
 	argv   []string
-	// restart is the pod's restartPolicy.
+	// restart is the pod's restartPolicy (default: Never).
 	restart     corev1.RestartPolicy
 	annotations map[string]string
 	// sharePID: shareProcessNamespace set by the Job itself (the template
@@ -84,11 +85,9 @@ func approaches(appSeconds int) []approach {
 	// shell exits right after the stamp (microseconds).
 	app := fmt.Sprintf("echo working; sleep %d; %s", appSeconds, stamp)
 	noSupervisor := map[string]string{supervisorPrefix + "inject": "false"}
-	return []approach{{
+	all := []approach{{
 		key:         "native",
 		title:       "istio-proxy as a native sidecar (`sidecar.istio.io/nativeSidecar: \"true\"`): the kubelet stops it after the app",
-		script:      app,
-		restart:     corev1.RestartPolicyNever,
 		annotations: map[string]string{"sidecar.istio.io/nativeSidecar": "true"},
 		shape:       native,
 	}, {
@@ -97,7 +96,6 @@ func approaches(appSeconds int) []approach {
 		// pkill; killall signals by name just the same.
 		title:       "wrapper in the app's command: `APP; rc=$?; killall -15 pilot-agent; exit $rc` (shareProcessNamespace)",
 		script:      app + "; rc=$?; killall -15 pilot-agent; exit $rc",
-		restart:     corev1.RestartPolicyNever,
 		annotations: noSupervisor,
 		sharePID:    true,
 		shape:       classic,
@@ -105,29 +103,23 @@ func approaches(appSeconds int) []approach {
 		key:         "wrap-quit",
 		title:       "wrapper in the app's command: `trap 'wget -q --post-data \"\" " + quitURL + "' EXIT; APP`",
 		script:      "trap 'wget -q -O /dev/null --post-data \"\" " + quitURL + "' EXIT; " + app,
-		restart:     corev1.RestartPolicyNever,
 		annotations: noSupervisor,
 		shape:       classic,
 	}, {
 		key:         "sup-term",
 		title:       "supervisor, success → SIGTERM (annotation `on-success: SIGTERM`)",
-		script:      app,
-		restart:     corev1.RestartPolicyNever,
 		annotations: map[string]string{supervisorPrefix + "on-success": "SIGTERM"},
 		shape:       supervised,
 		onSuccess:   "SIGTERM",
 	}, {
 		key:         "sup-quit",
 		title:       "supervisor, success → POST /quitquitquit (annotation `on-success: " + quitURL + "`)",
-		script:      app,
-		restart:     corev1.RestartPolicyNever,
 		annotations: map[string]string{supervisorPrefix + "on-success": quitURL},
 		shape:       supervised,
 		onSuccess:   quitURL,
 	}, {
 		key:     "sup-onfailure",
 		title:   "supervisor under restartPolicy OnFailure (the template's default: success → %s)",
-		script:  app,
 		restart: corev1.RestartPolicyOnFailure,
 		shape:   supervised,
 	}, {
@@ -135,50 +127,49 @@ func approaches(appSeconds int) []approach {
 		// (docs/compatibility.md): 1.20 has no /drain and its quit drains;
 		// 1.21-1.25 drain on the quit unless /drain came first; 1.26+
 		// quit at once, as the real one above.
-		key:     "rel-120",
-		title:   "supervisor, Istio 1.20's pilot-agent (stand-in): no /drain, its quit drains " + standInDrain + " (the template's default: success → %s)",
-		script:  app,
-		restart: corev1.RestartPolicyNever,
-		shape:   supervised,
-		istio:   "1.20",
+		key:   "rel-120",
+		title: "supervisor, Istio 1.20's pilot-agent (stand-in): no /drain, its quit drains " + standInDrain + " (the template's default: success → %s)",
+		shape: supervised,
+		istio: "1.20",
 	}, {
-		key:     "rel-124",
-		title:   "supervisor, Istio 1.21-1.25's pilot-agent (stand-in as 1.24): /drain, then the quit (the template's default: success → %s)",
-		script:  app,
-		restart: corev1.RestartPolicyNever,
-		shape:   supervised,
-		istio:   "1.24",
+		key:   "rel-124",
+		title: "supervisor, Istio 1.21-1.25's pilot-agent (stand-in as 1.24): /drain, then the quit (the template's default: success → %s)",
+		shape: supervised,
+		istio: "1.24",
 	}, {
-		key:     "rel-126",
-		title:   "supervisor, Istio 1.26+'s pilot-agent (stand-in, beside the real one above; the template's default: success → %s)",
-		script:  app,
-		restart: corev1.RestartPolicyNever,
-		shape:   supervised,
-		istio:   "1.26",
+		key:   "rel-126",
+		title: "supervisor, Istio 1.26+'s pilot-agent (stand-in, beside the real one above; the template's default: success → %s)",
+		shape: supervised,
+		istio: "1.26",
 	}, {
-		key:     "sup-quick",
-		title:   "supervisor, an app of milliseconds (the app is `" + stamp + "` alone; the template's default: success → %s)",
-		argv:    []string{stamp},
-		restart: corev1.RestartPolicyNever,
-		shape:   supervised,
+		key:   "sup-quick",
+		title: "supervisor, an app of milliseconds (the app is `" + stamp + "` alone; the template's default: success → %s)",
+		argv:  []string{stamp},
+		shape: supervised,
 	}, {
 		// The supervisor's two shapes side by side (issue 32): the native
 		// sidecar starts before the app, which the kubelet starts only
 		// once its startup probe passes.
 		key:         "sup-native",
 		title:       "supervisor as a native sidecar (annotation `shape: native`; the template's default: success → %s)",
-		script:      app,
-		restart:     corev1.RestartPolicyNever,
 		annotations: map[string]string{supervisorPrefix + "shape": "native"},
 		shape:       supervisedNative,
 	}, {
 		key:         "sup-native-quick",
 		title:       "supervisor as a native sidecar, an app of milliseconds (the app is `" + stamp + "` alone; success → %s)",
 		argv:        []string{stamp},
-		restart:     corev1.RestartPolicyNever,
 		annotations: map[string]string{supervisorPrefix + "shape": "native"},
 		shape:       supervisedNative,
 	}}
+	for i := range all {
+		if all[i].restart == "" {
+			all[i].restart = corev1.RestartPolicyNever
+		}
+		if all[i].argv == nil && all[i].script == "" {
+			all[i].script = app
+		}
+	}
+	return all
 }
 
 // job is the approach's Job: one pod, no retry, the label that asks Istio

@@ -974,12 +974,7 @@ func expectedOutcomes(t timeline, w podWant, inst map[string][]instance, supStar
 	for _, a := range t.apps {
 		n := w.last[a.name]
 		code := a.at(n).code
-		var in *instance
-		for i := range inst[a.name] {
-			if inst[a.name][i].n == n {
-				in = &inst[a.name][i]
-			}
-		}
+		in := find(inst[a.name], n)
 		seen := logOK && in != nil && !in.end.IsZero() && in.end.After(supStart.Add(seenMargin)) &&
 			(n == w.first[a.name] || in.end.Sub(in.start) >= seenMargin) && !inGap(gap, in.end)
 		switch {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // killed is what became of a timeline's kill (killPlan).
@@ -44,13 +45,11 @@ func (s *soak) killSupervisor(ctx context.Context, t timeline, dir string) kille
 	var res killed
 	var in instance
 	err := pollStamps(ctx, dir, t, stampPoll, func(inst map[string][]instance) bool {
-		for _, x := range inst[k.app] {
-			if x.n == k.n {
-				in = x
-				return true
-			}
+		x := find(inst[k.app], k.n)
+		if x != nil {
+			in = *x
 		}
-		return false
+		return x != nil
 	})
 	if err != nil {
 		res.err = fmt.Errorf("%s #%d never started: %w", k.app, k.n, err)
@@ -151,18 +150,10 @@ func find(list []instance, n int) *instance {
 // pollStamps reads the Job's stamps every interval until cond holds or ctx
 // ends.
 func pollStamps(ctx context.Context, dir string, t timeline, interval time.Duration, cond func(map[string][]instance) bool) error {
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for {
-		if inst, err := readStamps(dir, t.apps); err == nil && cond(inst) {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-tick.C:
-		}
-	}
+	return wait.PollUntilContextCancel(ctx, interval, true, func(context.Context) (bool, error) {
+		inst, err := readStamps(dir, t.apps)
+		return err == nil && cond(inst), nil
+	})
 }
 
 func sleepUntil(ctx context.Context, at time.Time) error {
@@ -188,20 +179,11 @@ const supervisorComm = "sidecar-supervi"
 // runtime (its container, then its main process) and opens a pidfd on it,
 // so that the SIGKILL reaches that process and no other. It tries for a
 // while: containerd may be restarting.
-func (s *soak) supervisorProcess(ctx context.Context, res *killed) (int, error) {
-	var err error
-	for try := 0; try < runningTries; try++ {
-		var fd int
-		if fd, err = s.supervisorOnce(ctx, res); err == nil {
-			return fd, nil
-		}
-		select {
-		case <-ctx.Done():
-			return -1, fmt.Errorf("find the supervisor: %w (last: %v)", ctx.Err(), err)
-		case <-time.After(time.Second):
-		}
+func (s *soak) supervisorProcess(ctx context.Context, res *killed) (fd int, err error) {
+	if err = retry(ctx, func() error { fd, err = s.supervisorOnce(ctx, res); return err }); err != nil {
+		return -1, fmt.Errorf("find the supervisor: %w", err)
 	}
-	return -1, fmt.Errorf("find the supervisor: %w", err)
+	return fd, nil
 }
 
 func (s *soak) supervisorOnce(ctx context.Context, res *killed) (int, error) {

@@ -416,10 +416,8 @@ func (s *soak) deleteMidRun(ctx context.Context, t timeline, dir string) error {
 		pod = ""
 		for _, a := range t.apps {
 			found := ""
-			for _, in := range inst[a.name] {
-				if in.n == want[a.name] {
-					found = in.pod
-				}
+			if x := find(inst[a.name], want[a.name]); x != nil {
+				found = x.pod
 			}
 			if found == "" || (pod != "" && found != pod) {
 				return false, nil
@@ -443,24 +441,31 @@ func (s *soak) deleteMidRun(ctx context.Context, t timeline, dir string) error {
 	return nil
 }
 
-// runningTries bounds the runtime query: containerd may be restarting.
-const runningTries = 30
-
 // running lists the containers the runtime still runs for the pod.
-func (s *soak) running(ctx context.Context, uid types.UID) ([]string, error) {
+func (s *soak) running(ctx context.Context, uid types.UID) (ids []string, err error) {
+	err = retry(ctx, func() error {
+		out, err := s.crictl(ctx, "ps", "-q", "--state", "running", "--label", "io.kubernetes.pod.uid="+string(uid))
+		ids = strings.Fields(out)
+		return err
+	})
+	return ids, err
+}
+
+// retry calls f until it succeeds, up to 30 times a second apart:
+// containerd may be restarting.
+func retry(ctx context.Context, f func() error) error {
 	var err error
-	for try := 0; try < runningTries; try++ {
-		var out string
-		if out, err = s.crictl(ctx, "ps", "-q", "--state", "running", "--label", "io.kubernetes.pod.uid="+string(uid)); err == nil {
-			return strings.Fields(out), nil
+	for try := 0; try < 30; try++ {
+		if err = f(); err == nil {
+			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
 		case <-time.After(time.Second):
 		}
 	}
-	return nil, err
+	return err
 }
 
 // crictl runs crictl against the node's containerd and returns its stdout.
