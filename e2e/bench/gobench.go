@@ -67,7 +67,6 @@ func parseGoBench(out []byte) map[string]goBench {
 	return res
 }
 
-// rawBenchLines keeps the header and result lines of the output.
 func rawBenchLines(out string) string {
 	var keep []string
 	for _, l := range strings.Split(out, "\n") {

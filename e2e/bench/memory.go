@@ -191,7 +191,6 @@ func sampleMemory(pid int, every time.Duration) (*memSampler, error) {
 	return s, nil
 }
 
-// stop ends the sampling and returns the highest VmHWM read, in kB.
 func (s *memSampler) stop() uint64 {
 	s.once.Do(func() { close(s.done) })
 	s.wg.Wait()
@@ -200,7 +199,6 @@ func (s *memSampler) stop() uint64 {
 	return s.hwm
 }
 
-// memAvailableKB is /proc/meminfo's MemAvailable.
 func memAvailableKB() uint64 {
 	st, err := measure.Counters("/proc/meminfo")
 	if err != nil {

@@ -132,7 +132,6 @@ func (o podOpts) nApps() int { return max(o.apps, 1) }
 // filler's sh.
 func (o podOpts) baseProcs() int { return 1 + o.nApps() + 2 + 1 + 1 }
 
-// startPod builds and starts a pod for o.
 func startPod(ctx context.Context, e env, o podOpts) (*benchPod, error) {
 	dir, err := os.MkdirTemp(e.root, string(o.method)+"-")
 	if err != nil {
@@ -252,7 +251,6 @@ func startPod(ctx context.Context, e env, o podOpts) (*benchPod, error) {
 func (bp *benchPod) appStamps(i int) string { return filepath.Join(bp.dir, appName(i)+".stamps") }
 func (bp *benchPod) pilotStamps() string    { return filepath.Join(bp.dir, "pilot-agent.stamps") }
 
-// Close removes the pod and its files.
 func (bp *benchPod) Close() error {
 	err := bp.Pod.Close()
 	os.RemoveAll(bp.dir)
@@ -393,7 +391,6 @@ func (bp *benchPod) reaped(name string) (time.Time, error) {
 	return t, nil
 }
 
-// pid is the host PID of a running container's main process.
 func (bp *benchPod) pid(name string) (int, error) {
 	c := bp.Status().Container(name)
 	if !c.Running || c.PID == 0 {
@@ -421,7 +418,6 @@ func withEnv(env, set []string) []string {
 	return out
 }
 
-// shellJoin quotes argv for sh.
 func shellJoin(argv []string) string {
 	q := make([]string, len(argv))
 	for i, a := range argv {

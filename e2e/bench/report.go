@@ -16,7 +16,6 @@ type table struct {
 
 const dash = "—"
 
-// section adds a heading row.
 func (t *table) section(title string) {
 	row := []string{"**" + title + "**"}
 	for range methods {
@@ -282,7 +281,6 @@ func oneLine(err error) string {
 	return strings.ReplaceAll(s, "|", "/")
 }
 
-// writeMethod says how each figure was measured.
 func writeMethod(w io.Writer, r *results) {
 	o := r.o
 	fmt.Fprintf(w, `## How each figure is measured
@@ -359,7 +357,6 @@ above are what else ran meanwhile.
 	}
 }
 
-// writeMemoryMethod says how section 5 was measured.
 func writeMemoryMethod(w io.Writer, r *results) {
 	perProc := "?"
 	most := 0

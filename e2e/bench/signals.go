@@ -48,7 +48,6 @@ func signalRates(ctx context.Context, e env, rounds int, window time.Duration) m
 	return out
 }
 
-// pingPong runs one round for m.
 func pingPong(ctx context.Context, e env, m method, window time.Duration) (rate, cpuPerSignal, switchesPerSignal float64, err error) {
 	bp, err := startPod(ctx, e, podOpts{method: m, ack: true})
 	if err != nil {

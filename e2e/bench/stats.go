@@ -56,7 +56,6 @@ func bytesMB(n int64) string {
 	return fmt.Sprintf("%s MB (%s MiB)", sig3(float64(n)/1e6), sig3(float64(n)/(1<<20)))
 }
 
-// thousands formats n with comma separators.
 func thousands(n int) string {
 	neg := n < 0
 	if neg {

@@ -76,7 +76,6 @@ func newAcct(parent string, interval time.Duration) (*acct, error) {
 	return a, nil
 }
 
-// run follows the cgroups until ctx ends.
 func (a *acct) run(ctx context.Context) {
 	defer unix.Close(a.ino)
 	fds := []unix.PollFd{{Fd: int32(a.ino), Events: unix.POLLIN}}

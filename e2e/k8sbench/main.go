@@ -203,13 +203,10 @@ func (b *bench) runJob(ctx context.Context, a approach, idx, round int) (result,
 		return res, fmt.Errorf("pod %s of approach %s: %s: the benchmark would measure something else", pod.Name, a.key, problem)
 	}
 	res.onSuccess = onSuccess
-	if res.failure != "" {
-		logf("%s failed; its pod:\n%s", name, b.c.Describe(ctx, b.ns, pod.Name))
-		return res, nil
-	}
 	s := b.rec.get(name)
 	res.podDone, res.jobDone = s.podDone, s.jobDone
 	switch {
+	case res.failure != "":
 	case s.cond != batchv1.JobComplete:
 		res.failure = fmt.Sprintf("Job %s", s.cond)
 	case s.phase != corev1.PodSucceeded:

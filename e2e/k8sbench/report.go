@@ -251,7 +251,6 @@ warm-up round reads the binaries first, so the figures are mostly anonymous memo
 	}
 }
 
-// machine describes the host.
 func machine() string {
 	kernel, _ := measure.Kernel()
 	mem := "?"
@@ -280,7 +279,6 @@ func clusterVersions() string {
 	return strings.Join(parts, "; ")
 }
 
-// versionsEnv reads a line of e2e/versions.env.
 func versionsEnv(name string) string {
 	dir, err := injector.DeployDir()
 	if err != nil {

@@ -31,7 +31,6 @@ type recorder struct {
 
 func newRecorder() *recorder { return &recorder{jobs: map[string]*stamps{}} }
 
-// expect registers a Job about to be created.
 func (r *recorder) expect(job string) *stamps {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -40,7 +39,6 @@ func (r *recorder) expect(job string) *stamps {
 	return s
 }
 
-// get returns a copy of a Job's stamps taken under the lock.
 func (r *recorder) get(job string) stamps {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -43,7 +43,6 @@ func clock(t time.Time) string { return t.UTC().Format("15:04:05.000") }
 // CODE <adjtimex>".
 var stampRE = regexp.MustCompile(`^(start|end) (\d+) (\S+)(?: (-?\d+))? (.*)$`)
 
-// parseStamps reads an app's stamp file.
 func parseStamps(app, text string) ([]instance, error) {
 	byN := map[int]*instance{}
 	for _, line := range strings.Split(strings.TrimSpace(text), "\n") {
@@ -363,7 +362,6 @@ func orderPods(pods []podObs, inst map[string][]instance) []podObs {
 	return out
 }
 
-// instancesIn returns the instances run in pod, by app.
 func instancesIn(inst map[string][]instance, pod string) map[string][]instance {
 	out := map[string][]instance{}
 	for app, list := range inst {
@@ -862,7 +860,6 @@ func quoteAll(s []string, suffix string) []string {
 	return out
 }
 
-// checkApps checks the pod's phase and each app's instances against w.
 func checkApps(t timeline, w podWant, p *corev1.Pod, inst map[string][]instance, v *verdict) {
 	name := p.Name
 	if w.deleted {

@@ -44,7 +44,6 @@ echo "$APP instance $n in $POD_NAME: ${d}s, then exit $c"
 echo "end $n $POD_NAME $c" $(adjtimex) >> ` + stateMount + `/$APP.times
 exit "$c"`
 
-// plan renders an app's steps for $PLAN.
 func (a appPlan) plan() string {
 	var s []string
 	for _, st := range a.steps {

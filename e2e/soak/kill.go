@@ -137,7 +137,6 @@ func (s *soak) killSupervisor(ctx context.Context, t timeline, dir string) kille
 	return res
 }
 
-// find returns instance n of the list, or nil.
 func find(list []instance, n int) *instance {
 	for i := range list {
 		if list[i].n == n {

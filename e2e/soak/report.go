@@ -232,7 +232,6 @@ func (r *report) write(w io.Writer) error {
 	return err
 }
 
-// kills renders the table of the Jobs whose supervisor was killed.
 func (r *report) kills() string {
 	var rows [][]string
 	var missed []string

@@ -184,7 +184,6 @@ func unfinalizeAll(ctx context.Context, c *cluster.Cluster, ns string) {
 	}
 }
 
-// unfinalize removes the soak's finalizer from a pod.
 func unfinalize(ctx context.Context, c *cluster.Cluster, p corev1.Pod) {
 	pods := c.Client.CoreV1().Pods(p.Namespace)
 	for try := 0; ; try++ {
@@ -384,7 +383,6 @@ func (s *soak) runJob(ctx context.Context, t timeline) result {
 	return res
 }
 
-// readStamps reads each app's stamps in the Job's directory.
 func readStamps(dir string, apps []appPlan) (map[string][]instance, error) {
 	out := map[string][]instance{}
 	var errs []error
@@ -441,7 +439,6 @@ func (s *soak) deleteMidRun(ctx context.Context, t timeline, dir string) error {
 	return nil
 }
 
-// running lists the containers the runtime still runs for the pod.
 func (s *soak) running(ctx context.Context, uid types.UID) (ids []string, err error) {
 	err = retry(ctx, func() error {
 		out, err := s.crictl(ctx, "ps", "-q", "--state", "running", "--label", "io.kubernetes.pod.uid="+string(uid))
@@ -468,7 +465,6 @@ func retry(ctx context.Context, f func() error) error {
 	return err
 }
 
-// crictl runs crictl against the node's containerd and returns its stdout.
 func (s *soak) crictl(ctx context.Context, args ...string) (string, error) {
 	args = append([]string{"--runtime-endpoint", "unix://" + s.c.Env["CONTAINERD_SOCK"], "--timeout", "10s"}, args...)
 	var stderr bytes.Buffer
@@ -481,7 +477,6 @@ func (s *soak) crictl(ctx context.Context, args ...string) (string, error) {
 	return string(out), nil
 }
 
-// removeJob deletes the Job and lets its pods go.
 func (s *soak) removeJob(name string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
