@@ -177,6 +177,14 @@ func (lk *look) scan(now time.Time, see func(procscan.Container, time.Time)) ([]
 // sees (found). Under OnFailure a new container first fills the slot of an
 // instance awaiting its restart.
 func (r *run) adopt(pod procscan.Pod) []watchedApp {
+	// What the scan saw comes before the exits since: an instance adopted
+	// from its runtime's init that the scan saw running its program, and
+	// that has exited since, ended a run, not a start (ledger.end).
+	for _, c := range pod.Containers {
+		if c.HasMain && !c.Init && c.Kind != procscan.Starting {
+			r.apps.execd(instanceOf(c.Main))
+		}
+	}
 	r.collectExits()
 	var watched []watchedApp
 	for _, c := range pod.Containers {
@@ -223,6 +231,9 @@ func (r *run) adopt(pod procscan.Pod) []watchedApp {
 			continue
 		}
 		old, replaces := r.apps.started(id, c.Name, c.Kube.Name)
+		if c.Init {
+			r.apps.adoptedInit(id)
+		}
 		r.journalApp(id, c)
 		if replaces {
 			r.logRestart(c, old)

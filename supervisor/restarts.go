@@ -37,6 +37,9 @@ type app struct {
 	// restarts counts the instances of its slot before it: its restart,
 	// if it fails, is the kubelet's restarts+1-th of the container.
 	restarts int
+	// init: adopted as its runtime's init (procscan.Container.Init), its
+	// program not yet seen running (execd).
+	init bool
 }
 
 // The kubelet's restart back-off for a container that failed (its
@@ -116,6 +119,34 @@ func (l *ledger) started(id instance, container, name string) (replaces string, 
 	a := &app{container: container, name: name, pid: id.pid}
 	l.byMain[id] = a
 	return containerOf(l.add(a))
+}
+
+// adoptedInit marks the instance id as adopted from its runtime's init,
+// before its program runs.
+func (l *ledger) adoptedInit(id instance) {
+	if a := l.byMain[id]; a != nil {
+		a.init = true
+	}
+}
+
+// execd records that the instance id, if one, runs its program: its
+// runtime's init has exec'd it.
+func (l *ledger) execd(id instance) {
+	if a := l.byMain[id]; a != nil {
+		a.init = false
+	}
+}
+
+// unexeced reports whether a running instance is still its runtime's init,
+// as last seen: until it runs its program, the pod is looked at, to see
+// the exec (end).
+func (l *ledger) unexeced() bool {
+	for _, a := range l.byMain {
+		if a.init && !a.done {
+			return true
+		}
+	}
+	return false
 }
 
 // startedExited records a new instance first seen once its main process
@@ -221,9 +252,11 @@ type ending struct {
 	// brings (the first is 1).
 	restart int
 	// failed: it awaits its restart; unknown: it awaits the restart its
-	// unknown status may bring; for wait.
-	failed, unknown bool
-	wait            time.Duration
+	// unknown status may bring; startFailed: it was killed before its
+	// program ran, and awaits its start again (whatever the policy); for
+	// wait.
+	failed, unknown, startFailed bool
+	wait                         time.Duration
 }
 
 // running reports whether id is an instance still running.
@@ -266,9 +299,24 @@ func (l *ledger) exited(id instance, s exitwatch.Status, now time.Time) ending {
 }
 
 func (l *ledger) end(a *app, s exitwatch.Status, now time.Time) ending {
-	a.done, a.status, a.exitAt = true, s, now
 	e := ending{container: a.container, restart: a.restarts + 1}
-	if l.policy != OnFailure || s.Success() {
+	if a.init && s.Known && s.Signal == exitwatch.SIGKILL {
+		// Killed as its runtime's init, its program never seen running:
+		// the runtime's cleanup of a start that failed (containerd or the
+		// kubelet restarted under it: "failed to create shim task: context
+		// canceled"). CRI leaves such a container created, and the kubelet
+		// starts a created container again whatever the restart policy
+		// (pkg/kubelet/container ShouldContainerBeRestarted: "Always
+		// restart container in the unknown, or in the created state").
+		// Its program did not run: its status is unknown, and it awaits
+		// that start as an unknown status does under OnFailure. An app
+		// killed by SIGKILL within a scan of its exec is taken so too: it
+		// then costs that wait, and its status is unknown, not a failure.
+		s = exitwatch.Status{Reason: "killed (SIGKILL) as its runtime's init, before its program ran: its start failed, and the kubelet starts it again"}
+		e.startFailed = true
+	}
+	a.done, a.status, a.exitAt = true, s, now
+	if !e.startFailed && (l.policy != OnFailure || s.Success()) {
 		return e
 	}
 	e.wait = l.restartTimeout
@@ -277,7 +325,7 @@ func (l *ledger) end(a *app, s exitwatch.Status, now time.Time) ending {
 	}
 	a.restartBy = now.Add(e.wait)
 	l.awaiting = append(l.awaiting, a)
-	e.failed, e.unknown = s.Failure(), !s.Known
+	e.failed, e.unknown = s.Failure(), !s.Known && !e.startFailed
 	return e
 }
 
@@ -289,9 +337,13 @@ func (l *ledger) settle(now time.Time) (expired []string, next time.Time) {
 	kept := l.awaiting[:0]
 	for _, a := range l.awaiting {
 		if !now.Before(a.restartBy) {
-			if a.status.Known {
+			switch {
+			case a.status.Known:
 				a.status = exitwatch.Status{Reason: fmt.Sprintf("%s, and no restart was seen within %s: it ran between two scans, or is late",
 					a.status, a.restartBy.Sub(a.exitAt))}
+			case a.init:
+				a.status = exitwatch.Status{Reason: fmt.Sprintf("killed (SIGKILL) as its runtime's init, and no new start was seen within %s: it ran between two scans, or its program had run after all",
+					a.restartBy.Sub(a.exitAt))}
 			}
 			expired = append(expired, a.container)
 			continue

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -16,7 +17,11 @@ import (
 // time, without a goroutine or a clock. Steps:
 //
 //	start NAME PID    a new instance (its main process PID)
+//	named NAME PID    a new instance known by its Kubernetes name
+//	init NAME PID     named, adopted as its runtime's init
+//	execd NAME        NAME's last instance is seen running its program
 //	exit NAME CODE    NAME's last instance exits with CODE (-1: unknown)
+//	kill NAME         NAME's last instance is killed by SIGKILL
 //	at SECONDS        settle at that time (the clock of the table)
 //	missing           the slots never seen are filled as unknown
 //
@@ -77,6 +82,27 @@ func TestLedger(t *testing.T) {
 		{name: "names: an instance seen at its exit, unnamed, is replaced by its named restart", policy: OnFailure, want: 2,
 			steps: "named b 2; start x 1; exit x 1; named a 3; exit a 0; exit b 0", finished: true,
 			final: "b exit 0, a exit 0", replaced: "a<x"},
+		// A start that failed: the runtime's init killed before its exec,
+		// and the kubelet starts the container again, whatever the policy.
+		{name: "never: an init killed before its exec awaits its new start", policy: Never, want: 1,
+			margin: 15 * time.Second, timeout: 330 * time.Second,
+			steps: "init a 1; kill a @0; at 14", seeking: true,
+			final: "a unknown (killed (SIGKILL) as its runtime's init, before its program ran: its start failed, and the kubelet starts it again)"},
+		{name: "never: an init killed before its exec, then started again", policy: Never, want: 1,
+			margin: 15 * time.Second, timeout: 330 * time.Second,
+			steps: "init a 1; kill a @0; init a 2; execd a; exit a 0 @3", finished: true, final: "a exit 0", replaced: "a<a"},
+		{name: "never: an init killed before its exec, no new start in time", policy: Never, want: 1,
+			margin: 15 * time.Second, timeout: 330 * time.Second,
+			steps: "init a 1; kill a @0; at 15", finished: true,
+			final: "a unknown (killed (SIGKILL) as its runtime's init, and no new start was seen within 15s: it ran between two scans, or its program had run after all)"},
+		{name: "never: killed once its program runs is a failure", policy: Never, want: 1,
+			steps: "init a 1; execd a; kill a", finished: true, final: "a killed by SIGKILL"},
+		{name: "never: an app not adopted from its init, killed, is a failure", policy: Never, want: 1,
+			steps: "named a 1; kill a", finished: true, final: "a killed by SIGKILL"},
+		{name: "onfailure: an init killed before its exec awaits its start for the margin, not the timeout", policy: OnFailure, want: 1,
+			margin: 15 * time.Second, timeout: 330 * time.Second,
+			steps: "init a 1; kill a @0; at 15", finished: true,
+			final: "a unknown (killed (SIGKILL) as its runtime's init, and no new start was seen within 15s: it ran between two scans, or its program had run after all)"},
 		{name: "missing slots count as unknown", policy: Never, want: 3,
 			steps: "start a 1; exit a 0; missing", finished: true,
 			final: "a exit 0, missing-1 unknown (never seen), missing-2 unknown (never seen)"},
@@ -101,7 +127,7 @@ func TestLedger(t *testing.T) {
 					f = f[:len(f)-1]
 				}
 				switch f[0] {
-				case "named":
+				case "named", "init":
 					// An instance known by its Kubernetes name.
 					var pid int
 					fmt.Sscanf(f[2], "%d", &pid)
@@ -109,7 +135,17 @@ func TestLedger(t *testing.T) {
 					if old, ok := l.started(id, f[1], f[1]); ok {
 						replaced = append(replaced, f[1]+"<"+old)
 					}
+					if f[0] == "init" {
+						l.adoptedInit(id)
+						if !l.unexeced() {
+							t.Fatalf("%s: not taken as its runtime's init", step)
+						}
+					}
 					last[f[1]] = id
+				case "execd":
+					l.execd(last[f[1]])
+				case "kill":
+					l.exited(last[f[1]], exitwatch.Status{Known: true, Signal: exitwatch.SIGKILL}, now)
 				case "start":
 					var pid int
 					fmt.Sscanf(f[2], "%d", &pid)
@@ -189,4 +225,77 @@ func TestBackoff(t *testing.T) {
 			t.Errorf("backoff(%d) = %v, want %v", n, got, want)
 		}
 	}
+}
+
+// initContainer is an app container as adopted from its runtime's init,
+// before the exec of its program (procscan.Container.Init).
+func initContainer(name string, pid int) procscan.Container {
+	c := container(procscan.App, name, pid)
+	c.Main.Comm, c.Processes[0].Comm, c.Init = "runc:[2:INIT]", "runc:[2:INIT]", true
+	return c
+}
+
+// TestStartFailedIsNoEnd: seen in the soak (seed 123, Job 7). Under
+// restartPolicy Never, an app adopted from its runtime's init was killed
+// (SIGKILL) before its exec, as the runtime cleaned up a start that failed
+// under a containerd restart; the kubelet started the container again, as
+// it does a created container whatever the policy, and the new one ran for
+// 9 s. The supervisor had taken the kill for the app's failure and killed
+// istio-proxy under it. Now such a kill awaits the new start; once its
+// program is seen running, a SIGKILL is the app's failure.
+func TestStartFailedIsNoEnd(t *testing.T) {
+	t.Run("started again", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			cfg := testConfig(t, "SUPERVISOR_RESTART_MARGIN=15s")
+			h := start(t, cfg, initContainer("app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+			waitLog(t, h, `"message":"app found"`)
+			h.pod.remove("app")
+			h.proc(10).exit(killed(exitwatch.SIGKILL))
+			waitLog(t, h, `"message":"app killed before its program ran: its start failed, and the kubelet starts it again whatever the restart policy; the sidecar stays up"`)
+			h.pod.add(container(procscan.App, "app-r1", 11))
+			noSignalFor(t, h, time.Minute) // past the margin: the new start was seen
+			h.proc(11).exit(exited(0))
+			res := h.finish(Success, "SIGTERM 100")
+			if !strings.HasPrefix(res.Summary, "success: app-r1 exit 0") {
+				t.Errorf("summary %q, want the new start's success alone", res.Summary)
+			}
+		})
+	})
+	t.Run("no new start", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			cfg := testConfig(t, "SUPERVISOR_RESTART_MARGIN=15s")
+			h := start(t, cfg, initContainer("app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+			waitLog(t, h, `"message":"app found"`)
+			h.pod.remove("app")
+			h.proc(10).exit(killed(exitwatch.SIGKILL))
+			ended := time.Now()
+			res := h.finish(Unknown, "SIGTERM 100")
+			h.signalledAt(0, ended.Add(cfg.RestartMargin), "the first start's back-off (0) and the margin after the kill")
+			if !strings.Contains(res.Summary, "app unknown (killed (SIGKILL) as its runtime's init, and no new start was seen within 15s") {
+				t.Errorf("summary %q", res.Summary)
+			}
+		})
+	})
+	t.Run("killed once its program runs", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			cfg := testConfig(t, "SUPERVISOR_RESTART_MARGIN=15s")
+			h := start(t, cfg, initContainer("app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+			waitLog(t, h, `"message":"app found"`)
+			h.pod.move(10, container(procscan.App, "app", 10)) // the exec
+			before := h.pod.scanCount()
+			for deadline := time.Now().Add(time.Minute); h.pod.scanCount() < before+1; time.Sleep(cfg.ScanInterval) { // a scan that sees it
+				if time.Now().After(deadline) {
+					t.Fatalf("no scan within a minute of the exec: an app adopted from its init is looked at until it runs its program; log:\n%s", h.logged())
+				}
+			}
+			synctest.Wait() // the scan's containers handled
+			h.proc(10).exit(killed(exitwatch.SIGKILL))
+			ended := time.Now()
+			res := h.finish(Failure, "SIGKILL 100")
+			h.signalledAt(0, ended, "at once: the app failed")
+			if !strings.HasPrefix(res.Summary, "failure: app killed by SIGKILL") {
+				t.Errorf("summary %q", res.Summary)
+			}
+		})
+	})
 }

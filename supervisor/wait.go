@@ -22,7 +22,9 @@ func (w watchedApp) id() instance { return instanceOf(w.main) }
 // under Never, every app container has exited once; under OnFailure, every
 // app container has exited 0, its failed attempts having been restarted.
 // It blocks on the apps' exits without polling, except while a restart is
-// awaited (the new container has to be found in /proc).
+// awaited (the new container has to be found in /proc), or an app adopted
+// from its runtime's init has not been seen running its program (a kill
+// before the exec is a failed start, which the kubelet retries).
 func (r *run) wait(ctx context.Context) (state, error) {
 	waitCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -64,9 +66,11 @@ func (r *run) wait(ctx context.Context) (state, error) {
 			return r.decide, nil
 		}
 		r.publish("waiting for " + r.waitingFor())
-		// Look only while a restart is awaited.
+		// Look only while a restart is awaited, or an app adopted from its
+		// runtime's init has not been seen running its program (the exec
+		// tells a start that failed from a run: ledger.end).
 		var tickC, fastC <-chan time.Time
-		if r.apps.seeking() {
+		if r.apps.seeking() || r.apps.unexeced() {
 			if lk == nil {
 				lk = r.newLook()
 			}
@@ -157,6 +161,9 @@ func (r *run) logEnd(e ending, main *procscan.Process, s exitwatch.Status) {
 	}
 	logStatus(ev, s).Msg("app exited")
 	switch {
+	case e.startFailed:
+		r.log.Warn().Str("container", e.container).Dur("wait", e.wait).
+			Msg("app killed before its program ran: its start failed, and the kubelet starts it again whatever the restart policy; the sidecar stays up")
 	case e.failed:
 		r.log.Info().Str("container", e.container).Int("restart", e.restart).
 			Dur("backoff", backoff(e.restart)).Dur("wait", e.wait).
