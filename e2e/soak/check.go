@@ -133,7 +133,7 @@ type resumeCounts struct {
 }
 
 // The supervisor's messages for a sidecar sent its action
-// (supervisor/act.go), for a run that carries on from the journal
+// (supervisor/act.go), for none to stop, for a run that carries on from the journal
 // (resume.go), and for a journal it cannot use (resume.go, journal.go).
 const (
 	msgSignalled = "sidecar signalled"
@@ -142,6 +142,7 @@ const (
 	msgDone      = "done"
 	msgResumed   = "carrying on from the journal of the supervisor before"
 	msgMissing   = "app containers missing: they finished before the supervisor started, or never started"
+	msgNoSidecar = "no sidecar appeared: nothing to stop"
 )
 
 var msgJournal = []string{
@@ -228,6 +229,10 @@ type verdict struct {
 	// invariant is about (a restart the kubelet counts for a container it
 	// failed to create while containerd restarted).
 	anomalies []string
+	// startFailed names a container of the Job the runtime failed to
+	// start (neverStarted); its condition is then the cluster's doing, and
+	// what the condition invariant finds is an oddity.
+	startFailed string
 	// kill is what the kill of the supervisor came to (nil: none drawn).
 	kill *killOutcome
 	// stopLags are, for each pod not killed that ran to its end, how long
@@ -267,6 +272,10 @@ type killOutcome struct {
 }
 
 func (v *verdict) add(i invariant, format string, args ...any) {
+	if i == invCondition && v.startFailed != "" {
+		v.anomalies = append(v.anomalies, fmt.Sprintf(format, args...)+" ("+v.startFailed+")")
+		return
+	}
 	v.problems[i] = append(v.problems[i], fmt.Sprintf(format, args...))
 }
 
@@ -303,7 +312,7 @@ type podObs struct {
 
 // checkJob checks the invariants on what was observed of timeline t's Job.
 func checkJob(t timeline, o observed) verdict {
-	v := verdict{outcomes: map[string]int{}, stopLags: map[string][]time.Duration{}}
+	v := verdict{outcomes: map[string]int{}, stopLags: map[string][]time.Duration{}, startFailed: startFailed(o.pods)}
 	if t.kill != nil {
 		v.kill = &killOutcome{missed: "no pod of the Job was seen"}
 		if o.kill != nil {
@@ -402,7 +411,10 @@ func supervisorStatus(p *corev1.Pod) *corev1.ContainerStatus {
 // k is the kill of a supervisor, if one was drawn.
 func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, k *killed, v *verdict) {
 	name := p.pod.Name
-	deleted := w != nil && w.deleted
+	// A Job whose start the runtime failed may have its pod deleted by
+	// the Job controller as it fails the Job (OnFailure counts the
+	// kubelet's restarts): the supervisor must then have seen a deletion.
+	deleted := w != nil && w.deleted || v.startFailed != "" && p.pod.DeletionTimestamp != nil
 
 	// None left running: in the kubelet's status, and in the runtime.
 	for _, s := range append(slices.Clone(p.pod.Status.InitContainerStatuses), p.pod.Status.ContainerStatuses...) {
@@ -468,7 +480,14 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, k *k
 		stops = append(stops, sl.stops...)
 	}
 
-	// Proxy after apps, from the supervisor's logs.
+	// Proxy after apps, from the supervisor's logs. An istio-proxy whose
+	// start the runtime failed (neverStarted: a restart of the kubelet or
+	// containerd under its creation) has nothing to stop: the supervisor
+	// must say so, within its bound.
+	unstarted := false
+	if proxy := containerStatus(p.pod, proxyName); proxy != nil && proxy.State.Terminated != nil {
+		unstarted = proxy.State.Terminated.Reason == "StartError" && neverStarted(proxy.State)
+	}
 	var lastEnd time.Time
 	for _, list := range inst {
 		for _, in := range list {
@@ -492,7 +511,10 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, k *k
 				}
 			}
 		}
-		if !deleted && len(stops) == 0 {
+		switch {
+		case unstarted && !strings.Contains(p.log, msgNoSidecar):
+			v.add(invOrder, "pod %s: istio-proxy never started (the runtime failed its start), and the supervisor's log has no %q", name, msgNoSidecar)
+		case !unstarted && !deleted && len(stops) == 0:
 			v.add(invOrder, "pod %s: the supervisor's log has no %q nor %q", name, msgSignalled, msgAsked)
 		}
 		// A restarted supervisor may find gone the sidecar the one before
@@ -509,7 +531,7 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, k *k
 	switch {
 	case proxy == nil:
 		v.add(invOrder, "pod %s has no istio-proxy status", name)
-	case proxy.RestartCount != 0 && proxy.LastTerminationState.Terminated == nil:
+	case proxy.RestartCount != 0 && (proxy.LastTerminationState.Terminated == nil || neverStarted(proxy.LastTerminationState)):
 		v.anomalies = append(v.anomalies, fmt.Sprintf("pod %s: the kubelet counts %d restart(s) of istio-proxy, whose last instance never ran (%s)",
 			name, proxy.RestartCount, cluster.StateString(proxy.LastTerminationState)))
 	case proxy.RestartCount != 0:
@@ -594,7 +616,10 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, k *k
 	}
 	// The action: SIGKILL on failure (Never), else SIGTERM, after which
 	// pilot-agent drains and exits 0.
-	if proxy != nil && proxy.State.Terminated != nil && slices.Contains(allowed, prefix) {
+	if unstarted && !strings.HasSuffix(msg, "no sidecar appeared") {
+		v.add(invMessage, "pod %s: istio-proxy never started, message %q, want it to end in \"no sidecar appeared\"", name, msg)
+	}
+	if proxy != nil && proxy.State.Terminated != nil && !unstarted && slices.Contains(allowed, prefix) {
 		want := int32(0)
 		if prefix == "failure" && t.restart == corev1.RestartPolicyNever {
 			want = 137
@@ -946,10 +971,34 @@ func kubeletLine(log string) bool {
 
 // neverStarted reports whether a container state is a termination whose
 // start the runtime never recorded (started at the epoch): a container
-// killed as it was being started.
+// killed as it was being started (137), or whose start failed (128,
+// StartError).
 func neverStarted(st corev1.ContainerState) bool {
 	t := st.Terminated
-	return t != nil && t.ExitCode == 137 && (t.StartedAt.IsZero() || t.StartedAt.Unix() == 0)
+	return t != nil && (t.ExitCode == 137 || t.ExitCode == 128 && t.Reason == "StartError") &&
+		(t.StartedAt.IsZero() || t.StartedAt.Unix() == 0)
+}
+
+// startFailed names the first container of pods whose start the runtime
+// failed (exit 128, StartError, never started: the kubelet or containerd
+// restarted under its creation, "context canceled"), or whose restart the
+// kubelet counts though its last instance never ran, "" if none. Such a
+// Job's condition follows the failed start, not the timeline (under
+// OnFailure the Job controller counts the restarts toward backoffLimit).
+func startFailed(pods []podObs) string {
+	for _, p := range pods {
+		for _, s := range p.pod.Status.ContainerStatuses {
+			for _, st := range []corev1.ContainerState{s.State, s.LastTerminationState} {
+				if t := st.Terminated; t != nil && t.Reason == "StartError" && neverStarted(st) {
+					return fmt.Sprintf("pod %s: the runtime failed to start %s: %s", p.pod.Name, s.Name, t.Message)
+				}
+			}
+			if s.RestartCount != 0 && s.LastTerminationState.Terminated == nil {
+				return fmt.Sprintf("pod %s: the kubelet counts %d restart(s) of %s, whose last instance never ran", p.pod.Name, s.RestartCount, s.Name)
+			}
+		}
+	}
+	return ""
 }
 
 // seenMargin: an app instance that ended this long after the supervisor's

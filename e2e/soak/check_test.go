@@ -137,10 +137,47 @@ func TestCheckJobEdges(t *testing.T) {
 		}
 	}
 
+	// An app whose start the runtime failed as the kubelet restarted
+	// (seed 123, Job 8: exit 128, StartError, "context canceled"): the
+	// Job's condition is the cluster's doing, an anomaly; the supervisor's
+	// own invariants are still checked.
+	tl, o = neverPod(0, "success: a exit 0; action SIGTERM", 0, 3002)
+	o.inst["a"] = nil
+	st := &o.pods[0].pod.Status.ContainerStatuses[0] // a
+	st.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 128, Reason: "StartError",
+		Message: "failed to start containerd task: context canceled: unknown"}}
+	o.pods[0].pod.Status.Phase = corev1.PodFailed
+	v := checkJob(tl, o)
+	if len(v.problems[invCondition]) != 0 || len(v.anomalies) == 0 || !strings.Contains(strings.Join(v.anomalies, "\n"), "the runtime failed to start a") {
+		t.Errorf("a start failed by the runtime: condition problems %q, anomalies %q", v.problems[invCondition], v.anomalies)
+	}
+	o.pods[0].log = ""
+	if v = checkJob(tl, o); problems(v) == "" {
+		t.Errorf("a start failed by the runtime hides the supervisor's own invariants: no problem with its log gone")
+	}
+
+	// istio-proxy's start failed by the runtime (seed 123, Job 0): the
+	// Job's condition is the cluster's; the supervisor must say there was
+	// no sidecar, and not have stopped one.
+	for _, said := range []bool{true, false} {
+		tl, o = neverPod(0, "success: a exit 0; action SIGTERM; no sidecar appeared", 128, 3002)
+		o.pods[0].pod.Status.ContainerStatuses[2].State.Terminated.Reason = "StartError"
+		o.pods[0].pod.Status.Phase = corev1.PodFailed
+		o.pods[0].log = strings.Join([]string{logAt(500, "starting", ""), logAt(600, "app found", ""), logAt(33000, msgNoSidecar, "")}, "\n")
+		if !said {
+			o.pods[0].pod.Status.ContainerStatuses[1].State.Terminated.Message = "success: a exit 0; action SIGTERM; sidecar stopped in 0.1s"
+			o.pods[0].log = strings.Join([]string{logAt(500, "starting", ""), logAt(600, "app found", "")}, "\n")
+		}
+		v := checkJob(tl, o)
+		if got := problems(v); (got == "") != said || len(v.anomalies) == 0 {
+			t.Errorf("istio-proxy never started (the supervisor said so: %v): problems %q, anomalies %q", said, got, v.anomalies)
+		}
+	}
+
 	tl, o = neverPod(0, "success: a exit 0; action SIGTERM", 0, 3002)
 	o.pods[0].running = []string{"abc123"}
 	o.pods[0].pod.Status.ContainerStatuses[2].State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
-	v := checkJob(tl, o)
+	v = checkJob(tl, o)
 	if len(v.problems[invLeft]) != 2 {
 		t.Errorf("running containers: %s", problems(v))
 	}
