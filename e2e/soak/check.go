@@ -971,12 +971,13 @@ func kubeletLine(log string) bool {
 
 // neverStarted reports whether a container state is a termination whose
 // start the runtime never recorded (started at the epoch): a container
-// killed as it was being started (137), or whose start failed (128,
-// StartError).
+// killed as it was being started (137), whose start failed (128,
+// StartError), or even one reported "Completed" (0) by a containerd
+// restarted under its start (seed 123, Job 6). A container that ran has
+// its start time.
 func neverStarted(st corev1.ContainerState) bool {
 	t := st.Terminated
-	return t != nil && (t.ExitCode == 137 || t.ExitCode == 128 && t.Reason == "StartError") &&
-		(t.StartedAt.IsZero() || t.StartedAt.Unix() == 0)
+	return t != nil && (t.StartedAt.IsZero() || t.StartedAt.Unix() == 0)
 }
 
 // startFailed names the first container of pods whose start the runtime

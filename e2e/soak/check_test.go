@@ -174,6 +174,17 @@ func TestCheckJobEdges(t *testing.T) {
 		}
 	}
 
+	// istio-proxy restarted after a first container reported "Completed"
+	// with no start (seed 123, Job 6: containerd restarted under it): an
+	// anomaly, not a stop of the sidecar before the apps.
+	tl, o = neverPod(0, "success: a exit 0; action SIGTERM", 0, 3002)
+	proxy := &o.pods[0].pod.Status.ContainerStatuses[2]
+	proxy.RestartCount = 1
+	proxy.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"}}
+	if v := checkJob(tl, o); problems(v) != "" || len(v.anomalies) != 1 {
+		t.Errorf("istio-proxy's unstarted first container: problems %q, anomalies %q", problems(v), v.anomalies)
+	}
+
 	tl, o = neverPod(0, "success: a exit 0; action SIGTERM", 0, 3002)
 	o.pods[0].running = []string{"abc123"}
 	o.pods[0].pod.Status.ContainerStatuses[2].State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
