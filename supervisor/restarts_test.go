@@ -244,13 +244,23 @@ func initContainer(name string, pid int) procscan.Container {
 // istio-proxy under it. Now such a kill awaits the new start; once its
 // program is seen running, a SIGKILL is the app's failure.
 func TestStartFailedIsNoEnd(t *testing.T) {
+	// found: the app adopted from its runtime's init, istio-proxy running.
+	found := func(t *testing.T) (*harness, Config) {
+		cfg := testConfig(t, "SUPERVISOR_RESTART_MARGIN=15s")
+		h := start(t, cfg, initContainer("app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+		waitLog(t, h, `"message":"app found"`)
+		return h, cfg
+	}
+	// killedInit: the runtime kills the init and removes the container.
+	killedInit := func(h *harness) time.Time {
+		h.pod.remove("app")
+		h.proc(10).exit(killed(exitwatch.SIGKILL))
+		return time.Now()
+	}
 	t.Run("started again", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			cfg := testConfig(t, "SUPERVISOR_RESTART_MARGIN=15s")
-			h := start(t, cfg, initContainer("app", 10), container(procscan.Sidecar, "pilot-agent", 100))
-			waitLog(t, h, `"message":"app found"`)
-			h.pod.remove("app")
-			h.proc(10).exit(killed(exitwatch.SIGKILL))
+			h, _ := found(t)
+			killedInit(h)
 			waitLog(t, h, `"message":"app killed before its program ran: its start failed, and the kubelet starts it again whatever the restart policy; the sidecar stays up"`)
 			h.pod.add(container(procscan.App, "app-r1", 11))
 			noSignalFor(t, h, time.Minute) // past the margin: the new start was seen
@@ -263,12 +273,8 @@ func TestStartFailedIsNoEnd(t *testing.T) {
 	})
 	t.Run("no new start", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			cfg := testConfig(t, "SUPERVISOR_RESTART_MARGIN=15s")
-			h := start(t, cfg, initContainer("app", 10), container(procscan.Sidecar, "pilot-agent", 100))
-			waitLog(t, h, `"message":"app found"`)
-			h.pod.remove("app")
-			h.proc(10).exit(killed(exitwatch.SIGKILL))
-			ended := time.Now()
+			h, cfg := found(t)
+			ended := killedInit(h)
 			res := h.finish(Unknown, "SIGTERM 100")
 			h.signalledAt(0, ended.Add(cfg.RestartMargin), "the first start's back-off (0) and the margin after the kill")
 			if !strings.Contains(res.Summary, "app unknown (killed (SIGKILL) as its runtime's init, and no new start was seen within 15s") {
@@ -278,9 +284,7 @@ func TestStartFailedIsNoEnd(t *testing.T) {
 	})
 	t.Run("killed once its program runs", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			cfg := testConfig(t, "SUPERVISOR_RESTART_MARGIN=15s")
-			h := start(t, cfg, initContainer("app", 10), container(procscan.Sidecar, "pilot-agent", 100))
-			waitLog(t, h, `"message":"app found"`)
+			h, cfg := found(t)
 			h.pod.move(10, container(procscan.App, "app", 10)) // the exec
 			before := h.pod.scanCount()
 			for deadline := time.Now().Add(time.Minute); h.pod.scanCount() < before+1; time.Sleep(cfg.ScanInterval) { // a scan that sees it
