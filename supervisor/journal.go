@@ -106,7 +106,8 @@ func journalHead(pod string, cfg Config) entry {
 
 // readJournal reads the journal in dir, if any, and checks that it is ours
 // and this run's (head): the entries after the head, or why it is ignored
-// (a missing file is neither: nil, "").
+// (a missing file is neither: nil, ""). A head alone gives no entries, but
+// not nil: a supervisor before kept it, and saw nothing.
 func readJournal(dir string, head entry) (entries []entry, ignored string) {
 	f, err := os.OpenFile(filepath.Join(dir, journalFile), os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if errors.Is(err, os.ErrNotExist) {
@@ -157,6 +158,7 @@ func readJournal(dir string, head entry) (entries []entry, ignored string) {
 			if why := sameRun(e, head); why != "" {
 				return nil, why
 			}
+			entries = []entry{}
 			continue
 		}
 		if e.Kind == "head" {

@@ -55,7 +55,9 @@ func (r *run) resume(pod procscan.Pod) {
 		return
 	}
 	r.journal = j
-	if len(entries) > 0 {
+	if entries != nil {
+		// Said even when the supervisor before saw nothing: a restart
+		// shows as one in the log.
 		r.replay(entries, pod)
 	}
 }

@@ -55,6 +55,28 @@ func TestResumeAppRunning(t *testing.T) {
 	})
 }
 
+// TestResumeNothingSeen: killed before it saw anything (an app of
+// milliseconds missed on a loaded node, the soak's seed 20261206), the next
+// supervisor still says it carries on from the one before, with nothing to
+// take over, and looks for the app as the first one would have.
+func TestResumeNothingSeen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := stateConfig(t)
+		h := start(t, cfg)
+		synctest.Wait() // the run looks now, and has seen nothing
+		kill(t, h)
+		h2 := rerun(t, h, cfg)
+		waitLog(t, h2, `"apps":0,"ended":0,"ended_unwatched":0,"watched":0,"sidecars":0,"sidecars_running":0,"message":"carrying on from the journal of the supervisor before"`)
+		h2.pod.add(container(procscan.App, "app", 10))
+		h2.pod.add(container(procscan.Sidecar, "pilot-agent", 100))
+		waitLog(t, h2, `"message":"app found"`)
+		h2.proc(10).exit(exited(0))
+		if res := h2.finish(Success, "SIGTERM 100"); !strings.HasPrefix(res.Summary, "success: app exit 0") {
+			t.Errorf("summary %q", res.Summary)
+		}
+	})
+}
+
 // TestResumeStatusKept: two apps; the first exits 0, the supervisor is
 // killed, the second exits 0: success, the first one's status read back
 // from the journal (without it, the first app would be looked for in vain
