@@ -110,6 +110,8 @@ type supervisorLog struct {
 	journal []string
 	// done is its "done" line: its summary is written.
 	done time.Time
+	// decided is its "decision" line: its action begins.
+	decided time.Time
 	// missing lists the apps it said it never saw within the look
 	// (msgMissing), the first such line's.
 	missing []string
@@ -140,6 +142,7 @@ const (
 	msgAsked     = "sidecar asked to stop"
 	msgGone      = "sidecar already gone"
 	msgDone      = "done"
+	msgDecision  = "decision"
 	msgResumed   = "carrying on from the journal of the supervisor before"
 	msgMissing   = "app containers missing: they finished before the supervisor started, or never started"
 	msgNoSidecar = "no sidecar appeared: nothing to stop"
@@ -180,6 +183,8 @@ func parseSupervisorLog(text string) (supervisorLog, error) {
 			s.resumed = &l
 		case l.Message == msgDone:
 			s.done = at
+		case l.Message == msgDecision && s.decided.IsZero():
+			s.decided = at
 		case l.Message == msgMissing && s.missing == nil:
 			s.missing = l.Missing
 		case slices.Contains(msgJournal, l.Message):
@@ -514,7 +519,7 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, k *k
 		switch {
 		case unstarted && !strings.Contains(p.log, msgNoSidecar):
 			v.add(invOrder, "pod %s: istio-proxy never started (the runtime failed its start), and the supervisor's log has no %q", name, msgNoSidecar)
-		case !unstarted && !deleted && len(stops) == 0:
+		case !unstarted && !deleted && len(stops) == 0 && !killedActing(sls, k, name):
 			v.add(invOrder, "pod %s: the supervisor's log has no %q nor %q", name, msgSignalled, msgAsked)
 		}
 		// A restarted supervisor may find gone the sidecar the one before
@@ -757,6 +762,15 @@ func checkRestart(t timeline, w *podWant, p podObs, sup *corev1.ContainerStatus,
 		ko.missed = fmt.Sprintf("the supervisor had acted (%q at %s); the pod ended before any restart", sls[0].stops[0].Message, clock(sls[0].stops[0].At))
 		return gap, true
 	}
+	if proxy := containerStatus(p.pod, proxyName); sup.RestartCount == 0 && len(sls) == 1 && killedActing(sls, k, name) &&
+		proxy != nil && proxy.State.Terminated != nil && proxy.State.Terminated.ExitCode == 0 {
+		// The SIGKILL came during the action (seed 20261206, Job 150: after
+		// the /drain, as the quit went out): istio-proxy stopped cleanly,
+		// the pod ended, and the kubelet restarts no container of a pod
+		// that is done. Its message is the one it wrote as it decided.
+		ko.missed = fmt.Sprintf("the supervisor was acting (its %q at %s), and istio-proxy exited 0; the pod ended before any restart", msgDecision, clock(sls[0].decided))
+		return gap, true
+	}
 	if sup.RestartCount != 1 || last == nil || last.ExitCode != 137 {
 		v.add(invRestart, "pod %s: the supervisor, SIGKILLed at %s, restarted %d time(s) (last: %s), want once after exit 137",
 			name, clock(k.at), sup.RestartCount, cluster.StateString(sup.LastTerminationState))
@@ -967,6 +981,13 @@ func checkApps(t timeline, w podWant, p *corev1.Pod, inst map[string][]instance,
 func kubeletLine(log string) bool {
 	return !strings.Contains(log, "{") &&
 		(strings.Contains(log, "unable to retrieve container logs") || strings.Contains(log, "failed to try resolving symlinks"))
+}
+
+// killedActing reports whether the soak's SIGKILL reached pod name's
+// supervisor after its decision: during its action, which it had no time
+// to log (checkRestart says what followed).
+func killedActing(sls []supervisorLog, k *killed, name string) bool {
+	return k.sent() && k.pod == name && len(sls) > 0 && !sls[0].decided.IsZero() && !sls[0].decided.After(k.at)
 }
 
 // neverStarted reports whether a container state is a termination whose

@@ -335,6 +335,18 @@ func TestCheckKilledEdges(t *testing.T) {
 		{name: "killed before the action, no restart", edit: func(_ *timeline, o *observed) {
 			notRestarted(o, 2990, 137)
 		}, want: invRestart, text: "restarted 0 time(s)"},
+		// Seed 20261206, Job 150: killed during the action (after its
+		// decision, before it could log the stop); istio-proxy exited 0
+		// and the pod ended, with no restart.
+		{name: "killed during the action, no restart", edit: func(_ *timeline, o *observed) {
+			notRestarted(o, 3001, 137)
+			o.pods[0].log = strings.Replace(o.pods[0].log, logAt(3002, msgSignalled, `,"signal":"SIGTERM"`), logAt(3000, msgDecision, ""), 1)
+			o.pods[0].pod.Status.InitContainerStatuses[0].State.Terminated.Message = "running: success (a exit 0): action SIGTERM\napp a (pid 36): exit 0"
+		}, want: -1, check: func(t *testing.T, v verdict) {
+			if !strings.Contains(v.kill.missed, "was acting") || v.outcomes["success"] != 1 {
+				t.Errorf("kill outcome: %s; outcomes %v", v.kill, v.outcomes)
+			}
+		}},
 		// soak-174: the app ran wholly while no supervisor ran (killed at
 		// 2.9 s, back at 3.95 s); the restarted one never saw it and looked
 		// for it for SUPERVISOR_APP_START_TIMEOUT.
