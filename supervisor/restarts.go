@@ -309,9 +309,12 @@ func (l *ledger) end(a *app, s exitwatch.Status, now time.Time) ending {
 		// (pkg/kubelet/container ShouldContainerBeRestarted: "Always
 		// restart container in the unknown, or in the created state").
 		// Its program did not run: its status is unknown, and it awaits
-		// that start as an unknown status does under OnFailure. An app
-		// killed by SIGKILL within a scan of its exec is taken so too: it
-		// then costs that wait, and its status is unknown, not a failure.
+		// that start as an unknown status does under OnFailure. Two cases
+		// cost that wait for nothing, its status unknown rather than a
+		// failure: a start that failed once the task existed ("failed to
+		// start containerd task": the container is left exited, and under
+		// Never not started again; seen in the soak, seed 123, Job 1), and
+		// an app killed by SIGKILL within a scan of its exec.
 		s = exitwatch.Status{Reason: "killed (SIGKILL) as its runtime's init, before its program ran: its start failed, and the kubelet starts it again"}
 		e.startFailed = true
 	}
