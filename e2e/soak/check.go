@@ -541,8 +541,9 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, k *k
 			name, proxy.RestartCount, cluster.StateString(proxy.LastTerminationState)))
 	case proxy.RestartCount != 0:
 		v.add(invOrder, "pod %s: istio-proxy restarted %d time(s) (last: %s)", name, proxy.RestartCount, cluster.StateString(proxy.LastTerminationState))
-	case proxy.State.Terminated != nil && !deleted && !lastEnd.IsZero() &&
+	case proxy.State.Terminated != nil && !deleted && !unstarted && !lastEnd.IsZero() &&
 		proxy.State.Terminated.FinishedAt.Time.Before(lastEnd.Truncate(time.Second)):
+		// (One whose start failed "finished" then, having never run.)
 		// The API's times have whole seconds.
 		v.add(invOrder, "pod %s: istio-proxy finished at %s, before the last app's end at %s",
 			name, proxy.State.Terminated.FinishedAt.UTC().Format(time.TimeOnly), clock(lastEnd))

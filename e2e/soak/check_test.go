@@ -162,6 +162,7 @@ func TestCheckJobEdges(t *testing.T) {
 	for _, said := range []bool{true, false} {
 		tl, o = neverPod(0, "success: a exit 0; action SIGTERM; no sidecar appeared", 128, 3002)
 		o.pods[0].pod.Status.ContainerStatuses[2].State.Terminated.Reason = "StartError"
+		o.pods[0].pod.Status.ContainerStatuses[2].State.Terminated.FinishedAt = metav1.NewTime(at(1000)) // before the app's end (seed 123, Job 9)
 		o.pods[0].pod.Status.Phase = corev1.PodFailed
 		o.pods[0].log = strings.Join([]string{logAt(500, "starting", ""), logAt(600, "app found", ""), logAt(33000, msgNoSidecar, "")}, "\n")
 		if !said {
