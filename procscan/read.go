@@ -73,13 +73,14 @@ func (r *reader) read(pid, dir int) (Process, error) {
 	if s.flags&pfKthread != 0 {
 		return Process{}, errKernelThread
 	}
+	a0 := argv0(r.cmdline)
 	return Process{
 		PID:       pid,
 		PPID:      s.ppid,
 		StartTime: s.start,
 		Comm:      view(s.comm),
-		Argv0:     view(argv0(r.cmdline)),
-		InitArg:   initArg(r.cmdline),
+		Argv0:     view(a0),
+		InitArg:   initArg(r.cmdline, a0),
 		Cgroup:    r.content(r.cgroup),
 		State:     state(s.state),
 		Exiting:   s.flags&pfExiting != 0,
@@ -128,10 +129,9 @@ func argv0(b []byte) []byte {
 	return b
 }
 
-// initArg reports whether a cmdline file is argv[0] and the one argument
-// "init" (Process.InitArg).
-func initArg(b []byte) bool {
-	a0 := argv0(b)
+// initArg reports whether a cmdline file b, whose argv[0] is a0, holds
+// argv[0] and the one argument "init" (Process.InitArg).
+func initArg(b, a0 []byte) bool {
 	return len(a0) > 0 && bytes.Equal(b[len(a0):], []byte("\x00init\x00"))
 }
 
