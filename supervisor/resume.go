@@ -133,6 +133,13 @@ func (r *run) replay(entries []entry, pod procscan.Pod) {
 			lost++
 			continue
 		}
+		if c.Init {
+			// Still its runtime's init, as /proc shows now (not as the
+			// journal said: an exec happens once, and may have happened
+			// while no supervisor watched): a kill before its exec is a
+			// failed start here too (ledger.end).
+			r.apps.adoptedInit(id)
+		}
 		proc, err := r.watch.Watch(process(c.Main))
 		switch {
 		case errors.Is(err, exitwatch.ErrGone):

@@ -226,3 +226,51 @@ func TestResumeSidecarGoneUnseen(t *testing.T) {
 		}
 	})
 }
+
+// TestResumeInit: killed while an app is still its runtime's init, the
+// next supervisor reads from /proc whether it still is: a kill before its
+// exec is then a failed start, awaiting its new start (TestStartFailedIsNoEnd),
+// and a kill after an exec that happened while no supervisor watched is
+// the app's failure.
+func TestResumeInit(t *testing.T) {
+	killedAfterRestart := func(t *testing.T, execd bool) (*harness, Config) {
+		cfg := stateConfig(t, "SUPERVISOR_RESTART_MARGIN=15s")
+		h := start(t, cfg, initContainer("app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+		waitLog(t, h, `"message":"app found"`)
+		synctest.Wait()
+		kill(t, h)
+		if execd {
+			h.pod.move(10, container(procscan.App, "app", 10))
+		}
+		h2 := rerun(t, h, cfg)
+		waitLog(t, h2, `"apps":1,"ended":0,"ended_unwatched":0,"watched":1`)
+		if !execd {
+			h2.pod.remove("app")
+		}
+		h2.proc(10).exit(killed(exitwatch.SIGKILL))
+		return h2, cfg
+	}
+	t.Run("still its init", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			h, cfg := killedAfterRestart(t, false)
+			ended := time.Now()
+			waitLog(t, h, `"message":"app killed before its program ran: its start failed, and the kubelet starts it again whatever the restart policy; the sidecar stays up"`)
+			res := h.finish(Unknown, "SIGTERM 100")
+			h.signalledAt(0, ended.Add(cfg.RestartMargin), "the margin after the kill: no new start came")
+			if !strings.Contains(res.Summary, "app unknown (killed (SIGKILL) as its runtime's init") {
+				t.Errorf("summary %q", res.Summary)
+			}
+		})
+	})
+	t.Run("execd meanwhile", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			h, _ := killedAfterRestart(t, true)
+			ended := time.Now()
+			res := h.finish(Failure, "SIGKILL 100")
+			h.signalledAt(0, ended, "at once: the app failed")
+			if !strings.HasPrefix(res.Summary, "failure: app killed by SIGKILL") {
+				t.Errorf("summary %q", res.Summary)
+			}
+		})
+	})
+}
