@@ -121,34 +121,6 @@ func (l *ledger) started(id instance, container, name string) (replaces string, 
 	return containerOf(l.add(a))
 }
 
-// adoptedInit marks the instance id as adopted from its runtime's init,
-// before its program runs.
-func (l *ledger) adoptedInit(id instance) {
-	if a := l.byMain[id]; a != nil {
-		a.init = true
-	}
-}
-
-// execd records that the instance id, if one, runs its program: its
-// runtime's init has exec'd it.
-func (l *ledger) execd(id instance) {
-	if a := l.byMain[id]; a != nil {
-		a.init = false
-	}
-}
-
-// unexeced reports whether a running instance is still its runtime's init,
-// as last seen: until it runs its program, the pod is looked at, to see
-// the exec (end).
-func (l *ledger) unexeced() bool {
-	for _, a := range l.byMain {
-		if a.init && !a.done {
-			return true
-		}
-	}
-	return false
-}
-
 // startedExited records a new instance first seen once its main process
 // had exited (pid: the process left in its container), and its end, s, at
 // now: started and exited at once.
@@ -300,24 +272,7 @@ func (l *ledger) exited(id instance, s exitwatch.Status, now time.Time) ending {
 
 func (l *ledger) end(a *app, s exitwatch.Status, now time.Time) ending {
 	e := ending{container: a.container, restart: a.restarts + 1}
-	if a.init && s.Known && s.Signal == exitwatch.SIGKILL {
-		// Killed as its runtime's init, its program never seen running:
-		// the runtime's cleanup of a start that failed (containerd or the
-		// kubelet restarted under it: "failed to create shim task: context
-		// canceled"). CRI leaves such a container created, and the kubelet
-		// starts a created container again whatever the restart policy
-		// (pkg/kubelet/container ShouldContainerBeRestarted: "Always
-		// restart container in the unknown, or in the created state").
-		// Its program did not run: its status is unknown, and it awaits
-		// that start as an unknown status does under OnFailure. Two cases
-		// cost that wait for nothing, its status unknown rather than a
-		// failure: a start that failed once the task existed ("failed to
-		// start containerd task": the container is left exited, and under
-		// Never not started again; seen in the soak, seed 123, Job 1), and
-		// an app killed by SIGKILL within a scan of its exec.
-		s = exitwatch.Status{Reason: "killed (SIGKILL) as its runtime's init, before its program ran: its start failed, and the kubelet starts it again"}
-		e.startFailed = true
-	}
+	s, e.startFailed = startFailure(a, s)
 	a.done, a.status, a.exitAt = true, s, now
 	if !e.startFailed && (l.policy != OnFailure || s.Success()) {
 		return e
