@@ -15,11 +15,12 @@ import (
 // last PID is read (Scanner.LastPID: one small read) to scan at once when
 // a process or thread has been made in the pod; and how often a container
 // being set up is scanned again, for startingHot after it was first seen,
-// until the kubelet's mount names it (procscan.Pod.Name). A container's
-// main process exists from the runtime's init on, tens of milliseconds
-// before its entrypoint runs: scanned this often, an app of a few
-// milliseconds is adopted before it runs, where a scan every ScanInterval
-// would miss it.
+// until the kubelet's mount names it (procscan.Pod.Name), and an app
+// adopted as its runtime's init until its exec is seen (ledger.hotInit). A
+// container's main process exists from the runtime's init on, tens of
+// milliseconds before its entrypoint runs: scanned this often, an app of a
+// few milliseconds is adopted before it runs, where a scan every
+// ScanInterval would miss it, and its exec is seen.
 const (
 	fastInterval = 2 * time.Millisecond
 	startingHot  = 2 * time.Second
@@ -140,7 +141,7 @@ func (lk *look) moved(now time.Time) bool {
 			return true
 		}
 	}
-	return false
+	return lk.r.apps.hotInit(now, startingHot)
 }
 
 // scan reads the pod, keeps the containers being set up, calls each
@@ -232,7 +233,7 @@ func (r *run) adopt(pod procscan.Pod) []watchedApp {
 		}
 		old, replaces := r.apps.started(id, c.Name, c.Kube.Name)
 		if c.Init {
-			r.apps.adoptedInit(id)
+			r.apps.adoptedInit(id, time.Now())
 		}
 		r.journalApp(id, c)
 		if replaces {

@@ -39,7 +39,11 @@ type app struct {
 	restarts int
 	// init: adopted as its runtime's init (procscan.Container.Init), its
 	// program not yet seen running (execd).
-	init bool
+	init   bool
+	initAt time.Time
+	// initEnd says how it ended as its runtime's init (startFailure), if
+	// it did.
+	initEnd string
 }
 
 // The kubelet's restart back-off for a container that failed (its
@@ -224,8 +228,9 @@ type ending struct {
 	// brings (the first is 1).
 	restart int
 	// failed: it awaits its restart; unknown: it awaits the restart its
-	// unknown status may bring; startFailed: it was killed before its
-	// program ran, and awaits its start again (whatever the policy); for
+	// unknown status may bring; startFailed: it ended before its program
+	// was seen running, killed (SIGKILL) or of unknown status, and awaits
+	// its start again (whatever the policy, startFailure); for
 	// wait.
 	failed, unknown, startFailed bool
 	wait                         time.Duration
@@ -299,9 +304,9 @@ func (l *ledger) settle(now time.Time) (expired []string, next time.Time) {
 			case a.status.Known:
 				a.status = exitwatch.Status{Reason: fmt.Sprintf("%s, and no restart was seen within %s: it ran between two scans, or is late",
 					a.status, a.restartBy.Sub(a.exitAt))}
-			case a.init:
-				a.status = exitwatch.Status{Reason: fmt.Sprintf("killed (SIGKILL) as its runtime's init, and no new start was seen within %s: it ran between two scans, or its program had run after all",
-					a.restartBy.Sub(a.exitAt))}
+			case a.initEnd != "":
+				a.status = exitwatch.Status{Reason: fmt.Sprintf("%s, and no new start was seen within %s: it ran between two scans, or its program had run after all",
+					a.initEnd, a.restartBy.Sub(a.exitAt))}
 			}
 			expired = append(expired, a.container)
 			continue

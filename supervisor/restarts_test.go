@@ -136,7 +136,7 @@ func TestLedger(t *testing.T) {
 						replaced = append(replaced, f[1]+"<"+old)
 					}
 					if f[0] == "init" {
-						l.adoptedInit(id)
+						l.adoptedInit(id, now)
 						if !l.unexeced() {
 							t.Fatalf("%s: not taken as its runtime's init", step)
 						}
@@ -251,55 +251,106 @@ func TestStartFailedIsNoEnd(t *testing.T) {
 		waitLog(t, h, `"message":"app found"`)
 		return h, cfg
 	}
-	// killedInit: the runtime kills the init and removes the container.
-	killedInit := func(h *harness) time.Time {
-		h.pod.remove("app")
-		h.proc(10).exit(killed(exitwatch.SIGKILL))
-		return time.Now()
-	}
-	t.Run("started again", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			h, _ := found(t)
-			killedInit(h)
-			waitLog(t, h, `"message":"app killed before its program ran: its start failed, and the kubelet starts it again whatever the restart policy; the sidecar stays up"`)
-			h.pod.add(container(procscan.App, "app-r1", 11))
-			noSignalFor(t, h, time.Minute) // past the margin: the new start was seen
-			h.proc(11).exit(exited(0))
-			res := h.finish(Success, "SIGTERM 100")
-			if !strings.HasPrefix(res.Summary, "success: app-r1 exit 0") {
-				t.Errorf("summary %q, want the new start's success alone", res.Summary)
-			}
-		})
-	})
-	t.Run("no new start", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			h, cfg := found(t)
-			ended := killedInit(h)
-			res := h.finish(Unknown, "SIGTERM 100")
-			h.signalledAt(0, ended.Add(cfg.RestartMargin), "the first start's back-off (0) and the margin after the kill")
-			if !strings.Contains(res.Summary, "app unknown (killed (SIGKILL) as its runtime's init, and no new start was seen within 15s") {
-				t.Errorf("summary %q", res.Summary)
-			}
-		})
-	})
-	t.Run("killed once its program runs", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			h, cfg := found(t)
-			h.pod.move(10, container(procscan.App, "app", 10)) // the exec
-			before := h.pod.scanCount()
-			for deadline := time.Now().Add(time.Minute); h.pod.scanCount() < before+1; time.Sleep(cfg.ScanInterval) { // a scan that sees it
-				if time.Now().After(deadline) {
-					t.Fatalf("no scan within a minute of the exec: an app adopted from its init is looked at until it runs its program; log:\n%s", h.logged())
+	// The init's end before its exec: killed by the runtime, which removes
+	// the container; or of unknown status (exit-status none, or gone
+	// before its pidfd), as well a start that failed, so the same wait.
+	for _, end := range []struct {
+		name           string
+		status         exitwatch.Status
+		log, noRestart string
+	}{
+		{"killed", killed(exitwatch.SIGKILL),
+			"app killed before its program ran: its start failed, and the kubelet starts it again whatever the restart policy; the sidecar stays up",
+			"app unknown (killed (SIGKILL) as its runtime's init, and no new start was seen within 15s"},
+		{"status unknown", unknownStatus(),
+			"app ended before its program was seen running, its status unknown: its start may have failed, and the kubelet would start it again",
+			"app unknown (ended as its runtime's init, its program never seen running (test), and no new start was seen within 15s"},
+	} {
+		t.Run(end.name+", started again", func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h, _ := found(t)
+				h.pod.remove("app")
+				h.proc(10).exit(end.status)
+				waitLog(t, h, `"message":"`+end.log)
+				h.pod.add(container(procscan.App, "app-r1", 11))
+				noSignalFor(t, h, time.Minute) // past the margin: the new start was seen
+				h.proc(11).exit(exited(1))
+				if res := h.finish(Failure, "SIGKILL 100"); !strings.HasPrefix(res.Summary, "failure: app-r1 exit 1") {
+					t.Errorf("summary %q, want the new start's failure alone", res.Summary)
 				}
-			}
-			synctest.Wait() // the scan's containers handled
-			h.proc(10).exit(killed(exitwatch.SIGKILL))
-			ended := time.Now()
-			res := h.finish(Failure, "SIGKILL 100")
-			h.signalledAt(0, ended, "at once: the app failed")
-			if !strings.HasPrefix(res.Summary, "failure: app killed by SIGKILL") {
-				t.Errorf("summary %q", res.Summary)
-			}
+			})
 		})
+		t.Run(end.name+", no new start", func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h, cfg := found(t)
+				h.pod.remove("app")
+				h.proc(10).exit(end.status)
+				ended := time.Now()
+				res := h.finish(Unknown, "SIGTERM 100")
+				h.signalledAt(0, ended.Add(cfg.RestartMargin), "the first start's back-off (0) and the margin after its end")
+				if !strings.Contains(res.Summary, end.noRestart) {
+					t.Errorf("summary %q, want %q", res.Summary, end.noRestart)
+				}
+			})
+		})
+	}
+	// Once its program is seen running, an end is the app's: at once.
+	for _, end := range []struct {
+		status          exitwatch.Status
+		outcome         Outcome
+		action, summary string
+	}{
+		{killed(exitwatch.SIGKILL), Failure, "SIGKILL 100", "failure: app killed by SIGKILL"},
+		{unknownStatus(), Unknown, "SIGTERM 100", "unknown: app unknown (test)"},
+	} {
+		t.Run(end.outcome.String()+" once its program runs", func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h, cfg := found(t)
+				h.pod.move(10, container(procscan.App, "app", 10)) // the exec
+				before := h.pod.scanCount()
+				for deadline := time.Now().Add(time.Minute); h.pod.scanCount() < before+1; time.Sleep(cfg.ScanInterval) { // a scan that sees it
+					if time.Now().After(deadline) {
+						t.Fatalf("no scan within a minute of the exec: an app adopted from its init is looked at until it runs its program; log:\n%s", h.logged())
+					}
+				}
+				synctest.Wait() // the scan's containers handled
+				h.proc(10).exit(end.status)
+				ended := time.Now()
+				res := h.finish(end.outcome, end.action)
+				h.signalledAt(0, ended, "at once: its end is the app's")
+				if !strings.HasPrefix(res.Summary, end.summary) {
+					t.Errorf("summary %q, want it to start with %q", res.Summary, end.summary)
+				}
+			})
+		})
+	}
+}
+
+// TestInitLookedAtClosely: an app adopted as its runtime's init is scanned
+// every fastInterval (for startingHot at most), as a container being set
+// up is, so that its exec is seen even where its program runs for a few
+// milliseconds; once the exec is seen, only every ScanInterval.
+func TestInitLookedAtClosely(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := testConfig(t, "SUPERVISOR_SCAN_INTERVAL=100ms")
+		h := start(t, cfg, initContainer("app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+		waitLog(t, h, `"message":"app found"`)
+		scansIn := func(d time.Duration) int {
+			synctest.Wait()
+			before := h.pod.scanCount()
+			time.Sleep(d)
+			synctest.Wait()
+			return h.pod.scanCount() - before
+		}
+		if n := scansIn(cfg.ScanInterval); n < int(cfg.ScanInterval/fastInterval)/2 {
+			t.Errorf("%d scans in %s while the app is its runtime's init, want one every %s", n, cfg.ScanInterval, fastInterval)
+		}
+		h.pod.move(10, container(procscan.App, "app", 10)) // the exec
+		scansIn(cfg.ScanInterval)                          // seen
+		if n := scansIn(3 * cfg.ScanInterval); n > 4 {
+			t.Errorf("%d scans in %s once the exec is seen, want one every %s at most", n, 3*cfg.ScanInterval, cfg.ScanInterval)
+		}
+		h.proc(10).exit(exited(0))
+		h.finish(Success, "SIGTERM 100")
 	})
 }

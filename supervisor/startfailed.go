@@ -1,12 +1,17 @@
 package supervisor
 
-import "github.com/sidecar-supervisor/sidecar-supervisor/supervisor/exitwatch"
+import (
+	"time"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/supervisor/exitwatch"
+)
 
 // A start that failed. An app adopted as its runtime's init (runc's
 // "runc:[2:INIT]", crun's, Kata's agent: procscan.Container.Init) has not
 // run its program yet. Until a scan shows it running its program, the pod
-// is scanned every interval (unexeced), and a SIGKILL before that ends no
-// run of the app: it is the runtime's cleanup of a start that failed
+// is scanned (unexeced; every fastInterval for startingHot, hotInit), and
+// a SIGKILL before that ends no run of the app: it is the runtime's
+// cleanup of a start that failed
 // (containerd or the kubelet restarted under it: "failed to create shim
 // task: context canceled"). CRI leaves such a container created, and the
 // kubelet starts a created container again whatever the restart policy
@@ -17,18 +22,37 @@ import "github.com/sidecar-supervisor/sidecar-supervisor/supervisor/exitwatch"
 // is still its init from /proc, not from the journal (resume.replay): the
 // exec may have happened while no supervisor watched.
 //
-// Two cases cost that wait for nothing, their status unknown rather than
-// a failure: a start that failed once the task existed ("failed to start
-// containerd task": the container is left exited, and under Never not
-// started again; seen in the soak, seed 123, Job 1), and an app killed by
-// SIGKILL within one scan of its exec.
+// An end of unknown status before the exec was seen (statuses not read,
+// SUPERVISOR_EXIT_STATUS=none; or gone before its pidfd was opened) may be
+// either: it awaits the new start too (a slower Job, never a wrong stop).
+//
+// Some cases cost that wait for nothing, their status unknown rather than
+// a failure or a success: a start that failed once the task existed
+// ("failed to start containerd task": the container is left exited, and
+// under Never not started again; seen in the soak, seed 123, Job 1), an
+// app killed by SIGKILL within one scan of its exec, and, statuses unknown,
+// a program that ran and ended within one scan of its exec.
 
 // adoptedInit marks the instance id as adopted from its runtime's init,
 // before its program runs.
-func (l *ledger) adoptedInit(id instance) {
+func (l *ledger) adoptedInit(id instance, now time.Time) {
 	if a := l.byMain[id]; a != nil {
-		a.init = true
+		a.init, a.initAt = true, now
 	}
+}
+
+// hotInit reports whether a running instance was adopted as its runtime's
+// init less than hot before now, its exec not yet seen: the pod is then
+// scanned every fastInterval (look.moved), as for a container being set
+// up, so that the exec of a program that runs for a few milliseconds is
+// seen (an end after it is the app's, not a start that failed).
+func (l *ledger) hotInit(now time.Time, hot time.Duration) bool {
+	for _, a := range l.byMain {
+		if a.init && !a.done && now.Sub(a.initAt) < hot {
+			return true
+		}
+	}
+	return false
 }
 
 // execd records that the instance id, if one, runs its program: its
@@ -51,11 +75,23 @@ func (l *ledger) unexeced() bool {
 	return false
 }
 
-// startFailure is s's meaning for a: a SIGKILL of an instance still its
-// runtime's init is a start that failed (ok), with its status unknown.
-func startFailure(a *app, s exitwatch.Status) (exitwatch.Status, bool) {
-	if a.init && s.Known && s.Signal == exitwatch.SIGKILL {
-		return exitwatch.Status{Reason: "killed (SIGKILL) as its runtime's init, before its program ran: its start failed, and the kubelet starts it again"}, true
+// startFailure is s's meaning for a. An instance still its runtime's init
+// when it ended, and either killed by SIGKILL (the runtime's cleanup) or
+// of unknown status (none read, or gone before it could be watched), may
+// be a start that failed (ok): its status is unknown, said so, and it
+// awaits its new start. An unknown one may as well have run its program
+// too briefly for a scan to see the exec: that costs the wait, never a
+// wrong stop.
+func startFailure(a *app, s exitwatch.Status) (_ exitwatch.Status, ok bool) {
+	switch {
+	case !a.init:
+		return s, false
+	case s.Known && s.Signal == exitwatch.SIGKILL:
+		a.initEnd = "killed (SIGKILL) as its runtime's init"
+		return exitwatch.Status{Reason: a.initEnd + ", before its program ran: its start failed, and the kubelet starts it again"}, true
+	case !s.Known:
+		a.initEnd = "ended as its runtime's init, its program never seen running (" + s.Reason + ")"
+		return exitwatch.Status{Reason: a.initEnd + ": a start that failed, which the kubelet starts again, or a run too brief to see"}, true
 	}
 	return s, false
 }
