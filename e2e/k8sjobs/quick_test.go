@@ -62,8 +62,22 @@ func (e *env) quickApps(ctx context.Context, t *testing.T) {
 // holds: never seen (it ran wholly before a scan), seen at its very end and
 // reaped before its pidfd was opened, or too late to trace (ptrace reads
 // only the status of a process traced before its end). Named, or by its
-// cgroup's short ID.
-var late = regexp.MustCompile(`^unknown: (?:app|[0-9a-f]{12}) unknown \((?:never seen within SUPERVISOR_APP_START_TIMEOUT|it exited before the supervisor could watch it|ptrace refused \(it exited before it could be traced\))\); action SIGTERM`)
+// cgroup's short ID. Adopted as runc's init and gone before its exec was
+// seen, it may as well have been a start that failed: then the reason says
+// so, and that no new start came (supervisor/startfailed.go).
+var late = regexp.MustCompile(`^unknown: (?:app|[0-9a-f]{12}) unknown \((?:never seen within SUPERVISOR_APP_START_TIMEOUT|` +
+	goneBefore + `|` + initGone(goneBefore) + `)\); action SIGTERM`)
+
+// goneBefore matches the reasons of an app seen, but gone before its status
+// could be read.
+const goneBefore = `it exited before the supervisor could watch it|ptrace refused \(it exited before it could be traced\)`
+
+// initGone matches the reason of an app adopted as its runtime's init and
+// gone, for one of reasons, before its exec was seen, with no new start.
+func initGone(reasons string) string {
+	return `ended as its runtime's init, its program never seen running \((?:` + reasons +
+		`)\), and no new start was seen within [0-9.hms]+: it ran between two scans, or its program had run after all`
+}
 
 // unnamedApp matches a summary that names the app by its cgroup's short ID.
 var unnamedApp = regexp.MustCompile(`^(?:success|failure): ([0-9a-f]{12}) exit [0-9]+;`)

@@ -318,8 +318,11 @@ func TestWaitHook(t *testing.T) {
 			// An app adopted has its status read: the only unknowns allowed
 			// are an app never seen, or seen at its very end and reaped
 			// before its pidfd was opened (no fact in the pod holds its
-			// status then).
-			late := regexp.MustCompile(` unknown \((?:never seen within SUPERVISOR_APP_START_TIMEOUT|it exited before the supervisor could watch it)\)`)
+			// status then), which, gone as runc's init before its exec was
+			// seen, may as well have been a start that failed (said so,
+			// with no new start: supervisor/startfailed.go).
+			late := regexp.MustCompile(` unknown \((?:never seen within SUPERVISOR_APP_START_TIMEOUT|it exited before the supervisor could watch it|` +
+				`ended as its runtime's init, its program never seen running \(it exited before the supervisor could watch it\), and no new start was seen within [0-9.hms]+: it ran between two scans, or its program had run after all)\)`)
 			if n := strings.Count(msg, " unknown ("); n != len(late.FindAllString(msg, -1)) {
 				t.Errorf("termination message %q: an app adopted whose status is unknown", msg)
 			}
