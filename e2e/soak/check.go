@@ -115,6 +115,10 @@ type supervisorLog struct {
 	// missing lists the apps it said it never saw within the look
 	// (msgMissing), the first such line's.
 	missing []string
+	// initWait is the longest wait it logged for the new start of an app
+	// that ended as its runtime's init (msgInitEnds): a start that failed,
+	// or a run too brief to see its exec (supervisor/startfailed.go).
+	initWait time.Duration
 }
 
 type logLine struct {
@@ -147,6 +151,11 @@ const (
 	msgMissing   = "app containers missing: they finished before the supervisor started, or never started"
 	msgNoSidecar = "no sidecar appeared: nothing to stop"
 )
+
+var msgInitEnds = []string{
+	"app killed before its program ran: its start failed, and the kubelet starts it again whatever the restart policy; the sidecar stays up",
+	"app ended before its program was seen running, its status unknown: its start may have failed, and the kubelet would start it again whatever the restart policy; the sidecar stays up until then",
+}
 
 var msgJournal = []string{
 	"the journal of an earlier supervisor is ignored: starting over",
@@ -187,6 +196,14 @@ func parseSupervisorLog(text string) (supervisorLog, error) {
 			s.decided = at
 		case l.Message == msgMissing && s.missing == nil:
 			s.missing = l.Missing
+		case slices.Contains(msgInitEnds, l.Message):
+			var f struct {
+				Wait float64 `json:"wait"` // seconds (cmd/sidecar-supervisor sets zerolog's unit)
+			}
+			if err := json.Unmarshal([]byte(l.Raw), &f); err != nil {
+				return s, fmt.Errorf("supervisor log line %q: %w", l.Raw, err)
+			}
+			s.initWait = max(s.initWait, time.Duration(f.Wait*float64(time.Second)))
 		case slices.Contains(msgJournal, l.Message):
 			s.journal = append(s.journal, strings.TrimSpace(l.Message+" "+l.Reason+" "+l.Error))
 		}
@@ -822,6 +839,14 @@ func checkRestart(t timeline, w *podWant, p podObs, sup *corev1.ContainerStatus,
 			if x := find(inst[a.name], w.last[a.name]); x != nil && inGap(gap, x.end) {
 				ko.bound = max(ko.bound, killBound+restartWait(w.last[a.name]-w.first[a.name]+1))
 			}
+		}
+	}
+	// An app that ended as its runtime's init, before its exec was seen
+	// (its status unknown, or killed): it awaited its new start, which
+	// the kill does not change.
+	for _, sl := range sls {
+		if sl.initWait > 0 {
+			ko.bound = max(ko.bound, killBound+sl.initWait)
 		}
 	}
 	// An app the restarted supervisor never saw, every run of which had

@@ -473,6 +473,23 @@ func TestParseRealLogs(t *testing.T) {
 	}
 }
 
+// TestParseInitWait: the wait a supervisor logs for the new start of an
+// app that ended as its runtime's init is read, in seconds, the longest of
+// its lines (checkRestart allows it on top of killBound).
+func TestParseInitWait(t *testing.T) {
+	log := `{"level":"info","time":"2026-12-05T00:00:00.000Z","message":"starting"}
+{"level":"warn","container":"app1","wait":15,"time":"2026-12-05T00:00:01.000Z","message":"` + msgInitEnds[1] + `"}
+{"level":"warn","container":"app2","wait":25.5,"time":"2026-12-05T00:00:02.000Z","message":"` + msgInitEnds[0] + `"}
+`
+	s, err := parseSupervisorLog(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 25500 * time.Millisecond; s.initWait != want {
+		t.Errorf("initWait %s, want %s", s.initWait, want)
+	}
+}
+
 // TestGraceFor: a failure decided on an exit 143 the supervisor read holds
 // the decision for the deletion grace, killed or not (seed 20261206, Jobs
 // 36, 100 and 135: their kills cost 1.3-2.0 s, flagged as 3.3-4.0 s
