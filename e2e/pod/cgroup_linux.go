@@ -15,23 +15,9 @@ import (
 // CgroupRoot is where pods' cgroups are made: a cgroup v2 hierarchy (the
 // unified one on a hybrid host), under this process's own cgroup.
 func CgroupRoot() (string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	mnt, err := CgroupMount("")
 	if err != nil {
 		return "", err
-	}
-	defer f.Close()
-	mnt := ""
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		for i, fld := range fields {
-			if fld == "-" && i+1 < len(fields) && fields[i+1] == "cgroup2" {
-				mnt = fields[4]
-			}
-		}
-		if mnt != "" {
-			break
-		}
 	}
 	if mnt == "" {
 		return "", errors.New("no cgroup2 filesystem mounted: the pod simulation needs cgroup v2 (mount -t cgroup2 none /sys/fs/cgroup/unified)")

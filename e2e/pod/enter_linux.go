@@ -1,7 +1,6 @@
 package pod
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -127,7 +126,8 @@ func (n Namespaces) enter(p *Pod, c *Container, cgroup, bind string, joinMnt int
 	if hold != nil {
 		err := hold()
 		if err == nil {
-			err = openCue(cue)
+			// enter opens the cue first thing.
+			err = ReleaseCue(cue, time.Minute)
 		}
 		if err != nil {
 			r.cmd.Process.Kill()
@@ -147,18 +147,38 @@ func (n Namespaces) enter(p *Pod, c *Container, cgroup, bind string, joinMnt int
 	return r.cmd, nil
 }
 
-// openCue lets the process waiting on the FIFO cue go on: it opens the FIFO
-// for writing and closes it. A reader already blocked in its open counts
-// as there for a non-blocking open; the reader comes at once (enter opens
-// it first thing), so the tries are bounded (a hang guard).
-func openCue(cue string) error {
-	for end := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
-		f, err := os.OpenFile(cue, os.O_WRONLY|unix.O_NONBLOCK, 0)
+// MakeCue makes a FIFO at path, which any uid may open: a process that
+// opens it for reading (podsim app --fifo, podsim enter --cgroup-cue) waits
+// there until ReleaseCue.
+func MakeCue(path string) error {
+	if err := unix.Mkfifo(path, 0o666); err != nil {
+		return fmt.Errorf("mkfifo %s: %w", path, err)
+	}
+	return os.Chmod(path, 0o666) // past the umask
+}
+
+// ReleaseCue lets the process waiting on the FIFO at path go on: it opens
+// the FIFO for writing, which waits for that process to open it for
+// reading, and closes it. The wait is bounded by within (a hang guard, as
+// a container start on a loaded machine may take tens of seconds).
+func ReleaseCue(path string, within time.Duration) error {
+	done := make(chan error, 1)
+	go func() {
+		f, err := os.OpenFile(path, os.O_WRONLY, 0)
 		if err == nil {
-			return f.Close()
+			err = f.Close()
 		}
-		if !errors.Is(err, unix.ENXIO) || time.Now().After(end) {
-			return fmt.Errorf("open cue %s: %w", cue, err)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(within):
+		// Unblock the opener with a reader of our own.
+		if f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK, 0); err == nil {
+			<-done
+			f.Close()
 		}
+		return fmt.Errorf("nothing waited on the cue %s within %s", path, within)
 	}
 }

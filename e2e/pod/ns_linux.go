@@ -110,11 +110,7 @@ func awaitPause(ctx context.Context, out io.ReadCloser) error {
 // cgroupDir is a container attempt's cgroup: a restarted container is a new
 // container, with a new cgroup, as under containerd.
 func (st *nsState) cgroupDir(c *Container, attempt int) string {
-	name := c.Name
-	if attempt > 0 {
-		name = fmt.Sprintf("%s-r%d", c.Name, attempt)
-	}
-	return filepath.Join(st.cgroup, name)
+	return filepath.Join(st.cgroup, containerID(c, attempt))
 }
 
 // Start implements Backend: podsim enter, in the pod's namespaces.

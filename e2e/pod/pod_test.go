@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // TestMain removes the tools the tests built.
@@ -22,29 +20,16 @@ func needTools(t *testing.T) Tools {
 	return MustTools(t)
 }
 
-// backends are every backend (runcBackend's runc installed if missing).
+// backends are every backend (the runc backend's runc installed if
+// missing).
 func backends(t *testing.T, tl Tools) []Backend {
 	t.Helper()
-	return []Backend{Namespaces{Podsim: tl.Podsim}, runcBackend(t, tl)}
+	return []Backend{Namespaces{Podsim: tl.Podsim}, MustRunc(t, tl)}
 }
 
 func startPod(t *testing.T, b Backend, spec Spec) *Pod {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	p, err := Start(ctx, b, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Log(p.Describe())
-		}
-		if err := p.Close(); err != nil {
-			t.Errorf("close pod: %v", err)
-		}
-	})
-	return p
+	return MustStart(t, b, spec, nil)
 }
 
 // TestPodShape: the containers see one another as a pod with
@@ -236,37 +221,18 @@ func newCue(t *testing.T) (path string, mount Mount) {
 	t.Helper()
 	dir := t.TempDir()
 	path = filepath.Join(dir, "cue")
-	if err := unix.Mkfifo(path, 0o666); err != nil {
+	if err := MakeCue(path); err != nil {
 		t.Fatal(err)
 	}
 	return path, Mount{Host: dir, Container: dir}
 }
 
-// release ends the run of the app waiting on the cue: it opens the FIFO
-// for writing, which waits for the app to open it for reading, and closes
-// it. The wait is bounded (a hang guard).
+// release ends the run of the app waiting on the cue (ReleaseCue, within
+// a minute).
 func release(t *testing.T, cue string) {
 	t.Helper()
-	done := make(chan error, 1)
-	go func() {
-		f, err := os.OpenFile(cue, os.O_WRONLY, 0)
-		if err == nil {
-			err = f.Close()
-		}
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(time.Minute):
-		// Unblock the opener with a reader of our own.
-		if f, err := os.OpenFile(cue, os.O_RDONLY|unix.O_NONBLOCK, 0); err == nil {
-			<-done
-			f.Close()
-		}
-		t.Fatalf("nothing waited on the cue %s within a minute", cue)
+	if err := ReleaseCue(cue, time.Minute); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -337,18 +303,12 @@ func TestPodNativeAndEphemeral(t *testing.T) {
 // when the pod is closed never starts, and Close does not wait for it.
 func TestPodStartAfter(t *testing.T) {
 	tl := needTools(t)
-	done := func(name string) func(context.Context, *Pod) error {
-		return func(ctx context.Context, p *Pod) error {
-			_, err := p.WaitFor(ctx, func(s Status) bool { c := s.Container(name); return c.Started && !c.Running })
-			return err
-		}
-	}
 	never := func(ctx context.Context, p *Pod) error { <-ctx.Done(); return ctx.Err() }
 	for _, b := range backends(t, tl) {
 		t.Run(b.Name(), func(t *testing.T) {
 			p := startPod(t, b, Spec{Name: "after", Containers: []Container{
 				{Name: "first", Argv: []string{tl.Podsim, "app", "--exit", "3"}},
-				{Name: "second", Argv: []string{tl.Podsim, "app", "--sleep", "1h"}, StartAfter: done("first")},
+				{Name: "second", Argv: []string{tl.Podsim, "app", "--sleep", "1h"}, StartAfter: When(Ended("first"))},
 				{Name: "third", Argv: []string{tl.Podsim, "app", "--sleep", "1h"}},
 				{Name: "held", Argv: []string{tl.Podsim, "app"}, StartAfter: never},
 			}})

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"testing"
 	"time"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/scripts"
@@ -86,6 +87,20 @@ func FindRunc(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("e2e/%s printed RUNC=%s: %w", InstallScript, runc, err)
 	}
 	return runc, nil
+}
+
+// MustRunc is the runc backend for a test, runc installed by
+// e2e/scripts/install-deps.sh when it is missing (FindRunc, bounded to 5
+// minutes); it fails the test when runc cannot be had.
+func MustRunc(t testing.TB, tl Tools) Runc {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	runc, err := FindRunc(ctx)
+	if err != nil {
+		t.Fatalf("the runc backend needs runc (e2e/%s installs it): %v", InstallScript, err)
+	}
+	return Runc{Path: runc, Podsim: tl.Podsim}
 }
 
 // Sandbox implements Backend: the pause container.

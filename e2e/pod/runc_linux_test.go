@@ -11,19 +11,6 @@ import (
 	"time"
 )
 
-// runcBackend is the runc backend, runc installed by
-// e2e/scripts/install-deps.sh when it is missing.
-func runcBackend(t *testing.T, tl Tools) Runc {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	runc, err := FindRunc(ctx)
-	if err != nil {
-		t.Fatalf("the runc backend needs runc (e2e/%s installs it): %v", InstallScript, err)
-	}
-	return Runc{Path: runc, Podsim: tl.Podsim}
-}
-
 // procStatus reads fields of a host process's /proc/PID/status.
 func procStatus(t *testing.T, pid int) map[string]string {
 	t.Helper()
@@ -52,7 +39,7 @@ func capMask(caps []int) string {
 // otherwise, none for Caps: []int{}, no_new_privs, uid and gid.
 func TestRuncSecurity(t *testing.T) {
 	tl := needTools(t)
-	b := runcBackend(t, tl)
+	b := MustRunc(t, tl)
 	p := startPod(t, b, Spec{Name: "security", Containers: []Container{
 		{Name: "root", Argv: []string{tl.Podsim, "app", "--sleep", "1h"}},
 		{Name: "default", Argv: []string{tl.Podsim, "app", "--sleep", "1h"}, UID: 1000, GID: 1000},
@@ -88,7 +75,7 @@ func TestRuncSecurity(t *testing.T) {
 // bind mounts and the termination message file mounted where it says.
 func TestRuncFilesystem(t *testing.T) {
 	tl := needTools(t)
-	b := runcBackend(t, tl)
+	b := MustRunc(t, tl)
 	dir := t.TempDir()
 	rootfs := filepath.Join(dir, "rootfs")
 	data := filepath.Join(dir, "data")
@@ -132,7 +119,7 @@ func TestRuncFilesystem(t *testing.T) {
 // reads 128+signal; Close leaves no runc container and no cgroup behind.
 func TestRuncLeftovers(t *testing.T) {
 	tl := needTools(t)
-	b := runcBackend(t, tl)
+	b := MustRunc(t, tl)
 	// parent runs until its processes have been counted.
 	cue, mount := newCue(t)
 	p := startPod(t, b, Spec{Name: "leftovers", Containers: []Container{
@@ -160,7 +147,7 @@ func TestRuncLeftovers(t *testing.T) {
 		}
 	}
 	release(t, cue)
-	st, err := p.WaitFor(ctx, func(s Status) bool { c := s.Container("parent"); return c.Started && !c.Running })
+	st, err := p.WaitFor(ctx, Ended("parent"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -184,6 +184,28 @@ func (p *Pod) WaitRunning(ctx context.Context, name string, restarts int) (Conta
 	return st.Container(name), err
 }
 
+// Ended is the condition, for WaitFor, that every named container has
+// started and is no longer running.
+func Ended(names ...string) func(Status) bool {
+	return func(s Status) bool {
+		for _, n := range names {
+			if c := s.Container(n); !c.Started || c.Running {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// When is a Container.StartAfter that returns once cond holds for the
+// pod's status.
+func When(cond func(Status) bool) func(context.Context, *Pod) error {
+	return func(ctx context.Context, p *Pod) error {
+		_, err := p.WaitFor(ctx, cond)
+		return err
+	}
+}
+
 func noneRunning(s Status) bool {
 	for _, c := range s.Containers {
 		if c.Running {

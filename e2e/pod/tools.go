@@ -83,6 +83,31 @@ func MustTools(t testing.TB) Tools {
 	return tl
 }
 
+// MustStart starts a pod for a test (bounded to a minute) and closes it
+// when the test ends, failing the test if it does not close cleanly; a
+// failed test gets the pod's description, and more if more is set.
+func MustStart(t testing.TB, b Backend, spec Spec, more func() string) *Pod {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, err := Start(ctx, b, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(p.Describe())
+			if more != nil {
+				t.Log(more())
+			}
+		}
+		if err := p.Close(); err != nil {
+			t.Errorf("close pod: %v", err)
+		}
+	})
+	return p
+}
+
 // BuildToolsFor builds the tools for GOARCH goarch ("amd64", "arm64") into
 // a new directory, for a qemu guest of that architecture. Each call builds
 // anew (the Go build cache makes that quick); the caller removes Dir.
