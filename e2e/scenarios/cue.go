@@ -2,20 +2,15 @@ package scenarios
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/pod"
 )
 
 // fifo makes the FIFO at host path that Release(name) opens.
 func (b *Built) fifo(name, host string) error {
-	if err := unix.Mkfifo(host, 0o666); err != nil {
-		return fmt.Errorf("mkfifo %s: %w", host, err)
-	}
-	// Apps run as several uids.
-	if err := os.Chmod(host, 0o666); err != nil {
+	if err := pod.MakeCue(host); err != nil {
 		return err
 	}
 	if b.cues == nil {
@@ -26,9 +21,9 @@ func (b *Built) fifo(name, host string) error {
 }
 
 // appCues makes app a's FIFOs (App.Cued, App.DrainCued) in the shared
-// directory, hostDir on the host and dir in the containers, and returns
-// the arguments that make podsim app wait on them.
-func (b *Built) appCues(a App, hostDir, dir string) ([]string, error) {
+// directory and returns the arguments that make podsim app wait on them.
+func (b *Built) appCues(a App) ([]string, error) {
+	hostDir, dir := b.Shared, b.sharedIn
 	var args []string
 	if a.Cued {
 		if err := b.fifo(a.Name, filepath.Join(hostDir, a.Name+".cue")); err != nil {
@@ -50,9 +45,9 @@ func (b *Built) appCues(a App, hostDir, dir string) ([]string, error) {
 func DrainCue(app string) string { return app + "/drain" }
 
 // proxyCues makes the stand-in's cues d asks for (ProxyHandlerCued,
-// ProxyDrainCued) in the shared directory, hostDir on the host and dir in
-// the containers, and returns its environment.
-func (b *Built) proxyCues(d Desc, hostDir, dir string) ([]string, error) {
+// ProxyDrainCued) in the shared directory and returns its environment.
+func (b *Built) proxyCues(d Desc) ([]string, error) {
+	hostDir, dir := b.Shared, b.sharedIn
 	var env []string
 	for _, c := range []struct {
 		on        bool
@@ -70,33 +65,18 @@ func (b *Built) proxyCues(d Desc, hostDir, dir string) ([]string, error) {
 }
 
 // Release lets the cued app name end: it opens the app's FIFO for writing
-// and closes it, which waits for the app to be waiting on it (for up to
-// releaseBound: a hang guard, as a container start on a loaded machine may
-// take tens of seconds).
+// and closes it, which waits for the app to be waiting on it
+// (pod.ReleaseCue, for up to releaseBound: a hang guard, as a container
+// start on a loaded machine may take tens of seconds).
 func (b Built) Release(name string) error {
 	path, ok := b.cues[name]
 	if !ok {
 		return fmt.Errorf("app %q is not cued", name)
 	}
-	done := make(chan error, 1)
-	go func() {
-		f, err := os.OpenFile(path, os.O_WRONLY, 0) // blocks until the app reads
-		if err == nil {
-			err = f.Close()
-		}
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(releaseBound):
-		// Unblock the opener with a reader of our own.
-		if f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK, 0); err == nil {
-			<-done
-			f.Close()
-		}
-		return fmt.Errorf("app %s never waited for its cue within %s", name, releaseBound)
+	if err := pod.ReleaseCue(path, releaseBound); err != nil {
+		return fmt.Errorf("app %s: %w", name, err)
 	}
+	return nil
 }
 
 // releaseBound bounds Release's wait.

@@ -78,9 +78,4 @@ func WithHold(b Built, tl pod.Tools, timeout time.Duration) (Built, error) {
 }
 
 // appRecord is where app name's record lands on the host.
-func appRecord(b Built, name string) string {
-	if _, ok := b.Backend.(pod.Runc); ok {
-		return filepath.Join(b.Dir, "shared", name+".record")
-	}
-	return filepath.Join(b.Dir, name+".record")
-}
+func appRecord(b Built, name string) string { return filepath.Join(b.Shared, name+".record") }

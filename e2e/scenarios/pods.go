@@ -142,6 +142,8 @@ type Built struct {
 	// Proxy is the real pilot-agent's tree (RealPilot); its stand-in envoy
 	// keeps a record (Proxy.Record).
 	Proxy *istioproxy.Proxy
+	// sharedIn is the shared directory as the containers see it.
+	sharedIn string
 	// cues are the host paths of the cued apps' FIFOs, by app name.
 	cues map[string]string
 }
@@ -189,15 +191,10 @@ func Builders(t testing.TB) []Builder {
 	t.Helper()
 	pod.NeedRoot(t)
 	tl := pod.MustTools(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	runc, err := pod.FindRunc(ctx)
-	if err != nil {
-		t.Fatalf("the runc backend needs runc (e2e/%s installs it): %v", pod.InstallScript, err)
-	}
+	runc := pod.MustRunc(t, tl)
 	return []Builder{
 		{"namespaces", func(d Desc) (Built, error) { return BuildNamespaces(d, tl) }},
-		{"runc", func(d Desc) (Built, error) { return BuildRunc(d, tl, runc) }},
+		{"runc", func(d Desc) (Built, error) { return BuildRunc(d, tl, runc.Path) }},
 	}
 }
 
@@ -206,21 +203,7 @@ func Builders(t testing.TB) []Builder {
 // description and every record (Records).
 func Start(t testing.TB, b Built) *pod.Pod {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	p, err := pod.Start(ctx, b.Backend, b.Spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("%s\n%s", p.Describe(), b.Records())
-		}
-		if err := p.Close(); err != nil {
-			t.Errorf("close pod: %v", err)
-		}
-	})
-	return p
+	return pod.MustStart(t, b.Backend, b.Spec, b.Records)
 }
 
 // Records are the proxy's record (the stand-in pilot-agent's, or the stand-in
@@ -243,76 +226,134 @@ func (b Built) Records() string {
 
 // BuildNamespaces builds d for the namespaces backend: every container runs
 // over the host's filesystem, the supervisor is the binary of pod.Tools.
-func BuildNamespaces(d Desc, tl pod.Tools) (Built, error) {
+func BuildNamespaces(d Desc, tl pod.Tools) (Built, error) { return build(d, tl, "") }
+
+// build builds d for the runc backend (runc is its binary) or, with runc
+// "", for the namespaces backend. Each backend's own is said where it
+// differs: the files of a runc container sit in its root filesystem under
+// Built.Dir/rootfs, and the pod's shared directory is mounted at
+// SharedMount; a namespaces container sees the host's files where they are.
+func build(d Desc, tl pod.Tools, runc string) (Built, error) {
 	dir, err := os.MkdirTemp("", "podsim-"+d.Name+"-")
 	if err != nil {
 		return Built{}, err
 	}
-	// Containers of several uids write records here.
-	if err := os.Chmod(dir, 0o777); err != nil {
+	b := Built{Dir: dir, Shared: dir, sharedIn: dir, Backend: pod.Namespaces{Podsim: tl.Podsim}}
+	if runc != "" {
+		b.Shared, b.sharedIn, b.Backend = filepath.Join(dir, "shared"), SharedMount, pod.Runc{Path: runc, Podsim: tl.Podsim}
+	}
+	if err := os.MkdirAll(b.Shared, 0o777); err != nil {
 		return Built{}, err
 	}
-	b := Built{Dir: dir, Shared: dir, Backend: pod.Namespaces{Podsim: tl.Podsim}}
-	var apps []pod.Container
+	// Containers of several uids write records in the shared directory.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return Built{}, err
+	}
+	if err := os.Chmod(b.Shared, 0o777); err != nil {
+		return Built{}, err
+	}
+	var apps, injected []pod.Container
 	for _, a := range d.Apps {
-		cue, err := b.appCues(a, dir, dir)
+		podsim, err := b.install(tl.Podsim, a.Name, "bin/podsim")
 		if err != nil {
 			return Built{}, err
 		}
-		argv := append([]string{tl.Podsim, "app", "--record", filepath.Join(dir, a.Name+".record")}, cue...)
-		apps = append(apps, pod.Container{Name: a.Name, Argv: append(argv, a.Args...), UID: a.UID, GID: a.UID, CgroupDelay: a.CgroupDelay,
-			CgroupHold: a.CgroupHold, Native: a.Native, Ephemeral: a.Ephemeral})
-	}
-	var proxy *pod.Container
-	switch d.Proxy {
-	case StandIn:
-		b.PilotRecord = filepath.Join(dir, "pilot-agent.record")
-		cue, err := b.proxyCues(d, dir, dir)
+		cue, err := b.appCues(a)
 		if err != nil {
 			return Built{}, err
 		}
-		proxy = &pod.Container{
-			Argv: []string{tl.PilotAgent, "proxy", "sidecar"}, Env: append(standInEnv(d, b.PilotRecord), cue...),
-			PostStart: []string{tl.Podsim, "wait-http", "http://127.0.0.1:15021/healthz/ready", "60s"},
-		}
-	case RealPilot:
-		// The tree is pilot-agent's working directory.
-		px, err := prepareRealPilot(d, filepath.Join(dir, "istio-proxy"))
-		if err != nil {
-			return Built{}, err
-		}
-		b.Proxy = px
-		proxy = &pod.Container{Argv: px.Argv, Env: px.Env, Dir: px.Root, UID: px.UID, GID: px.GID,
-			PostStart: realPilotWait}
+		argv := append([]string{podsim, "app", "--record", b.sharedIn + "/" + a.Name + ".record"}, cue...)
+		// CgroupDelay and CgroupHold: the runc backend has no such window.
+		apps = append(apps, b.onRoot(pod.Container{Name: a.Name, Argv: append(argv, a.Args...), UID: a.UID, GID: a.UID,
+			CgroupDelay: a.CgroupDelay, CgroupHold: a.CgroupHold, Native: a.Native, Ephemeral: a.Ephemeral}, false))
 	}
-	supervisor := &pod.Container{
-		Argv: []string{tl.Supervisor},
-		Env: append([]string{
-			"SUPERVISOR_TERMINATION_MESSAGE_PATH=" + filepath.Join(dir, "supervisor.termination-log"),
-		}, supervisorEnv(d)...),
-		UID: ProxyUID, GID: ProxyUID,
-		TerminationMessage: filepath.Join(dir, "supervisor.termination-log"),
-	}
-	if err := supervisorState(d, dir, supervisor, ProxyUID, ""); err != nil {
-		return Built{}, err
-	}
-	var injected []pod.Container
 	for _, s := range d.Sidecars {
-		if err := vaultDir(dir, s); err != nil {
+		if err := vaultDir(b.Shared, s); err != nil {
 			return Built{}, err
 		}
-		c, err := sidecarContainer(s, tl, "", filepath.Join(dir, "bin"), dir)
+		root, bin := "", filepath.Join(dir, "bin")
+		if runc != "" {
+			root, bin = b.rootfs(s.name()), ""
+		}
+		c, err := sidecarContainer(s, tl, root, bin, b.sharedIn)
 		if err != nil {
 			return Built{}, fmt.Errorf("sidecar %s: %w", s.name(), err)
 		}
-		if s.Injected {
+		if c = b.onRoot(c, true); s.Injected {
 			injected = append(injected, c)
 		} else {
 			apps = append(apps, c)
 		}
 	}
+	var proxy *pod.Container
+	switch d.Proxy {
+	case StandIn:
+		// Named pilot-agent, so that its comm is.
+		pilot, err := b.install(tl.PilotAgent, "istio-proxy", "usr/local/bin/pilot-agent")
+		if err != nil {
+			return Built{}, err
+		}
+		// podsim's stand-in has no `wait`: podsim does it.
+		podsim, err := b.install(tl.Podsim, "istio-proxy", "bin/podsim")
+		if err != nil {
+			return Built{}, err
+		}
+		b.PilotRecord = filepath.Join(b.Shared, "pilot-agent.record")
+		cue, err := b.proxyCues(d)
+		if err != nil {
+			return Built{}, err
+		}
+		c := b.onRoot(pod.Container{Name: "istio-proxy", Argv: []string{pilot, "proxy", "sidecar"},
+			Env:       append(standInEnv(d, b.sharedIn+"/pilot-agent.record"), cue...),
+			PostStart: []string{podsim, "wait-http", "http://127.0.0.1:15021/healthz/ready", "60s"}}, true)
+		proxy = &c
+	case RealPilot:
+		px, err := prepareRealPilot(d, b.rootfs("istio-proxy"))
+		if err != nil {
+			return Built{}, err
+		}
+		b.Proxy = px
+		proxy = &pod.Container{Argv: px.Argv, Env: px.Env, UID: px.UID, GID: px.GID, PostStart: realPilotWait}
+		if runc == "" {
+			proxy.Dir = px.Root // the tree is pilot-agent's working directory
+		} else {
+			proxy.Rootfs, proxy.ReadOnlyRootfs = px.Root, true
+			for _, w := range px.Writable {
+				proxy.Mounts = append(proxy.Mounts, pod.Mount{Host: px.Path(w), Container: "/" + w})
+			}
+		}
+	}
+	var supervisor *pod.Container
+	if !d.NoSupervisor {
+		if supervisor, err = b.supervisor(d, tl); err != nil {
+			return Built{}, err
+		}
+	}
 	b.Spec = assemble(d, dir, apps, proxy, supervisor, injected)
 	return b, nil
+}
+
+// rootfs is the root filesystem of the container name on the runc
+// backend, and where the real pilot-agent's tree goes on both.
+func (b Built) rootfs(name string) string { return filepath.Join(b.Dir, "rootfs", name) }
+
+// install makes the static binary src runnable in the container name, at
+// rel under its root filesystem on the runc backend, and returns its path
+// there; the namespaces backend runs src where it is.
+func (b Built) install(src, name, rel string) (string, error) {
+	if _, ok := b.Backend.(pod.Runc); !ok {
+		return src, nil
+	}
+	return "/" + rel, InstallTool(src, b.rootfs(name), rel)
+}
+
+// onRoot puts c, on the runc backend, on its root filesystem (read-only if
+// readOnly) with the shared directory mounted.
+func (b Built) onRoot(c pod.Container, readOnly bool) pod.Container {
+	if _, ok := b.Backend.(pod.Runc); ok {
+		c.Rootfs, c.ReadOnlyRootfs, c.Mounts = b.rootfs(c.Name), readOnly, []pod.Mount{{Host: b.Shared, Container: SharedMount}}
+	}
+	return c
 }
 
 // supervisorEnv is the supervisor's settings: SUPERVISOR_APPS as the

@@ -26,121 +26,40 @@ const SharedMount = "/var/run/podsim"
 //   - the supervisor: the image e2e/scripts/build-image.sh builds from the
 //     Dockerfile, unpacked layer by layer, run as its USER with its
 //     ENTRYPOINT and ENV, read-only, with /dev/termination-log mounted.
-func BuildRunc(d Desc, tl pod.Tools, runc string) (Built, error) {
-	dir, err := os.MkdirTemp("", "podsim-"+d.Name+"-")
+func BuildRunc(d Desc, tl pod.Tools, runc string) (Built, error) { return build(d, tl, runc) }
+
+// supervisor is the supervisor's container: on the runc backend the image
+// unpacked, on the namespaces backend the binary of pod.Tools, as the
+// image's USER and with its ENTRYPOINT and ENV on the one, as uid 1337 on
+// the other, with its state directory where d asks (supervisorState).
+func (b Built) supervisor(d Desc, tl pod.Tools) (*pod.Container, error) {
+	if _, ok := b.Backend.(pod.Runc); !ok {
+		msg := filepath.Join(b.Dir, "supervisor.termination-log")
+		c := &pod.Container{Argv: []string{tl.Supervisor},
+			Env: append([]string{"SUPERVISOR_TERMINATION_MESSAGE_PATH=" + msg}, supervisorEnv(d)...),
+			UID: ProxyUID, GID: ProxyUID, TerminationMessage: msg}
+		return c, supervisorState(d, b.Dir, c, ProxyUID, "")
+	}
+	im, err := supervisorImage()
 	if err != nil {
-		return Built{}, err
+		return nil, fmt.Errorf("the supervisor image (e2e/%s): %w", ImageScript, err)
 	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		return Built{}, err
+	root := b.rootfs("supervisor")
+	if err := im.Unpack(root); err != nil {
+		return nil, fmt.Errorf("unpack %s: %w", im.Archive, err)
 	}
-	shared := filepath.Join(dir, "shared")
-	if err := os.Mkdir(shared, 0o777); err != nil {
-		return Built{}, err
+	uid, gid, err := im.User()
+	if err != nil {
+		return nil, err
 	}
-	// Containers of several uids write records here.
-	if err := os.Chmod(shared, 0o777); err != nil {
-		return Built{}, err
+	c := &pod.Container{
+		Rootfs: root, ReadOnlyRootfs: true, Argv: im.Argv(), Dir: im.Config.WorkingDir,
+		Env: append(append([]string{}, im.Config.Env...), supervisorEnv(d)...), UID: uid, GID: gid,
+		// The kubelet's default terminationMessagePath, the supervisor's
+		// default SUPERVISOR_TERMINATION_MESSAGE_PATH.
+		TerminationMessage: "/dev/termination-log",
 	}
-	sharedMount := []pod.Mount{{Host: shared, Container: SharedMount}}
-	rootfs := func(name string) string { return filepath.Join(dir, "rootfs", name) }
-	b := Built{Dir: dir, Shared: shared, Backend: pod.Runc{Path: runc, Podsim: tl.Podsim}}
-
-	var apps []pod.Container
-	for _, a := range d.Apps {
-		if err := InstallTool(tl.Podsim, rootfs(a.Name), "bin/podsim"); err != nil {
-			return Built{}, err
-		}
-		cue, err := b.appCues(a, shared, SharedMount)
-		if err != nil {
-			return Built{}, err
-		}
-		argv := append([]string{"/bin/podsim", "app", "--record", SharedMount + "/" + a.Name + ".record"}, cue...)
-		apps = append(apps, pod.Container{
-			Name: a.Name, Rootfs: rootfs(a.Name), Mounts: sharedMount, Argv: append(argv, a.Args...),
-			UID: a.UID, GID: a.UID, Native: a.Native, Ephemeral: a.Ephemeral,
-		})
-	}
-
-	var injected []pod.Container
-	for _, s := range d.Sidecars {
-		if err := vaultDir(shared, s); err != nil {
-			return Built{}, err
-		}
-		c, err := sidecarContainer(s, tl, rootfs(s.name()), "", SharedMount)
-		if err != nil {
-			return Built{}, fmt.Errorf("sidecar %s: %w", s.name(), err)
-		}
-		c.Rootfs, c.ReadOnlyRootfs, c.Mounts = rootfs(s.name()), true, sharedMount
-		if s.Injected {
-			injected = append(injected, c)
-		} else {
-			apps = append(apps, c)
-		}
-	}
-
-	var proxy *pod.Container
-	switch d.Proxy {
-	case StandIn:
-		root := rootfs("istio-proxy")
-		// Named pilot-agent, so that its comm is.
-		if err := InstallTool(tl.PilotAgent, root, "usr/local/bin/pilot-agent"); err != nil {
-			return Built{}, err
-		}
-		if err := InstallTool(tl.Podsim, root, "bin/podsim"); err != nil {
-			return Built{}, err
-		}
-		b.PilotRecord = filepath.Join(shared, "pilot-agent.record")
-		cue, err := b.proxyCues(d, shared, SharedMount)
-		if err != nil {
-			return Built{}, err
-		}
-		proxy = &pod.Container{
-			Rootfs: root, ReadOnlyRootfs: true, Mounts: sharedMount,
-			Argv: []string{"/usr/local/bin/pilot-agent", "proxy", "sidecar"},
-			Env:  append(standInEnv(d, SharedMount+"/pilot-agent.record"), cue...),
-			// podsim's stand-in has no `wait`: podsim does it.
-			PostStart: []string{"/bin/podsim", "wait-http", "http://127.0.0.1:15021/healthz/ready", "60s"},
-		}
-	case RealPilot:
-		px, err := prepareRealPilot(d, rootfs("istio-proxy"))
-		if err != nil {
-			return Built{}, err
-		}
-		b.Proxy = px
-		proxy = &pod.Container{Rootfs: px.Root, ReadOnlyRootfs: true, Argv: px.Argv, Env: px.Env, UID: px.UID, GID: px.GID,
-			PostStart: realPilotWait}
-		for _, w := range px.Writable {
-			proxy.Mounts = append(proxy.Mounts, pod.Mount{Host: px.Path(w), Container: "/" + w})
-		}
-	}
-
-	var supervisor *pod.Container
-	if !d.NoSupervisor {
-		im, err := supervisorImage()
-		if err != nil {
-			return Built{}, fmt.Errorf("the supervisor image (e2e/%s): %w", ImageScript, err)
-		}
-		if err := im.Unpack(rootfs("supervisor")); err != nil {
-			return Built{}, fmt.Errorf("unpack %s: %w", im.Archive, err)
-		}
-		uid, gid, err := im.User()
-		if err != nil {
-			return Built{}, err
-		}
-		supervisor = &pod.Container{
-			Rootfs: rootfs("supervisor"), ReadOnlyRootfs: true, Argv: im.Argv(), Dir: im.Config.WorkingDir,
-			Env: append(append([]string{}, im.Config.Env...), supervisorEnv(d)...), UID: uid, GID: gid,
-			// The kubelet's default terminationMessagePath, the supervisor's
-			// default SUPERVISOR_TERMINATION_MESSAGE_PATH.
-			TerminationMessage: "/dev/termination-log",
-		}
-		if err := supervisorState(d, dir, supervisor, uid, stateMount); err != nil {
-			return Built{}, err
-		}
-	}
-	b.Spec = assemble(d, dir, apps, proxy, supervisor, injected)
-	return b, nil
+	return c, supervisorState(d, b.Dir, c, uid, stateMount)
 }
 
 // InstallTool puts a static binary at rel under root: a hard link when the
