@@ -3,7 +3,6 @@ package pod
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"sync"
 	"syscall"
@@ -36,12 +35,8 @@ func (p *Pod) Delete(ctx context.Context) Status {
 			c := &p.Spec.Containers[i]
 			if len(c.PreStop) > 0 {
 				hctx, cancel := context.WithDeadline(ctx, deadline)
-				out, err := p.Backend.Exec(hctx, p, c, p.attempt(i), c.PreStop)
+				p.hook(hctx, i, "preStop", c.PreStop)
 				cancel()
-				p.logs[i].Write(hookLog("preStop", out))
-				if err != nil {
-					p.logs[i].Write([]byte(fmt.Sprintf("[preStop failed: %v]\n", err)))
-				}
 			}
 			if proc := p.proc(i); proc != nil {
 				proc.Signal(syscall.SIGTERM)

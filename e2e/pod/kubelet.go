@@ -38,12 +38,10 @@ func (p *Pod) run(ctx context.Context) {
 		c := &p.Spec.Containers[i]
 		if len(c.PostStart) > 0 && p.running(i) {
 			hctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-			out, err := p.Backend.Exec(hctx, p, c, p.attempt(i), c.PostStart)
+			err := p.hook(hctx, i, "postStart", c.PostStart)
 			cancel()
-			p.logs[i].Write(hookLog("postStart", out))
 			if err != nil {
 				// The kubelet kills a container whose postStart fails.
-				p.logs[i].Write([]byte(fmt.Sprintf("[postStart failed: %v]\n", err)))
 				if proc := p.proc(i); proc != nil {
 					proc.Signal(syscall.SIGKILL)
 				}

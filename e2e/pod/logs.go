@@ -2,6 +2,7 @@ package pod
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -57,14 +58,20 @@ type Describer interface {
 	Describe(p *Pod) string
 }
 
-// hookLog is a hook's output as it goes into the container's log: prefixed,
-// and ended with a newline so that the container's next line stays apart.
-func hookLog(hook string, out []byte) []byte {
-	b := append([]byte("["+hook+"] "), out...)
+// hook runs a hook (postStart, preStop) in container i, its output into
+// the container's log, prefixed and ended with a newline so that the
+// container's next line stays apart, and its failure after it.
+func (p *Pod) hook(ctx context.Context, i int, name string, argv []string) error {
+	out, err := p.Backend.Exec(ctx, p, &p.Spec.Containers[i], p.attempt(i), argv)
+	b := append([]byte("["+name+"] "), out...)
 	if !bytes.HasSuffix(b, []byte("\n")) {
 		b = append(b, '\n')
 	}
-	return b
+	if err != nil {
+		b = fmt.Appendf(b, "[%s failed: %v]\n", name, err)
+	}
+	p.logs[i].Write(b)
+	return err
 }
 
 // logBuffer keeps a container's output and streams it, line-prefixed.

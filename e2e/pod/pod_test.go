@@ -27,6 +27,13 @@ func backends(t *testing.T, tl Tools) []Backend {
 	return []Backend{Namespaces{Podsim: tl.Podsim}, MustRunc(t, tl)}
 }
 
+// onBackends runs f as a subtest on every backend, named by it.
+func onBackends(t *testing.T, tl Tools, f func(t *testing.T, b Backend)) {
+	for _, b := range backends(t, tl) {
+		t.Run(b.Name(), func(t *testing.T) { f(t, b) })
+	}
+}
+
 func startPod(t *testing.T, b Backend, spec Spec) *Pod {
 	t.Helper()
 	return MustStart(t, b, spec, nil)
@@ -38,54 +45,52 @@ func startPod(t *testing.T, b Backend, spec Spec) *Pod {
 // uids are as set.
 func TestPodShape(t *testing.T) {
 	tl := needTools(t)
-	for _, b := range backends(t, tl) {
-		t.Run(b.Name(), func(t *testing.T) {
-			p := startPod(t, b, Spec{Name: "shape", Containers: []Container{
-				{Name: "app", Argv: []string{tl.Podsim, "app", "--sleep", "1h"}, UID: 1000, GID: 1000},
-				{Name: "viewer", Argv: []string{tl.Podsim, "app", "--sleep", "1h"}, UID: 1337, GID: 1337},
-			}})
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			if _, err := p.WaitRunning(ctx, "viewer", 0); err != nil {
-				t.Fatal(err)
+	onBackends(t, tl, func(t *testing.T, b Backend) {
+		p := startPod(t, b, Spec{Name: "shape", Containers: []Container{
+			{Name: "app", Argv: []string{tl.Podsim, "app", "--sleep", "1h"}, UID: 1000, GID: 1000},
+			{Name: "viewer", Argv: []string{tl.Podsim, "app", "--sleep", "1h"}, UID: 1337, GID: 1337},
+		}})
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if _, err := p.WaitRunning(ctx, "viewer", 0); err != nil {
+			t.Fatal(err)
+		}
+		out, err := p.Exec(ctx, "viewer", tl.Podsim, "ps")
+		if err != nil {
+			t.Fatalf("ps: %v\n%s", err, out)
+		}
+		lines := map[string][]string{} // comm -> fields, first seen
+		var all []string
+		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			f := strings.Fields(l)
+			all = append(all, l)
+			if len(f) == 5 {
+				key := f[0]
+				lines[key] = f
 			}
-			out, err := p.Exec(ctx, "viewer", tl.Podsim, "ps")
-			if err != nil {
-				t.Fatalf("ps: %v\n%s", err, out)
+		}
+		// PID 1 is pause, in its own cgroup.
+		if f := lines["1"]; f == nil || f[3] != "podsim" || f[4] != "/../pause" {
+			t.Errorf("PID 1 = %v, want pause in /../pause; ps:\n%s", f, out)
+		}
+		var app []string
+		own := 0 // the viewer's main process and ps itself (exec'd from outside)
+		for _, f := range lines {
+			switch {
+			case f[4] == "/../app" && f[1] == "0":
+				app = f
+			case f[4] == "/" && f[1] == "0" && f[3] == "podsim" && f[2] == "1337":
+				own++
 			}
-			lines := map[string][]string{} // comm -> fields, first seen
-			var all []string
-			for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-				f := strings.Fields(l)
-				all = append(all, l)
-				if len(f) == 5 {
-					key := f[0]
-					lines[key] = f
-				}
-			}
-			// PID 1 is pause, in its own cgroup.
-			if f := lines["1"]; f == nil || f[3] != "podsim" || f[4] != "/../pause" {
-				t.Errorf("PID 1 = %v, want pause in /../pause; ps:\n%s", f, out)
-			}
-			var app []string
-			own := 0 // the viewer's main process and ps itself (exec'd from outside)
-			for _, f := range lines {
-				switch {
-				case f[4] == "/../app" && f[1] == "0":
-					app = f
-				case f[4] == "/" && f[1] == "0" && f[3] == "podsim" && f[2] == "1337":
-					own++
-				}
-			}
-			if app == nil || app[2] != "1000" {
-				t.Errorf("app main process = %v, want PPID 0, uid 1000, cgroup /../app; ps:\n%s", app, strings.Join(all, "\n"))
-			}
-			if own != 2 {
-				t.Errorf("%d processes of uid 1337 with PPID 0 in the viewer's cgroup, want 2 (its main process and the exec'd ps); ps:\n%s",
-					own, strings.Join(all, "\n"))
-			}
-		})
-	}
+		}
+		if app == nil || app[2] != "1000" {
+			t.Errorf("app main process = %v, want PPID 0, uid 1000, cgroup /../app; ps:\n%s", app, strings.Join(all, "\n"))
+		}
+		if own != 2 {
+			t.Errorf("%d processes of uid 1337 with PPID 0 in the viewer's cgroup, want 2 (its main process and the exec'd ps); ps:\n%s",
+				own, strings.Join(all, "\n"))
+		}
+	})
 }
 
 // TestPodPhases: exit codes are recorded and the phase follows the policy.
@@ -128,33 +133,31 @@ func TestPodPhases(t *testing.T) {
 // as a new container; deletion sends SIGTERM and the pod stops.
 func TestPodRestartAndDelete(t *testing.T) {
 	tl := needTools(t)
-	for _, b := range backends(t, tl) {
-		t.Run(b.Name(), func(t *testing.T) {
-			// The grace only bounds the wait for the server's exit on SIGTERM:
-			// long, so that a slow exit is not taken for an ignored SIGTERM.
-			p := startPod(t, b, Spec{Name: "restart", RestartPolicy: OnFailure, RestartBackoff: 50 * time.Millisecond,
-				TerminationGracePeriod: time.Minute, Containers: []Container{
-					{Name: "flaky", Argv: []string{tl.Podsim, "app", "--sleep", "50ms", "--exit", "1"}},
-					{Name: "server", Argv: []string{tl.Podsim, "app", "--sleep", "1h"}},
-				}})
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			if _, err := p.WaitFor(ctx, func(s Status) bool { return s.Container("flaky").Restarts >= 2 }); err != nil {
-				t.Fatal(err)
-			}
-			if ph := p.Status().Phase; ph != Running {
-				t.Errorf("phase while restarting = %s, want Running", ph)
-			}
-			st := p.Delete(ctx)
-			// The app handles SIGTERM and exits 143, as a shell would report.
-			if c := st.Container("server"); c.Running || c.ExitCode != 143 {
-				t.Errorf("server after delete = %+v, want exit 143 after SIGTERM", c)
-			}
-			if !strings.Contains(p.Logs("server"), "app signal SIGTERM") {
-				t.Errorf("server never got SIGTERM")
-			}
-		})
-	}
+	onBackends(t, tl, func(t *testing.T, b Backend) {
+		// The grace only bounds the wait for the server's exit on SIGTERM:
+		// long, so that a slow exit is not taken for an ignored SIGTERM.
+		p := startPod(t, b, Spec{Name: "restart", RestartPolicy: OnFailure, RestartBackoff: 50 * time.Millisecond,
+			TerminationGracePeriod: time.Minute, Containers: []Container{
+				{Name: "flaky", Argv: []string{tl.Podsim, "app", "--sleep", "50ms", "--exit", "1"}},
+				{Name: "server", Argv: []string{tl.Podsim, "app", "--sleep", "1h"}},
+			}})
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if _, err := p.WaitFor(ctx, func(s Status) bool { return s.Container("flaky").Restarts >= 2 }); err != nil {
+			t.Fatal(err)
+		}
+		if ph := p.Status().Phase; ph != Running {
+			t.Errorf("phase while restarting = %s, want Running", ph)
+		}
+		st := p.Delete(ctx)
+		// The app handles SIGTERM and exits 143, as a shell would report.
+		if c := st.Container("server"); c.Running || c.ExitCode != 143 {
+			t.Errorf("server after delete = %+v, want exit 143 after SIGTERM", c)
+		}
+		if !strings.Contains(p.Logs("server"), "app signal SIGTERM") {
+			t.Errorf("server never got SIGTERM")
+		}
+	})
 }
 
 // TestPodNames: every container instance has the kubelet's
@@ -258,44 +261,42 @@ func kubeMount(t *testing.T, pid int) string {
 // started while the app runs does not count in the phase.
 func TestPodNativeAndEphemeral(t *testing.T) {
 	tl := needTools(t)
-	for _, b := range backends(t, tl) {
-		t.Run(b.Name(), func(t *testing.T) {
-			// The app runs until the native sidecar has been restarted and
-			// the ephemeral container runs.
-			cue, mount := newCue(t)
-			p := startPod(t, b, Spec{Name: "native", RestartPolicy: Never, RestartBackoff: 50 * time.Millisecond,
-				Containers: []Container{
-					{Name: "logship", Native: true, Argv: []string{tl.Podsim, "app", "--sleep", "300ms"}},
-					{Name: "app", Argv: []string{tl.Podsim, "app", "--fifo", cue}, Mounts: []Mount{mount}},
-					{Name: "debugger", Ephemeral: true, Argv: []string{tl.Podsim, "app", "--sleep", "1h"}},
-				}})
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			if _, err := p.WaitFor(ctx, func(s Status) bool { return s.Container("app").Running }); err != nil {
-				t.Fatal(err)
-			}
-			if err := p.StartEphemeral(ctx, "debugger"); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := p.WaitFor(ctx, func(s Status) bool { return s.Container("logship").Restarts >= 1 }); err != nil {
-				t.Fatal(err)
-			}
-			release(t, cue)
-			st, err := p.WaitFor(ctx, func(s Status) bool { return s.Phase == Succeeded || s.Phase == Failed })
-			if err != nil {
-				t.Fatal(err)
-			}
-			if st.Phase != Succeeded {
-				t.Errorf("phase %s, want Succeeded (%s)", st.Phase, st)
-			}
-			if c := st.Container("logship"); c.Restarts < 1 || c.Running {
-				t.Errorf("native sidecar %+v: want restarted while the app ran, and stopped after it", c)
-			}
-			if c := st.Container("debugger"); !c.Running {
-				t.Errorf("ephemeral container %+v: want still running (it does not hold the phase)", c)
-			}
-		})
-	}
+	onBackends(t, tl, func(t *testing.T, b Backend) {
+		// The app runs until the native sidecar has been restarted and
+		// the ephemeral container runs.
+		cue, mount := newCue(t)
+		p := startPod(t, b, Spec{Name: "native", RestartPolicy: Never, RestartBackoff: 50 * time.Millisecond,
+			Containers: []Container{
+				{Name: "logship", Native: true, Argv: []string{tl.Podsim, "app", "--sleep", "300ms"}},
+				{Name: "app", Argv: []string{tl.Podsim, "app", "--fifo", cue}, Mounts: []Mount{mount}},
+				{Name: "debugger", Ephemeral: true, Argv: []string{tl.Podsim, "app", "--sleep", "1h"}},
+			}})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := p.WaitFor(ctx, func(s Status) bool { return s.Container("app").Running }); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.StartEphemeral(ctx, "debugger"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.WaitFor(ctx, func(s Status) bool { return s.Container("logship").Restarts >= 1 }); err != nil {
+			t.Fatal(err)
+		}
+		release(t, cue)
+		st, err := p.WaitFor(ctx, func(s Status) bool { return s.Phase == Succeeded || s.Phase == Failed })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Phase != Succeeded {
+			t.Errorf("phase %s, want Succeeded (%s)", st.Phase, st)
+		}
+		if c := st.Container("logship"); c.Restarts < 1 || c.Running {
+			t.Errorf("native sidecar %+v: want restarted while the app ran, and stopped after it", c)
+		}
+		if c := st.Container("debugger"); !c.Running {
+			t.Errorf("ephemeral container %+v: want still running (it does not hold the phase)", c)
+		}
+	})
 }
 
 // TestPodStartAfter: a container held back by StartAfter starts only once
@@ -304,42 +305,40 @@ func TestPodNativeAndEphemeral(t *testing.T) {
 func TestPodStartAfter(t *testing.T) {
 	tl := needTools(t)
 	never := func(ctx context.Context, p *Pod) error { <-ctx.Done(); return ctx.Err() }
-	for _, b := range backends(t, tl) {
-		t.Run(b.Name(), func(t *testing.T) {
-			p := startPod(t, b, Spec{Name: "after", Containers: []Container{
-				{Name: "first", Argv: []string{tl.Podsim, "app", "--exit", "3"}},
-				{Name: "second", Argv: []string{tl.Podsim, "app", "--sleep", "1h"}, StartAfter: When(Ended("first"))},
-				{Name: "third", Argv: []string{tl.Podsim, "app", "--sleep", "1h"}},
-				{Name: "held", Argv: []string{tl.Podsim, "app"}, StartAfter: never},
-			}})
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			early := ""
-			if _, err := p.WaitFor(ctx, func(s Status) bool {
-				first, second, third := s.Container("first"), s.Container("second"), s.Container("third")
-				if (second.Started && first.Running) || (third.Started && !second.Started) {
-					early = s.String()
-				}
-				return third.Running
-			}); err != nil {
-				t.Fatal(err)
+	onBackends(t, tl, func(t *testing.T, b Backend) {
+		p := startPod(t, b, Spec{Name: "after", Containers: []Container{
+			{Name: "first", Argv: []string{tl.Podsim, "app", "--exit", "3"}},
+			{Name: "second", Argv: []string{tl.Podsim, "app", "--sleep", "1h"}, StartAfter: When(Ended("first"))},
+			{Name: "third", Argv: []string{tl.Podsim, "app", "--sleep", "1h"}},
+			{Name: "held", Argv: []string{tl.Podsim, "app"}, StartAfter: never},
+		}})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		early := ""
+		if _, err := p.WaitFor(ctx, func(s Status) bool {
+			first, second, third := s.Container("first"), s.Container("second"), s.Container("third")
+			if (second.Started && first.Running) || (third.Started && !second.Started) {
+				early = s.String()
 			}
-			if early != "" {
-				t.Errorf("a container started before the one it waits for: %s", early)
-			}
-			if c := p.Status().Container("first"); c.ExitCode != 3 {
-				t.Errorf("first %+v, want exit 3", c)
-			}
-			begun := time.Now()
-			if err := p.Close(); err != nil {
-				t.Errorf("close with a container held back: %v", err)
-			}
-			if c := p.Status().Container("held"); c.Started {
-				t.Errorf("held %+v: started although StartAfter never returned", c)
-			}
-			t.Logf("closed in %s", time.Since(begun).Round(time.Millisecond))
-		})
-	}
+			return third.Running
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if early != "" {
+			t.Errorf("a container started before the one it waits for: %s", early)
+		}
+		if c := p.Status().Container("first"); c.ExitCode != 3 {
+			t.Errorf("first %+v, want exit 3", c)
+		}
+		begun := time.Now()
+		if err := p.Close(); err != nil {
+			t.Errorf("close with a container held back: %v", err)
+		}
+		if c := p.Status().Container("held"); c.Started {
+			t.Errorf("held %+v: started although StartAfter never returned", c)
+		}
+		t.Logf("closed in %s", time.Since(begun).Round(time.Millisecond))
+	})
 }
 
 // TestLogMeansRunning: a container's output is seen only once its status
@@ -352,30 +351,28 @@ func TestPodStartAfter(t *testing.T) {
 func TestLogMeansRunning(t *testing.T) {
 	tl := needTools(t)
 	const n = 12
-	for _, b := range backends(t, tl) {
-		t.Run(b.Name(), func(t *testing.T) {
-			var cs []Container
-			for i := range n {
-				cs = append(cs, Container{Name: fmt.Sprintf("c%d", i), Argv: []string{tl.Podsim, "app", "--sleep", "1h"}})
-			}
-			p := startPod(t, b, Spec{Name: "logs", Containers: cs})
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			for _, c := range cs {
-				var st ContainerStatus
-				if err := p.Await(ctx, func() bool {
-					if p.Logs(c.Name) == "" {
-						return false
-					}
-					st = p.Status().Container(c.Name)
-					return true
-				}); err != nil {
-					t.Fatalf("%s: no output: %v", c.Name, err)
+	onBackends(t, tl, func(t *testing.T, b Backend) {
+		var cs []Container
+		for i := range n {
+			cs = append(cs, Container{Name: fmt.Sprintf("c%d", i), Argv: []string{tl.Podsim, "app", "--sleep", "1h"}})
+		}
+		p := startPod(t, b, Spec{Name: "logs", Containers: cs})
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		for _, c := range cs {
+			var st ContainerStatus
+			if err := p.Await(ctx, func() bool {
+				if p.Logs(c.Name) == "" {
+					return false
 				}
-				if !st.Running || st.PID <= 0 {
-					t.Errorf("%s has written %q, yet its status is %+v", c.Name, p.Logs(c.Name), st)
-				}
+				st = p.Status().Container(c.Name)
+				return true
+			}); err != nil {
+				t.Fatalf("%s: no output: %v", c.Name, err)
 			}
-		})
-	}
+			if !st.Running || st.PID <= 0 {
+				t.Errorf("%s has written %q, yet its status is %+v", c.Name, p.Logs(c.Name), st)
+			}
+		}
+	})
 }

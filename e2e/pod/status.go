@@ -122,19 +122,9 @@ func phase(policy RestartPolicy, cs []ContainerStatus) Phase {
 // WaitFor waits until cond holds for the pod's status, or ctx ends; the
 // error then carries the last status.
 func (p *Pod) WaitFor(ctx context.Context, cond func(Status) bool) (Status, error) {
-	for {
-		p.mu.Lock()
-		st, ch := p.statusLocked(), p.changed
-		p.mu.Unlock()
-		if cond(st) {
-			return st, nil
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return st, fmt.Errorf("pod %s: %w; status: %s", p.Spec.Name, ctx.Err(), st)
-		}
-	}
+	var st Status
+	err := p.Await(ctx, func() bool { st = p.Status(); return cond(st) })
+	return st, err
 }
 
 // Await waits until cond holds, or ctx ends. It checks cond at once, then
