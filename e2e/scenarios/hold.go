@@ -37,21 +37,12 @@ func WithHold(b Built, tl pod.Tools, timeout time.Duration) (Built, error) {
 		install.Argv = []string{tl.Supervisor, "install", bin}
 		hook[0] = filepath.Join(bin, "sidecar-supervisor")
 	case pod.Runc:
-		im, err := supervisorImage()
-		if err != nil {
-			return b, fmt.Errorf("the supervisor image (e2e/%s): %w", ImageScript, err)
-		}
-		root := filepath.Join(b.Dir, "rootfs", install.Name)
-		if err := im.Unpack(root); err != nil {
-			return b, err
-		}
-		uid, gid, err := im.User()
+		c, err := b.imageContainer(install.Name)
 		if err != nil {
 			return b, err
 		}
-		install.Rootfs, install.ReadOnlyRootfs, install.UID, install.GID = root, true, uid, gid
-		install.Argv = append(im.Argv(), "install", HoldMount)
-		install.Env = im.Config.Env
+		install.Rootfs, install.ReadOnlyRootfs, install.UID, install.GID = c.Rootfs, true, c.UID, c.GID
+		install.Argv, install.Env = append(c.Argv, "install", HoldMount), c.Env
 		install.Mounts = []pod.Mount{{Host: bin, Container: HoldMount}}
 	default:
 		return b, fmt.Errorf("no hold for the %s backend", be.Name())

@@ -40,26 +40,32 @@ func (b Built) supervisor(d Desc, tl pod.Tools) (*pod.Container, error) {
 			UID: ProxyUID, GID: ProxyUID, TerminationMessage: msg}
 		return c, supervisorState(d, b.Dir, c, ProxyUID, "")
 	}
-	im, err := supervisorImage()
-	if err != nil {
-		return nil, fmt.Errorf("the supervisor image (e2e/%s): %w", ImageScript, err)
-	}
-	root := b.rootfs("supervisor")
-	if err := im.Unpack(root); err != nil {
-		return nil, fmt.Errorf("unpack %s: %w", im.Archive, err)
-	}
-	uid, gid, err := im.User()
+	c, err := b.imageContainer("supervisor")
 	if err != nil {
 		return nil, err
 	}
-	c := &pod.Container{
-		Rootfs: root, ReadOnlyRootfs: true, Argv: im.Argv(), Dir: im.Config.WorkingDir,
-		Env: append(append([]string{}, im.Config.Env...), supervisorEnv(d)...), UID: uid, GID: gid,
-		// The kubelet's default terminationMessagePath, the supervisor's
-		// default SUPERVISOR_TERMINATION_MESSAGE_PATH.
-		TerminationMessage: "/dev/termination-log",
+	c.Env = append(c.Env, supervisorEnv(d)...)
+	// The kubelet's default terminationMessagePath, the supervisor's
+	// default SUPERVISOR_TERMINATION_MESSAGE_PATH.
+	c.TerminationMessage = "/dev/termination-log"
+	return &c, supervisorState(d, b.Dir, &c, c.UID, stateMount)
+}
+
+// imageContainer is the container name running the supervisor image as
+// the image says (ENTRYPOINT and CMD, ENV, WORKDIR, USER), unpacked into
+// its own read-only root filesystem.
+func (b Built) imageContainer(name string) (pod.Container, error) {
+	im, err := supervisorImage()
+	if err != nil {
+		return pod.Container{}, fmt.Errorf("the supervisor image (e2e/%s): %w", ImageScript, err)
 	}
-	return c, supervisorState(d, b.Dir, c, uid, stateMount)
+	root := b.rootfs(name)
+	if err := im.Unpack(root); err != nil {
+		return pod.Container{}, fmt.Errorf("unpack %s: %w", im.Archive, err)
+	}
+	uid, gid, err := im.User()
+	return pod.Container{Name: name, Rootfs: root, ReadOnlyRootfs: true, Argv: im.Argv(), Dir: im.Config.WorkingDir,
+		Env: append([]string{}, im.Config.Env...), UID: uid, GID: gid}, err
 }
 
 // InstallTool puts a static binary at rel under root: a hard link when the
