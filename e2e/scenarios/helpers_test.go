@@ -3,6 +3,8 @@ package scenarios
 import (
 	"context"
 	"fmt"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -44,40 +46,61 @@ func waitStatus(t *testing.T, p *pod.Pod, cond func(pod.Status) bool) pod.Status
 	return st
 }
 
-// ended is the condition, for waitStatus, that container name has started
-// and is no longer running.
-func ended(name string) func(pod.Status) bool {
-	return func(s pod.Status) bool { c := s.Container(name); return c.Started && !c.Running }
-}
+// patient is Patient, then extra (the last setting wins).
+func patient(extra ...string) []string { return append(append([]string{}, Patient...), extra...) }
 
-func isSubsequence(want, got []string) bool {
-	i := 0
-	for _, g := range got {
-		if i < len(want) && g == want[i] {
-			i++
+// eventually polls cond every 20ms for up to EventBound, for what only a
+// file or /proc tells (no event of the pod's does), and reports whether it
+// came to hold.
+func eventually(cond func() bool) bool {
+	for deadline := time.Now().Add(EventBound); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false
 		}
 	}
-	return i == len(want)
-}
-
-// waitStandIn waits (bounded) for the stand-in pilot-agent's start line.
-func waitStandIn(t *testing.T, b Built) {
-	t.Helper()
-	waitRecordStart(t, b.PilotRecord)
+	return true
 }
 
 // waitRecordStart waits (bounded) for a stand-in's start line: it has its
-// SIGTERM handler by then. (A file: polled.)
+// SIGTERM handler by then.
 func waitRecordStart(t *testing.T, file string) {
 	t.Helper()
-	deadline := time.Now().Add(EventBound)
-	for time.Now().Before(deadline) {
-		if rec := Record(file); len(rec) > 0 && strings.HasPrefix(rec[0], "start ") {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !eventually(func() bool { rec := Record(file); return len(rec) > 0 && strings.HasPrefix(rec[0], "start ") }) {
+		t.Fatalf("the stand-in never recorded its start in %s", file)
 	}
-	t.Fatalf("the stand-in never recorded its start in %s", file)
+}
+
+// checkRecord checks a stand-in's record: its start line, then exactly
+// want.
+func checkRecord(t *testing.T, file string, want ...string) {
+	t.Helper()
+	if rec := Record(file); len(rec) == 0 || !strings.HasPrefix(rec[0], "start ") || !slices.Equal(rec[1:], want) {
+		t.Errorf("%s: %q, want its start line, then %q", filepath.Base(file), rec, want)
+	}
+}
+
+// checkSummary checks that the supervisor's termination message contains
+// want.
+func checkSummary(t *testing.T, p *pod.Pod, want string) {
+	t.Helper()
+	if msg := p.TerminationMessage("supervisor"); !strings.Contains(msg, want) {
+		t.Errorf("termination message %q, want it to contain %q", msg, want)
+	}
+}
+
+// checkLogOrder checks that the supervisor's log has want's messages in
+// this order, among others.
+func checkLogOrder(t *testing.T, p *pod.Pod, want ...string) {
+	t.Helper()
+	msgs, i := Messages(ParseLog(p.Logs("supervisor"))), 0
+	for _, m := range msgs {
+		if i < len(want) && m == want[i] {
+			i++
+		}
+	}
+	if i != len(want) {
+		t.Errorf("supervisor log %q, want in order %q", msgs, want)
+	}
 }
 
 // touched is what the stand-in recorded besides its start: the signals and
@@ -117,23 +140,26 @@ func releaseApps(t *testing.T, p *pod.Pod, b Built, apps []App) {
 	}
 }
 
-// logCount is how many lines of the supervisor's log match.
-func logCount(p *pod.Pod, match func(LogLine) bool) int {
-	n := 0
+// logWhere lists the supervisor's log lines that match.
+func logWhere(p *pod.Pod, match func(LogLine) bool) []LogLine {
+	var out []LogLine
 	for _, l := range ParseLog(p.Logs("supervisor")) {
 		if match(l) {
-			n++
+			out = append(out, l)
 		}
 	}
-	return n
+	return out
 }
+
+// is matches the lines with message msg.
+func is(msg string) func(LogLine) bool { return func(l LogLine) bool { return l.Msg() == msg } }
 
 // awaitLog waits (bounded) until n lines of the supervisor's log match:
 // the pod wakes the wait at each line written (pod.Pod.Await).
 func awaitLog(p *pod.Pod, n int, match func(LogLine) bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), EventBound)
 	defer cancel()
-	return p.Await(ctx, func() bool { return logCount(p, match) >= n })
+	return p.Await(ctx, func() bool { return len(logWhere(p, match)) >= n })
 }
 
 // about matches the lines with message msg about container.
@@ -153,7 +179,7 @@ func waitLogFor(t *testing.T, p *pod.Pod, msg, container string) {
 // waitLog waits (bounded) for a message in the supervisor's log.
 func waitLog(t *testing.T, p *pod.Pod, msg string) {
 	t.Helper()
-	if err := awaitLog(p, 1, func(l LogLine) bool { return l.Msg() == msg }); err != nil {
+	if err := awaitLog(p, 1, is(msg)); err != nil {
 		t.Fatalf("no %q in the supervisor's log: %v", msg, err)
 	}
 }
@@ -187,18 +213,26 @@ func releaseRun(p *pod.Pod, b Built, name string, k int, before func()) error {
 	return nil
 }
 
-// terminated is a pod.Container.StartAfter: the named containers have run
-// and ended.
-func terminated(names ...string) func(context.Context, *pod.Pod) error {
-	return func(ctx context.Context, p *pod.Pod) error {
-		_, err := p.WaitFor(ctx, func(s pod.Status) bool {
-			for _, n := range names {
-				if c := s.Container(n); !c.Started || c.Running {
-					return false
-				}
-			}
-			return true
-		})
-		return err
+// checkControl: without the supervisor the pod never completes: once the
+// app has exited 0 and istio-proxy is up, it is given 3s more to (wrongly)
+// complete.
+func checkControl(t *testing.T, p *pod.Pod) {
+	t.Helper()
+	waitStatus(t, p, func(s pod.Status) bool { return pod.Ended("app")(s) && s.Container("istio-proxy").Running })
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	st, err := p.WaitPhase(ctx)
+	if err == nil {
+		t.Fatalf("pod reached %s without the supervisor", st.Phase)
+	}
+	if app := st.Container("app"); st.Phase != pod.Running || app.Running || app.ExitCode != 0 || !st.Container("istio-proxy").Running {
+		t.Errorf("status %s, want Running with the app done (exit 0) and istio-proxy up", st)
+	}
+}
+
+// onBackends runs f as a subtest on each backend (Builders), named by it.
+func onBackends(t *testing.T, f func(t *testing.T, b Builder)) {
+	for _, b := range Builders(t) {
+		t.Run(b.Name, func(t *testing.T) { f(t, b) })
 	}
 }

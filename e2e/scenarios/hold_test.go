@@ -20,12 +20,8 @@ var drainApp = App{Name: "app", UID: 1000, DrainCued: true, Args: []string{"--sl
 // deletePod deletes p as the kubelet does and returns the status and how
 // long the deletion took.
 func deletePod(t *testing.T, p *pod.Pod) (pod.Status, time.Duration) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*EventBound)
-	defer cancel()
 	begun := time.Now()
-	st := p.Delete(ctx)
-	return st, time.Since(begun)
+	return <-deleting(p), time.Since(begun)
 }
 
 // deleting starts p's deletion as the kubelet does, in the background: the
@@ -56,11 +52,28 @@ func gets(record []string) (ok, failed int) {
 // waitRecord polls (bounded) a record file until cond holds for it.
 func waitRecord(t *testing.T, file, what string, cond func([]string) bool) {
 	t.Helper()
-	for deadline := time.Now().Add(EventBound); !cond(Record(file)); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s in %s within %s:\n%s", what, file, EventBound, strings.Join(Record(file), "\n"))
+	if !eventually(func() bool { return cond(Record(file)) }) {
+		t.Fatalf("no %s in %s within %s:\n%s", what, file, EventBound, strings.Join(Record(file), "\n"))
+	}
+}
+
+// startUp builds d, with the hold bounded by hold (WithHold) unless hold
+// is 0, and starts it; it returns once the pod is up (waitUp), as a Ready
+// pod is: HoldApp starts the app once the proxy is ready. The grace period
+// only bounds the deletion.
+func startUp(t *testing.T, b Builder, d Desc, hold time.Duration) (*pod.Pod, Built) {
+	t.Helper()
+	d.HoldApp, d.Grace = true, EventBound
+	built := b.MustBuild(t, d)
+	if hold > 0 {
+		var err error
+		if built, err = WithHold(built, pod.MustTools(t), hold); err != nil {
+			t.Fatal(err)
 		}
 	}
+	p := Start(t, built)
+	waitUp(t, p, built)
+	return p, built
 }
 
 // TestHoldDrain: a Deployment's pod is deleted while its app drains
@@ -79,21 +92,12 @@ func TestHoldDrain(t *testing.T) {
 				name = b.Name + "/with hold"
 			}
 			t.Run(name, func(t *testing.T) {
-				tl := pod.MustTools(t)
-				// HoldApp: the app starts once the proxy is ready, so the
-				// deletion finds both up (as in any pod that was Ready). The
-				// grace period only bounds the deletion.
-				built := b.MustBuild(t, Desc{Name: "deploy", Policy: pod.Always, NoSupervisor: true, Apps: []App{drainApp},
-					ProxyDrain: 5 * time.Second, Grace: EventBound, HoldApp: true})
+				var bound time.Duration
 				if hold {
-					// Not the outcome here: the hold ends with the app's exit.
-					var err error
-					if built, err = WithHold(built, tl, EventBound); err != nil {
-						t.Fatal(err)
-					}
+					bound = EventBound // not the outcome: the hold ends with the app's exit
 				}
-				p := Start(t, built)
-				waitUp(t, p, built)
+				p, built := startUp(t, b, Desc{Name: "deploy", Policy: pod.Always, NoSupervisor: true, Apps: []App{drainApp},
+					ProxyDrain: 5 * time.Second}, bound)
 				deleted := deleting(p)
 				recFile := appRecord(built, "app")
 				if hold {
@@ -105,11 +109,7 @@ func TestHoldDrain(t *testing.T) {
 						t.Errorf("the sidecar was stopped while the app drained: record %q, %s", rec, p.Status())
 					}
 				} else {
-					ctx, cancel := context.WithTimeout(context.Background(), EventBound)
-					defer cancel()
-					if _, err := p.WaitFor(ctx, func(s pod.Status) bool { c := s.Container("istio-proxy"); return c.Started && !c.Running }); err != nil {
-						t.Fatalf("istio-proxy did not stop while the app drained: %v", err)
-					}
+					waitStatus(t, p, pod.Ended("istio-proxy")) // while the app drains
 					waitRecord(t, recFile, "failed call", func(rec []string) bool { _, failed := gets(rec); return failed > 0 })
 				}
 				if err := built.Release(DrainCue("app")); err != nil {
@@ -144,89 +144,63 @@ func TestHoldDrain(t *testing.T) {
 // then ends the app's drain (its grace period, long, only bounds the
 // deletion).
 func TestHoldBound(t *testing.T) {
-	for _, b := range Builders(t) {
-		t.Run(b.Name, func(t *testing.T) {
-			tl := pod.MustTools(t)
-			built := b.MustBuild(t, Desc{Name: "stuck", Policy: pod.Always, NoSupervisor: true,
-				Apps:       []App{{Name: "app", DrainCued: true, Args: []string{"--sleep", "1h"}}},
-				ProxyDrain: time.Second, Grace: EventBound, HoldApp: true})
-			var err error
-			if built, err = WithHold(built, tl, 3*time.Second); err != nil {
-				t.Fatal(err)
-			}
-			p := Start(t, built)
-			waitUp(t, p, built)
-			deleted := deleting(p)
-			ctx, cancel := context.WithTimeout(context.Background(), EventBound)
-			defer cancel()
-			st, err := p.WaitFor(ctx, func(s pod.Status) bool { c := s.Container("istio-proxy"); return c.Started && !c.Running })
-			if err != nil {
-				t.Fatalf("istio-proxy did not stop while the app drained: %v", err)
-			}
-			if !st.Container("app").Running {
-				t.Errorf("the app ended before istio-proxy: %s", st)
-			}
-			if err := built.Release(DrainCue("app")); err != nil {
-				t.Fatal(err)
-			}
-			st = <-deleted
-			if l := p.Logs("istio-proxy"); !strings.Contains(l, "hold gave up after") {
-				t.Errorf("istio-proxy's log does not say the hold gave up:\n%s", l)
-			}
-			// The sidecar stopped on its own after the hold and its drain.
-			if c := st.Container("istio-proxy"); c.ExitCode != 0 {
-				t.Errorf("istio-proxy exit %d, want 0: it should not wait for the grace period", c.ExitCode)
-			}
-			if c := st.Container("app"); c.ExitCode != 143 {
-				t.Errorf("app exit %d, want 143 (its drain ended by the test)", c.ExitCode)
-			}
-		})
-	}
+	onBackends(t, func(t *testing.T, b Builder) {
+		p, built := startUp(t, b, Desc{Name: "stuck", Policy: pod.Always, NoSupervisor: true,
+			Apps: []App{{Name: "app", DrainCued: true, Args: []string{"--sleep", "1h"}}}, ProxyDrain: time.Second}, 3*time.Second)
+		deleted := deleting(p)
+		st := waitStatus(t, p, pod.Ended("istio-proxy")) // while the app drains
+		if !st.Container("app").Running {
+			t.Errorf("the app ended before istio-proxy: %s", st)
+		}
+		if err := built.Release(DrainCue("app")); err != nil {
+			t.Fatal(err)
+		}
+		st = <-deleted
+		if l := p.Logs("istio-proxy"); !strings.Contains(l, "hold gave up after") {
+			t.Errorf("istio-proxy's log does not say the hold gave up:\n%s", l)
+		}
+		// The sidecar stopped on its own after the hold and its drain.
+		if c := st.Container("istio-proxy"); c.ExitCode != 0 {
+			t.Errorf("istio-proxy exit %d, want 0: it should not wait for the grace period", c.ExitCode)
+		}
+		if c := st.Container("app"); c.ExitCode != 143 {
+			t.Errorf("app exit %d, want 143 (its drain ended by the test)", c.ExitCode)
+		}
+	})
 }
 
 // TestHoldQuick: an app that exits at once on SIGTERM releases the hold at
 // once, and a Job pod (no hold) is deleted as fast as without us: no
 // container waits for the grace period.
 func TestHoldQuick(t *testing.T) {
-	for _, b := range Builders(t) {
-		t.Run(b.Name, func(t *testing.T) {
-			tl := pod.MustTools(t)
-			for _, job := range []bool{false, true} {
-				// The grace period and the hold's bound only guard against a
-				// hang: a container still running at the end of either would
-				// show as killed (137).
-				d := Desc{Name: "quick", Apps: []App{{Name: "app", Args: []string{"--sleep", "1h"}}},
-					ProxyDrain: 500 * time.Millisecond, Grace: EventBound, HoldApp: true}
-				if !job {
-					d.Policy, d.NoSupervisor = pod.Always, true
-				}
-				built := b.MustBuild(t, d)
-				if !job {
-					var err error
-					if built, err = WithHold(built, tl, EventBound); err != nil {
-						t.Fatal(err)
-					}
-				}
-				p := Start(t, built)
-				waitUp(t, p, built)
-				if job {
-					waitLog(t, p, "app found")
-				}
-				st, took := deletePod(t, p)
-				t.Logf("job %v: deletion took %.1fs", job, took.Seconds())
-				for _, c := range st.Containers {
-					if c.ExitCode == 137 {
-						t.Errorf("job %v: %s was killed at the end of the grace period (%s)", job, c.Name, st)
-					}
-				}
-				if !job {
-					if l := p.Logs("istio-proxy"); !strings.Contains(l, "hold released after") {
-						t.Errorf("istio-proxy's log does not say the hold was released:\n%s", l)
-					}
+	onBackends(t, func(t *testing.T, b Builder) {
+		for _, job := range []bool{false, true} {
+			// The grace period and the hold's bound only guard against a
+			// hang: a container still running at the end of either would
+			// show as killed (137).
+			d := Desc{Name: "quick", Apps: []App{{Name: "app", Args: []string{"--sleep", "1h"}}}, ProxyDrain: 500 * time.Millisecond}
+			var hold time.Duration
+			if !job {
+				d.Policy, d.NoSupervisor, hold = pod.Always, true, EventBound
+			}
+			p, _ := startUp(t, b, d, hold)
+			if job {
+				waitLog(t, p, "app found")
+			}
+			st, took := deletePod(t, p)
+			t.Logf("job %v: deletion took %.1fs", job, took.Seconds())
+			for _, c := range st.Containers {
+				if c.ExitCode == 137 {
+					t.Errorf("job %v: %s was killed at the end of the grace period (%s)", job, c.Name, st)
 				}
 			}
-		})
-	}
+			if !job {
+				if l := p.Logs("istio-proxy"); !strings.Contains(l, "hold released after") {
+					t.Errorf("istio-proxy's log does not say the hold was released:\n%s", l)
+				}
+			}
+		}
+	})
 }
 
 // waitUp waits until the app has recorded its start (its SIGTERM handler
@@ -239,14 +213,10 @@ func waitUp(t *testing.T, p *pod.Pod, b Built) {
 	if _, err := p.WaitRunning(ctx, "istio-proxy", 0); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		if rec := Record(appRecord(b, "app")); len(rec) > 0 && strings.HasPrefix(rec[0], "app start") {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("the app never started: %s", p.Status())
-		case <-time.After(20 * time.Millisecond):
-		}
+	if !eventually(func() bool {
+		rec := Record(appRecord(b, "app"))
+		return len(rec) > 0 && strings.HasPrefix(rec[0], "app start")
+	}) {
+		t.Fatalf("the app never started: %s", p.Status())
 	}
 }

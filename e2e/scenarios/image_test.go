@@ -72,11 +72,12 @@ func TestUnpackWhiteouts(t *testing.T) {
 // Dockerfile describes, run as the image says: its binary (the version
 // stamped by the build), its USER, read-only, without capabilities.
 func TestSupervisorImage(t *testing.T) {
-	i := slices.IndexFunc(Builders(t), func(b Builder) bool { return b.Name == "runc" })
+	bs := Builders(t)
+	i := slices.IndexFunc(bs, func(b Builder) bool { return b.Name == "runc" })
 	if i < 0 {
 		t.Fatal("no runc builder")
 	}
-	b := Builders(t)[i]
+	b := bs[i]
 	im, err := supervisorImage()
 	if err != nil {
 		t.Fatal(err)
@@ -95,14 +96,8 @@ func TestSupervisorImage(t *testing.T) {
 		}
 	}
 	tag := im.Ref[strings.LastIndex(im.Ref, ":")+1:]
-	var starting LogLine
-	for _, l := range ParseLog(p.Logs("supervisor")) {
-		if l.Msg() == "starting" {
-			starting = l
-		}
-	}
-	if v := starting.Str("version"); v != tag {
-		t.Errorf("supervisor version %q, want the image's %q (from %s)", v, tag, im.Archive)
+	if l := logWhere(p, is("starting")); len(l) == 0 || l[len(l)-1].Str("version") != tag {
+		t.Errorf("supervisor starting %v, want version %q, the image's (from %s)", l, tag, im.Archive)
 	}
 	// The running binary is the file unpacked from the image's layer.
 	exe, err1 := os.Stat(fmt.Sprintf("/proc/%d/exe", sup.PID))

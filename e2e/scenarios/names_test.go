@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/pod"
 )
@@ -15,15 +14,7 @@ import (
 // SUPERVISOR_APPS names, stops istio-proxy, and leaves anything else alone.
 
 // logFor lists the supervisor's log lines with message msg about container.
-func logFor(p *pod.Pod, msg, container string) []LogLine {
-	var out []LogLine
-	for _, l := range ParseLog(p.Logs("supervisor")) {
-		if l.Msg() == msg && l.Str("container") == container {
-			out = append(out, l)
-		}
-	}
-	return out
-}
+func logFor(p *pod.Pod, msg, container string) []LogLine { return logWhere(p, about(msg, container)) }
 
 // succeeded checks the pod ended Succeeded with istio-proxy stopped once,
 // exit 0.
@@ -51,7 +42,7 @@ func TestNamedPods(t *testing.T) {
 				{Name: "logship", Native: true, Cued: true},
 				{Name: "app", Cued: true, UID: 1000},
 				{Name: "late", Cued: true, UID: 1000},
-			}, SupervisorEnv: append([]string{}, Patient...)}
+			}, SupervisorEnv: patient()}
 			built := b.MustBuild(t, d)
 			open := make(chan struct{})
 			StartLast(&built.Spec, "late", Gate(open))
@@ -101,7 +92,7 @@ func TestNamedPods(t *testing.T) {
 			d := Desc{Name: "debug", Apps: []App{
 				{Name: "app", Cued: true, UID: 1000},
 				{Name: "debugger", Ephemeral: true, Args: []string{"--sleep", "1h"}},
-			}, SupervisorEnv: append([]string{}, Patient...)}
+			}, SupervisorEnv: patient()}
 			p, built := run(t, b, d)
 			waitLogFor(t, p, "app found", "app")
 			ctx, cancel := context.WithTimeout(context.Background(), EventBound)
@@ -128,7 +119,7 @@ func TestNamedPods(t *testing.T) {
 				{Name: "a0", Cued: true, Args: []string{"--fail-first", "2"}},
 				{Name: "a1", Cued: true},
 				{Name: "debugger", Ephemeral: true, Args: []string{"--sleep", "1h"}},
-			}, SupervisorEnv: append([]string{"SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_DELETION_GRACE=0s"}, Patient...)}
+			}, SupervisorEnv: patient("SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_DELETION_GRACE=0s")}
 			built := b.MustBuild(t, d)
 			stamps := withStamps(&built, names)
 			p := Start(t, built)
@@ -171,15 +162,13 @@ func TestNamedPods(t *testing.T) {
 			d := Desc{Name: "status", Apps: []App{
 				{Name: "logship", Native: true, Args: []string{"--sleep", "1h"}},
 				{Name: "app", Cued: true, UID: 1000},
-			}, SupervisorEnv: append([]string{}, Patient...)}
+			}, SupervisorEnv: patient()}
 			p, built := run(t, b, d)
 			// The progress `status` shows is written once the scan that
 			// found the app is done, after its "app found" line.
 			waiting := "running: waiting for app app (pid "
-			for deadline := time.Now().Add(EventBound); !strings.Contains(p.TerminationMessage("supervisor"), waiting); time.Sleep(10 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatalf("the supervisor's termination-message file never said %q within %s: %q", waiting, EventBound, p.TerminationMessage("supervisor"))
-				}
+			if !eventually(func() bool { return strings.Contains(p.TerminationMessage("supervisor"), waiting) }) {
+				t.Fatalf("the supervisor's termination-message file never said %q within %s: %q", waiting, EventBound, p.TerminationMessage("supervisor"))
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), EventBound)
 			defer cancel()
@@ -202,7 +191,7 @@ func TestNamedPods(t *testing.T) {
 		// and the supervisor says so once.
 		t.Run(b.Name+"/without names", func(t *testing.T) {
 			d := Desc{Name: "nonames", NoNames: true, Apps: []App{{Name: "app", Cued: true, UID: 1000}},
-				SupervisorEnv: append([]string{}, Patient...)}
+				SupervisorEnv: patient()}
 			p, built := run(t, b, d)
 			releaseApps(t, p, built, d.Apps)
 			st := p.MustWaitPhase(t, EventBound)

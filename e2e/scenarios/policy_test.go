@@ -85,118 +85,89 @@ func signalledAt(p *pod.Pod) time.Time {
 // restarts and is stopped gracefully once the third run succeeds. Each run
 // ends once the supervisor has found it.
 func TestOnFailurePod(t *testing.T) {
-	for _, b := range Builders(t) {
-		t.Run(b.Name, func(t *testing.T) {
-			built := b.MustBuild(t, Desc{Name: "onfailure", Policy: pod.OnFailure,
-				Apps:          []App{{Name: "app", Cued: true, Args: []string{"--fail-first", "2"}}},
-				SupervisorEnv: append([]string{"SUPERVISOR_RESTART_POLICY=OnFailure"}, Patient...)})
-			stampFiles := withStamps(&built, []string{"app"})
-			p := Start(t, built)
-			if err := releaseRuns(p, built, "app", 3, nil); err != nil {
-				t.Fatal(err)
-			}
-			st := p.MustWaitPhase(t, EventBound)
-			if st.Phase != pod.Succeeded {
-				t.Errorf("phase %s, want Succeeded", st.Phase)
-			}
-			if c := st.Container("app"); c.Restarts != 2 || c.ExitCode != 0 {
-				t.Errorf("app %+v, want 2 restarts then exit 0", c)
-			}
-			if c := st.Container("istio-proxy"); c.Restarts != 0 || c.ExitCode != 0 {
-				t.Errorf("istio-proxy %+v, want one run ending 0 (stopped gracefully)", c)
-			}
-			if rec := Record(built.PilotRecord); !slices.Equal(rec[1:], []string{"signal SIGTERM", "exit 0"}) {
-				t.Errorf("pilot-agent record %q, want only the final SIGTERM", rec)
-			}
-			msgs := Messages(ParseLog(p.Logs("supervisor")))
-			if n := countOf(msgs, "app restarted by the kubelet: watching the new container"); n != 2 {
-				t.Errorf("supervisor saw %d restarts, want 2: %q", n, msgs)
-			}
-			checkInvariants(t, p, appEnds(stampFiles), 3)
-		})
-	}
-}
-
-func countOf(ss []string, s string) int {
-	n := 0
-	for _, x := range ss {
-		if x == s {
-			n++
+	onBackends(t, func(t *testing.T, b Builder) {
+		built := b.MustBuild(t, Desc{Name: "onfailure", Policy: pod.OnFailure,
+			Apps:          []App{{Name: "app", Cued: true, Args: []string{"--fail-first", "2"}}},
+			SupervisorEnv: patient("SUPERVISOR_RESTART_POLICY=OnFailure")})
+		stampFiles := withStamps(&built, []string{"app"})
+		p := Start(t, built)
+		if err := releaseRuns(p, built, "app", 3, nil); err != nil {
+			t.Fatal(err)
 		}
-	}
-	return n
+		st := p.MustWaitPhase(t, EventBound)
+		if st.Phase != pod.Succeeded {
+			t.Errorf("phase %s, want Succeeded", st.Phase)
+		}
+		if c := st.Container("app"); c.Restarts != 2 || c.ExitCode != 0 {
+			t.Errorf("app %+v, want 2 restarts then exit 0", c)
+		}
+		if c := st.Container("istio-proxy"); c.Restarts != 0 || c.ExitCode != 0 {
+			t.Errorf("istio-proxy %+v, want one run ending 0 (stopped gracefully)", c)
+		}
+		checkRecord(t, built.PilotRecord, "signal SIGTERM", "exit 0") // only the final SIGTERM
+		if n := len(logWhere(p, is("app restarted by the kubelet: watching the new container"))); n != 2 {
+			t.Errorf("supervisor saw %d restarts, want 2:\n%s", n, p.Logs("supervisor"))
+		}
+		checkInvariants(t, p, appEnds(stampFiles), 3)
+	})
 }
 
 // TestAlwaysPod: under restartPolicy Always an app's exit never stops the
 // sidecar; the supervisor idles, scanning nothing, and exits 0 on the pod's
 // deletion.
 func TestAlwaysPod(t *testing.T) {
-	for _, b := range Builders(t) {
-		t.Run(b.Name, func(t *testing.T) {
-			built := b.MustBuild(t, Desc{Name: "always", Policy: pod.Always,
-				Apps:          []App{{Name: "app", Args: []string{"--sleep", "300ms"}}},
-				SupervisorEnv: append([]string{"SUPERVISOR_RESTART_POLICY=Always"}, Patient...), Grace: EventBound})
-			p := Start(t, built)
-			// The app exits 0 and is restarted, again and again.
-			waitStatus(t, p, func(s pod.Status) bool { return s.Container("app").Restarts >= 3 })
-			waitLog(t, p, "restartPolicy Always: an app's exit never stops the sidecar; idle until the pod is deleted")
-			if rec := Record(built.PilotRecord); len(rec) != 1 || !p.Status().Container("istio-proxy").Running {
-				t.Fatalf("sidecar touched: %q", rec)
-			}
-			st, _ := deletePod(t, p)
-			if c := st.Container("supervisor"); c.ExitCode != 0 {
-				t.Errorf("supervisor exit %d on deletion, want 0", c.ExitCode)
-			}
-			if rec := Record(built.PilotRecord); !slices.Equal(rec[1:], []string{"signal SIGTERM", "exit 0"}) {
-				t.Errorf("pilot-agent record %q, want only the kubelet's SIGTERM", rec)
-			}
-		})
-	}
+	onBackends(t, func(t *testing.T, b Builder) {
+		built := b.MustBuild(t, Desc{Name: "always", Policy: pod.Always,
+			Apps:          []App{{Name: "app", Args: []string{"--sleep", "300ms"}}},
+			SupervisorEnv: patient("SUPERVISOR_RESTART_POLICY=Always"), Grace: EventBound})
+		p := Start(t, built)
+		// The app exits 0 and is restarted, again and again.
+		waitStatus(t, p, func(s pod.Status) bool { return s.Container("app").Restarts >= 3 })
+		waitLog(t, p, "restartPolicy Always: an app's exit never stops the sidecar; idle until the pod is deleted")
+		if rec := Record(built.PilotRecord); len(rec) != 1 || !p.Status().Container("istio-proxy").Running {
+			t.Fatalf("sidecar touched: %q", rec)
+		}
+		st, _ := deletePod(t, p)
+		if c := st.Container("supervisor"); c.ExitCode != 0 {
+			t.Errorf("supervisor exit %d on deletion, want 0", c.ExitCode)
+		}
+		checkRecord(t, built.PilotRecord, "signal SIGTERM", "exit 0") // only the kubelet's SIGTERM
+	})
 }
 
 // TestNativeSidecarPod: with SUPERVISOR_NATIVE_SIDECAR the kubelet stops
 // the sidecar; the supervisor ends at once and touches nothing.
 func TestNativeSidecarPod(t *testing.T) {
-	for _, b := range Builders(t) {
-		t.Run(b.Name, func(t *testing.T) {
-			built := b.MustBuild(t, Desc{Name: "native", Apps: []App{{Name: "app", Args: []string{"--sleep", "1h"}}},
-				SupervisorEnv: append([]string{"SUPERVISOR_NATIVE_SIDECAR=true"}, Patient...)})
-			p := Start(t, built)
-			st := waitStatus(t, p, ended("supervisor"))
-			if c := st.Container("supervisor"); c.ExitCode != 0 {
-				t.Errorf("supervisor exit %d", c.ExitCode)
-			}
-			if msg := p.TerminationMessage("supervisor"); !strings.Contains(msg, "native sidecar: nothing to do") {
-				t.Errorf("termination message %q", msg)
-			}
-			if rec := Record(built.PilotRecord); len(rec) != 1 || !st.Container("istio-proxy").Running || !st.Container("app").Running {
-				t.Errorf("something was touched: %q %s", rec, st)
-			}
-		})
-	}
+	onBackends(t, func(t *testing.T, b Builder) {
+		built := b.MustBuild(t, Desc{Name: "native", Apps: []App{{Name: "app", Args: []string{"--sleep", "1h"}}},
+			SupervisorEnv: patient("SUPERVISOR_NATIVE_SIDECAR=true")})
+		p := Start(t, built)
+		st := waitStatus(t, p, pod.Ended("supervisor"))
+		if c := st.Container("supervisor"); c.ExitCode != 0 {
+			t.Errorf("supervisor exit %d", c.ExitCode)
+		}
+		checkSummary(t, p, "native sidecar: nothing to do")
+		if rec := Record(built.PilotRecord); len(rec) != 1 || !st.Container("istio-proxy").Running || !st.Container("app").Running {
+			t.Errorf("something was touched: %q %s", rec, st)
+		}
+	})
 }
 
 // TestSeveralSidecars: pilot-agent and a second sidecar, each with its own
 // action, are both stopped after the app.
 func TestSeveralSidecars(t *testing.T) {
-	for _, b := range Builders(t) {
-		t.Run(b.Name, func(t *testing.T) {
-			built := b.MustBuild(t, Desc{Name: "sidecars", Apps: []App{{Name: "app", Cued: true}},
-				SupervisorEnv: append([]string{"SUPERVISOR_SIDECAR_PROCESSES=pilot-agent,cloud-sql-proxy",
-					"SUPERVISOR_SIDECAR_ACTIONS=cloud-sql-proxy=SIGINT"}, Patient...)})
-			sqlRecord := addSidecar(t, &built, "cloud-sql-proxy")
-			_, st := runBuilt(t, built)
-			if st.Phase != pod.Succeeded {
-				t.Errorf("phase %s", st)
-			}
-			if rec := Record(built.PilotRecord); !slices.Equal(rec[1:], []string{"signal SIGTERM", "exit 0"}) {
-				t.Errorf("pilot-agent record %q, want SIGTERM (the outcome's action)", rec)
-			}
-			if rec := Record(sqlRecord); len(rec) < 2 || !slices.Equal(rec[1:], []string{"signal SIGINT", "exit 0"}) {
-				t.Errorf("cloud-sql-proxy record %q, want SIGINT (its own action)", rec)
-			}
-		})
-	}
+	onBackends(t, func(t *testing.T, b Builder) {
+		built := b.MustBuild(t, Desc{Name: "sidecars", Apps: []App{{Name: "app", Cued: true}},
+			SupervisorEnv: patient("SUPERVISOR_SIDECAR_PROCESSES=pilot-agent,cloud-sql-proxy",
+				"SUPERVISOR_SIDECAR_ACTIONS=cloud-sql-proxy=SIGINT")})
+		sqlRecord := addSidecar(t, &built, "cloud-sql-proxy")
+		_, st := runBuilt(t, built)
+		if st.Phase != pod.Succeeded {
+			t.Errorf("phase %s", st)
+		}
+		checkRecord(t, built.PilotRecord, "signal SIGTERM", "exit 0") // the outcome's action
+		checkRecord(t, sqlRecord, "signal SIGINT", "exit 0")          // its own action
+	})
 }
 
 // addSidecar adds a second stand-in sidecar, named name, after istio-proxy
@@ -208,27 +179,21 @@ func addSidecar(t *testing.T, b *Built, name string) string {
 		t.Fatal("no istio-proxy to copy")
 	}
 	c := b.Spec.Containers[i]
-	c.Name, c.PostStart = name, nil
-	record, inside := filepath.Join(b.Dir, name+".record"), filepath.Join(b.Dir, name+".record")
-	bin := filepath.Join(b.Dir, name+"-bin", name)
-	switch b.Backend.(type) {
-	case pod.Runc:
-		record, inside = filepath.Join(b.Dir, "shared", name+".record"), SharedMount+"/"+name+".record"
-		root := filepath.Join(b.Dir, "rootfs", name)
-		if err := InstallTool(b.Spec.Containers[i].Rootfs+"/usr/local/bin/pilot-agent", root, "usr/local/bin/"+name); err != nil {
-			t.Fatal(err)
-		}
-		c.Rootfs, bin = root, "/usr/local/bin/"+name
-	default:
-		if err := InstallTool(c.Argv[0], filepath.Dir(bin), name); err != nil {
-			t.Fatal(err)
-		}
+	src := filepath.Join(c.Rootfs, c.Argv[0]) // pilot-agent, on the host
+	// Its copy named name, in a directory of its own or its root filesystem.
+	c.Name, c.PostStart, c.Argv = name, nil, []string{filepath.Join(b.Dir, name+"-bin", name)}
+	root, rel := filepath.Dir(c.Argv[0]), name
+	if c.Rootfs != "" {
+		c.Rootfs, c.Argv[0] = b.rootfs(name), "/usr/local/bin/"+name
+		root, rel = c.Rootfs, "usr/local/bin/"+name
 	}
-	c.Argv = []string{bin}
-	c.Env = []string{"PODSIM_MODE=pilot-agent", "PILOT_RECORD=" + inside,
+	if err := InstallTool(src, root, rel); err != nil {
+		t.Fatal(err)
+	}
+	c.Env = []string{"PODSIM_MODE=pilot-agent", "PILOT_RECORD=" + b.sharedIn + "/" + name + ".record",
 		"PILOT_ADMIN_ADDR=127.0.0.1:9801", "PILOT_HEALTH_ADDR=127.0.0.1:9802"}
 	b.Spec.Containers = slices.Insert(b.Spec.Containers, i+1, c)
-	return record
+	return filepath.Join(b.Shared, name+".record")
 }
 
 // TestMissingApp: an expected app container never appears (it finished
@@ -236,49 +201,45 @@ func addSidecar(t *testing.T, b *Built, name string) string {
 // the unknown action. The app that is there runs until found (the
 // supervisor's first scan, before the look's clock starts), then fails.
 func TestMissingApp(t *testing.T) {
-	for _, b := range Builders(t) {
-		t.Run(b.Name, func(t *testing.T) {
-			built := b.MustBuild(t, Desc{Name: "missing", Apps: []App{{Name: "app", Cued: true, Args: []string{"--exit", "3"}}},
-				SupervisorEnv: append(append([]string{}, Patient...), "SUPERVISOR_APP_CONTAINERS=2", "SUPERVISOR_APPS=app,worker",
-					// The look for worker, which never comes, ends: the outcome.
-					"SUPERVISOR_APP_START_TIMEOUT=2s")})
-			p, st := runBuilt(t, built)
-			msg := p.TerminationMessage("supervisor")
-			// The app that was seen failed: that outweighs the missing one.
-			if !strings.HasPrefix(msg, "failure: ") || !strings.Contains(msg, "never seen within SUPERVISOR_APP_START_TIMEOUT") {
-				t.Errorf("termination message %q", msg)
-			}
-			if c := st.Container("istio-proxy"); c.ExitCode != 137 {
-				t.Errorf("istio-proxy exit %d, want 137", c.ExitCode)
-			}
-		})
-	}
+	onBackends(t, func(t *testing.T, b Builder) {
+		built := b.MustBuild(t, Desc{Name: "missing", Apps: []App{{Name: "app", Cued: true, Args: []string{"--exit", "3"}}},
+			SupervisorEnv: patient("SUPERVISOR_APP_CONTAINERS=2", "SUPERVISOR_APPS=app,worker",
+				// The look for worker, which never comes, ends: the outcome.
+				"SUPERVISOR_APP_START_TIMEOUT=2s")})
+		p, st := runBuilt(t, built)
+		msg := p.TerminationMessage("supervisor")
+		// The app that was seen failed: that outweighs the missing one.
+		if !strings.HasPrefix(msg, "failure: ") || !strings.Contains(msg, "never seen within SUPERVISOR_APP_START_TIMEOUT") {
+			t.Errorf("termination message %q", msg)
+		}
+		if c := st.Container("istio-proxy"); c.ExitCode != 137 {
+			t.Errorf("istio-proxy exit %d, want 137", c.ExitCode)
+		}
+	})
 }
 
 // TestAppDoneBeforeSupervisor: the only app ended before the supervisor
 // (the last container, started late) looked: bounded wait, then the unknown
 // action (SIGTERM), logged.
 func TestAppDoneBeforeSupervisor(t *testing.T) {
-	for _, b := range Builders(t) {
-		t.Run(b.Name, func(t *testing.T) {
-			built := b.MustBuild(t, Desc{Name: "early", Apps: []App{{Name: "app", Args: []string{"--exit", "3"}}},
-				// The look for the app, which has ended: the outcome.
-				SupervisorEnv: append(append([]string{}, Patient...), "SUPERVISOR_APP_START_TIMEOUT=2s")})
-			// As after a slow image pull: the supervisor starts once the app
-			// has ended.
-			Container(&built.Spec, "supervisor").StartAfter = terminated("app")
-			p, st := runBuilt(t, built)
-			if msg := p.TerminationMessage("supervisor"); !strings.HasPrefix(msg, "unknown: ") {
-				t.Errorf("termination message %q, want the unknown outcome", msg)
-			}
-			if c := st.Container("istio-proxy"); c.ExitCode != 0 {
-				t.Errorf("istio-proxy exit %d, want 0 (SIGTERM, the unknown action)", c.ExitCode)
-			}
-			if !slices.Contains(Messages(ParseLog(p.Logs("supervisor"))), "app containers missing: they finished before the supervisor started, or never started") {
-				t.Errorf("the log does not say why:\n%s", p.Logs("supervisor"))
-			}
-		})
-	}
+	onBackends(t, func(t *testing.T, b Builder) {
+		built := b.MustBuild(t, Desc{Name: "early", Apps: []App{{Name: "app", Args: []string{"--exit", "3"}}},
+			// The look for the app, which has ended: the outcome.
+			SupervisorEnv: patient("SUPERVISOR_APP_START_TIMEOUT=2s")})
+		// As after a slow image pull: the supervisor starts once the app
+		// has ended.
+		Container(&built.Spec, "supervisor").StartAfter = pod.When(pod.Ended("app"))
+		p, st := runBuilt(t, built)
+		if msg := p.TerminationMessage("supervisor"); !strings.HasPrefix(msg, "unknown: ") {
+			t.Errorf("termination message %q, want the unknown outcome", msg)
+		}
+		if c := st.Container("istio-proxy"); c.ExitCode != 0 {
+			t.Errorf("istio-proxy exit %d, want 0 (SIGTERM, the unknown action)", c.ExitCode)
+		}
+		if !slices.Contains(Messages(ParseLog(p.Logs("supervisor"))), "app containers missing: they finished before the supervisor started, or never started") {
+			t.Errorf("the log does not say why:\n%s", p.Logs("supervisor"))
+		}
+	})
 }
 
 // TestWaitHook: the supervisor before the apps with its postStart hook, as
@@ -297,73 +258,67 @@ func TestAppDoneBeforeSupervisor(t *testing.T) {
 // unknown after APP_START_TIMEOUT (from istio-proxy's start), never a
 // wrong stop.
 func TestWaitHook(t *testing.T) {
-	for _, b := range Builders(t) {
-		t.Run(b.Name, func(t *testing.T) {
-			built := b.MustBuild(t, Desc{Name: "first", SupervisorFirst: true,
-				Apps: []App{{Name: "app0"}, {Name: "app1", Args: []string{"--exit", "3"}}, {Name: "app2"}},
-				SupervisorEnv: append(append([]string{}, Patient...), "SUPERVISOR_APP_CONTAINERS=3", "SUPERVISOR_AFTER_APPS=istio-proxy",
-					// Counted from istio-proxy's start, when every app has run:
-					// the bound on a miss, not on a look.
-					"SUPERVISOR_APP_START_TIMEOUT=3s")})
-			p, st := runBuilt(t, built)
-			logs := p.Logs("supervisor")
-			if !strings.Contains(logs, "[postStart] sidecar-supervisor wait: the supervisor watches, after ") {
-				t.Errorf("the hook did not return on the supervisor's ready file:\n%s", logs)
+	onBackends(t, func(t *testing.T, b Builder) {
+		built := b.MustBuild(t, Desc{Name: "first", SupervisorFirst: true,
+			Apps: []App{{Name: "app0"}, {Name: "app1", Args: []string{"--exit", "3"}}, {Name: "app2"}},
+			SupervisorEnv: patient("SUPERVISOR_APP_CONTAINERS=3", "SUPERVISOR_AFTER_APPS=istio-proxy",
+				// Counted from istio-proxy's start, when every app has run:
+				// the bound on a miss, not on a look.
+				"SUPERVISOR_APP_START_TIMEOUT=3s")})
+		p, st := runBuilt(t, built)
+		logs := p.Logs("supervisor")
+		if !strings.Contains(logs, "[postStart] sidecar-supervisor wait: the supervisor watches, after ") {
+			t.Errorf("the hook did not return on the supervisor's ready file:\n%s", logs)
+		}
+		if st.Phase != pod.Failed {
+			t.Errorf("status %s, want Failed (app1 exit 3)", st)
+		}
+		msg := p.TerminationMessage("supervisor")
+		proxy := st.Container("istio-proxy").ExitCode
+		// An app adopted has its status read: the only unknowns allowed
+		// are an app never seen, or seen at its very end and reaped
+		// before its pidfd was opened (no fact in the pod holds its
+		// status then), which, gone as runc's init before its exec was
+		// seen, may as well have been a start that failed (said so,
+		// with no new start: supervisor/startfailed.go).
+		late := regexp.MustCompile(` unknown \((?:never seen within SUPERVISOR_APP_START_TIMEOUT|it exited before the supervisor could watch it|` +
+			`ended as its runtime's init, its program never seen running \(it exited before the supervisor could watch it\), and no new start was seen within [0-9.hms]+: it ran between two scans, or its program had run after all)\)`)
+		if n := strings.Count(msg, " unknown ("); n != len(late.FindAllString(msg, -1)) {
+			t.Errorf("termination message %q: an app adopted whose status is unknown", msg)
+		}
+		switch {
+		case strings.HasPrefix(msg, "failure: app1 exit 3"):
+			// app1's status read: the failure's action.
+			if proxy != 137 || !strings.Contains(msg, "; action SIGKILL") {
+				t.Errorf("istio-proxy exit %d, message %q: want SIGKILL on failure (137)", proxy, msg)
 			}
-			if st.Phase != pod.Failed {
-				t.Errorf("status %s, want Failed (app1 exit 3)", st)
+		case strings.HasPrefix(msg, "unknown: ") && regexp.MustCompile(`\bapp1`+late.String()).MatchString(msg):
+			// app1 missed: the unknown action, SIGTERM here.
+			if proxy != 0 || !strings.Contains(msg, "; action SIGTERM") {
+				t.Errorf("istio-proxy exit %d, message %q: want SIGTERM, the unknown action (0)", proxy, msg)
 			}
-			msg := p.TerminationMessage("supervisor")
-			proxy := st.Container("istio-proxy").ExitCode
-			// An app adopted has its status read: the only unknowns allowed
-			// are an app never seen, or seen at its very end and reaped
-			// before its pidfd was opened (no fact in the pod holds its
-			// status then), which, gone as runc's init before its exec was
-			// seen, may as well have been a start that failed (said so,
-			// with no new start: supervisor/startfailed.go).
-			late := regexp.MustCompile(` unknown \((?:never seen within SUPERVISOR_APP_START_TIMEOUT|it exited before the supervisor could watch it|` +
-				`ended as its runtime's init, its program never seen running \(it exited before the supervisor could watch it\), and no new start was seen within [0-9.hms]+: it ran between two scans, or its program had run after all)\)`)
-			if n := strings.Count(msg, " unknown ("); n != len(late.FindAllString(msg, -1)) {
-				t.Errorf("termination message %q: an app adopted whose status is unknown", msg)
-			}
-			switch {
-			case strings.HasPrefix(msg, "failure: app1 exit 3"):
-				// app1's status read: the failure's action.
-				if proxy != 137 || !strings.Contains(msg, "; action SIGKILL") {
-					t.Errorf("istio-proxy exit %d, message %q: want SIGKILL on failure (137)", proxy, msg)
-				}
-			case strings.HasPrefix(msg, "unknown: ") && regexp.MustCompile(`\bapp1`+late.String()).MatchString(msg):
-				// app1 missed: the unknown action, SIGTERM here.
-				if proxy != 0 || !strings.Contains(msg, "; action SIGTERM") {
-					t.Errorf("istio-proxy exit %d, message %q: want SIGTERM, the unknown action (0)", proxy, msg)
-				}
-			default:
-				t.Errorf("termination message %q, want every app's status read, or a missed one counted unknown", msg)
-			}
-			if late.MatchString(msg) {
-				t.Logf("an app ran (almost) wholly while the supervisor was off the CPU: %q", msg)
-			}
-		})
-	}
+		default:
+			t.Errorf("termination message %q, want every app's status read, or a missed one counted unknown", msg)
+		}
+		if late.MatchString(msg) {
+			t.Logf("an app ran (almost) wholly while the supervisor was off the CPU: %q", msg)
+		}
+	})
 }
 
 // TestNoSidecarPod: no sidecar ever appears: the supervisor says so and
 // exits 0 within its bound.
 func TestNoSidecarPod(t *testing.T) {
-	for _, b := range Builders(t) {
-		t.Run(b.Name, func(t *testing.T) {
-			built := b.MustBuild(t, Desc{Name: "nosidecar", Proxy: NoProxy, Apps: []App{{Name: "app", Cued: true}},
-				// The wait for a sidecar, which never comes, ends: the outcome.
-				SupervisorEnv: append(append([]string{}, Patient...), "SUPERVISOR_SIDECAR_START_TIMEOUT=2s")})
-			p, st := runBuilt(t, built)
-			if st.Phase != pod.Succeeded || st.Container("supervisor").ExitCode != 0 {
-				t.Errorf("status %s", st)
-			}
-			if msg := p.TerminationMessage("supervisor"); !strings.Contains(msg, "no sidecar appeared") {
-				t.Errorf("termination message %q", msg)
-			}
-		})
-	}
+	onBackends(t, func(t *testing.T, b Builder) {
+		built := b.MustBuild(t, Desc{Name: "nosidecar", Proxy: NoProxy, Apps: []App{{Name: "app", Cued: true}},
+			// The wait for a sidecar, which never comes, ends: the outcome.
+			SupervisorEnv: patient("SUPERVISOR_SIDECAR_START_TIMEOUT=2s")})
+		p, st := runBuilt(t, built)
+		if st.Phase != pod.Succeeded || st.Container("supervisor").ExitCode != 0 {
+			t.Errorf("status %s", st)
+		}
+		checkSummary(t, p, "no sidecar appeared")
+	})
 }
 
 // TestOrphansOutliveMain: the app's main process exits 0 while a child of
@@ -371,19 +326,17 @@ func TestNoSidecarPod(t *testing.T) {
 // the rest), and the supervisor acts on the main process's exit, without
 // waiting for the child (runBuilt's bound would end the test first).
 func TestOrphansOutliveMain(t *testing.T) {
-	for _, b := range Builders(t) {
-		t.Run(b.Name, func(t *testing.T) {
-			built := b.MustBuild(t, Desc{Name: "orphans", Apps: []App{{Name: "app", Cued: true, Args: []string{"--orphan", "1h"}}},
-				SupervisorEnv: Patient})
-			begun := time.Now()
-			p, st := runBuilt(t, built)
-			if st.Phase != pod.Succeeded {
-				t.Errorf("status %s", st)
-			}
-			if msg := p.TerminationMessage("supervisor"); !strings.HasPrefix(msg, "success: app exit 0") {
-				t.Errorf("termination message %q, want the app's exit 0 read", msg)
-			}
-			t.Logf("pod done in %.1fs (the orphan would have run an hour)", time.Since(begun).Seconds())
-		})
-	}
+	onBackends(t, func(t *testing.T, b Builder) {
+		built := b.MustBuild(t, Desc{Name: "orphans", Apps: []App{{Name: "app", Cued: true, Args: []string{"--orphan", "1h"}}},
+			SupervisorEnv: patient()})
+		begun := time.Now()
+		p, st := runBuilt(t, built)
+		if st.Phase != pod.Succeeded {
+			t.Errorf("status %s", st)
+		}
+		if msg := p.TerminationMessage("supervisor"); !strings.HasPrefix(msg, "success: app exit 0") {
+			t.Errorf("termination message %q, want the app's exit 0 read", msg)
+		}
+		t.Logf("pod done in %.1fs (the orphan would have run an hour)", time.Since(begun).Seconds())
+	})
 }

@@ -68,8 +68,8 @@ func TestRandomPods(t *testing.T) {
 		}
 		desc := fmt.Sprintf("%s %v, run lengths %v", policy, apps, lengths)
 		t.Run(fmt.Sprintf("%d-%s", i, b.Name), func(t *testing.T) {
-			env := append([]string{"SUPERVISOR_RESTART_POLICY=" + string(policy), fmt.Sprintf("SUPERVISOR_APP_CONTAINERS=%d", len(apps)),
-				"SUPERVISOR_DELETION_GRACE=0s"}, Patient...)
+			env := patient("SUPERVISOR_RESTART_POLICY="+string(policy), fmt.Sprintf("SUPERVISOR_APP_CONTAINERS=%d", len(apps)),
+				"SUPERVISOR_DELETION_GRACE=0s")
 			built := b.MustBuild(t, Desc{Name: "random", Policy: policy, Apps: apps, SupervisorEnv: env})
 			stampFiles := withStamps(&built, names)
 			p := Start(t, built)
@@ -92,13 +92,7 @@ func TestRandomPods(t *testing.T) {
 			}
 			st := p.MustWaitPhase(t, EventBound)
 			t.Logf("%s: %s", desc, st)
-			runs := 0
-			for _, c := range st.Containers {
-				if slices.Contains(names, c.Name) {
-					runs += 1 + c.Restarts
-				}
-			}
-			checkInvariants(t, p, appEnds(stampFiles), runs)
+			checkInvariants(t, p, appEnds(stampFiles), runsOf(st, names))
 		})
 	}
 }
@@ -116,6 +110,15 @@ func noFailure(args []string) []string {
 		out = append(out, args[i])
 	}
 	return out
+}
+
+// runsOf is how many runs the named apps have had, restarts included.
+func runsOf(st pod.Status, names []string) int {
+	runs := 0
+	for _, n := range names {
+		runs += 1 + st.Container(n).Restarts
+	}
+	return runs
 }
 
 // checkInvariants: the supervisor's first signal to the sidecar came after
@@ -176,99 +179,92 @@ func checkInvariants(t *testing.T, p *pod.Pod, ends []time.Time, runs int) {
 // but /proc), not for a time.
 func TestRestartNotYetMoved(t *testing.T) {
 	names := []string{"app0", "app1"}
-	for _, b := range Builders(t) {
-		t.Run(b.Name, func(t *testing.T) {
-			var built Built
-			var sup int // the supervisor's host PID (namespaces backend)
-			// The hold of app1's restart, run by the kubelet while the
-			// process is out of its cgroup.
-			hold := func(ctx context.Context, p *pod.Pod, attempt int) error {
-				if attempt != 1 {
-					return nil
-				}
-				if err := scanned(ctx, sup); err != nil {
-					return err
-				}
-				if err := built.Release("app0"); err != nil {
-					return err
-				}
-				if err := awaitLog(p, 1, about("app exited", "app0")); err != nil {
-					return err
-				}
-				return scanned(ctx, sup)
+	onBackends(t, func(t *testing.T, b Builder) {
+		var built Built
+		var sup int // the supervisor's host PID (namespaces backend)
+		// The hold of app1's restart, run by the kubelet while the
+		// process is out of its cgroup.
+		hold := func(ctx context.Context, p *pod.Pod, attempt int) error {
+			if attempt != 1 {
+				return nil
 			}
-			apps := []App{
-				{Name: "app0", Cued: true, Args: []string{"--fail-first", "2"}, CgroupDelay: 800 * time.Millisecond},
-				{Name: "app1", Cued: true, Args: []string{"--fail-first", "1"}, CgroupDelay: 800 * time.Millisecond, CgroupHold: hold},
+			if err := scanned(ctx, sup); err != nil {
+				return err
 			}
-			env := append([]string{"SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_APP_CONTAINERS=2", "SUPERVISOR_DELETION_GRACE=0s"}, Patient...)
-			built = b.MustBuild(t, Desc{Name: "notmoved", Policy: pod.OnFailure, Apps: apps, SupervisorEnv: env})
-			stampFiles := withStamps(&built, names)
-			p := Start(t, built)
-			if err := awaitLog(p, 1, about("app found", "app0")); err != nil {
+			if err := built.Release("app0"); err != nil {
+				return err
+			}
+			if err := awaitLog(p, 1, about("app exited", "app0")); err != nil {
+				return err
+			}
+			return scanned(ctx, sup)
+		}
+		apps := []App{
+			{Name: "app0", Cued: true, Args: []string{"--fail-first", "2"}, CgroupDelay: 800 * time.Millisecond},
+			{Name: "app1", Cued: true, Args: []string{"--fail-first", "1"}, CgroupDelay: 800 * time.Millisecond, CgroupHold: hold},
+		}
+		env := patient("SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_APP_CONTAINERS=2", "SUPERVISOR_DELETION_GRACE=0s")
+		built = b.MustBuild(t, Desc{Name: "notmoved", Policy: pod.OnFailure, Apps: apps, SupervisorEnv: env})
+		stampFiles := withStamps(&built, names)
+		p := Start(t, built)
+		if err := awaitLog(p, 1, about("app found", "app0")); err != nil {
+			t.Fatal(err)
+		}
+		sup = p.Status().Container("supervisor").PID
+		_, namespaces := built.Backend.(pod.Namespaces)
+		if err := releaseRun(p, built, "app1", 1, nil); err != nil {
+			t.Fatal(err)
+		}
+		if !namespaces {
+			if err := awaitLog(p, 1, about("app exited", "app1")); err != nil {
 				t.Fatal(err)
 			}
-			sup = p.Status().Container("supervisor").PID
-			_, namespaces := built.Backend.(pod.Namespaces)
-			if err := releaseRun(p, built, "app1", 1, nil); err != nil {
+			if err := built.Release("app0"); err != nil {
 				t.Fatal(err)
 			}
-			if !namespaces {
-				if err := awaitLog(p, 1, about("app exited", "app1")); err != nil {
-					t.Fatal(err)
-				}
-				if err := built.Release("app0"); err != nil {
-					t.Fatal(err)
-				}
+		}
+		errs := make(chan error, 2)
+		go func() { errs <- releaseRun(p, built, "app1", 2, nil) }()
+		go func() {
+			err := releaseRun(p, built, "app0", 2, nil)
+			if err == nil {
+				err = releaseRun(p, built, "app0", 3, nil)
 			}
-			errs := make(chan error, 2)
-			go func() { errs <- releaseRun(p, built, "app1", 2, nil) }()
-			go func() {
-				err := releaseRun(p, built, "app0", 2, nil)
-				if err == nil {
-					err = releaseRun(p, built, "app0", 3, nil)
+			errs <- err
+		}()
+		for range 2 {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		st := p.MustWaitPhase(t, EventBound)
+		if st.Phase != pod.Succeeded {
+			t.Fatalf("phase %s, want Succeeded: %s", st.Phase, st)
+		}
+		runs := runsOf(st, names)
+		if runs != 5 {
+			t.Errorf("%d app runs, want 5 (app0 three, app1 two): %s", runs, st)
+		}
+		if namespaces {
+			// The interleaving held: app0's failure was logged before
+			// app1's restart, held out of its cgroup, was found.
+			failed, found, n := -1, -1, 0
+			for i, l := range ParseLog(p.Logs("supervisor")) {
+				if failed < 0 && about("app exited", "app0")(l) {
+					failed = i
 				}
-				errs <- err
-			}()
-			for range 2 {
-				if err := <-errs; err != nil {
-					t.Fatal(err)
-				}
-			}
-			st := p.MustWaitPhase(t, EventBound)
-			if st.Phase != pod.Succeeded {
-				t.Fatalf("phase %s, want Succeeded: %s", st.Phase, st)
-			}
-			runs := 0
-			for _, c := range st.Containers {
-				if slices.Contains(names, c.Name) {
-					runs += 1 + c.Restarts
-				}
-			}
-			if runs != 5 {
-				t.Errorf("%d app runs, want 5 (app0 three, app1 two): %s", runs, st)
-			}
-			if namespaces {
-				// The interleaving held: app0's failure was logged before
-				// app1's restart, held out of its cgroup, was found.
-				failed, found, n := -1, -1, 0
-				for i, l := range ParseLog(p.Logs("supervisor")) {
-					if failed < 0 && about("app exited", "app0")(l) {
-						failed = i
-					}
-					if about("app found", "app1")(l) {
-						if n++; n == 2 {
-							found = i
-						}
+				if about("app found", "app1")(l) {
+					if n++; n == 2 {
+						found = i
 					}
 				}
-				if failed < 0 || found < 0 || failed > found {
-					t.Errorf("app0's failure (line %d) not logged before app1's restart was found (line %d)", failed, found)
-				}
 			}
-			checkInvariants(t, p, appEnds(stampFiles), runs)
-		})
-	}
+			if failed < 0 || found < 0 || failed > found {
+				t.Errorf("app0's failure (line %d) not logged before app1's restart was found (line %d)", failed, found)
+			}
+		}
+		checkInvariants(t, p, appEnds(stampFiles), runs)
+	})
 }
 
 // scanned returns once the process pid (the supervisor awaiting a

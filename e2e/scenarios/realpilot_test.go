@@ -1,7 +1,6 @@
 package scenarios
 
 import (
-	"context"
 	"slices"
 	"strconv"
 	"strings"
@@ -97,7 +96,7 @@ func TestRealPilot(t *testing.T) {
 			t.Run(b.Name+"/"+tt.name, func(t *testing.T) {
 				d := tt.desc
 				d.Name, d.Proxy, d.HoldApp = "job", RealPilot, !tt.neverReady
-				d.SupervisorEnv = append(append([]string{}, Patient...), d.SupervisorEnv...)
+				d.SupervisorEnv = patient(d.SupervisorEnv...)
 				p, built := run(t, b, d)
 				// pilot-agent is up (envoy started, its signal handlers in
 				// place) before any app ends: the cases are about a running
@@ -143,13 +142,7 @@ func TestRealPilot(t *testing.T) {
 						}
 					}
 				}
-				logs := ParseLog(p.Logs("supervisor"))
-				var stopped []LogLine
-				for _, l := range logs {
-					if l.Msg() == "sidecar stopped" {
-						stopped = append(stopped, l)
-					}
-				}
+				stopped := logWhere(p, is("sidecar stopped"))
 				if len(stopped) != 1 {
 					t.Fatalf("%d \"sidecar stopped\" lines, want 1", len(stopped))
 				}
@@ -159,18 +152,13 @@ func TestRealPilot(t *testing.T) {
 						stopped[0].Str("elapsed"), tt.stopMin, built.Proxy.TerminationDrainDuration)
 				}
 				summary, want := tt.summary, tt.supervisor
-				msg, msgs := p.TerminationMessage("supervisor"), Messages(logs)
-				if tt.quitRace && strings.Contains(msg, "POST failed (read status line: EOF), sent SIGTERM") {
+				if tt.quitRace && strings.Contains(p.TerminationMessage("supervisor"), "POST failed (read status line: EOF), sent SIGTERM") {
 					t.Logf("pilot-agent exited before its /quitquitquit answer was flushed; the supervisor fell back to SIGTERM")
 					summary = "success: app exit 0; action POST http://127.0.0.1:15020/quitquitquit; POST failed (read status line: EOF), sent SIGTERM; sidecar stopped"
 					want = []string{"decision", "http action failed: falling back to SIGTERM", "sidecar signalled", "sidecar stopped"}
 				}
-				if !strings.Contains(msg, summary) {
-					t.Errorf("termination message %q, want it to contain %q", msg, summary)
-				}
-				if want != nil && !isSubsequence(want, msgs) {
-					t.Errorf("supervisor log %q, want in order %q", msgs, want)
-				}
+				checkSummary(t, p, summary)
+				checkLogOrder(t, p, want...)
 			})
 		}
 	}
@@ -182,17 +170,12 @@ func TestRealPilot(t *testing.T) {
 // released on the start alone could end before a drain could reach it.)
 func waitEnvoy(t *testing.T, b Built) {
 	t.Helper()
-	deadline := time.Now().Add(EventBound)
-	for time.Now().Before(deadline) {
+	if !eventually(func() bool {
 		events, _ := b.Proxy.Record()
-		for _, e := range record.OfKind(events, record.Listen) {
-			if e.Name == "admin" {
-				return
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
+		return slices.ContainsFunc(record.OfKind(events, record.Listen), func(e record.Event) bool { return e.Name == "admin" })
+	}) {
+		t.Fatalf("envoy never started (its record: %s)", b.Proxy.RecordFile())
 	}
-	t.Fatalf("envoy never started (its record: %s)", b.Proxy.RecordFile())
 }
 
 // readyProbes are the readiness probes answered 200 through envoy's
@@ -206,30 +189,18 @@ func readyProbes(events []record.Event) []record.Event {
 // TestRealPilotControl: without the supervisor the pod stays Running with
 // pilot-agent up and untouched.
 func TestRealPilotControl(t *testing.T) {
-	for _, b := range Builders(t) {
-		t.Run(b.Name, func(t *testing.T) {
-			p, built := run(t, b, Desc{Name: "control", Proxy: RealPilot, HoldApp: true, NoSupervisor: true,
-				Apps: []App{{Name: "app", UID: 1000}}})
-			waitStatus(t, p, ended("app"))
-			// Bounded: the pod is given 3s more to (wrongly) complete.
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-			defer cancel()
-			st, err := p.WaitPhase(ctx)
-			if err == nil {
-				t.Fatalf("pod reached %s without the supervisor", st.Phase)
-			}
-			if st.Phase != pod.Running || st.Container("app").ExitCode != 0 || !st.Container("istio-proxy").Running {
-				t.Errorf("status %s, want Running with the app done (exit 0) and istio-proxy up", st)
-			}
-			events, err := built.Proxy.Record()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d, s := record.OfKind(events, record.Drain), record.OfKind(events, record.Signal); len(d)+len(s) != 0 {
-				t.Errorf("envoy was drained %v or signalled %v", d, s)
-			}
-		})
-	}
+	onBackends(t, func(t *testing.T, b Builder) {
+		p, built := run(t, b, Desc{Name: "control", Proxy: RealPilot, HoldApp: true, NoSupervisor: true,
+			Apps: []App{{Name: "app", UID: 1000}}})
+		checkControl(t, p)
+		events, err := built.Proxy.Record()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d, s := record.OfKind(events, record.Drain), record.OfKind(events, record.Signal); len(d)+len(s) != 0 {
+			t.Errorf("envoy was drained %v or signalled %v", d, s)
+		}
+	})
 }
 
 // TestRealPilotStartingAsAppEnds: issue 16 with Istio's own pilot-agent.
@@ -246,7 +217,7 @@ func TestRealPilotStartingAsAppEnds(t *testing.T) {
 		for i := 0; i < rounds; i++ {
 			t.Run(b.Name+"/"+strconv.Itoa(i), func(t *testing.T) {
 				d := Desc{Name: "job", Proxy: RealPilot, Apps: []App{{Name: "app", Cued: true, UID: 1000}}}
-				d.SupervisorEnv = append([]string{}, Patient...)
+				d.SupervisorEnv = patient()
 				p, built := run(t, b, d)
 				releaseApps(t, p, built, d.Apps)
 				st := p.MustWaitPhase(t, EventBound)

@@ -40,9 +40,9 @@ func TestSupervisorKilled(t *testing.T) {
 		} {
 			t.Run(b.Name+"/"+tc.name+"/while the app runs", func(t *testing.T) {
 				d := Desc{Name: "killed", Policy: tc.policy, Apps: []App{{Name: "app", Cued: true, UID: 1000}},
-					SupervisorState: true, SupervisorNative: tc.native, SupervisorEnv: patientEnv(tc.policy)}
+					SupervisorState: true, SupervisorNative: tc.native, SupervisorEnv: patient("SUPERVISOR_RESTART_POLICY=" + string(tc.policy))}
 				p, built := run(t, b, d)
-				waitStandIn(t, built)
+				waitRecordStart(t, built.PilotRecord)
 				waitLogFor(t, p, "app found", "app")
 				killSupervisor(t, p)
 				releaseApps(t, p, built, d.Apps)
@@ -52,9 +52,9 @@ func TestSupervisorKilled(t *testing.T) {
 			})
 			t.Run(b.Name+"/"+tc.name+"/during the stop", func(t *testing.T) {
 				d := Desc{Name: "killed", Policy: tc.policy, Apps: []App{{Name: "app", Cued: true, UID: 1000}},
-					ProxyDrainCued: true, SupervisorState: true, SupervisorNative: tc.native, SupervisorEnv: patientEnv(tc.policy)}
+					ProxyDrainCued: true, SupervisorState: true, SupervisorNative: tc.native, SupervisorEnv: patient("SUPERVISOR_RESTART_POLICY=" + string(tc.policy))}
 				p, built := run(t, b, d)
-				waitStandIn(t, built)
+				waitRecordStart(t, built.PilotRecord)
 				releaseApps(t, p, built, d.Apps)
 				waitLog(t, p, "sidecar signalled")
 				killSupervisor(t, p)
@@ -67,11 +67,6 @@ func TestSupervisorKilled(t *testing.T) {
 			})
 		}
 	}
-}
-
-// patientEnv: the supervisor's bounds, none of them on the path.
-func patientEnv(policy pod.RestartPolicy) []string {
-	return append(append([]string{}, Patient...), "SUPERVISOR_RESTART_POLICY="+string(policy))
 }
 
 // checkKilledOnce: the supervisor was started twice (killed once), the
@@ -93,18 +88,7 @@ func checkKilledOnce(t *testing.T, p *pod.Pod, st pod.Status, built Built) {
 		len(others) == 0 || others[len(others)-1] != "exit 0" {
 		t.Errorf("pilot-agent record %q, want SIGTERM only, then exit 0", rec)
 	}
-	if l := logLines(p, "done"); len(l) == 0 || l[len(l)-1].Str("summary")[:8] != "success:" {
+	if l := logWhere(p, is("done")); len(l) == 0 || l[len(l)-1].Str("summary")[:8] != "success:" {
 		t.Errorf("the last supervisor's summary is not success:\n%s", p.Logs("supervisor"))
 	}
-}
-
-// logLines are the supervisor's log lines with message msg.
-func logLines(p *pod.Pod, msg string) []LogLine {
-	var out []LogLine
-	for _, l := range ParseLog(p.Logs("supervisor")) {
-		if l.Msg() == msg {
-			out = append(out, l)
-		}
-	}
-	return out
 }

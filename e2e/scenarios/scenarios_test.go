@@ -62,7 +62,7 @@ func TestJobs(t *testing.T) {
 			// istio-proxy starts once the app has ended, and the supervisor,
 			// after it in the spec, later still: the look for the app ends
 			// (the outcome, unknown: SIGTERM).
-			desc: Desc{Apps: []App{{Name: "app"}}, ProxyStartAfter: terminated("app"),
+			desc: Desc{Apps: []App{{Name: "app"}}, ProxyStartAfter: pod.When(pod.Ended("app")),
 				SupervisorEnv: []string{"SUPERVISOR_APP_START_TIMEOUT=2s"}},
 			phase: pod.Succeeded, codes: map[string]int{"app": 0, "istio-proxy": 0},
 			record:  []string{"signal SIGTERM", "exit 0"},
@@ -137,33 +137,18 @@ func TestJobs(t *testing.T) {
 			t.Run(b.Name+"/"+tt.name, func(t *testing.T) {
 				d := tt.desc
 				d.Name = "job"
-				d.SupervisorEnv = append(append([]string{}, Patient...), d.SupervisorEnv...)
+				d.SupervisorEnv = patient(d.SupervisorEnv...)
 				p, built := run(t, b, d)
 				if slices.ContainsFunc(d.Apps, func(a App) bool { return a.Cued }) {
 					// Signals reach a stand-in with its handlers in place.
-					waitStandIn(t, built)
+					waitRecordStart(t, built.PilotRecord)
 				}
 				releaseApps(t, p, built, d.Apps)
 				st := p.MustWaitPhase(t, EventBound)
 				checkEnd(t, st, tt.phase, tt.codes)
-				rec := Record(built.PilotRecord)
-				if len(rec) == 0 || !strings.HasPrefix(rec[0], "start ") {
-					t.Fatalf("stand-in never started: %q", rec)
-				}
-				if got := rec[1:]; !slices.Equal(got, tt.record) {
-					t.Errorf("pilot-agent record %q, want %q", got, tt.record)
-				}
-				if tt.summary != "" {
-					if msg := p.TerminationMessage("supervisor"); !strings.Contains(msg, tt.summary) {
-						t.Errorf("termination message %q, want it to contain %q", msg, tt.summary)
-					}
-				}
-				if tt.supervisor != nil {
-					msgs := Messages(ParseLog(p.Logs("supervisor")))
-					if !isSubsequence(tt.supervisor, msgs) {
-						t.Errorf("supervisor log %q, want in order %q", msgs, tt.supervisor)
-					}
-				}
+				checkRecord(t, built.PilotRecord, tt.record...)
+				checkSummary(t, p, tt.summary)
+				checkLogOrder(t, p, tt.supervisor...)
 			})
 		}
 	}
@@ -171,93 +156,82 @@ func TestJobs(t *testing.T) {
 
 // TestTwoAppsOrder: while the second app runs, the sidecar is untouched.
 func TestTwoAppsOrder(t *testing.T) {
-	for _, b := range Builders(t) {
-		t.Run(b.Name, func(t *testing.T) {
-			p, built := run(t, b, Desc{Name: "two", SupervisorEnv: Patient, Apps: []App{
-				// quick ends once the supervisor has found it.
-				{Name: "quick", Cued: true}, {Name: "slow", Args: []string{"--sleep", "1h"}}}})
-			releaseApps(t, p, built, []App{{Name: "quick", Cued: true}})
-			waitStatus(t, p, func(s pod.Status) bool {
-				q := s.Container("quick")
-				return q.Started && !q.Running && s.Container("supervisor").Running
-			})
-			// The supervisor has seen "quick" exit; give it every chance to
-			// act wrongly, then check it did not.
-			waitLog(t, p, "app exited")
-			time.Sleep(500 * time.Millisecond)
-			if rec := touched(Record(built.PilotRecord)); len(rec) != 0 || !p.Status().Container("istio-proxy").Running {
-				t.Fatalf("sidecar touched while an app runs: %q", rec)
-			}
-			if err := p.Signal("slow", syscall.SIGKILL); err != nil {
-				t.Fatal(err)
-			}
-			st := p.MustWaitPhase(t, EventBound)
-			if st.Container("istio-proxy").ExitCode != 137 || st.Phase != pod.Failed {
-				t.Errorf("after slow was killed by SIGKILL: %s, want istio-proxy 137 and Failed", st)
-			}
-		})
-	}
+	onBackends(t, func(t *testing.T, b Builder) {
+		p, built := run(t, b, Desc{Name: "two", SupervisorEnv: patient(), Apps: []App{
+			// quick ends once the supervisor has found it.
+			{Name: "quick", Cued: true}, {Name: "slow", Args: []string{"--sleep", "1h"}}}})
+		releaseApps(t, p, built, []App{{Name: "quick", Cued: true}})
+		waitStatus(t, p, func(s pod.Status) bool { return pod.Ended("quick")(s) && s.Container("supervisor").Running })
+		// The supervisor has seen "quick" exit; give it every chance to
+		// act wrongly, then check it did not.
+		waitLog(t, p, "app exited")
+		time.Sleep(500 * time.Millisecond)
+		if rec := touched(Record(built.PilotRecord)); len(rec) != 0 || !p.Status().Container("istio-proxy").Running {
+			t.Fatalf("sidecar touched while an app runs: %q", rec)
+		}
+		if err := p.Signal("slow", syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		st := p.MustWaitPhase(t, EventBound)
+		if st.Container("istio-proxy").ExitCode != 137 || st.Phase != pod.Failed {
+			t.Errorf("after slow was killed by SIGKILL: %s, want istio-proxy 137 and Failed", st)
+		}
+	})
 }
 
 // TestBadSetting: exit 2 before touching anything, naming the variable.
 func TestBadSetting(t *testing.T) {
-	for _, b := range Builders(t) {
-		t.Run(b.Name, func(t *testing.T) {
-			p, built := run(t, b, Desc{Name: "bad", Apps: []App{{Name: "app", Args: []string{"--sleep", "1h"}}},
-				SupervisorEnv: []string{"SUPERVISOR_STOP_TIMEOUT=soon"}})
-			st := waitStatus(t, p, ended("supervisor"))
-			if c := st.Container("supervisor"); c.ExitCode != 2 {
-				t.Errorf("supervisor exit %d, want 2", c.ExitCode)
-			}
-			if logs := p.Logs("supervisor"); !strings.Contains(logs, `SUPERVISOR_STOP_TIMEOUT="soon": want a duration`) {
-				t.Errorf("supervisor output does not name the variable:\n%s", logs)
-			}
-			if rec := touched(Record(built.PilotRecord)); len(rec) != 0 || !st.Container("app").Running || !st.Container("istio-proxy").Running {
-				t.Errorf("something was touched: record %q, status %s", rec, st)
-			}
-		})
+	onBackends(t, func(t *testing.T, b Builder) {
+		p, built := run(t, b, Desc{Name: "bad", Apps: []App{{Name: "app", Args: []string{"--sleep", "1h"}}},
+			SupervisorEnv: []string{"SUPERVISOR_STOP_TIMEOUT=soon"}})
+		checkRefused(t, p, built, 2, `SUPERVISOR_STOP_TIMEOUT="soon": want a duration`)
+	})
+}
+
+// checkRefused: the supervisor exits code before touching anything, its
+// output saying says.
+func checkRefused(t *testing.T, p *pod.Pod, built Built, code int, says string) {
+	t.Helper()
+	st := waitStatus(t, p, pod.Ended("supervisor"))
+	if c := st.Container("supervisor"); c.ExitCode != code {
+		t.Errorf("supervisor exit %d, want %d", c.ExitCode, code)
+	}
+	if logs := p.Logs("supervisor"); !strings.Contains(logs, says) {
+		t.Errorf("supervisor output does not say %q:\n%s", says, logs)
+	}
+	if rec := touched(Record(built.PilotRecord)); len(rec) != 0 || !st.Container("app").Running || !st.Container("istio-proxy").Running {
+		t.Errorf("something was touched: record %q, status %s", rec, st)
 	}
 }
 
-// TestNotShared: without a shared PID namespace, exit 1 saying how to fix it.
+// TestNotShared: without a shared PID namespace, exit 1 saying how to fix
+// it, and touching nothing.
 func TestNotShared(t *testing.T) {
-	for _, b := range Builders(t) {
-		t.Run(b.Name, func(t *testing.T) {
-			p, _ := run(t, b, Desc{Name: "unshared", Apps: []App{{Name: "app", Args: []string{"--sleep", "1h"}}},
-				SupervisorOwnPIDNS: true})
-			st := waitStatus(t, p, ended("supervisor"))
-			if c := st.Container("supervisor"); c.ExitCode != 1 {
-				t.Errorf("supervisor exit %d, want 1", c.ExitCode)
-			}
-			if logs := p.Logs("supervisor"); !strings.Contains(logs, "shareProcessNamespace: true") {
-				t.Errorf("supervisor output does not say how to fix it:\n%s", logs)
-			}
-			if msg := p.TerminationMessage("supervisor"); !strings.Contains(msg, "shareProcessNamespace") {
-				t.Errorf("termination message %q", msg)
-			}
-		})
-	}
+	onBackends(t, func(t *testing.T, b Builder) {
+		p, built := run(t, b, Desc{Name: "unshared", Apps: []App{{Name: "app", Args: []string{"--sleep", "1h"}}},
+			SupervisorOwnPIDNS: true})
+		checkRefused(t, p, built, 1, "shareProcessNamespace: true")
+		checkSummary(t, p, "shareProcessNamespace")
+	})
 }
 
 // TestSupervisorTerminated: SIGTERM to the supervisor mid-wait (pod
 // deletion): it exits 0 at once and leaves the sidecar alone.
 func TestSupervisorTerminated(t *testing.T) {
-	for _, b := range Builders(t) {
-		t.Run(b.Name, func(t *testing.T) {
-			p, built := run(t, b, Desc{Name: "term", Apps: []App{{Name: "app", Args: []string{"--sleep", "1h"}}}})
-			waitLog(t, p, "app found")
-			if err := p.Signal("supervisor", syscall.SIGTERM); err != nil {
-				t.Fatal(err)
-			}
-			st := waitStatus(t, p, func(s pod.Status) bool { return !s.Container("supervisor").Running })
-			if c := st.Container("supervisor"); c.ExitCode != 0 {
-				t.Errorf("supervisor exit %d, want 0", c.ExitCode)
-			}
-			if rec := touched(Record(built.PilotRecord)); len(rec) != 0 || !st.Container("istio-proxy").Running {
-				t.Errorf("sidecar touched: %q", rec)
-			}
-		})
-	}
+	onBackends(t, func(t *testing.T, b Builder) {
+		p, built := run(t, b, Desc{Name: "term", Apps: []App{{Name: "app", Args: []string{"--sleep", "1h"}}}})
+		waitLog(t, p, "app found")
+		if err := p.Signal("supervisor", syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		st := waitStatus(t, p, func(s pod.Status) bool { return !s.Container("supervisor").Running })
+		if c := st.Container("supervisor"); c.ExitCode != 0 {
+			t.Errorf("supervisor exit %d, want 0", c.ExitCode)
+		}
+		if rec := touched(Record(built.PilotRecord)); len(rec) != 0 || !st.Container("istio-proxy").Running {
+			t.Errorf("sidecar touched: %q", rec)
+		}
+	})
 }
 
 // TestPodDeletion: the kubelet SIGTERMs every container at once; the app
@@ -269,52 +243,34 @@ func TestSupervisorTerminated(t *testing.T) {
 // SIGTERM at once, so that costs nothing. The grace period too only bounds
 // the drain.
 func TestPodDeletion(t *testing.T) {
-	for _, b := range Builders(t) {
-		t.Run(b.Name, func(t *testing.T) {
-			p, built := run(t, b, Desc{Name: "delete", Apps: []App{{Name: "app", Args: []string{"--sleep", "1h"}}},
-				ProxyEnv: []string{"PILOT_DRAIN=1s"}, Grace: EventBound, SupervisorEnv: []string{"SUPERVISOR_DELETION_GRACE=1m"}})
-			waitLog(t, p, "app found")
-			// The stand-in records its start once its signal handlers are in
-			// place; a SIGTERM before that (a loaded machine) kills it: 143.
-			waitStandIn(t, built)
-			ctx, cancel := context.WithTimeout(context.Background(), 2*EventBound)
-			defer cancel()
-			st := p.Delete(ctx)
-			if c := st.Container("istio-proxy"); c.ExitCode != 0 {
-				t.Errorf("istio-proxy exit %d, want 0 (drained, not killed)", c.ExitCode)
-			}
-			if rec := Record(built.PilotRecord); len(rec) == 0 || !slices.Equal(rec[1:], []string{"signal SIGTERM", "exit 0"}) {
-				t.Errorf("pilot-agent record %q, want one SIGTERM (the kubelet's) and exit 0", rec)
-			}
-			if c := st.Container("supervisor"); c.ExitCode != 0 {
-				t.Errorf("supervisor exit %d, want 0", c.ExitCode)
-			}
-		})
-	}
+	onBackends(t, func(t *testing.T, b Builder) {
+		p, built := run(t, b, Desc{Name: "delete", Apps: []App{{Name: "app", Args: []string{"--sleep", "1h"}}},
+			ProxyEnv: []string{"PILOT_DRAIN=1s"}, Grace: EventBound, SupervisorEnv: []string{"SUPERVISOR_DELETION_GRACE=1m"}})
+		waitLog(t, p, "app found")
+		// The stand-in records its start once its signal handlers are in
+		// place; a SIGTERM before that (a loaded machine) kills it: 143.
+		waitRecordStart(t, built.PilotRecord)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*EventBound)
+		defer cancel()
+		st := p.Delete(ctx)
+		if c := st.Container("istio-proxy"); c.ExitCode != 0 {
+			t.Errorf("istio-proxy exit %d, want 0 (drained, not killed)", c.ExitCode)
+		}
+		checkRecord(t, built.PilotRecord, "signal SIGTERM", "exit 0") // the kubelet's SIGTERM
+		if c := st.Container("supervisor"); c.ExitCode != 0 {
+			t.Errorf("supervisor exit %d, want 0", c.ExitCode)
+		}
+	})
 }
 
 // TestControl: without the supervisor the pod never completes: once the
 // app is done and istio-proxy up, it is given 3s more to (wrongly)
 // complete.
 func TestControl(t *testing.T) {
-	for _, b := range Builders(t) {
-		t.Run(b.Name, func(t *testing.T) {
-			p, _ := run(t, b, Desc{Name: "control", NoSupervisor: true, Apps: []App{{Name: "app"}}})
-			waitStatus(t, p, func(s pod.Status) bool {
-				app := s.Container("app")
-				return app.Started && !app.Running && s.Container("istio-proxy").Running
-			})
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-			defer cancel()
-			st, err := p.WaitPhase(ctx)
-			if err == nil {
-				t.Fatalf("pod reached %s without the supervisor", st.Phase)
-			}
-			if st.Phase != pod.Running || st.Container("app").Running || !st.Container("istio-proxy").Running {
-				t.Errorf("status %s, want Running with the app done and istio-proxy up", st)
-			}
-		})
-	}
+	onBackends(t, func(t *testing.T, b Builder) {
+		p, _ := run(t, b, Desc{Name: "control", NoSupervisor: true, Apps: []App{{Name: "app"}}})
+		checkControl(t, p)
+	})
 }
 
 // TestSidecarStartingAsAppEnds: issue 16. istio-proxy starts last (as
@@ -326,28 +282,23 @@ func TestControl(t *testing.T) {
 // pilot-agent has started envoy, and only then stop it: exit 0, the pod
 // Succeeded.
 func TestSidecarStartingAsAppEnds(t *testing.T) {
-	for _, b := range Builders(t) {
-		t.Run(b.Name, func(t *testing.T) {
-			d := Desc{Name: "job", Apps: []App{{Name: "app", Cued: true, UID: 1000}},
-				ProxyHandlerCued: true, SupervisorEnv: append([]string{}, Patient...)}
-			p, built := run(t, b, d)
-			releaseApps(t, p, built, d.Apps) // no waitStandIn: the point is to stop it early
-			waitLogFor(t, p, "sidecar would die of the signal now: waiting until it handles it", "istio-proxy")
-			if err := built.Release(HandlerCue); err != nil {
-				t.Fatal(err)
-			}
-			st := p.MustWaitPhase(t, EventBound)
-			if st.Phase != pod.Succeeded || st.Container("istio-proxy").ExitCode != 0 {
-				t.Errorf("phase %s, istio-proxy exit %d; want Succeeded and 0 (%s)", st.Phase, st.Container("istio-proxy").ExitCode, st)
-			}
-			if got, want := touched(Record(built.PilotRecord)), []string{"handler", "signal SIGTERM", "exit 0"}; !slices.Equal(got, want) {
-				t.Errorf("pilot-agent record %q, want %q", got, want)
-			}
-			msgs := Messages(ParseLog(p.Logs("supervisor")))
-			want := []string{"decision", "sidecar would die of the signal now: waiting until it handles it", "sidecar handles the signal now", "sidecar signalled", "sidecar stopped"}
-			if !isSubsequence(want, msgs) {
-				t.Errorf("supervisor log %q, want in order %q", msgs, want)
-			}
-		})
-	}
+	onBackends(t, func(t *testing.T, b Builder) {
+		d := Desc{Name: "job", Apps: []App{{Name: "app", Cued: true, UID: 1000}},
+			ProxyHandlerCued: true, SupervisorEnv: patient()}
+		p, built := run(t, b, d)
+		releaseApps(t, p, built, d.Apps) // no waitStandIn: the point is to stop it early
+		waitLogFor(t, p, "sidecar would die of the signal now: waiting until it handles it", "istio-proxy")
+		if err := built.Release(HandlerCue); err != nil {
+			t.Fatal(err)
+		}
+		st := p.MustWaitPhase(t, EventBound)
+		if st.Phase != pod.Succeeded || st.Container("istio-proxy").ExitCode != 0 {
+			t.Errorf("phase %s, istio-proxy exit %d; want Succeeded and 0 (%s)", st.Phase, st.Container("istio-proxy").ExitCode, st)
+		}
+		if got, want := touched(Record(built.PilotRecord)), []string{"handler", "signal SIGTERM", "exit 0"}; !slices.Equal(got, want) {
+			t.Errorf("pilot-agent record %q, want %q", got, want)
+		}
+		checkLogOrder(t, p, "decision", "sidecar would die of the signal now: waiting until it handles it",
+			"sidecar handles the signal now", "sidecar signalled", "sidecar stopped")
+	})
 }

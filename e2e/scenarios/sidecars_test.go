@@ -5,11 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/pod"
 )
@@ -96,20 +94,11 @@ func TestCloudSQLProxy(t *testing.T) {
 			t.Run(b.Name+"/"+tt.name, func(t *testing.T) {
 				p, _ := runCloudSQLProxy(t, b, tt.app, tt.flags, tt.uid, tt.env)
 				st := p.MustWaitPhase(t, EventBound)
-				if st.Phase != tt.phase {
-					t.Errorf("phase %s, want %s (%s)", st.Phase, tt.phase, st)
-				}
-				for name, code := range tt.codes {
-					if got := st.Container(name).ExitCode; got != code {
-						t.Errorf("%s exit %d, want %d", name, got, code)
-					}
-				}
+				checkEnd(t, st, tt.phase, tt.codes)
 				if c := st.Container("cloud-sql-proxy"); c.ExitCode == 143 && c.Signal != 0 {
 					t.Errorf("cloud-sql-proxy was killed by %v: its handler was not in place", c.Signal)
 				}
-				if msg := p.TerminationMessage("supervisor"); !strings.Contains(msg, tt.summary) {
-					t.Errorf("termination message %q, want it to contain %q", msg, tt.summary)
-				}
+				checkSummary(t, p, tt.summary)
 				if logs := p.Logs("cloud-sql-proxy"); !strings.Contains(logs, tt.log) {
 					t.Errorf("cloud-sql-proxy's log does not say %q:\n%s", tt.log, logs)
 				}
@@ -128,19 +117,14 @@ func TestCloudSQLProxy(t *testing.T) {
 // It is 20 s, well past pilot-agent's drain (1 s), whose exit 0 must come
 // first.
 func TestCloudSQLProxyOtherUser(t *testing.T) {
-	for _, b := range Builders(t) {
-		t.Run(b.Name, func(t *testing.T) {
-			p, _ := runCloudSQLProxy(t, b, nil, nil, 0, []string{"SUPERVISOR_STOP_TIMEOUT=20s"})
-			st := waitStatus(t, p, ended("supervisor"))
-			if st.Phase != pod.Running || !st.Container("cloud-sql-proxy").Running || st.Container("istio-proxy").ExitCode != 0 {
-				t.Errorf("status %s, want Running with cloud-sql-proxy up and istio-proxy exited 0", st)
-			}
-			want := "not permitted to signal cloud-sql-proxy"
-			if msg := p.TerminationMessage("supervisor"); !strings.Contains(msg, want) {
-				t.Errorf("termination message %q, want it to contain %q", msg, want)
-			}
-		})
-	}
+	onBackends(t, func(t *testing.T, b Builder) {
+		p, _ := runCloudSQLProxy(t, b, nil, nil, 0, []string{"SUPERVISOR_STOP_TIMEOUT=20s"})
+		st := waitStatus(t, p, pod.Ended("supervisor"))
+		if st.Phase != pod.Running || !st.Container("cloud-sql-proxy").Running || st.Container("istio-proxy").ExitCode != 0 {
+			t.Errorf("status %s, want Running with cloud-sql-proxy up and istio-proxy exited 0", st)
+		}
+		checkSummary(t, p, "not permitted to signal cloud-sql-proxy")
+	})
 }
 
 // runCloudSQLProxy starts a Job pod: a cued app with appArgs, the real
@@ -154,8 +138,7 @@ func runCloudSQLProxy(t *testing.T, b Builder, appArgs, flags []string, uid int,
 	d := Desc{Name: "job", Proxy: RealPilot, HoldApp: true,
 		Apps:     []App{{Name: "app", Cued: true, UID: 1000, Args: appArgs}},
 		Sidecars: []Sidecar{csp}}
-	d.SupervisorEnv = append(append(append([]string{}, Patient...),
-		"SUPERVISOR_SIDECAR_PROCESSES=pilot-agent,cloud-sql-proxy"), env...)
+	d.SupervisorEnv = append(patient("SUPERVISOR_SIDECAR_PROCESSES=pilot-agent,cloud-sql-proxy"), env...)
 	p, built := run(t, b, d)
 	waitEnvoy(t, built)
 	// cloud-sql-proxy listens once it handles SIGTERM (its signal.Notify
@@ -171,14 +154,9 @@ func runCloudSQLProxy(t *testing.T, b Builder, appArgs, flags []string, uid int,
 // /proc/PID/net/tcp shows (the pod's, shared by every container).
 func waitListening(t *testing.T, p *pod.Pod, container string, port int) {
 	t.Helper()
-	deadline := time.Now().Add(EventBound)
-	for time.Now().Before(deadline) {
-		if pid := p.Status().Container(container).PID; pid > 0 && listening(pid, port) {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !eventually(func() bool { pid := p.Status().Container(container).PID; return pid > 0 && listening(pid, port) }) {
+		t.Fatalf("%s never listened on port %d within %s (%s)", container, port, EventBound, p.Status())
 	}
-	t.Fatalf("%s never listened on port %d within %s (%s)", container, port, EventBound, p.Status())
 }
 
 // listening reports whether /proc/PID/net/tcp has a socket in state LISTEN
@@ -320,7 +298,7 @@ func TestStandInSidecars(t *testing.T) {
 				sc.UID = v.uid
 				t.Run(b.Name+"/"+sc.name()+"/"+v.name, func(t *testing.T) {
 					// STOP_TIMEOUT past any stop, fluent-bit's 5 s Grace too.
-					env := append(append([]string{}, Patient...), "SUPERVISOR_APP_CONTAINERS=1",
+					env := patient("SUPERVISOR_APP_CONTAINERS=1",
 						"SUPERVISOR_SIDECAR_PROCESSES=pilot-agent,"+c.process)
 					switch {
 					case v.http:
@@ -334,18 +312,11 @@ func TestStandInSidecars(t *testing.T) {
 					d := Desc{Name: "job", Apps: []App{{Name: "app", Cued: true, UID: 1000, Args: v.app}},
 						Sidecars: []Sidecar{sc}, SupervisorEnv: env}
 					p, built := run(t, b, d)
-					waitStandIn(t, built)
+					waitRecordStart(t, built.PilotRecord)
 					recFile := filepath.Join(built.Shared, sc.RecordFile())
 					waitRecordStart(t, recFile)
 					releaseApps(t, p, built, d.Apps)
-					st := p.MustWaitPhase(t, EventBound)
-					if st.Phase != v.phase {
-						t.Errorf("phase %s, want %s (%s)", st.Phase, v.phase, st)
-					}
-					if got := st.Container(sc.name()).ExitCode; got != v.sidecarCode {
-						t.Errorf("%s exit %d, want %d", sc.name(), got, v.sidecarCode)
-					}
-					rec := Record(recFile)
+					checkEnd(t, p.MustWaitPhase(t, EventBound), v.phase, map[string]int{sc.name(): v.sidecarCode})
 					record := v.record
 					if v.own {
 						record = termed
@@ -353,9 +324,7 @@ func TestStandInSidecars(t *testing.T) {
 							record = stopped
 						}
 					}
-					if want := record(c); !slices.Equal(rec[1:], want) {
-						t.Errorf("%s record %q, want %q after its start", sc.name(), rec, want)
-					}
+					checkRecord(t, recFile, record(c)...)
 				})
 			}
 		}
