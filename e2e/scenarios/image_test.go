@@ -7,14 +7,13 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/pod"
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/scripts"
 )
 
 // TestUnpackWhiteouts: later layers delete with ".wh.NAME" and empty a
@@ -171,18 +170,10 @@ func TestImageIndex(t *testing.T) {
 
 // hostArchive reads build-image.sh's single-platform archive.
 func hostArchive(t *testing.T) (*Image, error) {
-	out, err := exec.CommandContext(t.Context(), "bash", filepath.Join(pod.RepoDir(), "e2e", ImageScript)).Output()
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", ImageScript, err)
-	}
 	var ref, archive string
-	for _, line := range strings.Split(string(out), "\n") {
-		if v, ok := strings.CutPrefix(line, "SUPERVISOR_IMAGE="); ok {
-			ref = v
-		}
-		if v, ok := strings.CutPrefix(line, "SUPERVISOR_IMAGE_ARCHIVE="); ok {
-			archive = v
-		}
+	err := scripts.Run(t.Context(), filepath.Base(ImageScript), map[string]*string{"SUPERVISOR_IMAGE": &ref, "SUPERVISOR_IMAGE_ARCHIVE": &archive})
+	if err != nil {
+		return nil, err
 	}
 	return ReadImage(ref, archive)
 }

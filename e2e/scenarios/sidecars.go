@@ -1,8 +1,6 @@
 package scenarios
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/base64"
 	"fmt"
@@ -14,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/pod"
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/scripts"
 )
 
 // Sidecar is a sidecar container other than istio-proxy: the real
@@ -134,24 +133,11 @@ const BusyboxPath = "/bin/busybox"
 var sidecarTools = sync.OnceValues(func() (map[string]string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	script := filepath.Join(pod.RepoDir(), "e2e", SidecarsScript)
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, "bash", script)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("%s: %w\n%s", script, err, stderr.String())
+	var csp string
+	if err := scripts.Run(ctx, filepath.Base(SidecarsScript), map[string]*string{"CLOUD_SQL_PROXY": &csp}); err != nil {
+		return nil, err
 	}
-	out := map[string]string{}
-	sc := bufio.NewScanner(&stdout)
-	for sc.Scan() {
-		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
-			out[k] = v
-		}
-	}
-	if out["CLOUD_SQL_PROXY"] == "" {
-		return nil, fmt.Errorf("%s printed no CLOUD_SQL_PROXY= line:\n%s", script, stdout.String())
-	}
-	return map[string]string{CloudSQLProxy: out["CLOUD_SQL_PROXY"]}, nil
+	return map[string]string{CloudSQLProxy: csp}, nil
 })
 
 // SidecarsScript builds the real sidecars, relative to the e2e module.
