@@ -38,21 +38,19 @@ func TestSupervisorKilled(t *testing.T) {
 			{name: "OnFailure", policy: pod.OnFailure},
 			{name: "Never, native shape", policy: pod.Never, native: true},
 		} {
+			d := Desc{Name: "killed", Policy: tc.policy, Apps: []App{{Name: "app", Cued: true, UID: 1000}},
+				SupervisorState: true, SupervisorNative: tc.native, SupervisorEnv: patient("SUPERVISOR_RESTART_POLICY=" + string(tc.policy))}
 			t.Run(b.Name+"/"+tc.name+"/while the app runs", func(t *testing.T) {
-				d := Desc{Name: "killed", Policy: tc.policy, Apps: []App{{Name: "app", Cued: true, UID: 1000}},
-					SupervisorState: true, SupervisorNative: tc.native, SupervisorEnv: patient("SUPERVISOR_RESTART_POLICY=" + string(tc.policy))}
 				p, built := run(t, b, d)
 				waitRecordStart(t, built.PilotRecord)
 				waitLogFor(t, p, "app found", "app")
 				killSupervisor(t, p)
 				releaseApps(t, p, built, d.Apps)
-				st := p.MustWaitPhase(t, EventBound)
-				checkEnd(t, st, pod.Succeeded, map[string]int{"app": 0, "istio-proxy": 0})
-				checkKilledOnce(t, p, st, built)
+				checkKilledOnce(t, p, built)
 			})
 			t.Run(b.Name+"/"+tc.name+"/during the stop", func(t *testing.T) {
-				d := Desc{Name: "killed", Policy: tc.policy, Apps: []App{{Name: "app", Cued: true, UID: 1000}},
-					ProxyDrainCued: true, SupervisorState: true, SupervisorNative: tc.native, SupervisorEnv: patient("SUPERVISOR_RESTART_POLICY=" + string(tc.policy))}
+				d := d
+				d.ProxyDrainCued = true
 				p, built := run(t, b, d)
 				waitRecordStart(t, built.PilotRecord)
 				releaseApps(t, p, built, d.Apps)
@@ -61,20 +59,21 @@ func TestSupervisorKilled(t *testing.T) {
 				if err := built.Release(ProxyDrainCue); err != nil {
 					t.Fatal(err)
 				}
-				st := p.MustWaitPhase(t, EventBound)
-				checkEnd(t, st, pod.Succeeded, map[string]int{"app": 0, "istio-proxy": 0})
-				checkKilledOnce(t, p, st, built)
+				checkKilledOnce(t, p, built)
 			})
 		}
 	}
 }
 
-// checkKilledOnce: the supervisor was started twice (killed once), the
-// sidecar got SIGTERM and nothing harsher (the supervisor killed during
-// the stop sends it again: pilot-agent heeds the first), and exited 0 after
-// its drain; the Job's outcome is the apps' success.
-func checkKilledOnce(t *testing.T, p *pod.Pod, st pod.Status, built Built) {
+// checkKilledOnce waits for the pod's end: Succeeded, app and istio-proxy
+// exit 0; the supervisor was started twice (killed once), the sidecar got
+// SIGTERM and nothing harsher (the supervisor killed during the stop sends
+// it again: pilot-agent heeds the first), and exited 0 after its drain;
+// the Job's outcome is the apps' success.
+func checkKilledOnce(t *testing.T, p *pod.Pod, built Built) {
 	t.Helper()
+	st := p.MustWaitPhase(t, EventBound)
+	checkEnd(t, st, pod.Succeeded, map[string]int{"app": 0, "istio-proxy": 0})
 	if c := st.Container("supervisor"); c.Restarts != 1 {
 		t.Errorf("supervisor %+v, want one restart", c)
 	}

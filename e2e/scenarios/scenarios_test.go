@@ -286,7 +286,7 @@ func TestSidecarStartingAsAppEnds(t *testing.T) {
 		d := Desc{Name: "job", Apps: []App{{Name: "app", Cued: true, UID: 1000}},
 			ProxyHandlerCued: true, SupervisorEnv: patient()}
 		p, built := run(t, b, d)
-		releaseApps(t, p, built, d.Apps) // no waitStandIn: the point is to stop it early
+		releaseApps(t, p, built, d.Apps) // no waitRecordStart: the point is to stop it early
 		waitLogFor(t, p, "sidecar would die of the signal now: waiting until it handles it", "istio-proxy")
 		if err := built.Release(HandlerCue); err != nil {
 			t.Fatal(err)
