@@ -459,6 +459,7 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, k *k
 	// The supervisor's logs, one per instance, the first first: that of
 	// the instance before a restart, then the current one's.
 	var sls []supervisorLog
+	prevGone := false // the killed instance's log, removed by the kubelet
 	switch {
 	case p.logErr != nil:
 		if !deleted {
@@ -484,6 +485,7 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, k *k
 			// The kubelet keeps one dead instance per container: once the
 			// restarted one has ended too, it may remove the killed one
 			// before the soak has read it.
+			prevGone = true
 			v.unchecked = append(v.unchecked, fmt.Sprintf("pod %s: log of the supervisor's instance before its restart gone: %s",
 				name, strings.TrimSpace(p.prevLog)))
 		} else if p.prevLog != "" {
@@ -536,6 +538,12 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, k *k
 		switch {
 		case unstarted && !strings.Contains(p.log, msgNoSidecar):
 			v.add(invOrder, "pod %s: istio-proxy never started (the runtime failed its start), and the supervisor's log has no %q", name, msgNoSidecar)
+		case !unstarted && !deleted && len(stops) == 0 && prevGone && actedBeforeKill(p.pod):
+			// The action was in the killed instance's log, which is gone;
+			// the termination message it wrote as it acted says so (seed
+			// 20261205, Job 144). The API's whole seconds are checked below.
+			v.unchecked = append(v.unchecked, fmt.Sprintf("pod %s: the time of istio-proxy's stop (the killed supervisor acted: %q)",
+				name, lastMessage(p.pod)))
 		case !unstarted && !deleted && len(stops) == 0 && !killedActing(sls, k, name):
 			v.add(invOrder, "pod %s: the supervisor's log has no %q nor %q", name, msgSignalled, msgAsked)
 		}
@@ -1012,6 +1020,24 @@ func kubeletLine(log string) bool {
 // killedActing reports whether the soak's SIGKILL reached pod name's
 // supervisor after its decision: during its action, which it had no time
 // to log (checkRestart says what followed).
+// actedBeforeKill reports whether the supervisor's instance before its
+// restart wrote, in its termination message, that it was acting: "running:
+// <outcome> (<reason>): action ..." (supervisor/progress.go).
+func actedBeforeKill(p *corev1.Pod) bool {
+	rest, ok := strings.CutPrefix(lastMessage(p), "running: ")
+	head, _, _ := strings.Cut(rest, "\n")
+	return ok && strings.Contains(head, "): action ")
+}
+
+// lastMessage is the termination message of the supervisor's instance
+// before its restart, "" if none.
+func lastMessage(p *corev1.Pod) string {
+	if s := supervisorStatus(p); s != nil && s.LastTerminationState.Terminated != nil {
+		return s.LastTerminationState.Terminated.Message
+	}
+	return ""
+}
+
 func killedActing(sls []supervisorLog, k *killed, name string) bool {
 	return k.sent() && k.pod == name && len(sls) > 0 && !sls[0].decided.IsZero() && !sls[0].decided.After(k.at)
 }

@@ -490,6 +490,28 @@ func TestParseInitWait(t *testing.T) {
 	}
 }
 
+// TestActedBeforeKill: a supervisor killed as it acted wrote so in its
+// termination message (seed 20261205, Job 144, whose log the kubelet had
+// removed); one killed before its decision did not.
+func TestActedBeforeKill(t *testing.T) {
+	for _, tc := range []struct {
+		message string
+		want    bool
+	}{
+		{"running: success (all 2 app containers exit 0): action POST http://127.0.0.1:15020/quitquitquit\napp app1 (pid 34): exit 2; restarted\n", true},
+		{"running: failure (app1 exit 3): action SIGKILL\n", true},
+		{"running: waiting for app app1 (pid 81)\nsidecar istio-proxy (pid 50): held\n", false},
+		{"success: app1 exit 0; action SIGTERM", false},
+		{"", false},
+	} {
+		p := &corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: supervisorName,
+			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Message: tc.message}}}}}}
+		if got := actedBeforeKill(p); got != tc.want {
+			t.Errorf("%q: acted %v, want %v", tc.message, got, tc.want)
+		}
+	}
+}
+
 // TestGraceFor: a failure decided on an exit 143 the supervisor read holds
 // the decision for the deletion grace, killed or not (seed 20261206, Jobs
 // 36, 100 and 135: their kills cost 1.3-2.0 s, flagged as 3.3-4.0 s
