@@ -1017,9 +1017,6 @@ func kubeletLine(log string) bool {
 		(strings.Contains(log, "unable to retrieve container logs") || strings.Contains(log, "failed to try resolving symlinks"))
 }
 
-// killedActing reports whether the soak's SIGKILL reached pod name's
-// supervisor after its decision: during its action, which it had no time
-// to log (checkRestart says what followed).
 // actedBeforeKill reports whether the supervisor's instance before its
 // restart wrote, in its termination message, that it was acting: "running:
 // <outcome> (<reason>): action ..." (supervisor/progress.go).
@@ -1038,6 +1035,9 @@ func lastMessage(p *corev1.Pod) string {
 	return ""
 }
 
+// killedActing reports whether the soak's SIGKILL reached pod name's
+// supervisor after its decision: during its action, which it had no time
+// to log (checkRestart says what followed).
 func killedActing(sls []supervisorLog, k *killed, name string) bool {
 	return k.sent() && k.pod == name && len(sls) > 0 && !sls[0].decided.IsZero() && !sls[0].decided.After(k.at)
 }

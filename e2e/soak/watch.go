@@ -133,8 +133,10 @@ func (r *recorder) supervisorLog(ctx context.Context, name string, previous bool
 		b, err = r.client.CoreV1().Pods(r.ns).GetLogs(name, &corev1.PodLogOptions{Container: supervisorName, Previous: previous}).DoRaw(ctx)
 		// The kubelet's own line is tried again: containerd may be
 		// restarting (the soak restarts it once). Past the tries, it is
-		// the answer: the log is gone.
-		if err == nil && (!kubeletLine(string(b)) || i == logTries-1) {
+		// the answer: the log is gone. So is an empty answer: a supervisor
+		// logs "starting" first, and a kubelet starting up answered a
+		// finished one's log with nothing (seed 20261207, Job 47).
+		if err == nil && ((len(b) > 0 && !kubeletLine(string(b))) || i == logTries-1) {
 			return string(b), nil
 		}
 		select {
