@@ -437,6 +437,21 @@ func TestCheckRestartedNotKilled(t *testing.T) {
 	}
 }
 
+// A supervisor whose first start failed (the kubelet counts a restart, its
+// last state not a termination: seed 20261207, Job 126, under containerd's
+// restart) had no instance to log anything: an anomaly, not a missing log.
+func TestCheckSupervisorStartFailed(t *testing.T) {
+	tl, o := neverPod(0, "success: a exit 0; action SIGTERM", 0, 3002)
+	s := &o.pods[0].pod.Status.ContainerStatuses[1]
+	s.RestartCount = 1
+	s.LastTerminationState = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{}}
+	o.pods[0].prevErr = errors.New("the server rejected our request for an unknown reason")
+	v := checkJob(tl, o)
+	if problems(v) != "" || len(v.anomalies) != 1 || !strings.Contains(v.anomalies[0], "never ran") {
+		t.Errorf("problems %q, anomalies %q; want none, and the restart listed as the cluster's", problems(v), v.anomalies)
+	}
+}
+
 // TestParseRealLogs reads logs the supervisor wrote on the cluster: a
 // first instance's (soak-026 of seed 20261204) and a restarted one's that
 // carries on from the journal (soak-019). Keys differ in type from one
