@@ -11,14 +11,13 @@ import (
 // run its program yet. Until a scan shows it running its program, the pod
 // is scanned (unexeced; every fastInterval for startingHot, hotInit), and
 // a SIGKILL before that ends no run of the app: it is the runtime's
-// cleanup of a start that failed
-// (containerd or the kubelet restarted under it: "failed to create shim
-// task: context canceled"). CRI leaves such a container created, and the
-// kubelet starts a created container again whatever the restart policy
-// (pkg/kubelet/container ShouldContainerBeRestarted: "Always restart
-// container in the unknown, or in the created state"). So its status is
-// unknown, and it awaits that start as an unknown status does under
-// OnFailure (ledger.end). A restarted supervisor reads whether an instance
+// cleanup of a start that failed (containerd or the kubelet restarted
+// under it: "failed to create shim task: context canceled"). CRI leaves
+// such a container created, and the kubelet starts a created container
+// again whatever the restart policy (pkg/kubelet/container
+// ShouldContainerBeRestarted: "Always restart container in the unknown, or
+// in the created state"). So its status is unknown, and it awaits that
+// start as an unknown status does under OnFailure (ledger.end). A restarted supervisor reads whether an instance
 // is still its init from /proc, not from the journal (resume.replay): the
 // exec may have happened while no supervisor watched.
 //
