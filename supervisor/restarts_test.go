@@ -271,6 +271,7 @@ func TestStartFailedIsNoEnd(t *testing.T) {
 				h, _ := found(t)
 				h.pod.remove("app")
 				h.proc(10).exit(end.status)
+				waitLog(t, h, `"container":"app","restart":1,"backoff":0,"wait":`) // the new start awaited, as for a restart
 				waitLog(t, h, `"message":"`+end.log)
 				h.pod.add(container(procscan.App, "app-r1", 11))
 				noSignalFor(t, h, time.Minute) // past the margin: the new start was seen

@@ -162,10 +162,12 @@ func (r *run) logEnd(e ending, main *procscan.Process, s exitwatch.Status) {
 	logStatus(ev, s).Msg("app exited")
 	switch {
 	case e.startFailed && s.Known:
-		r.log.Warn().Str("container", e.container).Dur("wait", e.wait).
+		r.log.Warn().Str("container", e.container).Int("restart", e.restart).
+			Dur("backoff", backoff(e.restart)).Dur("wait", e.wait).
 			Msg("app killed before its program ran: its start failed, and the kubelet starts it again whatever the restart policy; the sidecar stays up")
 	case e.startFailed:
-		r.log.Warn().Str("container", e.container).Dur("wait", e.wait).
+		r.log.Warn().Str("container", e.container).Int("restart", e.restart).
+			Dur("backoff", backoff(e.restart)).Dur("wait", e.wait).
 			Msg("app ended before its program was seen running, its status unknown: its start may have failed, and the kubelet would start it again whatever the restart policy; the sidecar stays up until then")
 	case e.failed:
 		r.log.Info().Str("container", e.container).Int("restart", e.restart).
