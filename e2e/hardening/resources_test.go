@@ -2,7 +2,6 @@ package hardening
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -66,14 +65,18 @@ func churnBounds(t *testing.T, be scenarios.Builder) {
 	}
 	b := be.MustBuild(t, d)
 	// Each churned process stays a zombie for 5ms, as a shell's background
-	// jobs do.
-	var recs []string
-	var goHost []string
+	// jobs do. Each app churns once the test releases its cue, a FIFO next
+	// to its record.
+	var recs, cues []string
 	for _, a := range apps[:2] {
-		goInside, host := triggerFile(b, a, a+".go")
-		argv, rec := hostileArgv(b, a, "--churn", churn, "--churn-par", "4", "--zombie", "5ms", "--churn-after", goInside)
-		scenarios.Container(&b.Spec, a).Argv = argv
-		recs, goHost = append(recs, rec), append(goHost, host)
+		app := scenarios.Container(&b.Spec, a)
+		inside, cue := filepath.Join(filepath.Dir(argOf(app.Argv, "--record")), a+".churn"), filepath.Join(b.Shared, a+".churn")
+		if err := pod.MakeCue(cue); err != nil {
+			t.Fatal(err)
+		}
+		argv, rec := hostileArgv(b, a, "--churn", churn, "--zombie", "5ms", "--churn-after", inside)
+		app.Argv = argv
+		recs, cues = append(recs, rec), append(cues, cue)
 	}
 	earlyRec, lateRec := recs[0], recs[1]
 	churned := make(chan struct{})
@@ -86,7 +89,7 @@ func churnBounds(t *testing.T, be scenarios.Builder) {
 	// Phase 1: discovering while early churns.
 	waitLogFor(t, p, "app found", "early")
 	waitLogFor(t, p, "app found", "late")
-	if err := os.WriteFile(goHost[0], nil, 0o644); err != nil {
+	if err := pod.ReleaseCue(cues[0], hangGuard); err != nil {
 		t.Fatal(err)
 	}
 	waitUntil(t, hangGuard, "early's churn", func() bool { return slices.Contains(scenarios.Record(earlyRec), "churned "+churn) })
@@ -100,7 +103,7 @@ func churnBounds(t *testing.T, be scenarios.Builder) {
 	// Phase 2: waiting while late churns.
 	close(churned)
 	waitLogFor(t, p, "app found", "third")
-	if err := os.WriteFile(goHost[1], nil, 0o644); err != nil {
+	if err := pod.ReleaseCue(cues[1], hangGuard); err != nil {
 		t.Fatal(err)
 	}
 	waitUntil(t, hangGuard, "late's churn", func() bool { return slices.Contains(scenarios.Record(lateRec), "churned "+churn) })
@@ -162,27 +165,16 @@ func messages(out string) string {
 // missingApps is the supervisor's message when discovery gives up.
 const missingApps = "app containers missing: they finished before the supervisor started, or never started"
 
-// hostileArgv is the command of an app container running podsim hostile
-// on either backend, and the host path of its record. A cued app's keeps
-// its cue (--fifo).
+// hostileArgv is the command of an app container running podsim hostile,
+// with its record, on either backend, and the host path of its record. A
+// cued app's keeps its cue (--fifo).
 func hostileArgv(b scenarios.Built, name string, args ...string) (argv []string, record string) {
 	app := scenarios.Container(&b.Spec, name)
-	podsim, dir, hostDir := app.Argv[0], filepath.Dir(argOf(app.Argv, "--record")), b.Dir
-	if dir == scenarios.SharedMount {
-		hostDir = filepath.Join(b.Dir, "shared")
-	}
-	argv = []string{podsim, "hostile", "--record", filepath.Join(dir, name+".record")}
+	argv = []string{app.Argv[0], "hostile", "--record", argOf(app.Argv, "--record")}
 	if cue := argOf(app.Argv, "--fifo"); cue != "" {
 		argv = append(argv, "--fifo", cue)
 	}
-	return append(argv, args...), filepath.Join(hostDir, name+".record")
-}
-
-// triggerFile is a file of the app's record directory, by its path inside
-// the container and on the host.
-func triggerFile(b scenarios.Built, app, name string) (inside, host string) {
-	_, rec := hostileArgv(b, app)
-	return filepath.Join(filepath.Dir(argOf(scenarios.Container(&b.Spec, app).Argv, "--record")), name), filepath.Join(filepath.Dir(rec), name)
+	return append(argv, args...), filepath.Join(b.Shared, name+".record")
 }
 
 // argOf is the argument of flag in a podsim app command, "" if none.

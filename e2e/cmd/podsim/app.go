@@ -22,9 +22,7 @@ import (
 //	--kill SIG      end by sending itself SIG (a number)
 //	--core DIR      with --kill: let SIG's default action run, dumping core
 //	                into DIR (a core-dumping signal such as 6, SIGABRT)
-//	--children N    start N children that end with it
 //	--orphan D      start a child that outlives the app by D
-//	--on-term D     on SIGTERM, keep working D more (a drain), then end
 //	--on-term-until PATH
 //	                on SIGTERM, keep working until PATH (a FIFO) is opened
 //	                for writing and closed (a drain a test ends), then end
@@ -48,9 +46,7 @@ func app(args []string) error {
 	code := fs.Int("exit", 0, "")
 	kill := fs.Int("kill", 0, "")
 	coreDir := fs.String("core", "", "")
-	children := fs.Int("children", 0, "")
 	orphan := fs.Duration("orphan", 0, "")
-	onTerm := fs.Duration("on-term", 0, "")
 	onTermUntil := fs.String("on-term-until", "", "")
 	termExit := fs.Int("term-exit", 143, "")
 	get := fs.String("get", "", "")
@@ -90,13 +86,6 @@ func app(args []string) error {
 			return err
 		}
 	}
-	for i := 0; i < *children; i++ {
-		c := exec.Command("/proc/self/exe", "app", "--sleep", "1h")
-		if err := c.Start(); err != nil {
-			return err
-		}
-		defer c.Process.Kill()
-	}
 	if *orphan > 0 {
 		c := exec.Command("/proc/self/exe", "app", "--sleep", orphan.String())
 		if err := c.Start(); err != nil {
@@ -116,11 +105,9 @@ func app(args []string) error {
 	case <-woken:
 	case <-sigs:
 		rec.log("app signal SIGTERM")
-		if *onTerm == 0 && *onTermUntil == "" {
-			rec.log("app exit %d", *termExit)
-			exit(*termExit)
+		if *onTermUntil != "" {
+			drain(rec, *onTermUntil, *get)
 		}
-		drain(rec, *onTerm, *onTermUntil, *get)
 		rec.log("app exit %d", *termExit)
 		exit(*termExit)
 	}
@@ -142,20 +129,13 @@ func app(args []string) error {
 	return nil
 }
 
-// drain is the app's work after SIGTERM: for d, or until the FIFO until is
-// written and closed; with get, a call to it every 200ms, each recorded.
+// drain is the app's work after SIGTERM: until the FIFO until is written
+// and closed; with get, a call to it every 200ms, each recorded.
 // A call is bounded by 30s only: on a loaded machine an answer may be
 // slow, and a refused connection (the sidecar gone) fails at once anyway.
-func drain(rec *recorder, d time.Duration, until, get string) {
+func drain(rec *recorder, until, get string) {
 	done := make(chan struct{})
-	go func() {
-		if until != "" {
-			waitFIFO(until)
-		} else {
-			time.Sleep(d)
-		}
-		close(done)
-	}()
+	go func() { waitFIFO(until); close(done) }()
 	c := &http.Client{Timeout: 30 * time.Second}
 	for {
 		select {

@@ -33,21 +33,17 @@ const modeEnv = "PODSIM_MODE"
 //	                sleep(1) when there is one: a Go process each would cost
 //	                ~1.5 MB); records "swarm N" once all run
 //	--churn N       start N short-lived processes (true(1), or podsim true),
-//	                --churn-par at a time; records "churning N" before and
-//	                "churned N" after
-//	--churn-par P   (default 4)
-//	--churn-after F wait until file F exists before the churn (at most 10
-//	                minutes, then fail): a test's trigger
+//	                4 at a time; records "churning N" before and "churned N"
+//	                after
+//	--churn-after F wait until F (a FIFO) is opened for writing and closed
+//	                before the churn: a test's cue
 //	--zombie D      reap each churned process only D after starting it: it
 //	                stays a zombie meanwhile, as a shell's background jobs do
-//	--sleep D       then exit with --exit N (after the churn); 0: run until
-//	                killed
-//	--fifo PATH     instead of --sleep: exit with --exit N once PATH (a
-//	                FIFO) is opened for writing and closed (a test's cue)
-//	--exit N
+//	--fifo PATH     exit 0 once PATH (a FIFO) is opened for writing and
+//	                closed (a test's cue); without it, run until killed
 //	--record FILE   append events: "start pid=P comm=%q argv0=%q",
 //	                "signal SIGTERM", "swarm N", "churning N",
-//	                "churned N", "exit N"
+//	                "churned N", "exit 0"
 //
 // The decoys and the swarm are in the caller's container (same cgroup,
 // same uid), children of the caller: never a container's main process.
@@ -59,12 +55,9 @@ func hostile(args []string) error {
 	fs.Func("decoy", "", func(s string) error { decoys = append(decoys, s); return nil })
 	swarm := fs.Int("swarm", 0, "")
 	churn := fs.Int("churn", 0, "")
-	churnPar := fs.Int("churn-par", 4, "")
 	churnAfter := fs.String("churn-after", "", "")
 	zombie := fs.Duration("zombie", 0, "")
-	sleep := fs.Duration("sleep", 0, "")
 	fifo := fs.String("fifo", "", "")
-	code := fs.Int("exit", 0, "")
 	record := fs.String("record", "", "")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -112,8 +105,17 @@ func hostile(args []string) error {
 		if p, err := exec.LookPath("sleep"); err == nil {
 			path, argv = p, []string{"sleep", "infinity"}
 		}
-		swarmed, err := spawn(*swarm, 4, func() *exec.Cmd { return &exec.Cmd{Path: path, Args: argv} })
-		children = append(children, swarmed...)
+		var mu sync.Mutex
+		err := inParallel(*swarm, func() error {
+			c := &exec.Cmd{Path: path, Args: argv}
+			if err := c.Start(); err != nil {
+				return err
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			children = append(children, c)
+			return nil
+		})
 		if err != nil {
 			return fmt.Errorf("swarm: %w", err)
 		}
@@ -121,107 +123,75 @@ func hostile(args []string) error {
 	}
 	if *churn > 0 {
 		if *churnAfter != "" {
-			if err := waitFile(*churnAfter, 10*time.Minute); err != nil {
-				return err
-			}
+			waitFIFO(*churnAfter)
 		}
 		rec.log("churning %d", *churn)
-		if err := churnProcs(*churn, max(*churnPar, 1), *zombie); err != nil {
+		if err := churnProcs(*churn, *zombie); err != nil {
 			return err
 		}
 		rec.log("churned %d", *churn)
 	}
-	var end <-chan struct{}
-	switch {
-	case *fifo != "":
-		cued := make(chan struct{})
+	cued := make(chan struct{})
+	if *fifo != "" {
 		go func() { waitFIFO(*fifo); close(cued) }()
-		end = cued
-	case *sleep > 0:
-		slept := make(chan struct{})
-		time.AfterFunc(*sleep, func() { close(slept) })
-		end = slept
 	}
 	for {
 		select {
 		case s := <-sigs:
 			rec.log("signal %s", sigName(s.(syscall.Signal)))
-		case <-end:
-			rec.log("exit %d", *code)
-			for _, c := range children {
-				c.Process.Kill()
-				c.Wait()
-			}
-			os.Exit(*code)
+		case <-cued:
+			rec.log("exit 0")
+			return nil // after the deferred kill of the children
 		}
 	}
 }
 
-// spawn starts n processes from mk, par at a time, and returns those that
-// started.
-func spawn(n, par int, mk func() *exec.Cmd) ([]*exec.Cmd, error) {
-	var mu sync.Mutex
-	var out []*exec.Cmd
-	var first error
-	inParallel(n, par, func() {
-		c := mk()
-		err := c.Start()
-		mu.Lock()
-		defer mu.Unlock()
-		if err == nil {
-			out = append(out, c)
-		} else if first == nil {
-			first = err
-		}
-	})
-	return out, first
-}
-
-// churnProcs runs n short-lived processes, par at a time, reaping each one
-// no sooner than zombie after its start.
-func churnProcs(n, par int, zombie time.Duration) error {
+// churnProcs runs n short-lived processes, reaping each one no sooner than
+// zombie after its start.
+func churnProcs(n int, zombie time.Duration) error {
 	path, argv := "/proc/self/exe", []string{"podsim", "true"}
 	if p, err := exec.LookPath("true"); err == nil {
 		path, argv = p, []string{"true"}
 	}
-	var mu sync.Mutex
-	var first error
-	inParallel(n, par, func() {
+	err := inParallel(n, func() error {
 		c := &exec.Cmd{Path: path, Args: argv}
-		err := c.Start()
-		if err == nil {
-			time.Sleep(zombie)
-			err = c.Wait()
+		if err := c.Start(); err != nil {
+			return err
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		if err != nil && first == nil {
-			first = fmt.Errorf("churn %s: %w", path, err)
-		}
+		time.Sleep(zombie)
+		return c.Wait()
 	})
-	return first
+	if err != nil {
+		return fmt.Errorf("churn %s: %w", path, err)
+	}
+	return nil
 }
 
-// inParallel calls do n times on par goroutines, so that a pod fills up
-// (or churns) as fast as the fork rate allows, and returns once all calls
-// are done.
-func inParallel(n, par int, do func()) {
+// inParallel calls do n times on 4 goroutines, so that a pod fills up (or
+// churns) as fast as the fork rate allows, and returns once all calls are
+// done, with the first error.
+func inParallel(n int, do func() error) error {
 	var wg sync.WaitGroup
+	var once sync.Once
+	var first error
 	next := make(chan struct{})
-	for w := 0; w < par; w++ {
+	for range 4 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for range next {
-				do()
+				if err := do(); err != nil {
+					once.Do(func() { first = err })
+				}
 			}
 		}()
 	}
-	for i := 0; i < n; i++ {
+	for range n {
 		next <- struct{}{}
 	}
 	close(next)
 	wg.Wait()
+	return first
 }
 
 // withoutFlag drops --name VALUE and --name=VALUE from args.
@@ -253,14 +223,4 @@ func exitCode(args []string) error {
 	}
 	os.Exit(code)
 	return nil
-}
-
-// waitFile waits until path exists, for at most limit.
-func waitFile(path string, limit time.Duration) error {
-	for end := time.Now().Add(limit); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-		if _, err := os.Stat(path); err == nil {
-			return nil
-		}
-	}
-	return fmt.Errorf("%s did not appear within %s", path, limit)
 }
