@@ -10,7 +10,6 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -76,7 +75,7 @@ func app(args []string) error {
 	signal.Notify(sigs, syscall.SIGTERM)
 	rec := newRecorder(*record)
 	rec.log("app start pid=%d ppid=%d uid=%d", os.Getpid(), os.Getppid(), os.Getuid())
-	st := newStamper(*stamps)
+	st := newRecorder(*stamps)
 	exit := func(code int) {
 		st.stamp("exit", time.Now())
 		os.Exit(code)
@@ -207,11 +206,5 @@ func allowCore(dir string, sig syscall.Signal) error {
 	if err := unix.Setrlimit(unix.RLIMIT_CORE, &lim); err != nil {
 		return fmt.Errorf("raise RLIMIT_CORE: %w", err)
 	}
-	// A kernel struct sigaction of zeros: SIG_DFL, no flags, an empty mask
-	// (the layout is the same on amd64 and arm64).
-	var act [4]uint64
-	if _, _, errno := unix.RawSyscall6(unix.SYS_RT_SIGACTION, uintptr(sig), uintptr(unsafe.Pointer(&act)), 0, 8, 0, 0); errno != 0 {
-		return fmt.Errorf("rt_sigaction(%v, SIG_DFL): %w", sig, errno)
-	}
-	return nil
+	return sigDefault(sig)
 }

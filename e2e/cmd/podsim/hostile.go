@@ -11,8 +11,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // modeEnv overrides the mode that argv[0] would give: how a process runs
@@ -70,8 +68,8 @@ func hostile(args []string) error {
 	}
 	os.Unsetenv(modeEnv)
 	if *comm != "" {
-		if err := unix.Prctl(unix.PR_SET_NAME, uintptr(unsafePtr(*comm)), 0, 0, 0); err != nil {
-			return fmt.Errorf("prctl PR_SET_NAME: %w", err)
+		if err := setComm(*comm); err != nil {
+			return err
 		}
 	}
 	rec := newRecorder(*record)

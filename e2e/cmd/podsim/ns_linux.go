@@ -228,14 +228,35 @@ func enter(args []string) error {
 // non-interactive shell's background job ignores SIGINT and SIGQUIT): an
 // app would then silently survive them. Runs just before execve.
 func defaultSignals() {
-	// struct kernel_sigaction: handler, flags, restorer, mask.
-	var act [4]uint64 // handler 0 = SIG_DFL
-	for sig := 1; sig <= 64; sig++ {
-		if sig == int(unix.SIGKILL) || sig == int(unix.SIGSTOP) {
-			continue
+	for sig := syscall.Signal(1); sig <= 64; sig++ {
+		if sig != unix.SIGKILL && sig != unix.SIGSTOP {
+			sigDefault(sig)
 		}
-		unix.RawSyscall6(unix.SYS_RT_SIGACTION, uintptr(sig), uintptr(unsafe.Pointer(&act)), 0, 8, 0, 0)
 	}
+}
+
+// sigDefault gives sig its default action (SIG_DFL) in the kernel itself,
+// past the Go runtime, which keeps some signals caught (SIGABRT: a
+// goroutine dump, then exit 2) whatever os/signal is told.
+func sigDefault(sig syscall.Signal) error {
+	// struct kernel_sigaction: handler (0: SIG_DFL), flags, restorer, mask;
+	// the same layout on amd64 and arm64.
+	var act [4]uint64
+	if _, _, errno := unix.RawSyscall6(unix.SYS_RT_SIGACTION, uintptr(sig), uintptr(unsafe.Pointer(&act)), 0, 8, 0, 0); errno != 0 {
+		return fmt.Errorf("rt_sigaction(%v, SIG_DFL): %w", sig, errno)
+	}
+	return nil
+}
+
+// setComm names this process (its main thread, where init locks the main
+// goroutine) with prctl(PR_SET_NAME): any bytes but NUL; the kernel keeps
+// the first 15.
+func setComm(name string) error {
+	b := append([]byte(name), 0)
+	if err := unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&b[0])), 0, 0, 0); err != nil {
+		return fmt.Errorf("prctl PR_SET_NAME: %w", err)
+	}
+	return nil
 }
 
 func statUID(fi os.FileInfo) uint32 {

@@ -84,7 +84,7 @@ func pilotAgent(args []string) error {
 	minDrain := envDuration("MINIMUM_DRAIN_DURATION", 5*time.Second)
 	readyAt := time.Now().Add(envDuration("PILOT_READY_DELAY", 0))
 	ignore := os.Getenv("PILOT_IGNORE_TERM") == "1"
-	stamps := newStamper(os.Getenv("PILOT_TIMESTAMPS"))
+	stamps := newRecorder(os.Getenv("PILOT_TIMESTAMPS"))
 	handlerCue := os.Getenv("PILOT_HANDLER_CUE")
 	drainCue := os.Getenv("PILOT_DRAIN_CUE")
 
@@ -203,14 +203,9 @@ func pilotAgent(args []string) error {
 		rec.log("handler")
 	}
 
-	// envoy is a child of its own mode: a PODSIM_MODE that made this
-	// process pilot-agent (under another name) must not make it one too.
-	os.Unsetenv(modeEnv)
-	envoy := exec.Command("/proc/self/exe")
-	envoy.Args = []string{"envoy"}
-	envoy.Stdout, envoy.Stderr = os.Stdout, os.Stderr
-	if err := envoy.Start(); err != nil {
-		return fmt.Errorf("start envoy: %w", err)
+	envoy, err := startEnvoy()
+	if err != nil {
+		return err
 	}
 	agentMade.Store(true)
 	go envoy.Wait()
@@ -284,40 +279,27 @@ func countConnections(l net.Listener, n *atomic.Int64, rec *recorder) {
 	}
 }
 
+// startEnvoy starts envoy, the child of pilot-agent and consul-dataplane,
+// in its own mode: a PODSIM_MODE that made this process what it is (under
+// another name) must not make the child that too.
+func startEnvoy() (*exec.Cmd, error) {
+	os.Unsetenv(modeEnv)
+	envoy := exec.Command("/proc/self/exe")
+	envoy.Args = []string{"envoy"}
+	envoy.Stdout, envoy.Stderr = os.Stdout, os.Stderr
+	if err := envoy.Start(); err != nil {
+		return nil, fmt.Errorf("start envoy: %w", err)
+	}
+	return envoy, nil
+}
+
 // envoy is pilot-agent's child: it only waits, and exits on SIGTERM.
 func envoy(args []string) error {
-	unix.Prctl(unix.PR_SET_NAME, uintptr(unsafePtr("envoy")), 0, 0, 0)
+	setComm("envoy")
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	<-sigs
 	return nil
-}
-
-type recorder struct {
-	mu sync.Mutex
-	f  *os.File
-}
-
-func newRecorder(path string) *recorder {
-	r := &recorder{}
-	if path != "" {
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o666)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "record: %v\n", err)
-		}
-		r.f = f
-	}
-	return r
-}
-
-func (r *recorder) log(format string, a ...any) {
-	line := fmt.Sprintf(format, a...)
-	fmt.Fprintf(os.Stderr, "%s %s\n", time.Now().Format("15:04:05.000"), line)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.f != nil {
-		r.f.WriteString(line + "\n")
-	}
 }
 
 func envDuration(name string, def time.Duration) time.Duration {

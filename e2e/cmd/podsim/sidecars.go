@@ -8,8 +8,8 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -104,7 +104,7 @@ func (s *standIn) serve(eps []endpoint) error {
 			case !ep.enabled:
 				s.rec.log("refused %s %s %d", r.Method, r.URL.Path, ep.disabledStatus)
 				w.WriteHeader(ep.disabledStatus)
-			case ep.methods != nil && !contains(ep.methods, r.Method):
+			case ep.methods != nil && !slices.Contains(ep.methods, r.Method):
 				code := ep.wrongMethod
 				if code == 0 {
 					code = http.StatusMethodNotAllowed
@@ -192,12 +192,9 @@ func (s *standIn) consulDataplane(args []string) error {
 	if err != nil {
 		return fmt.Errorf("-shutdown-grace-period-seconds: %w", err)
 	}
-	os.Unsetenv(modeEnv)
-	envoy := exec.Command("/proc/self/exe")
-	envoy.Args = []string{"envoy"}
-	envoy.Stdout, envoy.Stderr = os.Stdout, os.Stderr
-	if err := envoy.Start(); err != nil {
-		return fmt.Errorf("start envoy: %w", err)
+	envoy, err := startEnvoy()
+	if err != nil {
+		return err
 	}
 	done := make(chan struct{})
 	go func() { envoy.Wait(); close(done) }()
@@ -286,13 +283,4 @@ func argValue(args []string, name, def string) string {
 		}
 	}
 	return def
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
