@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/pod"
 )
 
 // TestMain lets the test binary be podsim: the stand-in's own processes
@@ -66,7 +69,13 @@ func startAgent(t *testing.T, release string, cue string, env ...string) *agentP
 	if cue == "" {
 		s.waitLine("start ")
 	} else {
-		s.waitListening()
+		s.until("listening status port", func() bool {
+			c, err := net.Dial("tcp", s.admin)
+			if err == nil {
+				c.Close()
+			}
+			return err == nil
+		})
 	}
 	return s
 }
@@ -83,34 +92,32 @@ func (s *agentProc) lines() []string {
 	return out
 }
 
-// waitLine waits (bounded) for a record line starting with prefix.
+// waitLine waits for a record line starting with prefix (the start line
+// too).
 func (s *agentProc) waitLine(prefix string) {
 	s.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	s.until(fmt.Sprintf("record line %q", prefix), func() bool {
 		b, _ := os.ReadFile(s.record)
-		for _, l := range strings.Split(string(b), "\n") {
-			if strings.HasPrefix(l, prefix) {
-				return
-			}
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	s.t.Fatalf("no record line %q; record: %q", prefix, s.lines())
+		return slices.ContainsFunc(strings.Split(string(b), "\n"), func(l string) bool { return strings.HasPrefix(l, prefix) })
+	})
 }
 
-// waitListening waits (bounded) until the status port accepts.
-func (s *agentProc) waitListening() {
+// until polls cond (a file, a port: nothing to wait on) within a bound.
+func (s *agentProc) until(what string, cond func() bool) {
 	s.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if c, err := net.Dial("tcp", s.admin); err == nil {
-			c.Close()
-			return
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			s.t.Fatalf("no %s; record: %q", what, s.lines())
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
-	s.t.Fatal("status port never listened")
+}
+
+// checkRecord compares the record after its start line with want.
+func (s *agentProc) checkRecord(want ...string) {
+	s.t.Helper()
+	if diff := cmp.Diff(want, s.lines()); diff != "" {
+		s.t.Errorf("record (-want +got):\n%s", diff)
+	}
 }
 
 // post POSTs path and returns the status, or -1 when no answer came.
@@ -171,9 +178,7 @@ func TestPilotAgentReleases(t *testing.T) {
 			if diff := cmp.Diff(tc.answers, answers); diff != "" {
 				t.Errorf("answers (-want +got):\n%s", diff)
 			}
-			if diff := cmp.Diff(tc.record, s.lines()); diff != "" {
-				t.Errorf("record (-want +got):\n%s", diff)
-			}
+			s.checkRecord(tc.record...)
 		})
 	}
 }
@@ -193,14 +198,16 @@ func TestPilotAgentEarly(t *testing.T) {
 	} {
 		t.Run(tc.release+" "+tc.path, func(t *testing.T) {
 			cue := filepath.Join(t.TempDir(), "cue")
-			if err := syscall.Mkfifo(cue, 0o600); err != nil {
+			if err := pod.MakeCue(cue); err != nil {
 				t.Fatal(err)
 			}
 			s := startAgent(t, tc.release, cue)
 			if got := s.post(tc.path); got != tc.answer {
 				t.Errorf("early POST %s: %d, want %d", tc.path, got, tc.answer)
 			}
-			os.WriteFile(cue, nil, 0)
+			if err := pod.ReleaseCue(cue, 30*time.Second); err != nil {
+				t.Fatal(err)
+			}
 			s.waitLine("start ")
 			if got := s.post("/drain"); got != 200 {
 				t.Errorf("POST /drain: %d", got)
@@ -209,9 +216,7 @@ func TestPilotAgentEarly(t *testing.T) {
 				t.Errorf("POST /quitquitquit: %d", got)
 			}
 			s.wait()
-			if diff := cmp.Diff(tc.record, s.lines()); diff != "" {
-				t.Errorf("record (-want +got):\n%s", diff)
-			}
+			s.checkRecord(tc.record...)
 		})
 	}
 }
@@ -234,9 +239,7 @@ func TestPilotAgentExitOnZero(t *testing.T) {
 	s.waitLine("waiting for 1 connections")
 	c.Close()
 	s.wait()
-	if diff := cmp.Diff([]string{"inbound open 1", "quitquitquit", "waiting for 1 connections", "exit 0"}, s.lines()); diff != "" {
-		t.Errorf("record (-want +got):\n%s", diff)
-	}
+	s.checkRecord("inbound open 1", "quitquitquit", "waiting for 1 connections", "exit 0")
 
 	s = startAgent(t, "1.23", "", "EXIT_ON_ZERO_ACTIVE_CONNECTIONS=true", "PILOT_INBOUND_ADDR="+inbound)
 	c, err = net.Dial("tcp", inbound)
@@ -245,10 +248,11 @@ func TestPilotAgentExitOnZero(t *testing.T) {
 	}
 	defer c.Close()
 	s.waitLine("inbound open 1")
-	s.post("/drain")
-	s.post("/quitquitquit")
-	s.wait()
-	if got := s.lines(); !slices.Equal(got, []string{"inbound open 1", "drain", "quitquitquit", "exit 0 at once"}) {
-		t.Errorf("record %q", got)
+	for _, path := range []string{"/drain", "/quitquitquit"} {
+		if got := s.post(path); got != 200 {
+			t.Errorf("POST %s: %d", path, got)
+		}
 	}
+	s.wait()
+	s.checkRecord("inbound open 1", "drain", "quitquitquit", "exit 0 at once")
 }
