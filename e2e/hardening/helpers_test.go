@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/measure"
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/pod"
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/scenarios"
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/scripts"
@@ -39,30 +41,51 @@ func strace(t *testing.T) string {
 	return p
 }
 
-// insertBefore puts c before the named container.
-func insertBefore(spec *pod.Spec, name string, c pod.Container) {
-	for i := range spec.Containers {
-		if spec.Containers[i].Name == name {
-			spec.Containers = append(spec.Containers[:i], append([]pod.Container{c}, spec.Containers[i:]...)...)
-			return
-		}
-	}
-	spec.Containers = append(spec.Containers, c)
-}
-
-// waitTerminated waits until the named container has run and stopped.
-func waitTerminated(t *testing.T, p *pod.Pod, name string, within time.Duration) pod.ContainerStatus {
+// buildNamespaces builds d on the namespaces backend, for the tests that
+// use the host's tools in the pod (strace, sleep(1)), and returns the tools
+// too.
+func buildNamespaces(t *testing.T, d scenarios.Desc) (scenarios.Built, pod.Tools) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), within)
-	defer cancel()
-	st, err := p.WaitFor(ctx, func(s pod.Status) bool {
-		c := s.Container(name)
-		return c.Started && !c.Running
-	})
+	pod.NeedRoot(t)
+	tl := pod.MustTools(t)
+	b, err := scenarios.BuildNamespaces(d, tl)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return st.Container(name)
+	return b, tl
+}
+
+// patient is the supervisor's settings: scenarios.Patient, then env.
+func patient(env ...string) []string { return append(slices.Clone(scenarios.Patient), env...) }
+
+// ended waits until the named containers have run and stopped, and returns
+// the pod's status then.
+func ended(t *testing.T, p *pod.Pod, names ...string) pod.Status {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), scenarios.EventBound)
+	defer cancel()
+	st, err := p.WaitFor(ctx, pod.Ended(names...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// release lets the cued apps end (scenarios.Built.Release).
+func release(t *testing.T, b scenarios.Built, apps ...string) {
+	t.Helper()
+	for _, a := range apps {
+		if err := b.Release(a); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// releaseFound lets the cued app end once the supervisor has found it.
+func releaseFound(t *testing.T, p *pod.Pod, b scenarios.Built, app string) {
+	t.Helper()
+	waitLogFor(t, p, "app found", app)
+	release(t, b, app)
 }
 
 // waitLogFor waits (bounded) for a line of the supervisor's log with message
@@ -142,12 +165,6 @@ func status(pid int) (map[string]string, error) {
 		}
 	}
 	return m, nil
-}
-
-// kB parses a "1234 kB" status field.
-func kB(v string) int {
-	n, _ := strconv.Atoi(strings.TrimSuffix(v, " kB"))
-	return n
 }
 
 // nsPID is the PID that a host process has in its innermost PID namespace
@@ -301,7 +318,7 @@ func (s *sampler) sample() {
 	if err != nil {
 		return // gone
 	}
-	st, _ := status(s.pid)
+	st, _ := measure.Counters(fmt.Sprintf("/proc/%d/status", s.pid))
 	var lis map[string]string
 	for _, target := range fd {
 		if strings.HasPrefix(target, "socket:[") && lis == nil {
@@ -323,13 +340,33 @@ func (s *sampler) sample() {
 			}
 		}
 	}
-	if st != nil {
-		if v := kB(st["VmRSS"]); v > 0 {
-			s.rssKB = v
-		}
-		if v := kB(st["VmHWM"]); v > 0 {
-			s.hwmKB = v
-		}
+	if v := int(st["VmRSS"]); v > 0 {
+		s.rssKB = v
+	}
+	if v := int(st["VmHWM"]); v > 0 {
+		s.hwmKB = v
+	}
+}
+
+// peak is the most descriptors the process had at once so far, and its
+// last VmRSS and VmHWM.
+func (s *sampler) peak() (fds, rssKB, hwmKB int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.maxFDs, s.rssKB, s.hwmKB
+}
+
+// checkBounds asserts the process has had at most maxFDs descriptors at
+// once so far, and a VmHWM under maxHWMkB.
+func (s *sampler) checkBounds(t *testing.T) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.maxFDs > maxFDs {
+		t.Errorf("at most %d descriptors at once, want %d or fewer: %v", s.maxFDs, maxFDs, s.fdsAt)
+	}
+	if s.hwmKB == 0 || s.hwmKB > maxHWMkB {
+		t.Errorf("VmHWM %d kB, want under %d kB (deploy/job.yaml's memory limit)", s.hwmKB, maxHWMkB)
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/pod"
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/scenarios"
@@ -38,28 +37,21 @@ const (
 // kill(2)), reading only stat, cmdline and cgroup under /proc (never
 // environ), with no socket at all, and a log of one JSON object per line.
 func TestHostilePod(t *testing.T) {
-	pod.NeedRoot(t)
-	tl := pod.MustTools(t)
 	straceBin := strace(t)
-
-	b, err := scenarios.BuildNamespaces(scenarios.Desc{
+	b, tl := buildNamespaces(t, scenarios.Desc{
 		Name: "hostile",
 		// The app runs until the supervisor has found it.
 		Apps: []scenarios.App{{Name: "app", UID: scenarios.ProxyUID, Cued: true}},
 		// The sidecar drains until a decoy has been exec'd into the app's
 		// container, before the stop's next scan.
 		ProxyDrainCued: true,
-		SupervisorEnv: append(append([]string{}, scenarios.Patient...),
-			"SUPERVISOR_APP_CONTAINERS=1", "SUPERVISOR_IGNORE_PROCESSES=bystander"),
-	}, tl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := func(name string) string { return filepath.Join(b.Dir, name+".record") }
-	app := scenarios.Container(&b.Spec, "app")
-	app.Argv = []string{tl.Podsim, "hostile", "--comm", oddComm, "--argv0", oddArgv0,
-		"--decoy", "pilot-agent", "--decoy", fakeStat, "--fifo", argOf(app.Argv, "--fifo"), "--record", rec("app")}
-	insertBefore(&b.Spec, "istio-proxy", pod.Container{
+		SupervisorEnv:  patient("SUPERVISOR_APP_CONTAINERS=1", "SUPERVISOR_IGNORE_PROCESSES=bystander"),
+	})
+	rec := func(name string) string { return filepath.Join(b.Shared, name+".record") }
+	scenarios.Container(&b.Spec, "app").Argv, _ = hostileArgv(b, "app", "--comm", oddComm, "--argv0", oddArgv0,
+		"--decoy", "pilot-agent", "--decoy", fakeStat)
+	proxyAt := slices.IndexFunc(b.Spec.Containers, func(c pod.Container) bool { return c.Name == "istio-proxy" })
+	b.Spec.Containers = slices.Insert(b.Spec.Containers, proxyAt, pod.Container{
 		Name: "bystander", UID: scenarios.ProxyUID, GID: scenarios.ProxyUID, NoNewPrivs: true, Caps: []int{},
 		Argv: []string{tl.Podsim, "hostile", "--comm", "bystander", "--decoy", "pilot-agent", "--decoy", "pilot-agent",
 			"--record", rec("bystander")},
@@ -76,19 +68,19 @@ func TestHostilePod(t *testing.T) {
 	p := scenarios.Start(t, b)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*scenarios.EventBound)
 	defer cancel()
-	// kubectl exec: a pilot-agent with PPID 0 in the app container and in
-	// the bystander, running until the end of the test.
+	// kubectl exec: a pilot-agent with PPID 0 in container c, running until
+	// the end of the test, recorded in record; it returns once it runs.
 	execCtx, stopExec := context.WithCancel(ctx)
 	defer stopExec()
+	execDecoy := func(c, record string) {
+		go p.Exec(execCtx, c, tl.Podsim, "hostile", "--comm", "pilot-agent", "--argv0", "pilot-agent", "--record", rec(record))
+		waitUntil(t, scenarios.EventBound, "the decoy "+record, func() bool { return started(scenarios.Record(rec(record))) })
+	}
 	for _, c := range []string{"app", "bystander"} {
 		if _, err := p.WaitRunning(ctx, c, 0); err != nil {
 			t.Fatal(err)
 		}
-		go p.Exec(execCtx, c, tl.Podsim, "hostile", "--comm", "pilot-agent", "--argv0", "pilot-agent",
-			"--record", rec("exec-"+c))
-	}
-	for _, c := range []string{"app", "bystander"} {
-		waitUntil(t, scenarios.EventBound, "the decoy exec'd into "+c, func() bool { return started(scenarios.Record(rec("exec-" + c))) })
+		execDecoy(c, "exec-"+c)
 	}
 	close(execd)
 	appPID := nsPID(t, p.Status().Container("app").PID)
@@ -103,17 +95,14 @@ func TestHostilePod(t *testing.T) {
 	}
 	// The supervisor is strace's child, in the pod's PID namespace too.
 	var supPID int
-	for deadline := time.Now().Add(scenarios.EventBound); supPID == 0; {
+	waitUntil(t, scenarios.EventBound, "the supervisor under strace", func() bool {
 		for _, c := range children(st.PID) {
 			if commOf(c) == "sidecar-supervi" {
 				supPID = nsPID(t, c)
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("strace never started the supervisor")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return supPID != 0
+	})
 
 	// Once the app has exited and the sidecar drains, a pilot-agent is
 	// exec'd into the app's container: its only process, PPID 0, so a
@@ -123,22 +112,14 @@ func TestHostilePod(t *testing.T) {
 	// refuses an exec into a stopped container; this stands in, every
 	// time, for a process exec'd just before the main process exited,
 	// which the runtime kills only after the supervisor may have looked.)
-	waitLogFor(t, p, "app found", "app")
-	if err := b.Release("app"); err != nil {
-		t.Fatal(err)
-	}
+	releaseFound(t, p, b, "app")
 	waitUntil(t, scenarios.EventBound, "the sidecar's SIGTERM", func() bool {
 		return slices.Contains(scenarios.Record(b.PilotRecord), "signal SIGTERM")
 	})
-	go p.Exec(execCtx, "app", tl.Podsim, "hostile", "--comm", "pilot-agent", "--argv0", "pilot-agent",
-		"--record", rec("late-app"))
-	waitUntil(t, scenarios.EventBound, "the late decoy", func() bool { return started(scenarios.Record(rec("late-app"))) })
-	if err := b.Release(scenarios.ProxyDrainCue); err != nil {
-		t.Fatal(err)
-	}
+	execDecoy("app", "late-app")
+	release(t, b, scenarios.ProxyDrainCue)
 
-	sst := waitTerminated(t, p, "supervisor", scenarios.EventBound)
-	if sst.ExitCode != 0 {
+	if sst := ended(t, p, "supervisor").Container("supervisor"); sst.ExitCode != 0 {
 		t.Errorf("supervisor exit %d, want 0", sst.ExitCode)
 	}
 	out := p.Logs("supervisor")

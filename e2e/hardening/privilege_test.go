@@ -18,9 +18,9 @@ import (
 
 // creds is what /proc/PID/status says of a process's privileges.
 type creds struct {
-	Uid, Gid                          string // real, effective, saved, filesystem
-	CapInh, CapPrm, CapEff, CapBnd    string
-	CapAmb, NoNewPrivs, Comm, Seccomp string
+	Uid, Gid                       string // real, effective, saved, filesystem
+	CapInh, CapPrm, CapEff, CapBnd string
+	CapAmb, NoNewPrivs, Comm       string
 }
 
 func credsOf(t *testing.T, pid int) creds {
@@ -79,16 +79,9 @@ func TestPrivileges(t *testing.T) {
 			if !pidfdExitInfo(t) {
 				t.Skip("the kernel has no PIDFD_INFO_EXIT (Linux 6.15+): the supervisor's no-privilege mode needs it")
 			}
-			d := scenarios.Desc{Name: "noprivs",
-				Apps: []scenarios.App{{Name: "app", Cued: true, UID: 1000}},
-				SupervisorEnv: append(append([]string{}, scenarios.Patient...), "SUPERVISOR_APP_CONTAINERS=1",
-					"SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit")}
-			built := b.MustBuild(t, d)
-			p, s, lis := startWatched(t, built, creds{Uid: "1337 1337 1337 1337", Gid: "1337 1337 1337 1337", CapInh: capMask(),
+			built := b.MustBuild(t, httpAction("noprivs"))
+			p := runWatched(t, built, creds{Uid: "1337 1337 1337 1337", Gid: "1337 1337 1337 1337", CapInh: capMask(),
 				CapPrm: capMask(), CapEff: capMask(), CapBnd: capMask(), CapAmb: capMask(), NoNewPrivs: "1", Comm: "sidecar-supervi"})
-			releaseWatched(t, p, built, s)
-			waitPhaseOf(t, p, "supervisor")
-			s.Stop()
 			st := p.MustWaitPhase(t, scenarios.EventBound)
 			if st.Phase != pod.Succeeded || st.Container("supervisor").ExitCode != 0 {
 				t.Errorf("pod %s: the supervisor did not do its job", st)
@@ -96,14 +89,11 @@ func TestPrivileges(t *testing.T) {
 			if rec := scenarios.Record(built.PilotRecord); !slices.Contains(rec, "quitquitquit") {
 				t.Errorf("pilot-agent record %q: no quitquitquit", rec)
 			}
-			checkSockets(t, s, lis)
 		})
 		t.Run(b.Name+"/ptrace, root with SYS_PTRACE and KILL only", func(t *testing.T) {
-			d := scenarios.Desc{Name: "ptrace",
-				Apps: []scenarios.App{{Name: "app", Cued: true, Args: []string{"--exit", "3"}, UID: 1000}},
-				SupervisorEnv: append(append([]string{}, scenarios.Patient...), "SUPERVISOR_APP_CONTAINERS=1",
-					"SUPERVISOR_EXIT_STATUS=ptrace")}
-			built := b.MustBuild(t, d)
+			built := b.MustBuild(t, scenarios.Desc{Name: "ptrace",
+				Apps:          []scenarios.App{{Name: "app", Cued: true, Args: []string{"--exit", "3"}, UID: 1000}},
+				SupervisorEnv: patient("SUPERVISOR_APP_CONTAINERS=1", "SUPERVISOR_EXIT_STATUS=ptrace")})
 			// As deploy/job-ptrace.yaml: runAsUser 0, drop ALL, add
 			// SYS_PTRACE and KILL, allowPrivilegeEscalation false.
 			sup := scenarios.Container(&built.Spec, "supervisor")
@@ -111,33 +101,41 @@ func TestPrivileges(t *testing.T) {
 			sup.Caps = []int{unix.CAP_KILL, unix.CAP_SYS_PTRACE}
 			sup.NoNewPrivs = true
 			two := capMask(unix.CAP_KILL, unix.CAP_SYS_PTRACE)
-			p, s, lis := startWatched(t, built, creds{Uid: "0 0 0 0", Gid: "0 0 0 0", CapInh: capMask(), CapPrm: two, CapEff: two,
+			p := runWatched(t, built, creds{Uid: "0 0 0 0", Gid: "0 0 0 0", CapInh: capMask(), CapPrm: two, CapEff: two,
 				CapBnd: two, CapAmb: capMask(), NoNewPrivs: "1", Comm: "sidecar-supervi"})
-			releaseWatched(t, p, built, s)
-			waitPhaseOf(t, p, "supervisor")
-			s.Stop()
-			st := waitPhaseOf(t, p, "istio-proxy")
-			out := p.Logs("supervisor")
-			exited := logLines(out, "app exited")
+			st := ended(t, p, "istio-proxy")
+			exited := logLines(p.Logs("supervisor"), "app exited")
 			if len(exited) != 1 || exited[0].Str("exit_code") != "3" || exited[0].Str("method") != "ptrace" {
 				t.Errorf("app exited: %v, want exit_code 3 read by ptrace", exited)
 			}
 			if c := st.Container("istio-proxy").ExitCode; c != 137 || st.Container("supervisor").ExitCode != 0 {
 				t.Errorf("pod %s: want istio-proxy killed (137) on failure", st)
 			}
-			checkSockets(t, s, lis)
 		})
 	}
 }
 
-// startWatched starts built's pod and samples its supervisor every 2ms,
-// checks the supervisor's credentials (want) and returns the pod, the
-// sampler and the sockets the supervisor listens on from its start.
-func startWatched(t *testing.T, built scenarios.Built, want creds) (*pod.Pod, *sampler, map[string]string) {
+// httpAction is a pod whose supervisor stops pilot-agent through the HTTP
+// action (/quitquitquit on its status port) once the cued app has ended.
+func httpAction(name string) scenarios.Desc {
+	return scenarios.Desc{Name: name, Apps: []scenarios.App{{Name: "app", Cued: true, UID: 1000}},
+		SupervisorEnv: patient("SUPERVISOR_APP_CONTAINERS=1", "SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit")}
+}
+
+// minSamples is how many samples of the supervisor checkSockets wants.
+const minSamples = 20
+
+// runWatched starts built's pod and samples its supervisor every 2ms: it
+// checks the supervisor's credentials (want) and the sockets listening in
+// the pod from its start, releases the cued app once the supervisor has
+// found it and the sampler has taken minSamples samples, and once the
+// supervisor has ended checks what it held (checkSockets).
+func runWatched(t *testing.T, built scenarios.Built, want creds) *pod.Pod {
 	t.Helper()
 	p := scenarios.Start(t, built)
 	pid := supervisorProc(t, p)
 	s := watch(pid, 2*time.Millisecond)
+	defer s.Stop()
 	if got := credsOf(t, pid); got != want {
 		t.Errorf("credentials\n got %+v\nwant %+v", got, want)
 	}
@@ -145,33 +143,16 @@ func startWatched(t *testing.T, built scenarios.Built, want creds) (*pod.Pod, *s
 	if err != nil {
 		t.Fatal(err)
 	}
-	return p, s, lis
-}
-
-// waitPhaseOf waits for the named container to end and returns the pod's
-// status then.
-func waitPhaseOf(t *testing.T, p *pod.Pod, name string) pod.Status {
-	t.Helper()
-	waitTerminated(t, p, name, scenarios.EventBound)
-	return p.Status()
-}
-
-// minSamples is how many samples of the supervisor checkSockets wants.
-const minSamples = 20
-
-// releaseWatched releases the cued app once the supervisor has found it
-// and the sampler has taken minSamples samples of it.
-func releaseWatched(t *testing.T, p *pod.Pod, b scenarios.Built, s *sampler) {
-	t.Helper()
-	waitLogFor(t, p, "app found", "app")
 	waitUntil(t, scenarios.EventBound, fmt.Sprintf("%d samples of the supervisor", minSamples), func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		return s.samples >= minSamples
 	})
-	if err := b.Release("app"); err != nil {
-		t.Fatal(err)
-	}
+	releaseFound(t, p, built, "app")
+	ended(t, p, "supervisor")
+	s.Stop()
+	checkSockets(t, s, lis)
+	return p
 }
 
 // checkSockets asserts the sampler saw the supervisor often, that the pod's
@@ -251,26 +232,14 @@ func pidfdExitInfo(t *testing.T) bool {
 // only network use is TCP connections to the URL it was given (pilot-agent:
 // /drain, then the quit, on its port); it never binds, listens or accepts.
 func TestHTTPActionNetwork(t *testing.T) {
-	pod.NeedRoot(t)
-	tl := pod.MustTools(t)
-	straceBin := strace(t)
-	b, err := scenarios.BuildNamespaces(scenarios.Desc{Name: "http",
-		Apps: []scenarios.App{{Name: "app", Cued: true, UID: 1000}},
-		SupervisorEnv: append(append([]string{}, scenarios.Patient...), "SUPERVISOR_APP_CONTAINERS=1",
-			"SUPERVISOR_ON_SUCCESS=http://127.0.0.1:15020/quitquitquit")}, tl)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, _ := buildNamespaces(t, httpAction("http"))
 	sup := scenarios.Container(&b.Spec, "supervisor")
 	trace := filepath.Join(b.Dir, "supervisor.strace")
-	sup.Argv = straceArgs(straceBin, trace, sup.Argv...)
+	sup.Argv = straceArgs(strace(t), trace, sup.Argv...)
 	p := scenarios.Start(t, b)
 	// The app ends once the supervisor, slowed down by strace, has found it.
-	waitLogFor(t, p, "app found", "app")
-	if err := b.Release("app"); err != nil {
-		t.Fatal(err)
-	}
-	if st := waitPhaseOf(t, p, "supervisor"); st.Container("supervisor").ExitCode != 0 {
+	releaseFound(t, p, b, "app")
+	if st := ended(t, p, "supervisor"); st.Container("supervisor").ExitCode != 0 {
 		t.Fatalf("pod %s", st)
 	}
 	if rec := scenarios.Record(b.PilotRecord); !slices.Contains(rec, "quitquitquit") {
