@@ -40,6 +40,7 @@ var (
 	straceLine    = regexp.MustCompile(`^(\d+) +(.*)$`)
 	straceCallRE  = regexp.MustCompile(`^([a-z0-9_]+)\((.*)\) += (.*)$`)
 	straceResumed = regexp.MustCompile(`^<\.\.\. ([a-z0-9_]+) resumed>(.*)$`)
+	stracePidfd   = regexp.MustCompile(`<pid:(\d+)>`)
 )
 
 // parseStrace reads an strace -f log: lines "TID call(args) = ret", with a
@@ -87,19 +88,6 @@ func parseStrace(t *testing.T, path string) []straceCall {
 	return out
 }
 
-// openedPath is the name an open call passed, unquoted: strace prints
-// non-printable bytes as \xNN (and -s 256 keeps /proc paths whole).
-func openedPath(c straceCall) string {
-	i, j := strings.IndexByte(c.args, '"'), -1
-	if i >= 0 {
-		j = strings.IndexByte(c.args[i+1:], '"')
-	}
-	if i < 0 || j < 0 {
-		return ""
-	}
-	return c.args[i+1 : i+1+j]
-}
-
 // openPaths resolves the paths of open calls in trace order. The scan opens
 // /proc once and each process's directory and files relative to it
 // (openat(9, "123") = 11, then openat(11, "stat")), so a call's path is its
@@ -110,10 +98,13 @@ func openedPath(c straceCall) string {
 type openPaths map[string]string
 
 // path is the absolute path c opened, and records it under c's descriptor;
-// "" when c names no path.
+// "" when c names no path. The name c passed is its first quoted argument,
+// as strace printed it: non-printable bytes as \xNN (and -s 256 keeps
+// /proc paths whole).
 func (o openPaths) path(c straceCall) string {
-	name := openedPath(c)
-	if name == "" {
+	_, quoted, ok := strings.Cut(c.args, `"`)
+	name, _, closed := strings.Cut(quoted, `"`)
+	if !ok || !closed {
 		return ""
 	}
 	if !strings.HasPrefix(name, "/") {
@@ -130,46 +121,22 @@ func (o openPaths) path(c straceCall) string {
 	return name
 }
 
-// pidfdTarget is the PID behind the first argument of a pidfd call,
+// pidfdTarget is the PID behind the first pidfd of a call's arguments,
 // printed as "5<pid:123>"; -1 when there is none.
 func pidfdTarget(args string) int {
-	i := strings.Index(args, "<pid:")
-	if i < 0 {
+	m := stracePidfd.FindStringSubmatch(args)
+	if m == nil {
 		return -1
 	}
-	rest := args[i+len("<pid:"):]
-	j := strings.IndexByte(rest, '>')
-	if j < 0 {
-		return -1
-	}
-	n, err := strconv.Atoi(rest[:j])
-	if err != nil {
-		return -1
-	}
+	n, _ := strconv.Atoi(m[1])
 	return n
 }
 
-// argN is the n-th top-level comma-separated argument.
+// argN is the n-th comma-separated argument. The arguments read here (a
+// PID, a pidfd, a signal) and those before them hold no comma.
 func argN(args string, n int) string {
-	depth, start, k := 0, 0, 0
-	for i, r := range args {
-		switch r {
-		case '{', '[', '(':
-			depth++
-		case '}', ']', ')':
-			depth--
-		case ',':
-			if depth == 0 {
-				if k == n {
-					return strings.TrimSpace(args[start:i])
-				}
-				k++
-				start = i + 1
-			}
-		}
-	}
-	if k == n {
-		return strings.TrimSpace(args[start:])
+	if f := strings.Split(args, ","); n < len(f) {
+		return strings.TrimSpace(f[n])
 	}
 	return ""
 }
