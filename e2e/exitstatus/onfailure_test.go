@@ -45,11 +45,11 @@ var kubeletBackoff = []time.Duration{0, 0, 10 * time.Second, 20 * time.Second}
 // The timelines run in parallel: each spends most of its time in the
 // supervisor's wait for a restart, idle.
 func TestOnFailureUnknown(t *testing.T) {
-	tl := podTools(t)
+	pod.NeedRoot(t)
 	for _, tm := range timelines {
 		t.Run(tm.name, func(t *testing.T) {
 			t.Parallel()
-			runOnFailure(t, tl, tm.name, tm.failFirst)
+			runOnFailure(t, tm.name, tm.failFirst)
 		})
 	}
 }
@@ -64,44 +64,26 @@ func TestOnFailureUnknown(t *testing.T) {
 // tests' business (supervisor/unknown_test.go).
 const margin = time.Minute
 
-func runOnFailure(t *testing.T, tl pod.Tools, name string, failFirst int) {
+func runOnFailure(t *testing.T, name string, failFirst int) {
 	runs := failFirst + 1
 	var args []string
 	if failFirst > 0 {
 		args = append(args, "--fail-first", strconv.Itoa(failFirst))
 	}
-	env := []string{"SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_RESTART_MARGIN=" + margin.String(),
-		"SUPERVISOR_DELETION_GRACE=0s", "SUPERVISOR_STOP_TIMEOUT=" + stopTimeout, "SUPERVISOR_APP_START_TIMEOUT=30s",
-		"SUPERVISOR_LOG_LEVEL=debug"}
+	env := []string{"SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_RESTART_MARGIN=" + margin.String()}
 	if !guestpod.InGuest() {
 		// This kernel reads statuses (pidfd, 6.15+): make them unknown.
 		env = append(env, "SUPERVISOR_EXIT_STATUS=none")
 	}
-	// Cued: each run works until the supervisor watches it, then ends (a
-	// timed run lost that race in loaded guests, as runJob's did). Every
-	// run opens the same FIFO, a restart too.
-	built, err := scenarios.BuildNamespaces(scenarios.Desc{
-		Name: "onfailure-unknown", Policy: pod.OnFailure,
-		Apps:          []scenarios.App{{Name: "app", UID: 1000, Args: args, Cued: true}},
-		SupervisorEnv: env,
-	}, tl)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Cued (buildJob): every run opens the same FIFO, a restart too.
+	built := buildJob(t, "onfailure-unknown", pod.OnFailure, unprivileged, args, env...)
 	// Each run stamps its end; the stand-in pilot-agent stamps each signal
 	// it receives.
 	appStamps := filepath.Join(built.Dir, "app.stamps")
 	pilotStamps := filepath.Join(built.Dir, "pilot-agent.stamps")
-	for i := range built.Spec.Containers {
-		switch c := &built.Spec.Containers[i]; c.Name {
-		case "app":
-			c.Argv = append(c.Argv, "--stamps", appStamps)
-		case "istio-proxy":
-			c.Env = append(c.Env, "PILOT_TIMESTAMPS="+pilotStamps)
-		case "supervisor":
-			c.UID, c.GID, c.Caps = unprivileged.uid, unprivileged.uid, unprivileged.caps
-		}
-	}
+	app, proxy := scenarios.Container(&built.Spec, "app"), scenarios.Container(&built.Spec, "istio-proxy")
+	app.Argv = append(app.Argv, "--stamps", appStamps)
+	proxy.Env = append(proxy.Env, "PILOT_TIMESTAMPS="+pilotStamps)
 	p := scenarios.Start(t, built)
 	for run := 1; run <= runs; run++ {
 		// Seen: "app found" for this run (a restart logs it again).
@@ -133,7 +115,7 @@ func runOnFailure(t *testing.T, tl pod.Tools, name string, failFirst int) {
 	// The supervisor: statuses unknown, a wait for every run's would-be
 	// restart, the outcome unknown.
 	lines := scenarios.ParseLog(p.Logs("supervisor"))
-	var method string
+	method, _ := readMethod(lines)
 	var exits, waits []scenarios.LogLine
 	restarts, decided := 0, false
 	for _, l := range lines {
@@ -154,9 +136,6 @@ func runOnFailure(t *testing.T, tl pod.Tools, name string, failFirst int) {
 			if o := l.Str("outcome"); o != "unknown" || l.Str("action") != "SIGTERM" {
 				t.Errorf("decision: outcome %s, action %s; want unknown, SIGTERM", o, l.Str("action"))
 			}
-		}
-		if strings.HasPrefix(l.Msg(), "exit statuses") || strings.HasPrefix(l.Msg(), "app exit statuses") {
-			method = l.Str("method")
 		}
 	}
 	if method != "none" {
