@@ -1,7 +1,6 @@
 package hardening
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -234,44 +233,29 @@ func fds(pid int) (map[int]string, error) {
 // peer (they receive from anyone), unix sockets that accept connections.
 func listening(pid int) (map[string]string, error) {
 	out := map[string]string{}
-	for _, proto := range []string{"tcp", "tcp6", "udp", "udp6"} {
-		f, err := os.Open(fmt.Sprintf("/proc/%d/net/%s", pid, proto))
+	for _, proto := range []string{"tcp", "tcp6", "udp", "udp6", "unix"} {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, proto))
 		if err != nil {
 			return nil, err
 		}
-		sc := bufio.NewScanner(f)
-		sc.Scan() // header
-		for sc.Scan() {
-			// sl local rem st tx:rx tr:tm retrnsmt uid timeout inode
-			fl := strings.Fields(sc.Text())
-			if len(fl) < 10 {
-				continue
+		for _, line := range strings.Split(string(b), "\n")[1:] { // after the header
+			fl := strings.Fields(line)
+			switch {
+			case proto == "unix" && len(fl) >= 7:
+				// Num RefCount Protocol Flags Type St Inode Path
+				flags, _ := strconv.ParseUint(fl[3], 16, 32)
+				const soAcceptCon = 0x10000 // __SO_ACCEPTCON: listen(2) was called
+				if flags&soAcceptCon != 0 {
+					out[fl[6]] = "unix " + strings.Join(fl[7:], " ")
+				}
+			case proto != "unix" && len(fl) >= 10:
+				// sl local rem st tx:rx tr:tm retrnsmt uid timeout inode
+				local, remote, st, inode := fl[1], fl[2], fl[3], fl[9]
+				peerless := strings.HasSuffix(remote, ":0000") && strings.Trim(strings.Split(remote, ":")[0], "0") == ""
+				if (strings.HasPrefix(proto, "tcp") && st == "0A") || (strings.HasPrefix(proto, "udp") && peerless) {
+					out[inode] = proto + " " + local
+				}
 			}
-			local, remote, st, inode := fl[1], fl[2], fl[3], fl[9]
-			peerless := strings.HasSuffix(remote, ":0000") && strings.Trim(strings.Split(remote, ":")[0], "0") == ""
-			if (strings.HasPrefix(proto, "tcp") && st == "0A") || (strings.HasPrefix(proto, "udp") && peerless) {
-				out[inode] = proto + " " + local
-			}
-		}
-		f.Close()
-	}
-	f, err := os.Open(fmt.Sprintf("/proc/%d/net/unix", pid))
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Scan()
-	for sc.Scan() {
-		// Num RefCount Protocol Flags Type St Inode Path
-		fl := strings.Fields(sc.Text())
-		if len(fl) < 7 {
-			continue
-		}
-		flags, _ := strconv.ParseUint(fl[3], 16, 32)
-		const soAcceptCon = 0x10000 // __SO_ACCEPTCON: listen(2) was called
-		if flags&soAcceptCon != 0 {
-			out[fl[6]] = "unix " + strings.Join(fl[7:], " ")
 		}
 	}
 	return out, nil
