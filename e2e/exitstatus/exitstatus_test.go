@@ -365,19 +365,13 @@ func guestRun(onFailure bool) string {
 // ("runc:[2:INIT]") and released the instant it is found may end before
 // any scan sees its program run, which the supervisor then takes for a
 // start that failed (supervisor/startfailed.go), and no log line tells
-// when a scan has seen it. A wait on the log's events (pod.Pod.Await)
+// when a scan has seen it. A wait on the log's events (scenarios.AwaitLog)
 // failed TestOnFailureUnknown/fails_twice so.
 func waitFound(t *testing.T, p *pod.Pod, runs int, bound time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(bound)
 	for time.Now().Before(deadline) {
-		found := 0
-		for _, l := range scenarios.ParseLog(p.Logs("supervisor")) {
-			if l.Msg() == "app found" {
-				found++
-			}
-		}
-		if found >= runs {
+		if len(scenarios.LogWhere(p, scenarios.Is("app found"))) >= runs {
 			return
 		}
 		time.Sleep(50 * time.Millisecond)

@@ -88,20 +88,10 @@ func releaseFound(t *testing.T, p *pod.Pod, b scenarios.Built, app string) {
 }
 
 // waitLogFor waits (bounded) for a line of the supervisor's log with message
-// msg about container: the pod wakes the wait at each line written
-// (pod.Pod.Await).
+// msg about container.
 func waitLogFor(t *testing.T, p *pod.Pod, msg, container string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), scenarios.EventBound)
-	defer cancel()
-	if err := p.Await(ctx, func() bool {
-		for _, l := range logLines(p.Logs("supervisor"), msg) {
-			if l.Str("container") == container {
-				return true
-			}
-		}
-		return false
-	}); err != nil {
+	if err := scenarios.AwaitLog(p, 1, scenarios.About(msg, container)); err != nil {
 		t.Fatalf("no %q about %s in the supervisor's log: %v", msg, container, err)
 	}
 }
@@ -117,17 +107,6 @@ func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-// logLines returns the supervisor's log lines with message msg.
-func logLines(out, msg string) []scenarios.LogLine {
-	var ls []scenarios.LogLine
-	for _, l := range scenarios.ParseLog(out) {
-		if l.Msg() == msg {
-			ls = append(ls, l)
-		}
-	}
-	return ls
 }
 
 // checkJSONLog asserts every line the supervisor wrote is one JSON object:

@@ -125,7 +125,7 @@ func TestHostilePod(t *testing.T) {
 	out := p.Logs("supervisor")
 
 	t.Run("found the app by its main process", func(t *testing.T) {
-		found := logLines(out, "app found")
+		found := scenarios.LogWhere(p, scenarios.Is("app found"))
 		if len(found) != 1 || found[0].Str("pid") != strconv.Itoa(appPID) {
 			t.Fatalf("app found: %v, want one line for pid %d", found, appPID)
 		}
@@ -133,7 +133,7 @@ func TestHostilePod(t *testing.T) {
 		if got, want := found[0].Str("comm"), strings.ToValidUTF8(oddComm, "\uFFFD"); got != want {
 			t.Errorf("app comm %q, want %q", got, want)
 		}
-		exited := logLines(out, "app exited")
+		exited := scenarios.LogWhere(p, scenarios.Is("app exited"))
 		if len(exited) != 1 || exited[0].Str("exit_code") != "0" {
 			t.Errorf("app exited: %v, want exit_code 0", exited)
 		}
@@ -141,7 +141,7 @@ func TestHostilePod(t *testing.T) {
 			t.Errorf("termination message %q", msg)
 		}
 		strays := map[string]bool{}
-		for _, l := range logLines(out, "process has a sidecar name but is not the main process of its container: not a sidecar, never stopped") {
+		for _, l := range scenarios.LogWhere(p, scenarios.Is("process has a sidecar name but is not the main process of its container: not a sidecar, never stopped")) {
 			strays[l.Str("container")+" "+l.Str("comm")] = true
 		}
 		if !strays["app pilot-agent"] || !strays["bystander pilot-agent"] {
@@ -153,7 +153,7 @@ func TestHostilePod(t *testing.T) {
 		if got := scenarios.Record(b.PilotRecord); len(got) < 1 || !slices.Equal(got[1:], []string{"signal SIGTERM", "exit 0"}) {
 			t.Errorf("pilot-agent record %q, want start, signal SIGTERM, exit 0", got)
 		}
-		sig := logLines(out, "sidecar signalled")
+		sig := scenarios.LogWhere(p, scenarios.Is("sidecar signalled"))
 		if len(sig) != 1 || sig[0].Str("pid") != strconv.Itoa(sidecarPID) {
 			t.Errorf("sidecar signalled: %v, want one line for pid %d", sig, sidecarPID)
 		}

@@ -104,7 +104,7 @@ func TestPrivileges(t *testing.T) {
 			p := runWatched(t, built, creds{Uid: "0 0 0 0", Gid: "0 0 0 0", CapInh: capMask(), CapPrm: two, CapEff: two,
 				CapBnd: two, CapAmb: capMask(), NoNewPrivs: "1", Comm: "sidecar-supervi"})
 			st := ended(t, p, "istio-proxy")
-			exited := logLines(p.Logs("supervisor"), "app exited")
+			exited := scenarios.LogWhere(p, scenarios.Is("app exited"))
 			if len(exited) != 1 || exited[0].Str("exit_code") != "3" || exited[0].Str("method") != "ptrace" {
 				t.Errorf("app exited: %v, want exit_code 3 read by ptrace", exited)
 			}

@@ -93,8 +93,8 @@ func churnBounds(t *testing.T, be scenarios.Builder) {
 		t.Fatal(err)
 	}
 	waitUntil(t, hangGuard, "early's churn", func() bool { return slices.Contains(scenarios.Record(earlyRec), "churned "+churn) })
-	if out := p.Logs("supervisor"); len(logLines(out, missingApps)) != 0 {
-		t.Fatalf("discovery ended while the third app was still to come:\n%s", messages(out))
+	if len(scenarios.LogWhere(p, scenarios.Is(missingApps))) != 0 {
+		t.Fatalf("discovery ended while the third app was still to come:\n%s", messages(p.Logs("supervisor")))
 	}
 	fds1, rss1, hwm1 := s.peak()
 
@@ -121,8 +121,8 @@ func churnBounds(t *testing.T, be scenarios.Builder) {
 	if st.Container("supervisor").ExitCode != 0 {
 		t.Errorf("pod %s", st)
 	}
-	found := logLines(out, "app found")
-	exited := logLines(out, "app exited")
+	found := scenarios.LogWhere(p, scenarios.Is("app found"))
+	exited := scenarios.LogWhere(p, scenarios.Is("app exited"))
 	var names []string
 	for _, l := range exited {
 		names = append(names, l.Str("container")+"="+l.Str("exit_code"))
@@ -208,8 +208,8 @@ func TestTenThousandProcesses(t *testing.T) {
 		reads = n - begun
 		return err == nil && reads >= scanFloor*swarm
 	})
-	if out := p.Logs("supervisor"); len(logLines(out, missingApps)) != 0 || len(logLines(out, "app found")) != 1 {
-		t.Fatalf("discovery did not go on while ghost was to come:\n%s", messages(out))
+	if len(scenarios.LogWhere(p, scenarios.Is(missingApps))) != 0 || len(scenarios.LogWhere(p, scenarios.Is("app found"))) != 1 {
+		t.Fatalf("discovery did not go on while ghost was to come:\n%s", messages(p.Logs("supervisor")))
 	}
 	fds, rss, hwm := s.peak()
 	t.Logf("%d reads (at least %d scans) over %d+ processes: at most %d descriptors, VmRSS %d kB, VmHWM %d kB",
@@ -221,13 +221,13 @@ func TestTenThousandProcesses(t *testing.T) {
 	st := ended(t, p, "supervisor")
 	out := p.Logs("supervisor")
 	var found []string
-	for _, l := range logLines(out, "app found") {
+	for _, l := range scenarios.LogWhere(p, scenarios.Is("app found")) {
 		found = append(found, l.Str("container"))
 	}
 	if slices.Sort(found); !slices.Equal(found, []string{"app", "ghost"}) {
 		t.Errorf("app found: %v, want app and ghost", found)
 	}
-	if sig := logLines(out, "sidecar signalled"); len(sig) != 1 || sig[0].Str("container") != "istio-proxy" {
+	if sig := scenarios.LogWhere(p, scenarios.Is("sidecar signalled")); len(sig) != 1 || sig[0].Str("container") != "istio-proxy" {
 		t.Errorf("sidecar signalled: %v, want istio-proxy alone (pod %s)\n%s", sig, st, messages(out))
 	}
 	for _, line := range scenarios.Record(rec) {

@@ -140,38 +140,11 @@ func releaseApps(t *testing.T, p *pod.Pod, b Built, apps []App) {
 	}
 }
 
-// logWhere lists the supervisor's log lines that match.
-func logWhere(p *pod.Pod, match func(LogLine) bool) []LogLine {
-	var out []LogLine
-	for _, l := range ParseLog(p.Logs("supervisor")) {
-		if match(l) {
-			out = append(out, l)
-		}
-	}
-	return out
-}
-
-// is matches the lines with message msg.
-func is(msg string) func(LogLine) bool { return func(l LogLine) bool { return l.Msg() == msg } }
-
-// awaitLog waits (bounded) until n lines of the supervisor's log match:
-// the pod wakes the wait at each line written (pod.Pod.Await).
-func awaitLog(p *pod.Pod, n int, match func(LogLine) bool) error {
-	ctx, cancel := context.WithTimeout(context.Background(), EventBound)
-	defer cancel()
-	return p.Await(ctx, func() bool { return len(logWhere(p, match)) >= n })
-}
-
-// about matches the lines with message msg about container.
-func about(msg, container string) func(LogLine) bool {
-	return func(l LogLine) bool { return l.Msg() == msg && l.Str("container") == container }
-}
-
 // waitLogFor waits (bounded) for a message about a container in the
 // supervisor's log.
 func waitLogFor(t *testing.T, p *pod.Pod, msg, container string) {
 	t.Helper()
-	if err := awaitLog(p, 1, about(msg, container)); err != nil {
+	if err := AwaitLog(p, 1, About(msg, container)); err != nil {
 		t.Fatalf("no %q for container %s in the supervisor's log: %v", msg, container, err)
 	}
 }
@@ -179,7 +152,7 @@ func waitLogFor(t *testing.T, p *pod.Pod, msg, container string) {
 // waitLog waits (bounded) for a message in the supervisor's log.
 func waitLog(t *testing.T, p *pod.Pod, msg string) {
 	t.Helper()
-	if err := awaitLog(p, 1, is(msg)); err != nil {
+	if err := AwaitLog(p, 1, Is(msg)); err != nil {
 		t.Fatalf("no %q in the supervisor's log: %v", msg, err)
 	}
 }
@@ -201,7 +174,7 @@ func releaseRuns(p *pod.Pod, b Built, name string, runs int, before func()) erro
 // restart by the kubelet reopens the app's cue). Every run so outlives the
 // supervisor's look, however slow the machine. Run k-1 must be over.
 func releaseRun(p *pod.Pod, b Built, name string, k int, before func()) error {
-	if err := awaitLog(p, k, about("app found", name)); err != nil {
+	if err := AwaitLog(p, k, About("app found", name)); err != nil {
 		return fmt.Errorf("run %d of %s never found: %w", k, name, err)
 	}
 	if before != nil {

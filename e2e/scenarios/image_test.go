@@ -95,7 +95,7 @@ func TestSupervisorImage(t *testing.T) {
 		}
 	}
 	tag := im.Ref[strings.LastIndex(im.Ref, ":")+1:]
-	if l := logWhere(p, is("starting")); len(l) == 0 || l[len(l)-1].Str("version") != tag {
+	if l := LogWhere(p, Is("starting")); len(l) == 0 || l[len(l)-1].Str("version") != tag {
 		t.Errorf("supervisor starting %v, want version %q, the image's (from %s)", l, tag, im.Archive)
 	}
 	// The running binary is the file unpacked from the image's layer.

@@ -2,10 +2,13 @@ package scenarios
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/pod"
 )
 
 // Record reads a record file (the stand-in's or an app's): one event per
@@ -62,4 +65,31 @@ func Messages(lines []LogLine) []string {
 		out = append(out, l.Msg())
 	}
 	return out
+}
+
+// LogWhere lists the supervisor's log lines that match.
+func LogWhere(p *pod.Pod, match func(LogLine) bool) []LogLine {
+	var out []LogLine
+	for _, l := range ParseLog(p.Logs("supervisor")) {
+		if match(l) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// Is matches the lines with message msg.
+func Is(msg string) func(LogLine) bool { return func(l LogLine) bool { return l.Msg() == msg } }
+
+// About matches the lines with message msg about container.
+func About(msg, container string) func(LogLine) bool {
+	return func(l LogLine) bool { return l.Msg() == msg && l.Str("container") == container }
+}
+
+// AwaitLog waits (bounded by EventBound) until n lines of the supervisor's
+// log match: the pod wakes the wait at each line written (pod.Pod.Await).
+func AwaitLog(p *pod.Pod, n int, match func(LogLine) bool) error {
+	ctx, cancel := context.WithTimeout(context.Background(), EventBound)
+	defer cancel()
+	return p.Await(ctx, func() bool { return len(LogWhere(p, match)) >= n })
 }

@@ -14,7 +14,7 @@ import (
 // SUPERVISOR_APPS names, stops istio-proxy, and leaves anything else alone.
 
 // logFor lists the supervisor's log lines with message msg about container.
-func logFor(p *pod.Pod, msg, container string) []LogLine { return logWhere(p, about(msg, container)) }
+func logFor(p *pod.Pod, msg, container string) []LogLine { return LogWhere(p, About(msg, container)) }
 
 // succeeded checks the pod ended Succeeded with istio-proxy stopped once,
 // exit 0.

@@ -105,7 +105,7 @@ func TestOnFailurePod(t *testing.T) {
 			t.Errorf("istio-proxy %+v, want one run ending 0 (stopped gracefully)", c)
 		}
 		checkRecord(t, built.PilotRecord, "signal SIGTERM", "exit 0") // only the final SIGTERM
-		if n := len(logWhere(p, is("app restarted by the kubelet: watching the new container"))); n != 2 {
+		if n := len(LogWhere(p, Is("app restarted by the kubelet: watching the new container"))); n != 2 {
 			t.Errorf("supervisor saw %d restarts, want 2:\n%s", n, p.Logs("supervisor"))
 		}
 		checkInvariants(t, p, appEnds(stampFiles), 3)

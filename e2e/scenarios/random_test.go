@@ -194,7 +194,7 @@ func TestRestartNotYetMoved(t *testing.T) {
 			if err := built.Release("app0"); err != nil {
 				return err
 			}
-			if err := awaitLog(p, 1, about("app exited", "app0")); err != nil {
+			if err := AwaitLog(p, 1, About("app exited", "app0")); err != nil {
 				return err
 			}
 			return scanned(ctx, sup)
@@ -207,7 +207,7 @@ func TestRestartNotYetMoved(t *testing.T) {
 		built = b.MustBuild(t, Desc{Name: "notmoved", Policy: pod.OnFailure, Apps: apps, SupervisorEnv: env})
 		stampFiles := withStamps(&built, names)
 		p := Start(t, built)
-		if err := awaitLog(p, 1, about("app found", "app0")); err != nil {
+		if err := AwaitLog(p, 1, About("app found", "app0")); err != nil {
 			t.Fatal(err)
 		}
 		sup = p.Status().Container("supervisor").PID
@@ -216,7 +216,7 @@ func TestRestartNotYetMoved(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !namespaces {
-			if err := awaitLog(p, 1, about("app exited", "app1")); err != nil {
+			if err := AwaitLog(p, 1, About("app exited", "app1")); err != nil {
 				t.Fatal(err)
 			}
 			if err := built.Release("app0"); err != nil {
@@ -250,10 +250,10 @@ func TestRestartNotYetMoved(t *testing.T) {
 			// app1's restart, held out of its cgroup, was found.
 			failed, found, n := -1, -1, 0
 			for i, l := range ParseLog(p.Logs("supervisor")) {
-				if failed < 0 && about("app exited", "app0")(l) {
+				if failed < 0 && About("app exited", "app0")(l) {
 					failed = i
 				}
-				if about("app found", "app1")(l) {
+				if About("app found", "app1")(l) {
 					if n++; n == 2 {
 						found = i
 					}

@@ -142,7 +142,7 @@ func TestRealPilot(t *testing.T) {
 						}
 					}
 				}
-				stopped := logWhere(p, is("sidecar stopped"))
+				stopped := LogWhere(p, Is("sidecar stopped"))
 				if len(stopped) != 1 {
 					t.Fatalf("%d \"sidecar stopped\" lines, want 1", len(stopped))
 				}

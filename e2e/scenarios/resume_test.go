@@ -87,7 +87,7 @@ func checkKilledOnce(t *testing.T, p *pod.Pod, built Built) {
 		len(others) == 0 || others[len(others)-1] != "exit 0" {
 		t.Errorf("pilot-agent record %q, want SIGTERM only, then exit 0", rec)
 	}
-	if l := logWhere(p, is("done")); len(l) == 0 || l[len(l)-1].Str("summary")[:8] != "success:" {
+	if l := LogWhere(p, Is("done")); len(l) == 0 || l[len(l)-1].Str("summary")[:8] != "success:" {
 		t.Errorf("the last supervisor's summary is not success:\n%s", p.Logs("supervisor"))
 	}
 }
