@@ -34,6 +34,7 @@ type agentProc struct {
 	cmd    *exec.Cmd
 	record string
 	admin  string
+	cue    string // PILOT_HANDLER_CUE, when cued
 	exited chan error
 }
 
@@ -47,17 +48,22 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-// startAgent starts the stand-in as release with env, and waits for its
-// start line unless cue (PILOT_HANDLER_CUE) holds it before envoy.
-func startAgent(t *testing.T, release string, cue string, env ...string) *agentProc {
+// startAgent starts the stand-in as release with env. Cued, its handler
+// cue (PILOT_HANDLER_CUE) holds it before envoy, its agent not made, until
+// releaseCue; else startAgent waits for its start line.
+func startAgent(t *testing.T, release string, cued bool, env ...string) *agentProc {
 	t.Helper()
 	dir := t.TempDir()
 	s := &agentProc{t: t, record: filepath.Join(dir, "record"), admin: freeAddr(t), exited: make(chan error, 1)}
 	s.cmd = exec.Command(os.Args[0])
 	s.cmd.Env = append(os.Environ(), modeEnv+"=pilot-agent", "PILOT_ISTIO="+release, "PILOT_RECORD="+s.record,
 		"PILOT_ADMIN_ADDR="+s.admin, "PILOT_HEALTH_ADDR="+freeAddr(t), "PILOT_DRAIN=100ms")
-	if cue != "" {
-		s.cmd.Env = append(s.cmd.Env, "PILOT_HANDLER_CUE="+cue)
+	if cued {
+		s.cue = filepath.Join(dir, "cue")
+		if err := pod.MakeCue(s.cue); err != nil {
+			t.Fatal(err)
+		}
+		s.cmd.Env = append(s.cmd.Env, "PILOT_HANDLER_CUE="+s.cue)
 	}
 	s.cmd.Env = append(s.cmd.Env, env...)
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -66,18 +72,28 @@ func startAgent(t *testing.T, release string, cue string, env ...string) *agentP
 	}
 	go func() { s.exited <- s.cmd.Wait() }()
 	t.Cleanup(func() { s.cmd.Process.Kill() })
-	if cue == "" {
+	if !cued {
 		s.waitLine("start ")
-	} else {
-		s.until("listening status port", func() bool {
-			c, err := net.Dial("tcp", s.admin)
-			if err == nil {
-				c.Close()
-			}
-			return err == nil
-		})
+		return s
 	}
+	s.until("listening status port", func() bool {
+		c, err := net.Dial("tcp", s.admin)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
 	return s
+}
+
+// releaseCue lets a cued stand-in make its agent, and waits for its start
+// line.
+func (s *agentProc) releaseCue() {
+	s.t.Helper()
+	if err := pod.ReleaseCue(s.cue, 30*time.Second); err != nil {
+		s.t.Fatal(err)
+	}
+	s.waitLine("start ")
 }
 
 // lines is the record after its start line.
@@ -146,27 +162,42 @@ func (s *agentProc) wait() {
 
 // TestPilotAgentReleases: the stand-in's quit, drain and SIGTERM follow
 // each release's (see pilotAgent): which requests it answers, whether it
-// drains, and exit 0 on every path.
+// drains, and exit 0 on every path. Before its agent is made (envoy not
+// started), /drain (1.21+) and /quitquitquit (1.26+) get no answer (-1)
+// and change nothing.
 func TestPilotAgentReleases(t *testing.T) {
 	for _, tc := range []struct {
 		release string
+		early   string   // a path POSTed before its agent is made, or ""
 		steps   []string // POST paths, or "SIGTERM"
-		answers []int
+		answers []int    // the early POST's first
 		record  []string
 	}{
-		{"1.20", []string{"/quitquitquit"}, []int{200}, []string{"quitquitquit", "signal SIGTERM", "exit 0"}},
-		{"1.20", []string{"/drain", "/quitquitquit"}, []int{404, 200},
+		{"1.20", "", []string{"/quitquitquit"}, []int{200}, []string{"quitquitquit", "signal SIGTERM", "exit 0"}},
+		{"1.20", "", []string{"/drain", "/quitquitquit"}, []int{404, 200},
 			[]string{"refused POST /drain 404", "quitquitquit", "signal SIGTERM", "exit 0"}},
-		{"1.21", []string{"/quitquitquit"}, []int{200}, []string{"quitquitquit", "exit 0"}},
-		{"1.25", []string{"/drain", "/quitquitquit"}, []int{200, 200}, []string{"drain", "quitquitquit", "exit 0 at once"}},
-		{"1.26", []string{"/quitquitquit"}, []int{200}, []string{"quitquitquit", "exit 0 at once"}},
-		{"1.31", []string{"/drain", "/quitquitquit"}, []int{200, 200}, []string{"drain", "quitquitquit", "exit 0 at once"}},
-		{"1.24", []string{"SIGTERM"}, nil, []string{"signal SIGTERM", "exit 0"}},
-		{"1.24", []string{"/drain", "SIGTERM"}, []int{200}, []string{"drain", "signal SIGTERM", "exit 0 at once"}},
+		{"1.21", "", []string{"/quitquitquit"}, []int{200}, []string{"quitquitquit", "exit 0"}},
+		{"1.25", "", []string{"/drain", "/quitquitquit"}, []int{200, 200}, []string{"drain", "quitquitquit", "exit 0 at once"}},
+		{"1.26", "", []string{"/quitquitquit"}, []int{200}, []string{"quitquitquit", "exit 0 at once"}},
+		{"1.31", "", []string{"/drain", "/quitquitquit"}, []int{200, 200}, []string{"drain", "quitquitquit", "exit 0 at once"}},
+		{"1.24", "", []string{"SIGTERM"}, nil, []string{"signal SIGTERM", "exit 0"}},
+		{"1.24", "", []string{"/drain", "SIGTERM"}, []int{200}, []string{"drain", "signal SIGTERM", "exit 0 at once"}},
+		{"1.26", "/quitquitquit", []string{"/drain", "/quitquitquit"}, []int{-1, 200, 200},
+			[]string{"no answer POST /quitquitquit", "drain", "quitquitquit", "exit 0 at once"}},
+		{"1.22", "/drain", []string{"/drain", "/quitquitquit"}, []int{-1, 200, 200},
+			[]string{"no answer POST /drain", "drain", "quitquitquit", "exit 0 at once"}},
 	} {
-		t.Run(tc.release+" "+strings.Join(tc.steps, " "), func(t *testing.T) {
-			s := startAgent(t, tc.release, "")
+		name := tc.release + " " + strings.Join(tc.steps, " ")
+		if tc.early != "" {
+			name = tc.release + " early " + tc.early + ", then " + strings.Join(tc.steps, " ")
+		}
+		t.Run(name, func(t *testing.T) {
+			s := startAgent(t, tc.release, tc.early != "")
 			var answers []int
+			if tc.early != "" {
+				answers = append(answers, s.post(tc.early))
+				s.releaseCue()
+			}
 			for _, step := range tc.steps {
 				if step == "SIGTERM" {
 					s.cmd.Process.Signal(syscall.SIGTERM)
@@ -183,50 +214,12 @@ func TestPilotAgentReleases(t *testing.T) {
 	}
 }
 
-// TestPilotAgentEarly: before its agent is made (envoy not started),
-// /drain (1.21+) and /quitquitquit (1.26+) get no answer and change
-// nothing; an earlier release's quit is taken, and drains.
-func TestPilotAgentEarly(t *testing.T) {
-	for _, tc := range []struct {
-		release string
-		path    string
-		answer  int
-		record  []string
-	}{
-		{"1.26", "/quitquitquit", -1, []string{"no answer POST /quitquitquit", "drain", "quitquitquit", "exit 0 at once"}},
-		{"1.22", "/drain", -1, []string{"no answer POST /drain", "drain", "quitquitquit", "exit 0 at once"}},
-	} {
-		t.Run(tc.release+" "+tc.path, func(t *testing.T) {
-			cue := filepath.Join(t.TempDir(), "cue")
-			if err := pod.MakeCue(cue); err != nil {
-				t.Fatal(err)
-			}
-			s := startAgent(t, tc.release, cue)
-			if got := s.post(tc.path); got != tc.answer {
-				t.Errorf("early POST %s: %d, want %d", tc.path, got, tc.answer)
-			}
-			if err := pod.ReleaseCue(cue, 30*time.Second); err != nil {
-				t.Fatal(err)
-			}
-			s.waitLine("start ")
-			if got := s.post("/drain"); got != 200 {
-				t.Errorf("POST /drain: %d", got)
-			}
-			if got := s.post("/quitquitquit"); got != 200 {
-				t.Errorf("POST /quitquitquit: %d", got)
-			}
-			s.wait()
-			s.checkRecord(tc.record...)
-		})
-	}
-}
-
 // TestPilotAgentExitOnZero: with EXIT_ON_ZERO_ACTIVE_CONNECTIONS, the drain
 // lasts while an inbound connection is open, however long; after /drain
 // (1.21+) there is no drain at all.
 func TestPilotAgentExitOnZero(t *testing.T) {
 	inbound := freeAddr(t)
-	s := startAgent(t, "1.23", "", "EXIT_ON_ZERO_ACTIVE_CONNECTIONS=true", "MINIMUM_DRAIN_DURATION=50ms",
+	s := startAgent(t, "1.23", false, "EXIT_ON_ZERO_ACTIVE_CONNECTIONS=true", "MINIMUM_DRAIN_DURATION=50ms",
 		"PILOT_INBOUND_ADDR="+inbound)
 	c, err := net.Dial("tcp", inbound)
 	if err != nil {
@@ -241,7 +234,7 @@ func TestPilotAgentExitOnZero(t *testing.T) {
 	s.wait()
 	s.checkRecord("inbound open 1", "quitquitquit", "waiting for 1 connections", "exit 0")
 
-	s = startAgent(t, "1.23", "", "EXIT_ON_ZERO_ACTIVE_CONNECTIONS=true", "PILOT_INBOUND_ADDR="+inbound)
+	s = startAgent(t, "1.23", false, "EXIT_ON_ZERO_ACTIVE_CONNECTIONS=true", "PILOT_INBOUND_ADDR="+inbound)
 	c, err = net.Dial("tcp", inbound)
 	if err != nil {
 		t.Fatal(err)
