@@ -91,17 +91,14 @@ func app(args []string) error {
 			return err
 		}
 	}
-	var slept <-chan time.Time
-	var woken chan struct{}
+	worked := make(chan struct{})
 	if *fifo != "" {
-		woken = make(chan struct{})
-		go func() { waitFIFO(*fifo); close(woken) }()
+		go func() { waitFIFO(*fifo); close(worked) }()
 	} else {
-		slept = time.After(*sleep)
+		time.AfterFunc(*sleep, func() { close(worked) })
 	}
 	select {
-	case <-slept:
-	case <-woken:
+	case <-worked:
 	case <-sigs:
 		rec.log("app signal SIGTERM")
 		if *onTermUntil != "" {

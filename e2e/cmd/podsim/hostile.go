@@ -209,15 +209,12 @@ func withoutFlag(args []string, name string) []string {
 	return out
 }
 
-// exitCode is podsim's "true" mode: exit at once with the given code.
+// exitCode is podsim's "true" mode: exit at once with the given code
+// (default 0).
 func exitCode(args []string) error {
-	code := 0
-	if len(args) > 0 {
-		n, err := strconv.Atoi(args[0])
-		if err != nil {
-			return err
-		}
-		code = n
+	code, err := strconv.Atoi(append(args, "0")[0])
+	if err != nil {
+		return err
 	}
 	os.Exit(code)
 	return nil

@@ -331,10 +331,8 @@ func waitHTTP(args []string) error {
 		}
 		timeout = d
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
 	client := &http.Client{Timeout: time.Second}
-	for {
+	for deadline := time.Now().Add(timeout); ; time.Sleep(50 * time.Millisecond) {
 		resp, err := client.Get(args[0])
 		if err == nil {
 			resp.Body.Close()
@@ -342,10 +340,8 @@ func waitHTTP(args []string) error {
 				return nil
 			}
 		}
-		select {
-		case <-ctx.Done():
+		if time.Now().After(deadline) {
 			return fmt.Errorf("%s not ready within %s (last: %v)", args[0], timeout, err)
-		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }

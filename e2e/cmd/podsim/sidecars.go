@@ -43,24 +43,21 @@ func sidecarStandIn(mode string, args []string) error {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	s := &standIn{rec: newRecorder(os.Getenv("STANDIN_RECORD")), sigs: sigs, quit: make(chan int, 1)}
-	var err error
 	switch mode {
 	case "daprd":
-		err = s.daprd(args)
+		return s.daprd(args)
 	case "linkerd2-proxy":
-		err = s.linkerd()
+		return s.linkerd()
 	case "consul-dataplane":
-		err = s.consulDataplane(args)
+		return s.consulDataplane(args)
 	case "vault":
-		err = s.vault(args)
+		return s.vault(args)
 	case "otelcol", "otelcol-contrib":
-		err = s.run(nil, 0, 0)
+		return s.run(nil, 0, 0)
 	case "fluent-bit":
-		err = s.fluentBit(args)
-	default:
-		err = fmt.Errorf("no stand-in for %q", mode)
+		return s.fluentBit(args)
 	}
-	return err
+	return fmt.Errorf("no stand-in for %q", mode)
 }
 
 // standIn is one running stand-in.
