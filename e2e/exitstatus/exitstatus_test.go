@@ -81,31 +81,31 @@ func TestExitStatusMethods(t *testing.T) {
 					coreDir = newCoreDir(t)
 					args = append(append([]string{}, args...), "--core", coreDir)
 				}
-				run := runJob(t, priv, args)
-				t.Logf("METHOD %s %s", priv.name, run.method)
-				t.Logf("READ %s/%s: method %s uid %d caps %v: %s", priv.name, e.name, run.method, priv.uid, priv.caps, fields(run.exited, "status", "signal", "exit_code", "reason"))
+				method, reason, exited := runJob(t, priv, args)
+				t.Logf("METHOD %s %s", priv.name, method)
+				t.Logf("READ %s/%s: method %s uid %d caps %v: %s", priv.name, e.name, method, priv.uid, priv.caps, fields(exited, "status", "signal", "exit_code", "reason"))
 				switch {
-				case priv.name == unprivileged.name && run.method == "ptrace":
+				case priv.name == unprivileged.name && method == "ptrace":
 					t.Fatalf("picked ptrace without CAP_SYS_PTRACE")
-				case priv.name == ptraceCapable.name && run.method == "none":
+				case priv.name == ptraceCapable.name && method == "none":
 					t.Fatalf("picked none although ptrace is permitted")
-				case priv.name == ptraceForced.name && run.method != "ptrace":
-					t.Fatalf("SUPERVISOR_EXIT_STATUS=ptrace, but the method is %s", run.method)
-				case run.method == "none":
-					if run.exited.Str("status") != "unknown" || run.exited.Str("exit_code") != "" {
-						t.Errorf("method none reported a status: %v", run.exited)
+				case priv.name == ptraceForced.name && method != "ptrace":
+					t.Fatalf("SUPERVISOR_EXIT_STATUS=ptrace, but the method is %s", method)
+				case method == "none":
+					if exited.Str("status") != "unknown" || exited.Str("exit_code") != "" {
+						t.Errorf("method none reported a status: %v", exited)
 					}
 					// auto says why, and what would fix it.
-					t.Logf("REASON %s %s", priv.name, run.reason)
-					if !strings.Contains(run.reason, "SYS_PTRACE") || !strings.Contains(run.reason, "6.15") {
-						t.Errorf("method none, reason %q: want the fix named (SYS_PTRACE, Linux 6.15+)", run.reason)
+					t.Logf("REASON %s %s", priv.name, reason)
+					if !strings.Contains(reason, "SYS_PTRACE") || !strings.Contains(reason, "6.15") {
+						t.Errorf("method none, reason %q: want the fix named (SYS_PTRACE, Linux 6.15+)", reason)
 					}
 				default:
-					if got := run.exited.Str("exit_code"); got != fmt.Sprint(e.code) {
-						t.Errorf("%s: exit_code %q, want %d (%v)", run.method, got, e.code, run.exited)
+					if got := exited.Str("exit_code"); got != fmt.Sprint(e.code) {
+						t.Errorf("%s: exit_code %q, want %d (%v)", method, got, e.code, exited)
 					}
-					if sig := e.code - 128; sig > 0 && run.exited.Str("signal") == "" {
-						t.Errorf("%s: no signal in %v, want signal %d", run.method, run.exited, sig)
+					if sig := e.code - 128; sig > 0 && exited.Str("signal") == "" {
+						t.Errorf("%s: no signal in %v, want signal %d", method, exited, sig)
 					}
 				}
 				if e.core {
@@ -169,16 +169,10 @@ func fields(l scenarios.LogLine, keys ...string) string {
 	return strings.TrimSpace(b.String())
 }
 
-// jobRun is what runJob saw.
-type jobRun struct {
-	method, reason string
-	exited         scenarios.LogLine
-}
-
 // runJob runs a Job pod whose app ends as args say, and returns the
-// supervisor's method and its "app exited" log line, after checking the
-// action it took matches what it read.
-func runJob(t *testing.T, priv privilege, args []string) jobRun {
+// supervisor's method, its reason and its "app exited" log line, after
+// checking the action it took matches what it read.
+func runJob(t *testing.T, priv privilege, args []string) (method, reason string, exited scenarios.LogLine) {
 	t.Helper()
 	built := buildJob(t, "exitstatus", pod.Never, priv, args)
 	p := scenarios.Start(t, built)
@@ -188,8 +182,8 @@ func runJob(t *testing.T, priv privilege, args []string) jobRun {
 	}
 	st := p.MustWaitPhase(t, 2*time.Minute)
 	lines := scenarios.ParseLog(p.Logs("supervisor"))
-	method, reason := readMethod(lines)
-	var exited, decision scenarios.LogLine
+	method, reason = readMethod(lines)
+	var decision scenarios.LogLine
 	for _, l := range lines {
 		switch l.Msg() {
 		case "app exited":
@@ -213,7 +207,7 @@ func runJob(t *testing.T, priv privilege, args []string) jobRun {
 	if c := st.Container("supervisor"); c.ExitCode != 0 {
 		t.Errorf("supervisor exit %d", c.ExitCode)
 	}
-	return jobRun{method: method, reason: reason, exited: exited}
+	return method, reason, exited
 }
 
 // buildJob builds a Job pod under policy whose one app runs podsim app
