@@ -48,8 +48,7 @@ func TestHostilePod(t *testing.T) {
 		SupervisorEnv:  patient("SUPERVISOR_APP_CONTAINERS=1", "SUPERVISOR_IGNORE_PROCESSES=bystander"),
 	})
 	rec := func(name string) string { return filepath.Join(b.Shared, name+".record") }
-	scenarios.Container(&b.Spec, "app").Argv, _ = hostileArgv(b, "app", "--comm", oddComm, "--argv0", oddArgv0,
-		"--decoy", "pilot-agent", "--decoy", fakeStat)
+	runHostile(b, "app", "--comm", oddComm, "--argv0", oddArgv0, "--decoy", "pilot-agent", "--decoy", fakeStat)
 	proxyAt := slices.IndexFunc(b.Spec.Containers, func(c pod.Container) bool { return c.Name == "istio-proxy" })
 	b.Spec.Containers = slices.Insert(b.Spec.Containers, proxyAt, pod.Container{
 		Name: "bystander", UID: scenarios.ProxyUID, GID: scenarios.ProxyUID, NoNewPrivs: true, Caps: []int{},

@@ -74,8 +74,7 @@ func churnBounds(t *testing.T, be scenarios.Builder) {
 		if err := pod.MakeCue(cue); err != nil {
 			t.Fatal(err)
 		}
-		argv, rec := hostileArgv(b, a, "--churn", churn, "--zombie", "5ms", "--churn-after", inside)
-		app.Argv = argv
+		rec := runHostile(b, a, "--churn", churn, "--zombie", "5ms", "--churn-after", inside)
 		recs, cues = append(recs, rec), append(cues, cue)
 	}
 	earlyRec, lateRec := recs[0], recs[1]
@@ -152,16 +151,17 @@ func messages(out string) string {
 // missingApps is the supervisor's message when discovery gives up.
 const missingApps = "app containers missing: they finished before the supervisor started, or never started"
 
-// hostileArgv is the command of an app container running podsim hostile,
-// with its record, on either backend, and the host path of its record. A
-// cued app's keeps its cue (--fifo).
-func hostileArgv(b scenarios.Built, name string, args ...string) (argv []string, record string) {
+// runHostile makes the app container name run podsim hostile with args,
+// on either backend, keeping its record and, if cued, its cue (--fifo);
+// it returns the host path of the record.
+func runHostile(b scenarios.Built, name string, args ...string) (record string) {
 	app := scenarios.Container(&b.Spec, name)
-	argv = []string{app.Argv[0], "hostile", "--record", argOf(app.Argv, "--record")}
+	argv := []string{app.Argv[0], "hostile", "--record", argOf(app.Argv, "--record")}
 	if cue := argOf(app.Argv, "--fifo"); cue != "" {
 		argv = append(argv, "--fifo", cue)
 	}
-	return append(argv, args...), filepath.Join(b.Shared, name+".record")
+	app.Argv = append(argv, args...)
+	return filepath.Join(b.Shared, name+".record")
 }
 
 // argOf is the argument of flag in a podsim app command, "" if none.
@@ -187,8 +187,7 @@ func TestTenThousandProcesses(t *testing.T) {
 	b, _ := buildNamespaces(t, scenarios.Desc{Name: "many",
 		Apps:          []scenarios.App{{Name: "app", UID: 1000, Cued: true}, {Name: "ghost", UID: 1000, Cued: true}},
 		SupervisorEnv: patient("SUPERVISOR_APP_CONTAINERS=2", "SUPERVISOR_APP_START_TIMEOUT=1h", "SUPERVISOR_SCAN_INTERVAL=10ms")})
-	argv, rec := hostileArgv(b, "app", "--swarm", strconv.Itoa(swarm), "--decoy", "pilot-agent", "--decoy", "pilot-agent")
-	scenarios.Container(&b.Spec, "app").Argv = argv
+	rec := runHostile(b, "app", "--swarm", strconv.Itoa(swarm), "--decoy", "pilot-agent", "--decoy", "pilot-agent")
 	scanned := make(chan struct{})
 	scenarios.StartLast(&b.Spec, "ghost", scenarios.Gate(scanned))
 	p := scenarios.Start(t, b)
