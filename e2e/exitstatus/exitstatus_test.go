@@ -83,7 +83,7 @@ func TestExitStatusMethods(t *testing.T) {
 				}
 				method, reason, exited := runJob(t, priv, args)
 				t.Logf("METHOD %s %s", priv.name, method)
-				t.Logf("READ %s/%s: method %s uid %d caps %v: %s", priv.name, e.name, method, priv.uid, priv.caps, fields(exited, "status", "signal", "exit_code", "reason"))
+				t.Logf("READ %s/%s: method %s uid %d caps %v: %s", priv.name, e.name, method, priv.uid, priv.caps, exited.Fields("status", "signal", "exit_code", "reason"))
 				switch {
 				case priv.name == unprivileged.name && method == "ptrace":
 					t.Fatalf("picked ptrace without CAP_SYS_PTRACE")
@@ -156,17 +156,6 @@ func checkCore(t *testing.T, dir string) {
 		t.Fatal(err)
 	}
 	t.Logf("CORE %s (%d bytes)", filepath.Base(cores[0]), st.Size())
-}
-
-// fields formats the keys l has, as key=value.
-func fields(l scenarios.LogLine, keys ...string) string {
-	var b strings.Builder
-	for _, k := range keys {
-		if v := l.Str(k); v != "" {
-			fmt.Fprintf(&b, " %s=%s", k, v)
-		}
-	}
-	return strings.TrimSpace(b.String())
 }
 
 // runJob runs a Job pod whose app ends as args say, and returns the

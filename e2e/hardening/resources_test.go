@@ -142,8 +142,7 @@ const hangGuard = 10 * time.Minute
 func messages(out string) string {
 	var b strings.Builder
 	for _, l := range scenarios.ParseLog(out) {
-		fmt.Fprintf(&b, "%s container=%s pid=%s exit_code=%s status=%s reason=%s\n",
-			l.Msg(), l.Str("container"), l.Str("pid"), l.Str("exit_code"), l.Str("status"), l.Str("reason"))
+		fmt.Fprintf(&b, "%s %s\n", l.Msg(), l.Fields("container", "pid", "exit_code", "status", "reason"))
 	}
 	return b.String()
 }

@@ -45,6 +45,17 @@ func (l LogLine) Str(k string) string {
 	}
 }
 
+// Fields is the keys l has, as key=value, separated by spaces.
+func (l LogLine) Fields(keys ...string) string {
+	var out []string
+	for _, k := range keys {
+		if v := l.Str(k); v != "" {
+			out = append(out, k+"="+v)
+		}
+	}
+	return strings.Join(out, " ")
+}
+
 // ParseLog reads the supervisor's JSON log lines out of its container's
 // output (other lines are skipped).
 func ParseLog(out string) []LogLine {
