@@ -156,16 +156,12 @@ func drain(rec *recorder, until, get string) {
 	}
 }
 
-// waitFIFO returns once a writer has opened and closed path (or written to
-// it): opening a FIFO for reading blocks until a writer comes.
+// waitFIFO returns once a writer has opened and closed path, a FIFO:
+// opening one for reading waits for a writer, reading it for its close.
 func waitFIFO(path string) {
-	f, err := os.Open(path)
-	if err != nil {
+	if _, err := os.ReadFile(path); err != nil {
 		fmt.Fprintf(os.Stderr, "fifo: %v\n", err)
-		return
 	}
-	defer f.Close()
-	f.Read(make([]byte, 1))
 }
 
 // ackSignals answers each SIGUSR1 with one byte written to the FIFO at path.

@@ -258,10 +258,3 @@ func setComm(name string) error {
 	}
 	return nil
 }
-
-func statUID(fi os.FileInfo) uint32 {
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		return st.Uid
-	}
-	return 0
-}

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // ps lists the processes this container sees, one per line:
@@ -43,7 +44,7 @@ func ps(args []string) error {
 		}
 		uid := -1
 		if fi, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
-			uid = int(statUID(fi))
+			uid = int(fi.Sys().(*syscall.Stat_t).Uid)
 		}
 		fmt.Printf("%d %s %d %s %s\n", pid, fields[1], uid, strings.ReplaceAll(comm, " ", "_"), unified)
 	}
