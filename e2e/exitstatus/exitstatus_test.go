@@ -344,12 +344,13 @@ func guestRun(onFailure bool) string {
 
 // waitFound waits, within bound, until the supervisor's log says "app
 // found" runs times: the app's runs-th run (a restart logs it again) is
-// watched from then on. It polls: a restart found as its runtime's init
-// ("runc:[2:INIT]") and released the instant it is found may end before
-// any scan sees its program run, which the supervisor then takes for a
-// start that failed (supervisor/startfailed.go), and no log line tells
-// when a scan has seen it. A wait on the log's events (scenarios.AwaitLog)
-// failed TestOnFailureUnknown/fails_twice so.
+// watched from then on. A restart found as its runtime's init
+// ("runc:[2:INIT]") and released at once may exec and end within one scan,
+// which the supervisor takes for a start that failed (supervisor/
+// startfailed.go): one restart wait fewer than TestOnFailureUnknown's
+// "fails twice" wants. No log line says a scan saw the exec, so no wait
+// here rules that out; a wait on the log's events (scenarios.AwaitLog)
+// made it frequent, so this one keeps its 50ms poll.
 func waitFound(t *testing.T, p *pod.Pod, runs int, bound time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(bound)
