@@ -345,12 +345,10 @@ func guestRun(onFailure bool) string {
 // waitFound waits, within bound, until the supervisor's log says "app
 // found" runs times: the app's runs-th run (a restart logs it again) is
 // watched from then on. A restart found as its runtime's init
-// ("runc:[2:INIT]") and released at once may exec and end within one scan,
-// which the supervisor takes for a start that failed (supervisor/
-// startfailed.go): one restart wait fewer than TestOnFailureUnknown's
-// "fails twice" wants. No log line says a scan saw the exec, so no wait
-// here rules that out; a wait on the log's events (scenarios.AwaitLog)
-// made it frequent, so this one keeps its 50ms poll.
+// ("runc:[2:INIT]") and released at once may exec and end within one
+// scan: the supervisor then awaits its new start as for a start that
+// failed (supervisor/startfailed.go), under its own log line and with the
+// same wait, which runOnFailure counts as the wait for the restart.
 func waitFound(t *testing.T, p *pod.Pod, runs int, bound time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(bound)
