@@ -437,6 +437,7 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, k *k
 	// the Job controller as it fails the Job (OnFailure counts the
 	// kubelet's restarts): the supervisor must then have seen a deletion.
 	deleted := w != nil && w.deleted || v.startFailed != "" && p.pod.DeletionTimestamp != nil
+	sup := supervisorStatus(p.pod)
 
 	// None left running: in the kubelet's status, and in the runtime.
 	for _, s := range append(slices.Clone(p.pod.Status.InitContainerStatuses), p.pod.Status.ContainerStatuses...) {
@@ -479,7 +480,7 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, k *k
 			v.add(invOrder, "pod %s: %v", name, err)
 			break
 		}
-		if sup := supervisorStatus(p.pod); sup != nil && sup.RestartCount != 0 && sup.LastTerminationState.Terminated == nil {
+		if sup != nil && restartUnrun(*sup) {
 			// The instance before never ran (its start failed under the
 			// soak's containerd restart, seed 20261207, Job 126): it has no
 			// log, and checkRestart lists the restart as the cluster's.
@@ -542,12 +543,12 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, k *k
 		switch {
 		case unstarted && !strings.Contains(p.log, msgNoSidecar):
 			v.add(invOrder, "pod %s: istio-proxy never started (the runtime failed its start), and the supervisor's log has no %q", name, msgNoSidecar)
-		case !unstarted && !deleted && len(stops) == 0 && prevGone && actedBeforeKill(p.pod):
+		case !unstarted && !deleted && len(stops) == 0 && prevGone && actedBeforeKill(sup):
 			// The action was in the killed instance's log, which is gone;
 			// the termination message it wrote as it acted says so (seed
 			// 20261205, Job 144). The API's whole seconds are checked below.
 			v.unchecked = append(v.unchecked, fmt.Sprintf("pod %s: the time of istio-proxy's stop (the killed supervisor acted: %q)",
-				name, lastMessage(p.pod)))
+				name, sup.LastTerminationState.Terminated.Message))
 		case !unstarted && !deleted && len(stops) == 0 && !killedActing(sls, k, name):
 			v.add(invOrder, "pod %s: the supervisor's log has no %q nor %q", name, msgSignalled, msgAsked)
 		}
@@ -565,7 +566,7 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, k *k
 	switch {
 	case proxy == nil:
 		v.add(invOrder, "pod %s has no istio-proxy status", name)
-	case proxy.RestartCount != 0 && (proxy.LastTerminationState.Terminated == nil || neverStarted(proxy.LastTerminationState)):
+	case restartUnrun(*proxy) || proxy.RestartCount != 0 && neverStarted(proxy.LastTerminationState):
 		v.anomalies = append(v.anomalies, fmt.Sprintf("pod %s: the kubelet counts %d restart(s) of istio-proxy, whose last instance never ran (%s)",
 			name, proxy.RestartCount, cluster.StateString(proxy.LastTerminationState)))
 	case proxy.RestartCount != 0:
@@ -579,7 +580,6 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, k *k
 	}
 
 	// Supervisor restart: only where killed, then carried on, in time.
-	sup := supervisorStatus(p.pod)
 	var gap [2]time.Time // no supervisor ran, from the kill to the restarted one's start
 	killedLast := false  // the kill ended the last instance, after its work
 	if sup != nil {
@@ -766,7 +766,7 @@ func checkRestart(t timeline, w *podWant, p podObs, sup *corev1.ContainerStatus,
 	last := sup.LastTerminationState.Terminated
 	if !k.sent() || k.pod != name {
 		switch {
-		case sup.RestartCount != 0 && last == nil:
+		case restartUnrun(*sup):
 			v.anomalies = append(v.anomalies, fmt.Sprintf("pod %s: the kubelet counts %d restart(s) of the supervisor, whose last instance never ran (%s)",
 				name, sup.RestartCount, cluster.StateString(sup.LastTerminationState)))
 		case sup.RestartCount != 0:
@@ -1022,21 +1022,24 @@ func kubeletLine(log string) bool {
 }
 
 // actedBeforeKill reports whether the supervisor's instance before its
-// restart wrote, in its termination message, that it was acting: "running:
-// <outcome> (<reason>): action ..." (supervisor/progress.go).
-func actedBeforeKill(p *corev1.Pod) bool {
-	rest, ok := strings.CutPrefix(lastMessage(p), "running: ")
+// restart (sup, its status) wrote, in its termination message, that it was
+// acting: "running: <outcome> (<reason>): action ..."
+// (supervisor/progress.go).
+func actedBeforeKill(sup *corev1.ContainerStatus) bool {
+	if sup == nil || sup.LastTerminationState.Terminated == nil {
+		return false
+	}
+	last := sup.LastTerminationState.Terminated
+	rest, ok := strings.CutPrefix(last.Message, "running: ")
 	head, _, _ := strings.Cut(rest, "\n")
 	return ok && strings.Contains(head, "): action ")
 }
 
-// lastMessage is the termination message of the supervisor's instance
-// before its restart, "" if none.
-func lastMessage(p *corev1.Pod) string {
-	if s := supervisorStatus(p); s != nil && s.LastTerminationState.Terminated != nil {
-		return s.LastTerminationState.Terminated.Message
-	}
-	return ""
+// restartUnrun reports whether the kubelet counts a restart of a container
+// whose last instance never ran: its last state is no termination (its
+// start failed under a restart of the kubelet or containerd).
+func restartUnrun(s corev1.ContainerStatus) bool {
+	return s.RestartCount != 0 && s.LastTerminationState.Terminated == nil
 }
 
 // killedActing reports whether the soak's SIGKILL reached pod name's
@@ -1071,7 +1074,7 @@ func startFailed(pods []podObs) string {
 					return fmt.Sprintf("pod %s: the runtime failed to start %s: %s", p.pod.Name, s.Name, t.Message)
 				}
 			}
-			if s.RestartCount != 0 && s.LastTerminationState.Terminated == nil {
+			if restartUnrun(s) {
 				return fmt.Sprintf("pod %s: the kubelet counts %d restart(s) of %s, whose last instance never ran", p.pod.Name, s.RestartCount, s.Name)
 			}
 		}

@@ -519,9 +519,9 @@ func TestActedBeforeKill(t *testing.T) {
 		{"success: app1 exit 0; action SIGTERM", false},
 		{"", false},
 	} {
-		p := &corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: supervisorName,
-			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Message: tc.message}}}}}}
-		if got := actedBeforeKill(p); got != tc.want {
+		sup := &corev1.ContainerStatus{Name: supervisorName,
+			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Message: tc.message}}}
+		if got := actedBeforeKill(sup); got != tc.want {
 			t.Errorf("%q: acted %v, want %v", tc.message, got, tc.want)
 		}
 	}
