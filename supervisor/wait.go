@@ -161,14 +161,13 @@ func (r *run) logEnd(e ending, main *procscan.Process, s exitwatch.Status) {
 	}
 	logStatus(ev, s).Msg("app exited")
 	switch {
-	case e.startFailed && s.Known:
-		r.log.Warn().Str("container", e.container).Int("restart", e.restart).
-			Dur("backoff", backoff(e.restart)).Dur("wait", e.wait).
-			Msg("app killed before its program ran: its start failed, and the kubelet starts it again whatever the restart policy; the sidecar stays up")
 	case e.startFailed:
+		msg := "app ended before its program was seen running, its status unknown: its start may have failed, and the kubelet would start it again whatever the restart policy; the sidecar stays up until then"
+		if s.Known { // killed (SIGKILL): startFailure
+			msg = "app killed before its program ran: its start failed, and the kubelet starts it again whatever the restart policy; the sidecar stays up"
+		}
 		r.log.Warn().Str("container", e.container).Int("restart", e.restart).
-			Dur("backoff", backoff(e.restart)).Dur("wait", e.wait).
-			Msg("app ended before its program was seen running, its status unknown: its start may have failed, and the kubelet would start it again whatever the restart policy; the sidecar stays up until then")
+			Dur("backoff", backoff(e.restart)).Dur("wait", e.wait).Msg(msg)
 	case e.failed:
 		r.log.Info().Str("container", e.container).Int("restart", e.restart).
 			Dur("backoff", backoff(e.restart)).Dur("wait", e.wait).
