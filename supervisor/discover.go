@@ -15,8 +15,8 @@ import (
 // last PID is read (Scanner.LastPID: one small read) to scan at once when
 // a process or thread has been made in the pod; and how often a container
 // being set up is scanned again, for startingHot after it was first seen,
-// until the kubelet's mount names it (procscan.Pod.Name), and an app
-// adopted as its runtime's init until its exec is seen (ledger.hotInit). A
+// until the kubelet's mount names it (procscan.Pod.Name), or, an app
+// adopted as its runtime's init, until its exec is seen. A
 // container's main process exists from the runtime's init on, tens of
 // milliseconds before its entrypoint runs: scanned this often, an app of a
 // few milliseconds is adopted before it runs, where a scan every
@@ -96,21 +96,33 @@ func (r *run) discover(ctx context.Context) (state, error) {
 // look is how the run looks for containers: a scan every ScanInterval
 // (tick), and, where the kernel's last PID can be read, a read of it every
 // fastInterval (fast) that scans at once when it has moved, or while a
-// container seen being set up is still hot (startingHot). Discovery looks
-// for the apps this way, and the wait for their restarts: a restart is as
-// visible as a first start, adopted while the runtime's init stands in
-// for it, however short the run that follows.
+// container seen being set up is still hot (startingHot; run.starting,
+// which outlives a look: an app adopted from its runtime's init in
+// discovery stays hot in the wait). Discovery looks for the apps this
+// way, and the wait for their restarts: a restart is as visible as a
+// first start, adopted while the runtime's init stands in for it, however
+// short the run that follows.
 type look struct {
-	r        *run
-	tick     *time.Ticker
-	fastT    *time.Ticker
-	fast     <-chan time.Time
-	last     int
-	starting map[instance]time.Time // containers being set up, when first seen
+	r     *run
+	tick  *time.Ticker
+	fastT *time.Ticker
+	fast  <-chan time.Time
+	last  int
+}
+
+// settingUp keeps when the container of main process k was first seen
+// being set up.
+func (r *run) settingUp(k instance, now time.Time) {
+	if r.starting == nil {
+		r.starting = map[instance]time.Time{}
+	}
+	if _, ok := r.starting[k]; !ok {
+		r.starting[k] = now
+	}
 }
 
 func (r *run) newLook() *look {
-	lk := &look{r: r, tick: time.NewTicker(r.cfg.ScanInterval), starting: map[instance]time.Time{}}
+	lk := &look{r: r, tick: time.NewTicker(r.cfg.ScanInterval)}
 	last, err := r.scan.LastPID()
 	if err == nil && r.cfg.ScanInterval > fastInterval {
 		lk.last = last
@@ -136,12 +148,12 @@ func (lk *look) moved(now time.Time) bool {
 		lk.last = n
 		return true
 	}
-	for _, t := range lk.starting {
+	for _, t := range lk.r.starting {
 		if now.Sub(t) < startingHot {
 			return true
 		}
 	}
-	return lk.r.apps.hotInit(now, startingHot)
+	return false
 }
 
 // scan reads the pod, keeps the containers being set up, calls each
@@ -157,17 +169,15 @@ func (lk *look) scan(now time.Time, see func(procscan.Container, time.Time)) ([]
 		if see != nil {
 			see(c, now)
 		}
-		if c.Kind == procscan.Starting && c.HasMain {
+		if c.HasMain && (c.Kind == procscan.Starting || c.Init) {
 			k := instanceOf(c.Main)
 			live[k] = true
-			if _, ok := lk.starting[k]; !ok {
-				lk.starting[k] = now
-			}
+			lk.r.settingUp(k, now)
 		}
 	}
-	for k := range lk.starting {
+	for k := range lk.r.starting {
 		if !live[k] {
-			delete(lk.starting, k)
+			delete(lk.r.starting, k)
 		}
 	}
 	return lk.r.adopt(pod), nil
@@ -233,7 +243,8 @@ func (r *run) adopt(pod procscan.Pod) []watchedApp {
 		}
 		old, replaces := r.apps.started(id, c.Name, c.Kube.Name)
 		if c.Init {
-			r.apps.adoptedInit(id, time.Now())
+			r.apps.adoptedInit(id)
+			r.settingUp(id, time.Now())
 		}
 		r.journalApp(id, c)
 		if replaces {

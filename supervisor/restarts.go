@@ -39,8 +39,7 @@ type app struct {
 	restarts int
 	// init: adopted as its runtime's init (procscan.Container.Init), its
 	// program not yet seen running (execd).
-	init   bool
-	initAt time.Time
+	init bool
 	// initEnd says how it ended as its runtime's init (startFailure), if
 	// it did.
 	initEnd string

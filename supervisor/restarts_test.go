@@ -136,7 +136,7 @@ func TestLedger(t *testing.T) {
 						replaced = append(replaced, f[1]+"<"+old)
 					}
 					if f[0] == "init" {
-						l.adoptedInit(id, now)
+						l.adoptedInit(id)
 						if !l.unexeced() {
 							t.Fatalf("%s: not taken as its runtime's init", step)
 						}

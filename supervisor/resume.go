@@ -138,7 +138,8 @@ func (r *run) replay(entries []entry, pod procscan.Pod) {
 			// journal said: an exec happens once, and may have happened
 			// while no supervisor watched): a kill before its exec is a
 			// failed start here too (ledger.end).
-			r.apps.adoptedInit(id, time.Now())
+			r.apps.adoptedInit(id)
+			r.settingUp(id, time.Now())
 		}
 		proc, err := r.watch.Watch(process(c.Main))
 		switch {

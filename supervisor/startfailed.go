@@ -1,15 +1,13 @@
 package supervisor
 
 import (
-	"time"
-
 	"github.com/sidecar-supervisor/sidecar-supervisor/supervisor/exitwatch"
 )
 
 // A start that failed. An app adopted as its runtime's init (runc's
 // "runc:[2:INIT]", crun's, Kata's agent: procscan.Container.Init) has not
 // run its program yet. Until a scan shows it running its program, the pod
-// is scanned (unexeced; every fastInterval for startingHot, hotInit), and
+// is scanned (unexeced; every fastInterval for startingHot, look), and
 // a SIGKILL before that ends no run of the app: it is the runtime's
 // cleanup of a start that failed (containerd or the kubelet restarted
 // under it: "failed to create shim task: context canceled"). CRI leaves
@@ -34,24 +32,10 @@ import (
 
 // adoptedInit marks the instance id as adopted from its runtime's init,
 // before its program runs.
-func (l *ledger) adoptedInit(id instance, now time.Time) {
+func (l *ledger) adoptedInit(id instance) {
 	if a := l.byMain[id]; a != nil {
-		a.init, a.initAt = true, now
+		a.init = true
 	}
-}
-
-// hotInit reports whether a running instance was adopted as its runtime's
-// init less than hot before now, its exec not yet seen: the pod is then
-// scanned every fastInterval (look.moved), as for a container being set
-// up, so that the exec of a program that runs for a few milliseconds is
-// seen (an end after it is the app's, not a start that failed).
-func (l *ledger) hotInit(now time.Time, hot time.Duration) bool {
-	for _, a := range l.byMain {
-		if a.init && !a.done && now.Sub(a.initAt) < hot {
-			return true
-		}
-	}
-	return false
 }
 
 // execd records that the instance id, if one, runs its program: its
