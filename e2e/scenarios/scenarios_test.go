@@ -6,7 +6,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/pod"
 )
@@ -162,10 +161,18 @@ func TestTwoAppsOrder(t *testing.T) {
 			{Name: "quick", Cued: true}, {Name: "slow", Args: []string{"--sleep", "1h"}}}})
 		releaseApps(t, p, built, []App{{Name: "quick", Cued: true}})
 		waitStatus(t, p, func(s pod.Status) bool { return pod.Ended("quick")(s) && s.Container("supervisor").Running })
-		// The supervisor has seen "quick" exit; give it every chance to
-		// act wrongly, then check it did not.
+		// The supervisor has taken quick's exit in and waits on for slow,
+		// as its progress says (written after the step where it would have
+		// gone on to decide): nothing was touched by then.
 		waitLog(t, p, "app exited")
-		time.Sleep(500 * time.Millisecond)
+		if !eventually(func() bool {
+			m := p.TerminationMessage("supervisor")
+			first, _, _ := strings.Cut(m, "\n")
+			return strings.HasPrefix(first, "running: waiting for app ") && !strings.Contains(first, ",") &&
+				strings.Contains(m, "): exit 0") && strings.Contains(m, "): running")
+		}) {
+			t.Fatalf("the supervisor's progress does not say it waits for one app once quick exited 0: %q", p.TerminationMessage("supervisor"))
+		}
 		if rec := touched(Record(built.PilotRecord)); len(rec) != 0 || !p.Status().Container("istio-proxy").Running {
 			t.Fatalf("sidecar touched while an app runs: %q", rec)
 		}
