@@ -698,15 +698,7 @@ func TestAdmissionPolicy(t *testing.T) {
 				return
 			}
 			checkSupervisorBasics(t, got.Spec, wantBasics(tc.ptrace))
-			// What it adds passes Pod Security restricted (ptrace: privileged
-			// only, as asked, for the reasons deploy/job-ptrace.yaml has).
-			want := []string{"", "", ""}
-			if tc.ptrace {
-				want = ptraceRefusals
-			}
-			if diff := cmp.Diff(want, podSecurity(t, got.Spec)); diff != "" {
-				t.Errorf("the supervisor's Pod Security verdicts for %v (-want +got):\n%s", securityLevels, diff)
-			}
+			checkPodSecurity(t, got.Spec, tc.ptrace)
 			checkAdmissionOrder(t, got.Spec)
 			checkValid(t, got.Spec)
 			// Everything else of the pod is as the webhooks left it; the

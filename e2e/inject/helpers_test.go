@@ -414,7 +414,8 @@ func checkSupervisorBasics(t *testing.T, spec corev1.PodSpec, want supervisorBas
 
 // checkSupervised checks a pod as the supervisor was added to it: its shape
 // is want (a difference is reported as what's, with shown after it), and
-// it passes checkOrder, checkSupervisorBasics with basics, and checkValid.
+// it passes checkOrder, checkSupervisorBasics with basics, checkValid, and
+// checkPodSecurity (ptrace where basics are wantBasics(true)'s).
 func checkSupervised(t *testing.T, spec corev1.PodSpec, want podShape, basics supervisorBasics, proxyMayFollow bool, what, shown string) {
 	t.Helper()
 	if diff := cmp.Diff(want, shapeOf(spec)); diff != "" {
@@ -423,4 +424,5 @@ func checkSupervised(t *testing.T, spec corev1.PodSpec, want podShape, basics su
 	checkOrder(t, spec, proxyMayFollow)
 	checkSupervisorBasics(t, spec, basics)
 	checkValid(t, spec)
+	checkPodSecurity(t, spec, !basics.RunAsNonRoot)
 }

@@ -48,11 +48,10 @@ var ptraceRefusals = []string{
 // default drain, and restartPolicy left to the Deployment default (Always).
 func TestHandWrittenManifests(t *testing.T) {
 	for _, tc := range []struct {
-		file     string
-		kind     string
-		ptrace   bool
-		want     podShape
-		security []string
+		file   string
+		kind   string
+		ptrace bool
+		want   podShape
 	}{
 		{
 			// Written out, the others through handJobEnv and supervisorEnv.
@@ -75,7 +74,7 @@ func TestHandWrittenManifests(t *testing.T) {
 		{file: "job-native.yaml", kind: "Job", want: podShape{InitContainers: []string{supervisorName}, Containers: []string{"app"}, ShareProcessNamespace: true,
 			SupervisorEnv: nativeEnv("Never", "app", "SUPERVISOR_STOP_TIMEOUT", "30s", "SUPERVISOR_ON_FAILURE", "SIGKILL", "SUPERVISOR_EXIT_STATUS", "auto"), SupervisorUser: "1337"}},
 		{
-			file: "job-ptrace.yaml", kind: "Job", ptrace: true, security: ptraceRefusals,
+			file: "job-ptrace.yaml", kind: "Job", ptrace: true,
 			want: asRoot(supervisorLast(handJobEnv("Never", "SUPERVISOR_EXIT_STATUS", "ptrace", "SUPERVISOR_ON_FAILURE", "SIGKILL"), "app")),
 		},
 		// The hold exactly as the injection template adds it.
@@ -83,7 +82,7 @@ func TestHandWrittenManifests(t *testing.T) {
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			tmpl := podTemplateOf(t, tc.kind, readDeploy(t, tc.file))
-			checkHandWritten(t, tmpl, tc.want, tc.ptrace, tc.security)
+			checkHandWritten(t, tmpl, tc.want, tc.ptrace)
 			if tc.kind != "Deployment" {
 				return
 			}
@@ -112,10 +111,8 @@ func TestHandWrittenManifests(t *testing.T) {
 // checkHandWritten checks a pod template written by hand: its shape is want
 // (checkSupervised, with wantBasics(ptrace)); the settings copied by hand
 // from the pod agree with it (checkConsistent); it asks Istio for
-// istio-proxy; and Pod Security (Kubernetes' own checks) says security of
-// what the pod has of ours at each of securityLevels (nil: every level
-// admits it).
-func checkHandWritten(t *testing.T, tmpl corev1.PodTemplateSpec, want podShape, ptrace bool, security []string) {
+// istio-proxy.
+func checkHandWritten(t *testing.T, tmpl corev1.PodTemplateSpec, want podShape, ptrace bool) {
 	t.Helper()
 	checkSupervised(t, tmpl.Spec, want, wantBasics(ptrace), false, "pod", "")
 	if want.SupervisorEnv != nil {
@@ -123,12 +120,6 @@ func checkHandWritten(t *testing.T, tmpl corev1.PodTemplateSpec, want podShape, 
 	}
 	if got := tmpl.Labels["sidecar.istio.io/inject"]; got != "true" {
 		t.Errorf(`pod label sidecar.istio.io/inject = %q, want "true"`, got)
-	}
-	if security == nil {
-		security = []string{"", "", ""}
-	}
-	if diff := cmp.Diff(security, podSecurity(t, tmpl.Spec)); diff != "" {
-		t.Errorf("Pod Security verdicts for %v (-want +got):\n%s", securityLevels, diff)
 	}
 }
 
@@ -167,6 +158,23 @@ func checkConsistent(t *testing.T, spec corev1.PodSpec, sidecars ...string) {
 }
 
 var securityLevels = []psaapi.Level{psaapi.LevelRestricted, psaapi.LevelBaseline, psaapi.LevelPrivileged}
+
+// checkPodSecurity: what the pod has of ours, if anything (podSecurity),
+// passes Pod Security "restricted"; with exit-status ptrace, "privileged"
+// only, for ptraceRefusals' reasons (those of deploy/job-ptrace.yaml).
+func checkPodSecurity(t *testing.T, spec corev1.PodSpec, ptrace bool) {
+	t.Helper()
+	if findEither(spec, supervisorName) == nil && findInit(spec, installName) == nil {
+		return
+	}
+	want := []string{"", "", ""}
+	if ptrace {
+		want = ptraceRefusals
+	}
+	if diff := cmp.Diff(want, podSecurity(t, spec)); diff != "" {
+		t.Errorf("the Pod Security verdicts on what the pod has of ours, for %v (-want +got):\n%s", securityLevels, diff)
+	}
+}
 
 // podSecurity judges what the pod has of ours, the supervisor (a container
 // or a native sidecar) and its state volume, the install init container and

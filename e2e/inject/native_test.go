@@ -4,7 +4,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -157,39 +156,5 @@ func TestNativeSidecarAutoDetection(t *testing.T) {
 			pod := admit(t, webhookWithNode(t, in, tc.kubelet), podFor(tc.obj.DeepCopyObject()))
 			checkSupervised(t, pod.Spec, tc.want, wantBasics(false), true, "injected pod", dump(pod))
 		})
-	}
-}
-
-// TestInjectedPodSecurity runs Kubernetes' Pod Security checks on what the
-// template adds, as Istio's webhook returns it: the supervisor, a container
-// or native with its state volume, and the hold's install init container
-// with the shared PID namespace pass "restricted"; with exit-status ptrace
-// only "privileged" admits the supervisor, for the same reasons as
-// deploy/job-ptrace.yaml.
-func TestInjectedPodSecurity(t *testing.T) {
-	for _, in := range installs(t) {
-		for _, tc := range []struct {
-			name string
-			obj  runtime.Object
-			// ours must be in the pod.
-			ours string
-			want []string
-		}{
-			{"native", job("psa", corev1.RestartPolicyNever, map[string]string{shapeAnnotation: "native"}, "app"), supervisorName, []string{"", "", ""}},
-			{"native ptrace", job("psa", corev1.RestartPolicyNever, map[string]string{shapeAnnotation: "native", annotationPrefix + "exit-status": "ptrace"}, "app"),
-				supervisorName, ptraceRefusals},
-			{"container", job("psa", corev1.RestartPolicyNever, nil, "app"), supervisorName, []string{"", "", ""}},
-			{"hold", deployment("web", "web"), installName, []string{"", "", ""}},
-		} {
-			t.Run(in.Name+"/"+tc.name, func(t *testing.T) {
-				pod := admit(t, newWebhook(t, in), podFor(tc.obj))
-				if findEither(pod.Spec, tc.ours) == nil {
-					t.Fatalf("no %s:\n%s", tc.ours, dump(pod))
-				}
-				if diff := cmp.Diff(tc.want, podSecurity(t, pod.Spec)); diff != "" {
-					t.Errorf("Pod Security verdicts for %v (-want +got):\n%s", securityLevels, diff)
-				}
-			})
-		}
 	}
 }

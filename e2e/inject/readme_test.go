@@ -50,7 +50,7 @@ func TestReadmeInstall(t *testing.T) {
 			"SUPERVISOR_APP_CONTAINERS": "1",
 			"SUPERVISOR_APPS":           "app",
 			"SUPERVISOR_ON_SUCCESS":     quitURL,
-		}, "app"), false, nil)
+		}, "app"), false)
 	})
 	t.Run("injection template", func(t *testing.T) {
 		cmd := readmeBlock(t, "**Istio injection template**", "sh")

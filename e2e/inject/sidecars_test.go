@@ -103,9 +103,7 @@ func TestSidecarExamples(t *testing.T) {
 			checkSupervisorBasics(t, spec, wantBasics(false))
 			checkValid(t, spec)
 			checkConsistent(t, spec, ex.inFile)
-			if got := podSecurity(t, spec); !slices.Equal(got, []string{"", "", ""}) {
-				t.Errorf("the supervisor's Pod Security verdicts for %v: %q, want every level to admit it", securityLevels, got)
-			}
+			checkPodSecurity(t, spec, false)
 			if ex.inFile != "" {
 				c := findContainer(spec, ex.inFile)
 				if c == nil {
