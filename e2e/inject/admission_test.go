@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"slices"
 	"strings"
 	"testing"
 
@@ -677,9 +676,7 @@ func TestAdmissionPolicy(t *testing.T) {
 				}
 				return
 			}
-			if diff := cmp.Diff(tc.want, shapeOf(got.Spec)); diff != "" {
-				t.Errorf("pod (-want +got):\n%s", diff)
-			}
+			checkSupervised(t, got.Spec, tc.want, wantBasics(tc.ptrace), false, "pod", dump(got))
 			for k, v := range tc.annotations {
 				if got.Annotations[k] != v {
 					t.Errorf("annotation %s = %q, want %q", k, got.Annotations[k], v)
@@ -697,10 +694,6 @@ func TestAdmissionPolicy(t *testing.T) {
 				}
 				return
 			}
-			checkSupervisorBasics(t, got.Spec, wantBasics(tc.ptrace))
-			checkPodSecurity(t, got.Spec, tc.ptrace)
-			checkAdmissionOrder(t, got.Spec)
-			checkValid(t, got.Spec)
 			// Everything else of the pod is as the webhooks left it; the
 			// state volume comes after the pod's own (checkStateDir).
 			w := without.DeepCopy()
@@ -727,35 +720,5 @@ func TestAdmissionPolicy(t *testing.T) {
 				t.Errorf("a second run changed the pod (err %v):\n%s", again.err, cmp.Diff(got, again.pod))
 			}
 		})
-	}
-}
-
-// checkAdmissionOrder: the supervisor first where SUPERVISOR_AFTER_APPS
-// names sidecars, each after every app (the kubelet starts containers in
-// the spec's order, so one of them starting means every app has been
-// started); else last.
-func checkAdmissionOrder(t *testing.T, spec corev1.PodSpec) {
-	t.Helper()
-	shape := shapeOf(spec)
-	names := shape.Containers
-	i := slices.Index(names, supervisorName)
-	after := shape.SupervisorEnv[afterAppsVar]
-	if after == "" {
-		if i != len(names)-1 {
-			t.Errorf("%s without %s is not last: %v", supervisorName, afterAppsVar, names)
-		}
-		return
-	}
-	if i != 0 {
-		t.Errorf("%s with %s=%s is not first: %v", supervisorName, afterAppsVar, after, names)
-	}
-	apps := strings.Split(shape.SupervisorEnv["SUPERVISOR_APPS"], ",")
-	for _, s := range strings.Split(after, ",") {
-		j := slices.Index(names, s)
-		for _, a := range apps {
-			if k := slices.Index(names, a); j < 0 || k > j {
-				t.Errorf("%s=%s: %s does not come after app %s: %v", afterAppsVar, after, s, a, names)
-			}
-		}
 	}
 }

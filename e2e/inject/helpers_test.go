@@ -292,17 +292,17 @@ const afterAppsVar = "SUPERVISOR_AFTER_APPS"
 // checkOrder checks where the supervisor, when present, sits among the
 // containers, which the kubelet starts one at a time in the spec's order.
 // A native supervisor (an init container) is checked by checkNativeOrder.
-// As a regular container, either of two, told apart by the supervisor's
-// environment:
-//   - with SUPERVISOR_AFTER_APPS=istio-proxy (the injection template, with
-//     istio-proxy last): the supervisor first, before every app, and
-//     istio-proxy last, so that its start marks the kubelet's passing of the
-//     apps;
+// As a regular container, told apart by the supervisor's environment:
 //   - without SUPERVISOR_AFTER_APPS (by hand, the kustomize component, the
-//     template with holdApplicationUntilProxyStarts): the supervisor after
-//     every app. With proxyMayFollow, istio-proxy alone may come after it:
-//     Istio's injector moves istio-proxy last after running all templates
-//     (unless holdApplicationUntilProxyStarts puts it first).
+//     template with holdApplicationUntilProxyStarts, the admission policy
+//     where no sidecar follows the apps): the supervisor after every app.
+//     With proxyMayFollow, istio-proxy alone may come after it: Istio's
+//     injector moves istio-proxy last after running all templates (unless
+//     holdApplicationUntilProxyStarts puts it first);
+//   - with it, the supervisor first, before every app, and each container
+//     named after the apps (SUPERVISOR_APPS), so that one of them starting
+//     marks the kubelet's passing of the apps: the template's istio-proxy
+//     last, or the admission policy's sidecars.
 func checkOrder(t *testing.T, spec corev1.PodSpec, proxyMayFollow bool) {
 	t.Helper()
 	shape := shapeOf(spec)
@@ -322,10 +322,21 @@ func checkOrder(t *testing.T, spec corev1.PodSpec, proxyMayFollow bool) {
 				t.Errorf("container %q comes after %s, which has no %s: %v", n, supervisorName, afterAppsVar, names)
 			}
 		}
-	case after != proxyName:
-		t.Errorf("%s has %s=%q, want %q", supervisorName, afterAppsVar, after, proxyName)
-	case i != 0 || names[len(names)-1] != proxyName:
-		t.Errorf("%s has %s=%s: want it first and %s last, got %v", supervisorName, afterAppsVar, proxyName, proxyName, names)
+	case i != 0:
+		t.Errorf("%s with %s=%s is not first: %v", supervisorName, afterAppsVar, after, names)
+	case after == proxyName:
+		if names[len(names)-1] != proxyName {
+			t.Errorf("%s has %s=%s: want %s last, got %v", supervisorName, afterAppsVar, proxyName, proxyName, names)
+		}
+	default:
+		for _, s := range strings.Split(after, ",") {
+			j := slices.Index(names, s)
+			for _, a := range strings.Split(shape.SupervisorEnv["SUPERVISOR_APPS"], ",") {
+				if k := slices.Index(names, a); j < 0 || k > j {
+					t.Errorf("%s=%s: %s does not come after app %s: %v", afterAppsVar, after, s, a, names)
+				}
+			}
+		}
 	}
 }
 

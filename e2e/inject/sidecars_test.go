@@ -96,14 +96,14 @@ func TestSidecarExamples(t *testing.T) {
 			tmpl := podTemplateOf(t, "Job", readDeploy(t, ex.file))
 			spec := tmpl.Spec
 			env := shapeOf(spec).SupervisorEnv
-			if !shapeOf(spec).ShareProcessNamespace {
-				t.Error("shareProcessNamespace is not true")
+			// The supervisor last, after the file's containers; its
+			// environment is checked below.
+			containers := []string{"app"}
+			if ex.inFile != "" {
+				containers = append(containers, ex.inFile)
 			}
-			checkOrder(t, spec, false)
-			checkSupervisorBasics(t, spec, wantBasics(false))
-			checkValid(t, spec)
+			checkSupervised(t, spec, supervisorLast(env, containers...), wantBasics(false), false, "pod", "")
 			checkConsistent(t, spec, ex.inFile)
-			checkPodSecurity(t, spec, false)
 			if ex.inFile != "" {
 				c := findContainer(spec, ex.inFile)
 				if c == nil {
