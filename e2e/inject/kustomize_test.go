@@ -20,117 +20,234 @@ import (
 const restartPolicyAnnotation = annotationPrefix + "restart-policy"
 
 // kustomizeBuild runs `kustomize build dir` through kustomize's Go API.
-func kustomizeBuild(fs filesys.FileSystem, dir string) (map[string][]byte, error) {
+func kustomizeBuild(t *testing.T, fs filesys.FileSystem, dir string) map[string][]byte {
+	t.Helper()
 	rm, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(fs, dir)
 	if err != nil {
-		return nil, err
+		t.Fatalf("kustomize build: %v", err)
 	}
 	out := map[string][]byte{}
 	for _, r := range rm.Resources() {
 		b, err := r.AsYAML()
 		if err != nil {
-			return nil, err
+			t.Fatal(err)
 		}
 		out[r.GetKind()+"/"+r.GetName()] = b
 	}
-	return out, nil
+	return out
 }
 
-// TestKustomizeComponent builds deploy/kustomize/example (both components)
-// and checks each workload: strict decoding, the supervisor last in the Job
-// and the CronJob with the pod's own restartPolicy reaching
-// SUPERVISOR_RESTART_POLICY, the hold in the Deployment and only there, the
-// overlay's tuning applied on top of the components. Then each goes through
-// Istio's webhook, which must keep what the components added and add only
-// its own containers.
-func TestKustomizeComponent(t *testing.T) {
-	built, err := kustomizeBuild(filesys.MakeFsOnDisk(), filepath.Join(deployDir, "kustomize", "example"))
-	if err != nil {
-		t.Fatalf("kustomize build: %v", err)
+// TestKustomizeBuilds builds three kustomizations: deploy/kustomize/example
+// (both components, and its own tuning on top); an overlay of both as users
+// write one, whose images field replaces the supervisor image both
+// components add (and leaves the hold's istio-proxy image, auto, Istio's) and
+// whose patch gives one Job another action on success than the component's
+// default, pilot-agent's quit endpoint; and the hold component alone over
+// every kind it targets (a Deployment with init containers of its own, which
+// the install container precedes, and an istio-proxy customisation of its
+// own) and a Job it must not touch. Each workload decodes strictly and has
+// the shape wanted (checkSupervised: the supervisor last in Jobs and
+// CronJobs, the hold in the others only); the restart-policy annotation
+// copies the pod's restartPolicy, where the supervisor is; the settings
+// resolve from the pod's annotations as wanted; and Istio's webhook keeps
+// what the components added, adding only its own containers.
+func TestKustomizeBuilds(t *testing.T) {
+	const mirror = "registry.example.com/mirror/sidecar-supervisor:v0.1.1"
+	pod := `
+    metadata:
+      labels: {app: x, sidecar.istio.io/inject: "true"}
+    spec:
+      containers:
+      - {name: app, image: busybox:1.37}
+`
+	builds := map[string]map[string][]byte{
+		"example": kustomizeBuild(t, filesys.MakeFsOnDisk(), filepath.Join(deployDir, "kustomize", "example")),
+		"overlay": buildOverlay(t, map[string]string{
+			"/app/kustomization.yaml": `resources: [jobs.yaml, nightly.yaml, deployment.yaml]
+components: [../supervisor, ../hold]
+images:
+- name: ghcr.io/sidecar-supervisor/sidecar-supervisor
+  newName: registry.example.com/mirror/sidecar-supervisor
+  newTag: v0.1.1
+patches:
+- target: {kind: Job, name: drain}
+  patch: |-
+    apiVersion: batch/v1
+    kind: Job
+    metadata: {name: drain}
+    spec:
+      template:
+        metadata:
+          annotations:
+            supervisor.sidecar-supervisor.io/on-success: SIGTERM
+`,
+			"/app/jobs.yaml": jobYAML("quit") + "---\n" + jobYAML("drain"),
+			"/app/nightly.yaml": `apiVersion: batch/v1
+kind: CronJob
+metadata:
+  name: nightly
+spec:
+  schedule: "0 3 * * *"
+  jobTemplate:
+    spec:
+      template:
+        spec:
+          restartPolicy: OnFailure
+          containers:
+          - name: app
+            image: busybox:1.37
+`,
+			"/app/deployment.yaml": `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+spec:
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      containers:
+      - name: web
+        image: busybox:1.37
+`,
+		}),
+		"hold": buildOverlay(t, map[string]string{
+			"/app/kustomization.yaml": "resources: [workloads.yaml]\ncomponents: [../hold]\n",
+			"/app/workloads.yaml": `apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db}
+spec:
+  selector: {matchLabels: {app: x}}
+  template:` + pod + `---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: agent}
+spec:
+  selector: {matchLabels: {app: x}}
+  template:` + pod + `---
+` + jobYAML("once") + `---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  selector: {matchLabels: {app: x}}
+  template:
+    metadata:
+      labels: {app: x, sidecar.istio.io/inject: "true"}
+    spec:
+      initContainers:
+      - {name: migrate, image: busybox:1.37}
+      containers:
+      - {name: app, image: busybox:1.37}
+      - name: istio-proxy
+        image: auto
+        resources: {requests: {cpu: 200m}}
+`,
+		}),
 	}
 	// Every setting comes from its pod annotation through the downward API.
 	env := map[string]string{
-		"SUPERVISOR_RESTART_POLICY": "fieldRef:metadata.annotations['" + restartPolicyAnnotation + "']",
+		"SUPERVISOR_RESTART_POLICY": annotationRef("restart-policy"),
 		"GOMEMLIMIT":                "resourceFieldRef:limits.memory",
 	}
 	for v, key := range settingAnnotations {
-		env[v] = "fieldRef:metadata.annotations['" + annotationPrefix + key + "']"
+		env[v] = annotationRef(key)
 	}
-	withSupervisor := supervisorLast(env, "app")
-	withHold := podShape{
-		InitContainers:        []string{installName},
-		Containers:            []string{proxyName, "web"},
-		ShareProcessNamespace: true,
-		Hold:                  kustomizeHold(),
+	job := supervisorLast(env, "app")
+	// Before injection istio-proxy comes first (the strategic merge puts
+	// new items first); Istio's injector moves it last.
+	hold := func(inits []string, app string) podShape {
+		return podShape{InitContainers: inits, Containers: []string{proxyName, app}, ShareProcessNamespace: true, Hold: kustomizeHold()}
 	}
+	web, install := hold([]string{installName}, "web"), []string{installName}
+	onSuccess := func(restart, action string, kv ...string) map[string]string {
+		return setPairs(map[string]string{"SUPERVISOR_RESTART_POLICY": restart, "SUPERVISOR_ON_SUCCESS": action}, kv...)
+	}
+	jobImages := []string{"busybox:1.37", mirror}
 	for _, tc := range []struct {
-		resource string
-		obj      runtime.Object
-		want     podShape
+		build, resource string
+		obj             runtime.Object
+		want            podShape
 		// The restart-policy annotation the pod template must carry.
-		wantRestart string
-		// The supervisor's (or for the hold, istio-proxy's) non-empty
-		// settings once kubelet has resolved the downward API references
-		// against the pod's annotations.
-		wantResolved map[string]string
+		restart string
+		// The supervisor's (or else istio-proxy's) non-empty settings once
+		// the kubelet has resolved the downward API references against
+		// the pod's annotations.
+		resolved map[string]string
+		// images: of the init containers, then the containers; nil: not
+		// checked.
+		images []string
+		// proxyCPU: istio-proxy's own cpu request, kept by the injection.
+		proxyCPU string
 	}{
-		{resource: "Job/migrate", obj: &batchv1.Job{}, want: withSupervisor, wantRestart: "Never",
-			wantResolved: map[string]string{"SUPERVISOR_RESTART_POLICY": "Never", "SUPERVISOR_ON_SUCCESS": quitURL}},
-		{resource: "CronJob/nightly-report", obj: &batchv1.CronJob{}, want: withSupervisor, wantRestart: "OnFailure",
-			wantResolved: map[string]string{"SUPERVISOR_RESTART_POLICY": "OnFailure", "SUPERVISOR_ON_SUCCESS": quitURL, "SUPERVISOR_STOP_TIMEOUT": "60s"}},
-		{resource: "Deployment/web", obj: &appsv1.Deployment{}, want: withHold, wantResolved: map[string]string{"SUPERVISOR_HOLD_TIMEOUT": "50s"}},
+		{"example", "Job/migrate", &batchv1.Job{}, job, "Never", onSuccess("Never", quitURL), nil, ""},
+		{"example", "CronJob/nightly-report", &batchv1.CronJob{}, job, "OnFailure", onSuccess("OnFailure", quitURL, "SUPERVISOR_STOP_TIMEOUT", "60s"), nil, ""},
+		{"example", "Deployment/web", &appsv1.Deployment{}, web, "", map[string]string{"SUPERVISOR_HOLD_TIMEOUT": "50s"}, nil, ""},
+		{"overlay", "Job/quit", &batchv1.Job{}, job, "Never", onSuccess("Never", quitURL), jobImages, ""},
+		{"overlay", "Job/drain", &batchv1.Job{}, job, "Never", onSuccess("Never", "SIGTERM"), jobImages, ""},
+		{"overlay", "CronJob/nightly", &batchv1.CronJob{}, job, "OnFailure", onSuccess("OnFailure", quitURL), jobImages, ""},
+		{"overlay", "Deployment/web", &appsv1.Deployment{}, web, "", nil, []string{mirror, "auto", "busybox:1.37"}, ""},
+		{"hold", "StatefulSet/db", &appsv1.StatefulSet{}, hold(install, "app"), "", nil, nil, ""},
+		{"hold", "DaemonSet/agent", &appsv1.DaemonSet{}, hold(install, "app"), "", nil, nil, ""},
+		{"hold", "Deployment/web", &appsv1.Deployment{}, hold([]string{installName, "migrate"}, "app"), "", nil, nil, "200m"},
+		{"hold", "Job/once", &batchv1.Job{}, podShape{Containers: []string{"app"}}, "", nil, nil, ""},
 	} {
-		t.Run(tc.resource, func(t *testing.T) {
-			tmpl := checkKustomized(t, built, tc.resource, tc.obj, tc.want)
+		t.Run(tc.build+"/"+tc.resource, func(t *testing.T) {
+			b, ok := builds[tc.build][tc.resource]
+			if !ok {
+				t.Fatalf("kustomize output has no %s; has %v", tc.resource, slices.Sorted(maps.Keys(builds[tc.build])))
+			}
+			decodeStrict(t, b, tc.obj)
+			tmpl := podTemplateFor(tc.obj)
+			basics := wantBasics(false)
+			if tc.build == "overlay" {
+				basics.Image = mirror
+			}
+			checkSupervised(t, tmpl.Spec, tc.want, basics, false, "pod template", string(b))
 			got, isSet := tmpl.Annotations[restartPolicyAnnotation]
-			if tc.wantRestart == "" && isSet {
+			if tc.restart == "" && isSet {
 				t.Errorf("annotation %s set on a workload the component must not touch", restartPolicyAnnotation)
 			}
-			if got != tc.wantRestart {
-				t.Errorf("annotation %s = %q, want %q", restartPolicyAnnotation, got, tc.wantRestart)
+			if got != tc.restart {
+				t.Errorf("annotation %s = %q, want %q", restartPolicyAnnotation, got, tc.restart)
 			}
-			if tc.wantRestart != "" && got != string(tmpl.Spec.RestartPolicy) {
+			if tc.restart != "" && got != string(tmpl.Spec.RestartPolicy) {
 				t.Errorf("annotation %s = %q, pod restartPolicy = %q", restartPolicyAnnotation, got, tmpl.Spec.RestartPolicy)
 			}
 			name := supervisorName
-			if tc.wantRestart == "" {
+			if tc.want.SupervisorEnv == nil {
 				name = proxyName
 			}
-			if diff := cmp.Diff(tc.wantResolved, resolveEnv(*tmpl, name)); diff != "" {
-				t.Errorf("%s settings as kubelet resolves them (-want +got):\n%s", name, diff)
+			if diff := cmp.Diff(tc.resolved, resolveEnv(*tmpl, name)); diff != "" {
+				t.Errorf("%s settings as the kubelet resolves them (-want +got):\n%s", name, diff)
 			}
-			t.Run("through istio's webhook", func(t *testing.T) { checkKustomizedInjected(t, tc.obj, tc.want) })
+			if tc.images != nil {
+				var images []string
+				for _, c := range append(slices.Clone(tmpl.Spec.InitContainers), tmpl.Spec.Containers...) {
+					images = append(images, c.Image)
+				}
+				if diff := cmp.Diff(tc.images, images); diff != "" {
+					t.Errorf("images, init containers then containers (-want +got):\n%s\n%s", diff, b)
+				}
+			}
+			if tc.want.SupervisorEnv == nil && tc.want.Hold.InstallArgs == nil {
+				return // the supervisor template would add its own
+			}
+			// Through Istio's webhook: istio-init after the pod's init
+			// containers, istio-proxy moved last, the component's
+			// supervisor still after the apps, without
+			// SUPERVISOR_AFTER_APPS (only istio-proxy follows it).
+			pod := admit(t, newWebhook(t, installs(t)[0]), podFor(tc.obj))
+			want := tc.want
+			want.InitContainers = append(slices.Clone(want.InitContainers), "istio-init")
+			want.Containers = append(slices.DeleteFunc(slices.Clone(want.Containers), func(c string) bool { return c == proxyName }), proxyName)
+			checkSupervised(t, pod.Spec, want, basics, true, "injected pod", dump(pod))
+			if p := findEither(pod.Spec, proxyName); tc.proxyCPU != "" && (p == nil || p.Resources.Requests.Cpu().String() != tc.proxyCPU) {
+				t.Errorf("istio-proxy's own cpu request %s lost:\n%s", tc.proxyCPU, dump(pod))
+			}
 		})
 	}
-}
-
-// checkKustomized decodes resource of built strictly into obj and checks
-// its pod template with checkSupervised: shape want, the supervisor (if
-// any) after the apps.
-func checkKustomized(t *testing.T, built map[string][]byte, resource string, obj runtime.Object, want podShape) *corev1.PodTemplateSpec {
-	t.Helper()
-	b, ok := built[resource]
-	if !ok {
-		t.Fatalf("kustomize output has no %s; has %v", resource, slices.Sorted(maps.Keys(built)))
-	}
-	decodeStrict(t, b, obj)
-	tmpl := podTemplateFor(obj)
-	checkSupervised(t, tmpl.Spec, want, wantBasics(false), false, "pod template", string(b))
-	return tmpl
-}
-
-// checkKustomizedInjected runs obj's pod, whose template has shape want,
-// through Istio's webhook and checks it with checkSupervised: istio-init
-// after the pod's init containers, istio-proxy moved last, and the
-// component's supervisor still after the apps, without
-// SUPERVISOR_AFTER_APPS (only istio-proxy follows it).
-func checkKustomizedInjected(t *testing.T, obj runtime.Object, want podShape) *corev1.Pod {
-	t.Helper()
-	pod := admit(t, newWebhook(t, installs(t)[0]), podFor(obj))
-	want.InitContainers = append(slices.Clone(want.InitContainers), "istio-init")
-	want.Containers = append(slices.DeleteFunc(slices.Clone(want.Containers), func(c string) bool { return c == proxyName }), proxyName)
-	checkSupervised(t, pod.Spec, want, wantBasics(false), true, "injected pod", dump(pod))
-	return pod
 }
 
 // TestKustomizePatchesAgree checks that the component's CronJob patches are
@@ -181,93 +298,6 @@ func TestKustomizePatchesAgree(t *testing.T) {
 	}
 }
 
-// TestKustomizeOverlay builds an overlay of both components as users write
-// one: its images field replaces the supervisor image both components add
-// and leaves the hold's istio-proxy image (auto, Istio's) alone; every Job
-// and CronJob pod gets the one setting the component gives a default of its
-// own, pilot-agent's quit endpoint on success, and a patch in the overlay
-// (applied after the components) gives one workload another action.
-func TestKustomizeOverlay(t *testing.T) {
-	const mirror = "registry.example.com/mirror/sidecar-supervisor:v0.1.1"
-	out := buildOverlay(t, map[string]string{
-		"/app/kustomization.yaml": `resources: [quit.yaml, drain.yaml, nightly.yaml, deployment.yaml]
-components: [../supervisor, ../hold]
-images:
-- name: ghcr.io/sidecar-supervisor/sidecar-supervisor
-  newName: registry.example.com/mirror/sidecar-supervisor
-  newTag: v0.1.1
-patches:
-- target: {kind: Job, name: drain}
-  patch: |-
-    apiVersion: batch/v1
-    kind: Job
-    metadata: {name: drain}
-    spec:
-      template:
-        metadata:
-          annotations:
-            supervisor.sidecar-supervisor.io/on-success: SIGTERM
-`,
-		"/app/quit.yaml":  jobYAML("quit"),
-		"/app/drain.yaml": jobYAML("drain"),
-		"/app/nightly.yaml": `apiVersion: batch/v1
-kind: CronJob
-metadata:
-  name: nightly
-spec:
-  schedule: "0 3 * * *"
-  jobTemplate:
-    spec:
-      template:
-        spec:
-          restartPolicy: OnFailure
-          containers:
-          - name: app
-            image: busybox:1.37
-`,
-		"/app/deployment.yaml": `apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: web
-spec:
-  selector: {matchLabels: {app: web}}
-  template:
-    metadata:
-      labels: {app: web}
-    spec:
-      containers:
-      - name: web
-        image: busybox:1.37
-`,
-	})
-	jobImages := []string{"busybox:1.37", mirror}
-	for _, tc := range []struct {
-		resource string
-		obj      runtime.Object
-		// images: of the init containers, then the containers.
-		images    []string
-		onSuccess string
-	}{
-		{"Job/quit", &batchv1.Job{}, jobImages, quitURL},
-		{"Job/drain", &batchv1.Job{}, jobImages, "SIGTERM"},
-		{"CronJob/nightly", &batchv1.CronJob{}, jobImages, quitURL},
-		{"Deployment/web", &appsv1.Deployment{}, []string{mirror, "auto", "busybox:1.37"}, ""},
-	} {
-		decodeStrict(t, out[tc.resource], tc.obj)
-		tmpl := podTemplateFor(tc.obj)
-		var images []string
-		for _, c := range append(slices.Clone(tmpl.Spec.InitContainers), tmpl.Spec.Containers...) {
-			images = append(images, c.Image)
-		}
-		if diff := cmp.Diff(tc.images, images); diff != "" {
-			t.Errorf("%s images, init containers then containers (-want +got):\n%s\n%s", tc.resource, diff, out[tc.resource])
-		}
-		if got := resolveEnv(*tmpl, supervisorName)["SUPERVISOR_ON_SUCCESS"]; got != tc.onSuccess {
-			t.Errorf("%s: SUPERVISOR_ON_SUCCESS resolves to %q, want %q\n%s", tc.resource, got, tc.onSuccess, out[tc.resource])
-		}
-	}
-}
-
 // jobYAML is a Job named name with one busybox container, as a user writes
 // it, for an overlay's resources.
 func jobYAML(name string) string {
@@ -310,22 +340,19 @@ func buildOverlay(t *testing.T, files map[string]string) map[string][]byte {
 			t.Fatal(err)
 		}
 	}
-	out, err := kustomizeBuild(fs, "/app")
-	if err != nil {
-		t.Fatalf("kustomize build: %v", err)
-	}
-	return out
+	return kustomizeBuild(t, fs, "/app")
 }
 
 // resolveEnv returns a container's SUPERVISOR_* variables with the values
 // kubelet gives them: literal values, or the pod annotation a fieldRef names
-// ("" when the pod lacks it). Empty values are left out.
+// ("" when the pod lacks it). Empty values are left out; nil when none is
+// left.
 func resolveEnv(tmpl corev1.PodTemplateSpec, container string) map[string]string {
 	c := findContainer(tmpl.Spec, container)
 	if c == nil {
 		return nil
 	}
-	out := map[string]string{}
+	var out map[string]string
 	for _, e := range c.Env {
 		if !strings.HasPrefix(e.Name, "SUPERVISOR_") {
 			continue
@@ -342,122 +369,31 @@ func resolveEnv(tmpl corev1.PodTemplateSpec, container string) map[string]string
 			}
 		}
 		if v != "" {
-			out[e.Name] = v
+			out = setPairs(out, e.Name, v)
 		}
 	}
 	return out
 }
 
+// annotationRef is a setting's value from the pod annotation key (after
+// annotationPrefix), as the components write it, in shapeOf's form.
+func annotationRef(key string) string {
+	return "fieldRef:metadata.annotations['" + annotationPrefix + key + "']"
+}
+
+// holdVars are the SUPERVISOR_* variables the hold component gives
+// istio-proxy, in its order, each from its pod annotation (hold-timeout, or
+// the supervisor's own: settingAnnotations).
+var holdVars = []string{"SUPERVISOR_HOLD_TIMEOUT", "SUPERVISOR_APPS", "SUPERVISOR_LOG_LEVEL", "SUPERVISOR_LOG_FORMAT", "SUPERVISOR_IGNORE_PROCESSES"}
+
 // kustomizeHold is the hold as the hold component adds it: as the template's,
 // with the settings read from the pod's annotations.
 func kustomizeHold() holdShape {
-	h := wantHold("")
-	h.Env = map[string]string{}
-	for v, a := range holdSettings {
-		h.Env[v] = "fieldRef:metadata.annotations['" + annotationPrefix + a + "']"
+	h := wantHold(annotationRef("hold-timeout"))
+	for _, v := range holdVars[1:] {
+		h.Env[v] = annotationRef(settingAnnotations[v])
 	}
 	return h
-}
-
-// holdSettings are the SUPERVISOR_* variables the hold reads from pod
-// annotations, in both the injection template and the hold component.
-var holdSettings = map[string]string{
-	"SUPERVISOR_HOLD_TIMEOUT":     "hold-timeout",
-	"SUPERVISOR_APPS":             "apps",
-	"SUPERVISOR_LOG_LEVEL":        "log-level",
-	"SUPERVISOR_LOG_FORMAT":       "log-format",
-	"SUPERVISOR_IGNORE_PROCESSES": "ignore-processes",
-}
-
-// TestKustomizeHoldTargets runs the hold component over every kind it
-// targets and some it must not touch: a Deployment with init containers of
-// its own (the install container goes first) and an istio-proxy
-// customisation of its own, a StatefulSet, a DaemonSet, a Job.
-func TestKustomizeHoldTargets(t *testing.T) {
-	pod := `
-    metadata:
-      labels: {app: x, sidecar.istio.io/inject: "true"}
-    spec:
-      containers:
-      - {name: app, image: busybox:1.37}
-`
-	out := buildOverlay(t, map[string]string{
-		"/app/kustomization.yaml": "resources: [workloads.yaml]\ncomponents: [../hold]\n",
-		"/app/workloads.yaml": `apiVersion: apps/v1
-kind: StatefulSet
-metadata: {name: db}
-spec:
-  selector: {matchLabels: {app: x}}
-  template:` + pod + `---
-apiVersion: apps/v1
-kind: DaemonSet
-metadata: {name: agent}
-spec:
-  selector: {matchLabels: {app: x}}
-  template:` + pod + `---
-apiVersion: batch/v1
-kind: Job
-metadata: {name: once}
-spec:
-  template:
-    spec:
-      restartPolicy: Never
-      containers:
-      - {name: app, image: busybox:1.37}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: web}
-spec:
-  selector: {matchLabels: {app: x}}
-  template:
-    metadata:
-      labels: {app: x, sidecar.istio.io/inject: "true"}
-    spec:
-      initContainers:
-      - {name: migrate, image: busybox:1.37}
-      containers:
-      - {name: app, image: busybox:1.37}
-      - name: istio-proxy
-        image: auto
-        resources: {requests: {cpu: 200m}}
-`,
-	})
-	// Before injection istio-proxy comes first (the strategic merge puts
-	// new items first); Istio's injector moves it last.
-	hold := podShape{
-		InitContainers:        []string{installName},
-		Containers:            []string{proxyName, "app"},
-		ShareProcessNamespace: true,
-		Hold:                  kustomizeHold(),
-	}
-	web := hold
-	web.InitContainers = []string{installName, "migrate"}
-	for _, tc := range []struct {
-		resource string
-		obj      runtime.Object
-		want     podShape
-	}{
-		{"StatefulSet/db", &appsv1.StatefulSet{}, hold},
-		{"DaemonSet/agent", &appsv1.DaemonSet{}, hold},
-		{"Deployment/web", &appsv1.Deployment{}, web},
-		{"Job/once", &batchv1.Job{}, podShape{Containers: []string{"app"}}},
-	} {
-		t.Run(tc.resource, func(t *testing.T) {
-			checkKustomized(t, out, tc.resource, tc.obj, tc.want)
-			if tc.resource == "Job/once" {
-				return
-			}
-			// Istio's webhook merges the hold into its istio-proxy and
-			// keeps the workload's own customisation.
-			pod := checkKustomizedInjected(t, tc.obj, tc.want)
-			if tc.resource == "Deployment/web" {
-				if p := findEither(pod.Spec, proxyName); p == nil || p.Resources.Requests.Cpu().String() != "200m" {
-					t.Errorf("istio-proxy's own cpu request lost:\n%s", dump(pod))
-				}
-			}
-		})
-	}
 }
 
 // TestKustomizeHoldAgrees checks that the hold component adds what
@@ -494,8 +430,8 @@ func TestKustomizeHoldAgrees(t *testing.T) {
 		c    *corev1.Container
 		want []string
 	}{
-		{"deployment.yaml", hp, []string{"SUPERVISOR_HOLD_TIMEOUT", "SUPERVISOR_APPS"}},
-		{"hold.yaml", cp, []string{"SUPERVISOR_HOLD_TIMEOUT", "SUPERVISOR_APPS", "SUPERVISOR_LOG_LEVEL", "SUPERVISOR_LOG_FORMAT", "SUPERVISOR_IGNORE_PROCESSES"}},
+		{"deployment.yaml", hp, holdVars[:2]},
+		{"hold.yaml", cp, holdVars},
 	} {
 		var names []string
 		for _, e := range f.c.Env {
