@@ -153,51 +153,25 @@ func v1beta1Of(t *testing.T, name string, v1 []byte) []byte {
 // that default to supervisor/sidecars.go) and the injection template's.
 func TestAdmissionKnowsSidecars(t *testing.T) {
 	p, _ := readPolicy(t)
-	got := evalVariable(t, p, "known")
-	want := []any{"istio-proxy", "linkerd-proxy", "daprd", "consul-dataplane", "vault-agent", "cloud-sql-proxy", "otc-container", "otel-collector", "fluent-bit"}
+	known, ok := compilePolicy(t, p, environment.DefaultCompatibilityVersion(), environment.StoredExpressions).variables["known"]
+	if !ok {
+		t.Fatal("the policy has no variable known")
+	}
+	out, _, err := known.Program.Eval(map[string]any{})
+	if err != nil {
+		t.Fatalf("variable known: %v", err)
+	}
+	got, err := out.ConvertToNative(reflect.TypeFor[[]string]())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"istio-proxy", "linkerd-proxy", "daprd", "consul-dataplane", "vault-agent", "cloud-sql-proxy", "otc-container", "otel-collector", "fluent-bit"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("the policy's known sidecars (-want +got):\n%s", diff)
 	}
-	var names []string
-	for _, n := range want {
-		names = append(names, n.(string))
+	if tmpl := string(readDeploy(t, templateFile)); !strings.Contains(tmpl, `"`+strings.Join(want, ",")+`"`) {
+		t.Errorf("the injection template's default sidecars are not %s", strings.Join(want, ","))
 	}
-	if tmpl := string(readDeploy(t, "istio/supervisor.tmpl")); !strings.Contains(tmpl, `"`+strings.Join(names, ",")+`"`) {
-		t.Errorf("the injection template's default sidecars are not %s", strings.Join(names, ","))
-	}
-}
-
-// evalVariable evaluates a policy variable that reads nothing of the request.
-func evalVariable(t *testing.T, p admissionregistrationv1.MutatingAdmissionPolicy, name string) any {
-	t.Helper()
-	for _, v := range p.Spec.Variables {
-		if v.Name != name {
-			continue
-		}
-		env, err := environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()).Env(environment.StoredExpressions)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ast, iss := env.Compile(v.Expression)
-		if iss.Err() != nil {
-			t.Fatalf("variable %s: %v", name, iss.Err())
-		}
-		prg, err := env.Program(ast)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, _, err := prg.Eval(map[string]any{})
-		if err != nil {
-			t.Fatalf("variable %s: %v", name, err)
-		}
-		native, err := out.ConvertToNative(reflect.TypeOf([]any{}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return native
-	}
-	t.Fatalf("the policy has no variable %s", name)
-	return nil
 }
 
 // compatibilityVersions are the CEL environments new expressions are
@@ -210,8 +184,10 @@ var compatibilityVersions = []string{"1.33", "1.34", "1.35", "1.36"}
 // (compilePolicy in k8s.io/apiserver's policy/mutating/compilation.go).
 type compiledPolicy struct {
 	compiler *plugincel.CompositedCompiler
-	matcher  matchconditions.Matcher
-	patcher  patch.Patcher
+	// variables: each variable compiled, by name.
+	variables map[string]plugincel.CompilationResult
+	matcher   matchconditions.Matcher
+	patcher   patch.Patcher
 }
 
 // compilePolicy compiles p as the API server's validation does when it is
@@ -225,11 +201,13 @@ func compilePolicy(t *testing.T, p admissionregistrationv1.MutatingAdmissionPoli
 		t.Fatal(err)
 	}
 	opts := plugincel.OptionalVariableDeclarations{HasParams: p.Spec.ParamKind != nil, HasAuthorizer: true}
+	c := compiledPolicy{compiler: compiler, variables: map[string]plugincel.CompilationResult{}}
 	for _, v := range p.Spec.Variables {
 		r := compiler.CompileAndStoreVariable(&validating.Variable{Name: v.Name, Expression: v.Expression}, opts, mode)
 		if r.Error != nil {
 			t.Errorf("CEL %s: variable %s: %v", compat, v.Name, r.Error)
 		}
+		c.variables[v.Name] = r
 	}
 	var conds []plugincel.ExpressionAccessor
 	for i := range p.Spec.MatchConditions {
@@ -239,10 +217,7 @@ func compilePolicy(t *testing.T, p admissionregistrationv1.MutatingAdmissionPoli
 	for _, err := range cond.CompilationErrors() {
 		t.Errorf("CEL %s: match conditions: %v", compat, err)
 	}
-	c := compiledPolicy{
-		compiler: compiler,
-		matcher:  matchconditions.NewMatcher(cond, p.Spec.FailurePolicy, "policy", "validate", p.Name),
-	}
+	c.matcher = matchconditions.NewMatcher(cond, p.Spec.FailurePolicy, "policy", "validate", p.Name)
 	popts := opts
 	popts.HasPatchTypes = true
 	for i, m := range p.Spec.Mutations {

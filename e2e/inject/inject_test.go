@@ -667,12 +667,12 @@ func admit(t *testing.T, hook http.Handler, pod *corev1.Pod) *corev1.Pod {
 func kubeInject(t *testing.T, in istioInstall, obj runtime.Object) runtime.Object {
 	t.Helper()
 	obj = obj.DeepCopyObject()
-	meta := injectorMeta(obj)
+	meta := &podTemplateFor(obj).ObjectMeta
+	if c, ok := obj.(*batchv1.CronJob); ok {
+		meta = &c.Spec.JobTemplate.ObjectMeta
+	}
 	if _, ok := podTemplateFor(obj).Annotations["inject.istio.io/templates"]; !ok {
-		if meta.Annotations == nil {
-			meta.Annotations = map[string]string{}
-		}
-		meta.Annotations["inject.istio.io/templates"] = "sidecar,supervisor"
+		meta.Annotations = setPairs(meta.Annotations, "inject.istio.io/templates", "sidecar,supervisor")
 	}
 	out, err := inject.IntoObject(nil, in.Config.Templates, in.Values, "", in.Mesh, obj, func(string) {})
 	if err != nil {
@@ -685,14 +685,6 @@ func kubeInject(t *testing.T, in istioInstall, obj runtime.Object) runtime.Objec
 	fresh := reflect.New(reflect.TypeOf(obj).Elem()).Interface().(runtime.Object)
 	decodeStrict(t, b, fresh)
 	return fresh
-}
-
-// injectorMeta is the metadata kube-inject reads annotations from.
-func injectorMeta(obj runtime.Object) *metav1.ObjectMeta {
-	if c, ok := obj.(*batchv1.CronJob); ok {
-		return &c.Spec.JobTemplate.ObjectMeta
-	}
-	return &podTemplateFor(obj).ObjectMeta
 }
 
 func podTemplateFor(obj runtime.Object) *corev1.PodTemplateSpec {
