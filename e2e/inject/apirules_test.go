@@ -8,25 +8,12 @@ import (
 )
 
 // checkValid checks what the API server would refuse or a merge could
-// duplicate: volume names, and in every container the env names and mount
-// paths; then the pod spec against the rules of Kubernetes' own
-// validation (k8s.io/kubernetes pkg/apis/core/validation: validateInitContainers,
-// validateContainers, validateProbe, validateStartupProbe, validateVolumes) for
-// the fields the supervisor's two shapes use. That package pulls in most of
-// Kubernetes, so the rules are written down here for the structure that
-// strict decoding into the API types does not check:
-//
-//   - container names are unique across init and regular containers;
-//   - an init container's restartPolicy is unset or Always (a restartable
-//     init container: a native sidecar); a regular container has none (only
-//     the alpha ContainerRestartRules gate, from 1.34, admits one);
-//   - an init container that is not restartable has no lifecycle hooks and
-//     no probes: the API server refuses "may not be set for init containers
-//     without restartPolicy=Always";
-//   - a probe has exactly one handler, no negative number, and a startup or
-//     liveness probe a successThreshold of 1 (0 is defaulted to 1);
-//   - every volume mount names a volume of the pod; an emptyDir's medium is
-//     "", Memory or a HugePages one, and its sizeLimit is not negative.
+// duplicate, for the fields the supervisor's two shapes use: the rules of
+// Kubernetes' own validation (k8s.io/kubernetes pkg/apis/core/validation:
+// validateInitContainers, validateContainers, validateProbe,
+// validateStartupProbe, validateVolumes) that strict decoding into the API
+// types does not check, written down here because that package pulls in
+// most of Kubernetes.
 func checkValid(t *testing.T, spec corev1.PodSpec) {
 	t.Helper()
 	names, volumeNames := map[string]bool{}, map[string]bool{}
@@ -66,7 +53,7 @@ func checkValid(t *testing.T, spec corev1.PodSpec) {
 		}
 		restartable := c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
 		switch {
-		case !init && c.RestartPolicy != nil:
+		case !init && c.RestartPolicy != nil: // only the alpha ContainerRestartRules gate (1.34) admits one
 			t.Errorf("container %s: restartPolicy %q on a regular container", c.Name, *c.RestartPolicy)
 		case init && c.RestartPolicy != nil && !restartable:
 			t.Errorf("init container %s: restartPolicy %q, the API accepts only Always", c.Name, *c.RestartPolicy)
@@ -123,7 +110,7 @@ func checkProbe(t *testing.T, what string, p *corev1.Probe, oneSuccess bool) {
 			t.Errorf("%s: %s %d is negative", what, field, n)
 		}
 	}
-	if oneSuccess && p.SuccessThreshold > 1 {
+	if oneSuccess && p.SuccessThreshold > 1 { // 0 is defaulted to 1
 		t.Errorf("%s: successThreshold %d, must be 1", what, p.SuccessThreshold)
 	}
 	if g := p.TerminationGracePeriodSeconds; g != nil && *g <= 0 {

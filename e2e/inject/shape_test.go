@@ -45,17 +45,10 @@ var waitHook = corev1.Lifecycle{
 }
 
 // checkSupervisorShape checks that the supervisor is what its place in the
-// pod says:
-//   - a regular container: no restartPolicy, no probe, SUPERVISOR_SHAPE
-//     unset or "container"; first among the containers (before the apps),
-//     waitHook as its postStart hook and a state directory (where its
-//     ready file is); elsewhere, no hook;
-//   - an init container: restartPolicy Always; SUPERVISOR_SHAPE=native,
-//     so that once it has stopped the sidecars it idles until the kubelet's
-//     SIGTERM (a native sidecar that exits is restarted); readyProbe as its
-//     startup probe; no liveness or readiness probe (the first would
-//     restart a supervisor at work, the second means nothing to a Job) and
-//     no hooks.
+// pod says, a regular container or a native sidecar (an init container);
+// each error says why. The native one has no liveness probe, which would
+// restart a supervisor at work, and no readiness probe, which means nothing
+// to a Job.
 func checkSupervisorShape(t *testing.T, spec corev1.PodSpec) {
 	t.Helper()
 	c := findEither(spec, supervisorName)
@@ -162,17 +155,14 @@ var istioInits = []string{"istio-init", "enable-core-dump"}
 // the init containers one at a time, a restartable one counting as started
 // once its startup probe passes, and only then the regular containers: the
 // supervisor watches before any app starts wherever it is among the init
-// containers. It comes after the pod's own ones, which are neither apps nor
-// waited for (and where the kubelet's names cannot be read, the supervisor
-// takes every other container for an app), and before Istio's istio-init
-// alone, which it does not need: it uses no network until the apps are done,
-// and then only loopback. As in the container shape, SUPERVISOR_AFTER_APPS
-// says that istio-proxy comes last among the containers: the kubelet pulls
-// each app's image only once it gets to it, after the supervisor's start, so
-// the look for an app not seen cannot count from there. Without it
-// istio-proxy comes first (holdApplicationUntilProxyStarts, no container
-// marks the kubelet's passing of the apps) and SUPERVISOR_APP_START_TIMEOUT
-// must be set instead, long.
+// containers. It comes after the pod's own, which are neither apps nor
+// waited for, and before Istio's istio-init alone, which it does not need
+// (no network until the apps are done, and then only loopback). As in the
+// container shape, SUPERVISOR_AFTER_APPS says that istio-proxy comes last:
+// the kubelet pulls each app's image only once it gets to it, so the look
+// for an app not seen cannot count from the supervisor's start. Without it,
+// istio-proxy comes first (holdApplicationUntilProxyStarts) and
+// SUPERVISOR_APP_START_TIMEOUT must be set instead, long.
 func checkNativeOrder(t *testing.T, spec corev1.PodSpec) {
 	t.Helper()
 	shape := shapeOf(spec)
