@@ -196,10 +196,11 @@ func (r istioRelease) funcMap(t *testing.T) template.FuncMap {
 
 // data is d as the release's istiod builds it: a struct of exactly its
 // fields (a new type: a field it lacks is an execution error, as there),
-// passed by pointer as runTemplate does, with its injector values.
-func (r istioRelease) data(d inject.SidecarTemplateData) any {
+// passed by pointer as runTemplate does, with its injector values; extra
+// fields, zero, come first.
+func (r istioRelease) data(d inject.SidecarTemplateData, extra ...reflect.StructField) any {
 	src := reflect.ValueOf(d)
-	var fields []reflect.StructField
+	fields := slices.Clone(extra)
 	for _, name := range r.fields {
 		f, ok := src.Type().FieldByName(name)
 		if !ok {
@@ -396,16 +397,8 @@ func TestIstioDataUnread(t *testing.T) {
 		job("odd", corev1.RestartPolicyNever, nil, "app"),
 		deployment("web", "web"),
 	} {
-		d := reflect.ValueOf(r.data(templateData(t, in, podFor(obj), false))).Elem()
-		fields := []reflect.StructField{{Name: "Hook", Type: reflect.TypeFor[chan int]()}}
-		for i := range d.NumField() {
-			fields = append(fields, reflect.StructField{Name: d.Type().Field(i).Name, Type: d.Type().Field(i).Type})
-		}
-		odd := reflect.New(reflect.StructOf(fields))
-		for i := range d.NumField() {
-			odd.Elem().Field(i + 1).Set(d.Field(i))
-		}
-		out, err := r.render(t, odd.Interface())
+		odd := r.data(templateData(t, in, podFor(obj), false), reflect.StructField{Name: "Hook", Type: reflect.TypeFor[chan int]()})
+		out, err := r.render(t, odd)
 		if err != nil {
 			t.Fatalf("%T: %v", obj, err)
 		}
