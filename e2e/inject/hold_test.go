@@ -170,13 +170,8 @@ func holdCases(t *testing.T) []injectCase {
 }
 
 // valuesCases run on istiod's chart rendered with their values: a mesh-wide
-// istio-proxy lifecycle with a preStop keeps the pod out of the hold (and
-// its hook stays); one with only a postStart is merged with the hold; the
-// mesh-wide switches (the hold off, the image, the supervisor's shape:
-// nativeValuesCases) and the pod's way back in; with Istio's CNI the install
-// container follows the pod's init containers, after istio-validation. Jobs
-// get the supervisor first, or last where the mesh-wide
-// holdApplicationUntilProxyStarts puts istio-proxy first.
+// istio-proxy lifecycle, the mesh-wide switches and the pod's way back in,
+// Istio's CNI, holdApplicationUntilProxyStarts mesh-wide.
 func valuesCases() []injectCase {
 	lifecycle := func(hook string, cmd ...string) map[string]any {
 		return map[string]any{"global": map[string]any{"proxy": map[string]any{"lifecycle": map[string]any{

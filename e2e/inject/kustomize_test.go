@@ -37,20 +37,13 @@ func kustomizeBuild(t *testing.T, fs filesys.FileSystem, dir string) map[string]
 	return out
 }
 
-// TestKustomizeBuilds builds three kustomizations: deploy/kustomize/example
-// (both components, and its own tuning on top); an overlay of both as users
-// write one, whose images field replaces the supervisor image both
-// components add (and leaves the hold's istio-proxy image, auto, Istio's) and
-// whose patch gives one Job another action on success than the component's
-// default, pilot-agent's quit endpoint; and the hold component alone over
-// every kind it targets (a Deployment with init containers of its own, which
-// the install container precedes, and an istio-proxy customisation of its
-// own) and a Job it must not touch. Each workload decodes strictly and has
-// the shape wanted (checkSupervised: the supervisor last in Jobs and
-// CronJobs, the hold in the others only); the restart-policy annotation
-// copies the pod's restartPolicy, where the supervisor is; the settings
-// resolve from the pod's annotations as wanted; and Istio's webhook keeps
-// what the components added, adding only its own containers.
+// TestKustomizeBuilds builds deploy/kustomize/example, an overlay of both
+// components as users write one (a mirror in its images field, which leaves
+// the hold's istio-proxy image, auto, to Istio; a patch of its own on top of
+// the component's on-success), and the hold component alone (every kind it
+// targets, and a Job it must leave alone). Each workload has the shape
+// wanted, the restart-policy annotation and the settings the kubelet
+// resolves, and keeps what the components added through Istio's webhook.
 func TestKustomizeBuilds(t *testing.T) {
 	const mirror = "registry.example.com/mirror/sidecar-supervisor:v0.1.1"
 	pod := `

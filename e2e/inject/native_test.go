@@ -128,12 +128,10 @@ func nativeValuesCases() []injectCase {
 }
 
 // TestNativeSidecarAutoDetection: under istiod's default,
-// ENABLE_NATIVE_SIDECARS=auto, by a webhook that sees one Node, istio-proxy
-// becomes a native sidecar once every node's kubelet is 1.33 or newer, and
-// neither the supervisor nor the hold is added then; before, a Job gets the
-// supervisor as a container and a Deployment the hold. A Job that opts out
-// of Istio's native sidecar gets the supervisor as a native sidecar from
-// 1.33: the fact istiod found for its own sidecar.
+// ENABLE_NATIVE_SIDECARS=auto, with one Node, istio-proxy is native once
+// every kubelet is 1.33 or newer, and then neither the supervisor nor the
+// hold is added; a Job that opts out of Istio's native sidecar gets the
+// supervisor native from 1.33, the fact istiod found for its own.
 func TestNativeSidecarAutoDetection(t *testing.T) {
 	setNativeSidecarMode(t, features.NativeSidecarModeAuto)
 	in := installs(t)[0]

@@ -41,12 +41,6 @@ package inject
 // in the "sidecar" template (values.global.proxy.lifecycle when set, else
 // pilot-agent wait as postStart with holdApplicationUntilProxyStarts, else
 // from 1.21 a drain preStop for a native sidecar).
-//
-// The test executes our template as each release would and requires: no
-// error; the same output as the newest release gives for the same native
-// decisions (whether istio-proxy is native, and whether istiod makes native
-// sidecars at all, which the supervisor's shape defaults from); and the pod
-// it makes, merged by the injector, as the newest release's tests want it.
 
 import (
 	"bytes"

@@ -83,13 +83,11 @@ var sidecarExamples = []sidecarExample{
 }
 
 // TestSidecarExamples checks deploy/'s Jobs for Dapr, Vault and
-// cloud-sql-proxy: strict decoding; the supervisor last, hardened as
-// everywhere, passing Pod Security "restricted" (and so does the
-// cloud-sql-proxy container written by hand); the shared PID namespace; the
-// sidecar named in SUPERVISOR_SIDECAR_PROCESSES and its HTTP stop, as the
-// pod enables it, in SUPERVISOR_SIDECAR_ACTIONS; SUPERVISOR_RESTART_POLICY
-// and SUPERVISOR_APP_CONTAINERS agreeing with the pod (the sidecar is not
-// an app).
+// cloud-sql-proxy: the supervisor last, as checkSupervised wants it (and the
+// cloud-sql-proxy container written by hand admitted by Pod Security
+// "restricted"); the sidecar named in SUPERVISOR_SIDECAR_PROCESSES and its
+// HTTP stop, as the pod enables it, in SUPERVISOR_SIDECAR_ACTIONS; the
+// settings copied from the pod agreeing with it (the sidecar is not an app).
 func TestSidecarExamples(t *testing.T) {
 	for _, ex := range sidecarExamples {
 		t.Run(ex.file, func(t *testing.T) {
