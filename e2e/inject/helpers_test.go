@@ -411,8 +411,9 @@ func checkSupervisorBasics(t *testing.T, spec corev1.PodSpec, want supervisorBas
 		if diff := cmp.Diff(want, basicsOf(*c)); diff != "" {
 			t.Errorf("supervisor container settings (-want +got):\n%s", diff)
 		}
-		checkSupervisorShape(t, spec)
-		checkStateDir(t, spec)
+		env := shapeOf(spec).SupervisorEnv
+		checkSupervisorShape(t, spec, c, env)
+		checkStateDir(t, spec, c, env)
 	}
 	if c := findInit(spec, installName); c != nil {
 		want := want

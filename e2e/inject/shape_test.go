@@ -44,18 +44,14 @@ var waitHook = corev1.Lifecycle{
 	},
 }
 
-// checkSupervisorShape checks that the supervisor is what its place in the
-// pod says, a regular container or a native sidecar (an init container);
-// each error says why. The native one has no liveness probe, which would
-// restart a supervisor at work, and no readiness probe, which means nothing
-// to a Job.
-func checkSupervisorShape(t *testing.T, spec corev1.PodSpec) {
+// checkSupervisorShape checks that the supervisor c, with environment env,
+// is what its place in the pod says, a regular container or a native
+// sidecar (an init container); each error says why. The native one has no
+// liveness probe, which would restart a supervisor at work, and no
+// readiness probe, which means nothing to a Job.
+func checkSupervisorShape(t *testing.T, spec corev1.PodSpec, c *corev1.Container, env map[string]string) {
 	t.Helper()
-	c := findEither(spec, supervisorName)
-	if c == nil {
-		return
-	}
-	shape := shapeOf(spec).SupervisorEnv[shapeVar]
+	shape := env[shapeVar]
 	if findInit(spec, supervisorName) == nil {
 		if c.RestartPolicy != nil || c.StartupProbe != nil || c.LivenessProbe != nil || c.ReadinessProbe != nil {
 			t.Errorf("the supervisor as a regular container has a restartPolicy or a probe: %+v", c)
@@ -64,7 +60,7 @@ func checkSupervisorShape(t *testing.T, spec corev1.PodSpec) {
 			t.Errorf("the supervisor is a regular container with %s=%q", shapeVar, shape)
 		}
 		switch first := spec.Containers[0].Name == supervisorName; {
-		case first && shapeOf(spec).SupervisorEnv[stateVar] == "":
+		case first && env[stateVar] == "":
 			t.Errorf("the supervisor comes before the apps without %s: its postStart hook has no ready file to wait for", stateVar)
 		case first:
 			if diff := cmp.Diff(&waitHook, c.Lifecycle); diff != "" {
@@ -89,19 +85,15 @@ func checkSupervisorShape(t *testing.T, spec corev1.PodSpec) {
 	}
 }
 
-// checkStateDir: a supervisor with SUPERVISOR_STATE_DIR mounts there,
-// writable, a volume of its own, which no other container mounts (a
+// checkStateDir: a supervisor c whose env has SUPERVISOR_STATE_DIR mounts
+// there, writable, a volume of its own, which no other container mounts (a
 // restarted supervisor reads back only what it wrote itself): an emptyDir
 // in memory (it lasts as long as the pod, on no disk; tmpfs pages count
 // against the supervisor's own memory limit) of at most 1Mi. Without it,
 // no state volume.
-func checkStateDir(t *testing.T, spec corev1.PodSpec) {
+func checkStateDir(t *testing.T, spec corev1.PodSpec, c *corev1.Container, env map[string]string) {
 	t.Helper()
-	c := findEither(spec, supervisorName)
-	if c == nil {
-		return
-	}
-	dir := shapeOf(spec).SupervisorEnv[stateVar]
+	dir := env[stateVar]
 	var mounts []string
 	for _, m := range c.VolumeMounts {
 		if m.Name == stateVolume {
