@@ -260,12 +260,6 @@ type policyRun struct {
 	err     error
 }
 
-// namespaceFor is the pod's namespace as the policy sees it
-// (namespaceObject).
-func namespaceFor(labels map[string]string) *corev1.Namespace {
-	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "jobs", Labels: labels}}
-}
-
 // run applies the policy to pod in ns the way the API server's mutating
 // admission policy plugin does: the binding's and the policy's selectors,
 // the match conditions, then the one mutation (the object after it decoded
@@ -622,7 +616,8 @@ func TestAdmissionPolicy(t *testing.T) {
 	c := compilePolicy(t, p, environment.DefaultCompatibilityVersion(), environment.StoredExpressions)
 	for _, tc := range admissionCases(t) {
 		t.Run(tc.name, func(t *testing.T) {
-			ns := namespaceFor(tc.nsLabels)
+			// The pod's namespace as the policy sees it (namespaceObject).
+			ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace, Labels: tc.nsLabels}}
 			got, err := c.admitted(t, p, b, ns, tc.pod, tc.webhook)
 			switch {
 			case tc.failure == "" && err != nil:

@@ -196,10 +196,7 @@ func holdOf(spec corev1.PodSpec) holdShape {
 		}
 		for _, e := range p.Env {
 			if strings.HasPrefix(e.Name, "SUPERVISOR_") {
-				if h.Env == nil {
-					h.Env = map[string]string{}
-				}
-				h.Env[e.Name] = envValue(e)
+				h.Env = setPairs(h.Env, e.Name, envValue(e))
 			}
 		}
 		h.Mounts = mounts(p)
