@@ -405,25 +405,16 @@ func instancesIn(inst map[string][]instance, pod string) map[string][]instance {
 	return out
 }
 
-func containerStatus(p *corev1.Pod, name string) *corev1.ContainerStatus {
-	for i := range p.Status.ContainerStatuses {
-		if p.Status.ContainerStatuses[i].Name == name {
-			return &p.Status.ContainerStatuses[i]
-		}
-	}
-	return nil
+// statuses are the pod's init containers' statuses, then its containers'.
+func statuses(p *corev1.Pod) []corev1.ContainerStatus {
+	return append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...)
 }
 
-// supervisorStatus is the supervisor's status: a container's, or in the
-// native shape an init container's.
-func supervisorStatus(p *corev1.Pod) *corev1.ContainerStatus {
-	if s := containerStatus(p, supervisorName); s != nil {
-		return s
-	}
-	for i := range p.Status.InitContainerStatuses {
-		if p.Status.InitContainerStatuses[i].Name == supervisorName {
-			return &p.Status.InitContainerStatuses[i]
-		}
+// status is container name's status in list (nil: none): for the
+// supervisor, statuses(p), it being an init container in the native shape.
+func status(list []corev1.ContainerStatus, name string) *corev1.ContainerStatus {
+	if i := slices.IndexFunc(list, func(s corev1.ContainerStatus) bool { return s.Name == name }); i >= 0 {
+		return &list[i]
 	}
 	return nil
 }
@@ -437,10 +428,10 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, k *k
 	// the Job controller as it fails the Job (OnFailure counts the
 	// kubelet's restarts): the supervisor must then have seen a deletion.
 	deleted := w != nil && w.deleted || v.startFailed != "" && p.pod.DeletionTimestamp != nil
-	sup := supervisorStatus(p.pod)
+	sup, proxy := status(statuses(p.pod), supervisorName), status(p.pod.Status.ContainerStatuses, proxyName)
 
 	// None left running: in the kubelet's status, and in the runtime.
-	for _, s := range append(slices.Clone(p.pod.Status.InitContainerStatuses), p.pod.Status.ContainerStatuses...) {
+	for _, s := range statuses(p.pod) {
 		if s.State.Running != nil {
 			v.add(invLeft, "pod %s: container %s still running (%s)", name, s.Name, cluster.StateString(s.State))
 		}
@@ -513,10 +504,7 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, k *k
 	// start the runtime failed (neverStarted: a restart of the kubelet or
 	// containerd under its creation) has nothing to stop: the supervisor
 	// must say so, within its bound.
-	unstarted := false
-	if proxy := containerStatus(p.pod, proxyName); proxy != nil && proxy.State.Terminated != nil {
-		unstarted = proxy.State.Terminated.Reason == "StartError" && neverStarted(proxy.State)
-	}
+	unstarted := proxy != nil && startError(proxy.State)
 	var lastEnd time.Time
 	for _, list := range inst {
 		for _, in := range list {
@@ -562,7 +550,6 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, k *k
 			acted = acted || len(sl.stops) > 0
 		}
 	}
-	proxy := containerStatus(p.pod, proxyName)
 	switch {
 	case proxy == nil:
 		v.add(invOrder, "pod %s has no istio-proxy status", name)
@@ -640,7 +627,7 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, k *k
 	}
 	allowed, named := expectedOutcomes(t, *w, inst, first, logOK, gap)
 	if !slices.Contains(allowed, prefix) {
-		v.add(invMessage, "pod %s: message %q, want it to start with %s", name, msg, strings.Join(quoteAll(allowed, ":"), " or "))
+		v.add(invMessage, "pod %s: message %q, want it to start with %s", name, msg, `"`+strings.Join(allowed, `:" or "`)+`:"`)
 	}
 	if prefix == "failure" {
 		for _, n := range named {
@@ -776,30 +763,33 @@ func checkRestart(t timeline, w *podWant, p podObs, sup *corev1.ContainerStatus,
 	}
 	ko := v.kill
 	ko.missed = ""
-	if sup.RestartCount == 0 && len(sls) == 1 && !sls[0].done.IsZero() && !sls[0].done.After(k.at) {
-		// A container supervisor exits once it has stopped the sidecars:
-		// the SIGKILL found it finished (exiting, not yet reaped); a
-		// native one idles until the kubelet stops it, and the SIGKILL
-		// ends it (137) in a pod where the kubelet restarts it no more.
-		ko.missed = fmt.Sprintf("the supervisor had finished (its %q at %s)", msgDone, clock(sls[0].done))
-		return gap, true
-	}
-	if sup.RestartCount == 0 && len(sls) == 1 && len(sls[0].stops) > 0 && !sls[0].stops[0].At.After(k.at) {
-		// The SIGKILL came after the action: the sidecars stopped, the
-		// pod's regular containers had all ended, and the kubelet does
-		// not restart a container of a pod that is done. Its message is
-		// the one it wrote before acting ("running: <outcome> ...").
-		ko.missed = fmt.Sprintf("the supervisor had acted (%q at %s); the pod ended before any restart", sls[0].stops[0].Message, clock(sls[0].stops[0].At))
-		return gap, true
-	}
-	if proxy := containerStatus(p.pod, proxyName); sup.RestartCount == 0 && len(sls) == 1 && killedActing(sls, k, name) &&
-		proxy != nil && proxy.State.Terminated != nil && proxy.State.Terminated.ExitCode == 0 {
-		// The SIGKILL came during the action (seed 20261206, Job 150: after
-		// the /drain, as the quit went out): istio-proxy stopped cleanly,
-		// the pod ended, and the kubelet restarts no container of a pod
-		// that is done. Its message is the one it wrote as it decided.
-		ko.missed = fmt.Sprintf("the supervisor was acting (its %q at %s), and istio-proxy exited 0; the pod ended before any restart", msgDecision, clock(sls[0].decided))
-		return gap, true
+	if sup.RestartCount == 0 && len(sls) == 1 {
+		proxy := status(p.pod.Status.ContainerStatuses, proxyName)
+		switch {
+		case by(sls[0].done, k.at):
+			// A container supervisor exits once it has stopped the
+			// sidecars: the SIGKILL found it finished (exiting, not yet
+			// reaped); a native one idles until the kubelet stops it, and
+			// the SIGKILL ends it (137) in a pod where the kubelet restarts
+			// it no more.
+			ko.missed = fmt.Sprintf("the supervisor had finished (its %q at %s)", msgDone, clock(sls[0].done))
+		case len(sls[0].stops) > 0 && by(sls[0].stops[0].At, k.at):
+			// The SIGKILL came after the action: the sidecars stopped, the
+			// pod's regular containers had all ended, and the kubelet does
+			// not restart a container of a pod that is done. Its message
+			// is the one it wrote before acting ("running: <outcome> ...").
+			ko.missed = fmt.Sprintf("the supervisor had acted (%q at %s); the pod ended before any restart", sls[0].stops[0].Message, clock(sls[0].stops[0].At))
+		case by(sls[0].decided, k.at) && proxy != nil && proxy.State.Terminated != nil && proxy.State.Terminated.ExitCode == 0:
+			// The SIGKILL came during the action (seed 20261206, Job 150:
+			// after the /drain, as the quit went out): istio-proxy stopped
+			// cleanly, the pod ended, and the kubelet restarts no container
+			// of a pod that is done. Its message is the one it wrote as it
+			// decided.
+			ko.missed = fmt.Sprintf("the supervisor was acting (its %q at %s), and istio-proxy exited 0; the pod ended before any restart", msgDecision, clock(sls[0].decided))
+		}
+		if ko.missed != "" {
+			return gap, true
+		}
 	}
 	if sup.RestartCount != 1 || last == nil || last.ExitCode != 137 {
 		v.add(invRestart, "pod %s: the supervisor, SIGKILLed at %s, restarted %d time(s) (last: %s), want once after exit 137",
@@ -889,10 +879,10 @@ func checkRestart(t timeline, w *podWant, p podObs, sup *corev1.ContainerStatus,
 // stop (the killed supervisor's log), around an app instance's end, while
 // one ran, or between runs.
 func placeKill(at time.Time, inst map[string][]instance, before supervisorLog) string {
-	if !before.done.IsZero() && !before.done.After(at) {
+	if by(before.done, at) {
 		return fmt.Sprintf("after the stop: %s after the summary (%q)", fmtDur(at.Sub(before.done)), msgDone)
 	}
-	if len(before.stops) > 0 && !before.stops[0].At.After(at) {
+	if len(before.stops) > 0 && by(before.stops[0].At, at) {
 		return fmt.Sprintf("during the stop: %s after %q", fmtDur(at.Sub(before.stops[0].At)), before.stops[0].Message)
 	}
 	var near *instance
@@ -902,7 +892,7 @@ func placeKill(at time.Time, inst map[string][]instance, before supervisorLog) s
 			if in.end.IsZero() {
 				continue
 			}
-			if near == nil || absDur(at.Sub(in.end)) < absDur(at.Sub(near.end)) {
+			if near == nil || at.Sub(in.end).Abs() < at.Sub(near.end).Abs() {
 				near = &list[i]
 			}
 			if !in.start.After(at) && in.end.After(at) {
@@ -912,7 +902,7 @@ func placeKill(at time.Time, inst map[string][]instance, before supervisorLog) s
 	}
 	sort.Strings(running)
 	switch {
-	case near != nil && absDur(at.Sub(near.end)) <= 500*time.Millisecond:
+	case near != nil && at.Sub(near.end).Abs() <= 500*time.Millisecond:
 		return fmt.Sprintf("%s %s #%d's end (exit %d)", fmtOff(at.Sub(near.end)), near.app, near.n, near.code)
 	case len(running) > 0:
 		return "while " + strings.Join(running, ", ") + " ran"
@@ -920,21 +910,6 @@ func placeKill(at time.Time, inst map[string][]instance, before supervisorLog) s
 		return fmt.Sprintf("while no app ran: %s %s #%d's end", fmtOff(at.Sub(near.end)), near.app, near.n)
 	}
 	return "before any app ended"
-}
-
-func absDur(d time.Duration) time.Duration {
-	if d < 0 {
-		return -d
-	}
-	return d
-}
-
-func quoteAll(s []string, suffix string) []string {
-	var out []string
-	for _, x := range s {
-		out = append(out, strconv.Quote(x+suffix))
-	}
-	return out
 }
 
 func checkApps(t timeline, w podWant, p *corev1.Pod, inst map[string][]instance, v *verdict) {
@@ -978,7 +953,7 @@ func checkApps(t timeline, w podWant, p *corev1.Pod, inst map[string][]instance,
 		if !slices.Equal(got, want) {
 			v.add(invCondition, "pod %s: %s ran instances %v, want %v", name, a.name, got, want)
 		}
-		s := containerStatus(p, a.name)
+		s := status(p.Status.ContainerStatuses, a.name)
 		for _, in := range list {
 			switch {
 			case in.end.IsZero() && s != nil && neverStarted(s.LastTerminationState):
@@ -1046,8 +1021,12 @@ func restartUnrun(s corev1.ContainerStatus) bool {
 // supervisor after its decision: during its action, which it had no time
 // to log (checkRestart says what followed).
 func killedActing(sls []supervisorLog, k *killed, name string) bool {
-	return k.sent() && k.pod == name && len(sls) > 0 && !sls[0].decided.IsZero() && !sls[0].decided.After(k.at)
+	return k.sent() && k.pod == name && len(sls) > 0 && by(sls[0].decided, k.at)
 }
+
+// by reports whether a moment logged (zero: not logged) came at or before
+// at.
+func by(logged, at time.Time) bool { return !logged.IsZero() && !logged.After(at) }
 
 // neverStarted reports whether a container state is a termination whose
 // start the runtime never recorded (started at the epoch): a container
@@ -1060,6 +1039,12 @@ func neverStarted(st corev1.ContainerState) bool {
 	return t != nil && (t.StartedAt.IsZero() || t.StartedAt.Unix() == 0)
 }
 
+// startError reports whether a container state is a start the runtime
+// failed: StartError, never started.
+func startError(st corev1.ContainerState) bool {
+	return neverStarted(st) && st.Terminated.Reason == "StartError"
+}
+
 // startFailed names the first container of pods whose start the runtime
 // failed (exit 128, StartError, never started: the kubelet or containerd
 // restarted under its creation, "context canceled"), or whose restart the
@@ -1070,8 +1055,8 @@ func startFailed(pods []podObs) string {
 	for _, p := range pods {
 		for _, s := range p.pod.Status.ContainerStatuses {
 			for _, st := range []corev1.ContainerState{s.State, s.LastTerminationState} {
-				if t := st.Terminated; t != nil && t.Reason == "StartError" && neverStarted(st) {
-					return fmt.Sprintf("pod %s: the runtime failed to start %s: %s", p.pod.Name, s.Name, t.Message)
+				if startError(st) {
+					return fmt.Sprintf("pod %s: the runtime failed to start %s: %s", p.pod.Name, s.Name, st.Terminated.Message)
 				}
 			}
 			if restartUnrun(s) {

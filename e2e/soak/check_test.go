@@ -108,6 +108,11 @@ func TestCheckJobEdges(t *testing.T) {
 		t.Errorf("quick app taken as unknown:\n%s", got)
 	}
 
+	o.pods[0].pod.Status.ContainerStatuses[1].State.Terminated.Message = "failure: a exit 1; action SIGKILL"
+	if got := problems(checkJob(tl, o)); !strings.Contains(got, `want it to start with "success:" or "unknown:"`) {
+		t.Errorf("a failure for a quick app that succeeded not caught:\n%s", got)
+	}
+
 	tl, o = neverPod(0, "success: a exit 0; action SIGTERM", 0, 3002)
 	o.inst["a"] = append(o.inst["a"], instance{app: "a", n: 2, pod: "p1", start: at(4000)})
 	if got := problems(checkJob(tl, o)); !strings.Contains(got, "before a #2") {

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -528,7 +527,7 @@ func (s *soak) writeDetail(ctx context.Context, t timeline, o observed, v verdic
 	}
 	for _, p := range o.pods {
 		fmt.Fprintf(&b, "\n== pod %s (uid %s, deletion %v)\n", p.pod.Name, p.pod.UID, p.pod.DeletionTimestamp)
-		for _, st := range append(slices.Clone(p.pod.Status.InitContainerStatuses), p.pod.Status.ContainerStatuses...) {
+		for _, st := range statuses(p.pod) {
 			fmt.Fprintf(&b, "  %s: restarts %d, %s; last %s\n", st.Name, st.RestartCount, cluster.StateString(st.State), cluster.StateString(st.LastTerminationState))
 		}
 		if p.prevLog != "" || p.prevErr != nil {

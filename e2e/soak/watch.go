@@ -74,7 +74,7 @@ func (r *recorder) pod(ctx context.Context, now time.Time, p *corev1.Pod) {
 	}
 	s.pod = p.DeepCopy()
 	s.done = jobprog.PodDone(p)
-	if st := supervisorStatus(p); st != nil && st.RestartCount > 0 && !s.prevFetching {
+	if st := status(statuses(p), supervisorName); st != nil && st.RestartCount > 0 && !s.prevFetching {
 		s.prevFetching = true
 		go r.fetchPrevLog(ctx, s, p.Name)
 	}
