@@ -339,18 +339,18 @@ func (s *soak) runJob(ctx context.Context, t timeline) result {
 	s.rec.mu.Unlock()
 	for _, p := range seen {
 		s.rec.mu.Lock()
-		fetching := p.fetching
+		fetched := p.fetched
 		s.rec.mu.Unlock()
-		if fetching {
-			// Bounded by fetchLog's tries.
+		if fetched != nil {
+			// Bounded by fetch's tries.
 			select {
-			case <-p.fetched:
+			case <-fetched:
 			case <-ctx.Done():
 			}
 		}
 		s.rec.mu.Lock()
-		obs := podObs{pod: p.pod, log: p.log, logErr: p.logErr, prevLog: p.prevLog, prevErr: p.prevErr}
-		if !fetching {
+		obs := p.podObs
+		if fetched == nil {
 			obs.logErr = errors.New("the pod never reached a final phase")
 		}
 		s.rec.mu.Unlock()

@@ -23,17 +23,12 @@ import (
 // retrieve container logs" for a native supervisor killed during the
 // stop, asked after the pod's end).
 type podSeen struct {
-	pod          *corev1.Pod
-	seen         time.Time
-	done         bool // the pod is in a final phase
-	log          string
-	logErr       error
-	prevLog      string
-	prevErr      error
-	fetching     bool
-	fetched      chan struct{} // closed once log and prevLog are in
-	prevFetching bool
-	prevFetched  chan struct{}
+	podObs // its pod and logs
+	seen   time.Time
+	done   bool // the pod is in a final phase
+	// fetched is closed once log, and prevLog if its fetch had begun by
+	// then, are in; prevFetched once prevLog is. nil: not begun.
+	fetched, prevFetched chan struct{}
 }
 
 // recorder follows the namespace's Jobs and pods through informers.
@@ -69,18 +64,16 @@ func (r *recorder) pod(ctx context.Context, now time.Time, p *corev1.Pod) {
 	defer r.mu.Unlock()
 	s := r.pods[p.UID]
 	if s == nil {
-		s = &podSeen{seen: now, fetched: make(chan struct{}), prevFetched: make(chan struct{})}
+		s = &podSeen{seen: now}
 		r.pods[p.UID] = s
 	}
 	s.pod = p.DeepCopy()
 	s.done = jobprog.PodDone(p)
-	if st := status(statuses(p), supervisorName); st != nil && st.RestartCount > 0 && !s.prevFetching {
-		s.prevFetching = true
-		go r.fetchPrevLog(ctx, s, p.Name)
+	if st := status(statuses(p), supervisorName); st != nil && st.RestartCount > 0 && s.prevFetched == nil {
+		s.prevFetched = r.fetch(ctx, p.Name, true, &s.prevLog, &s.prevErr, nil)
 	}
-	if s.done && !s.fetching {
-		s.fetching = true
-		go r.fetchLog(ctx, s, p.Name)
+	if s.done && s.fetched == nil {
+		s.fetched = r.fetch(ctx, p.Name, false, &s.log, &s.logErr, &s.prevFetched)
 	}
 	r.notify()
 }
@@ -102,28 +95,27 @@ const (
 	logInterval = time.Second
 )
 
-// fetchLog fetches the supervisor's log and, if its restart was seen,
-// waits for fetchPrevLog's.
-func (r *recorder) fetchLog(ctx context.Context, s *podSeen, name string) {
-	log, err := r.supervisorLog(ctx, name, false)
-	r.mu.Lock()
-	s.log, s.logErr = log, err
-	prev := s.prevFetching
-	r.mu.Unlock()
-	if prev {
-		<-s.prevFetched // bounded: supervisorLog tries logTries times
-	}
-	close(s.fetched)
-}
-
-// fetchPrevLog fetches the log of the supervisor's instance before its
-// restart.
-func (r *recorder) fetchPrevLog(ctx context.Context, s *podSeen, name string) {
-	log, err := r.supervisorLog(ctx, name, true)
-	r.mu.Lock()
-	s.prevLog, s.prevErr = log, err
-	r.mu.Unlock()
-	close(s.prevFetched)
+// fetch fetches, in the background, the supervisor's log (previous: its
+// instance's before its restart) into *log and *err, which the lock
+// guards. The channel it returns is closed once they are in and, if after
+// points to a fetch begun by then, once that one's are too.
+func (r *recorder) fetch(ctx context.Context, name string, previous bool, log *string, err *error, after *chan struct{}) chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		l, e := r.supervisorLog(ctx, name, previous)
+		r.mu.Lock()
+		*log, *err = l, e
+		var wait chan struct{}
+		if after != nil {
+			wait = *after
+		}
+		r.mu.Unlock()
+		if wait != nil {
+			<-wait // bounded: supervisorLog tries logTries times
+		}
+		close(done)
+	}()
+	return done
 }
 
 func (r *recorder) supervisorLog(ctx context.Context, name string, previous bool) (string, error) {
@@ -170,7 +162,7 @@ func (r *recorder) wait(ctx context.Context, limit time.Duration, cond func() bo
 	}
 }
 
-// jobPods returns what is seen of the Job's pods (lock held).
+// jobPodsLocked returns what is seen of the Job's pods (lock held).
 func (r *recorder) jobPodsLocked(job string) []*podSeen {
 	var out []*podSeen
 	for _, s := range r.pods {
