@@ -28,30 +28,68 @@ func terminated(name string, code int32, msg string, finished time.Time) corev1.
 		ExitCode: code, Message: msg, FinishedAt: metav1.NewTime(finished)}}}
 }
 
-// One Never pod whose app a runs 0 to 3 s and exits code; the supervisor
-// starts at 0.5 s and signals istio-proxy at signalMS.
-func neverPod(code int, summary string, proxyCode int32, signalMS int) (timeline, observed) {
-	tl := timeline{restart: corev1.RestartPolicyNever, backoffLimit: 0,
-		apps: []appPlan{{name: "a", steps: []step{{3 * time.Second, code}}}}}
-	tl.want = tl.oracle()
-	phase := corev1.PodSucceeded
-	if code != 0 {
-		phase = corev1.PodFailed
+// never is a Job of one Never pod whose app a runs 0 to 3 s and exits
+// code; the supervisor starts at 0.5 s and signals istio-proxy at
+// signalMS. Its pod's statuses are a, the supervisor, istio-proxy.
+func never(code int, summary string, proxyCode int32, signalMS int) func() (timeline, observed) {
+	return func() (timeline, observed) {
+		tl := timeline{restart: corev1.RestartPolicyNever, backoffLimit: 0,
+			apps: []appPlan{{name: "a", steps: []step{{3 * time.Second, code}}}}}
+		tl.want = tl.oracle()
+		phase := corev1.PodSucceeded
+		if code != 0 {
+			phase = corev1.PodFailed
+		}
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p1", UID: "u1"}, Status: corev1.PodStatus{Phase: phase,
+			ContainerStatuses: []corev1.ContainerStatus{
+				terminated("a", int32(code), "", at(3000)),
+				terminated(supervisorName, 0, summary, at(signalMS+5000)),
+				terminated(proxyName, proxyCode, "", at(signalMS+5000)),
+			}}}
+		log := strings.Join([]string{
+			logAt(500, "starting", ""),
+			logAt(600, "app found", ""),
+			logAt(signalMS, msgSignalled, `,"signal":"SIGTERM"`),
+		}, "\n")
+		cond := &batchv1.JobCondition{Type: tl.want.cond, Reason: tl.want.reason, Status: corev1.ConditionTrue}
+		return tl, observed{cond: cond, pods: []podObs{{pod: pod, log: log}},
+			inst: map[string][]instance{"a": {{app: "a", n: 1, pod: "p1", start: at(0), end: at(3000), code: code}}}}
 	}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p1", UID: "u1"}, Status: corev1.PodStatus{Phase: phase,
-		ContainerStatuses: []corev1.ContainerStatus{
-			terminated("a", int32(code), "", at(3000)),
-			terminated(supervisorName, 0, summary, at(signalMS+5000)),
-			terminated(proxyName, proxyCode, "", at(signalMS+5000)),
-		}}}
-	log := strings.Join([]string{
-		logAt(500, "starting", ""),
-		logAt(600, "app found", ""),
-		logAt(signalMS, msgSignalled, `,"signal":"SIGTERM"`),
+}
+
+// success is never's Job that succeeds, istio-proxy signalled at 3.002 s.
+var success = never(0, "success: a exit 0; action SIGTERM", 0, 3002)
+
+// killedPod is success with its supervisor, a native sidecar, SIGKILLed at
+// 1.5 s and carrying on from the journal at 2.5 s; the stop at 3.002 s
+// comes from the instance after.
+func killedPod() (timeline, observed) {
+	tl, o := success()
+	tl.native = true
+	tl.kill = &killPlan{app: "a", n: 1, moment: killRun, frac: 0.5}
+	p := o.pods[0].pod
+	sup := p.Status.ContainerStatuses[1]
+	p.Status.ContainerStatuses = slices.Delete(p.Status.ContainerStatuses, 1, 2)
+	sup.RestartCount = 1
+	sup.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "Error"}}
+	p.Status.InitContainerStatuses = []corev1.ContainerStatus{sup}
+	o.pods[0].prevLog = strings.Join([]string{logAt(500, "starting", ""), logAt(600, "app found", "")}, "\n")
+	o.pods[0].log = strings.Join([]string{
+		logAt(2450, "starting", ""),
+		logAt(2500, msgResumed, `,"apps":1,"ended":0,"ended_unwatched":0,"watched":1`),
+		logAt(3002, msgSignalled, `,"signal":"SIGTERM"`),
 	}, "\n")
-	cond := &batchv1.JobCondition{Type: tl.want.cond, Reason: tl.want.reason, Status: corev1.ConditionTrue}
-	return tl, observed{cond: cond, pods: []podObs{{pod: pod, log: log}},
-		inst: map[string][]instance{"a": {{app: "a", n: 1, pod: "p1", start: at(0), end: at(3000), code: code}}}}
+	o.kill = &killed{pod: "p1", at: at(1500), planned: at(1500)}
+	return tl, o
+}
+
+// cs is container name's status in o's first pod, to edit.
+func cs(o *observed, name string) *corev1.ContainerStatus {
+	p := o.pods[0].pod
+	if s := status(p.Status.InitContainerStatuses, name); s != nil {
+		return s
+	}
+	return status(p.Status.ContainerStatuses, name)
 }
 
 func problems(v verdict) string {
@@ -64,233 +102,160 @@ func problems(v verdict) string {
 	return strings.Join(s, "\n")
 }
 
+// TestCheckJob checks the verdicts on Jobs edited into the cases that soak
+// runs met.
 func TestCheckJob(t *testing.T) {
 	for _, tc := range []struct {
-		name      string
-		code      int
-		summary   string
-		proxyCode int32
-		signalMS  int
-		want      invariant // -1: none
-		wantText  string
+		name string
+		base func() (timeline, observed) // nil: success
+		edit func(tl *timeline, o *observed)
+		want invariant // -1: no problem at all
+		text string    // in the problems
+		// anomalies and unchecked count the verdict's; note is in one.
+		anomalies, unchecked int
+		note                 string
+		missed               string // in the kill outcome's missed
+		check                func(t *testing.T, v verdict)
 	}{
-		{"success", 0, "success: a exit 0; action SIGTERM", 0, 3002, -1, ""},
-		{"failure", 3, "failure: a exit 3; action SIGKILL", 137, 3002, -1, ""},
-		{"signal in the app's last millisecond", 0, "success: a exit 0; action SIGTERM", 0, 3000, -1, ""},
-		{"signal before the app's end", 0, "success: a exit 0; action SIGTERM", 0, 2999, invOrder, "while a #1"},
-		{"unknown for a seen app", 0, "unknown: a unknown; action SIGTERM", 0, 3002, invMessage, `want it to start with "success:"`},
-		{"failure not named", 3, "failure: b exit 3; action SIGKILL", 137, 3002, invMessage, `does not name "a exit 3"`},
-		{"SIGTERM on failure", 3, "failure: a exit 3; action SIGKILL", 0, 3002, invMessage, "istio-proxy exited 0"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			tl, o := neverPod(tc.code, tc.summary, tc.proxyCode, tc.signalMS)
-			v := checkJob(tl, o)
-			got := problems(v)
-			if tc.want < 0 {
-				if got != "" {
-					t.Fatalf("problems:\n%s", got)
-				}
-				return
-			}
-			if len(v.problems[tc.want]) == 0 || !strings.Contains(got, tc.wantText) {
-				t.Fatalf("want a %s problem with %q, got:\n%s", invariantNames[tc.want], tc.wantText, got)
-			}
-		})
-	}
-}
-
-// An app gone before the supervisor looked may be unknown; a restart
-// after the stop, or a container still running, is caught.
-func TestCheckJobEdges(t *testing.T) {
-	tl, o := neverPod(0, "unknown: a unknown (its main process had exited before the supervisor saw it); action SIGTERM", 0, 3002)
-	o.inst["a"][0].end = at(900) // ended 0.4 s after the supervisor's first line
-	if got := problems(checkJob(tl, o)); got != "" {
-		t.Errorf("quick app taken as unknown:\n%s", got)
-	}
-
-	o.pods[0].pod.Status.ContainerStatuses[1].State.Terminated.Message = "failure: a exit 1; action SIGKILL"
-	if got := problems(checkJob(tl, o)); !strings.Contains(got, `want it to start with "success:" or "unknown:"`) {
-		t.Errorf("a failure for a quick app that succeeded not caught:\n%s", got)
-	}
-
-	tl, o = neverPod(0, "success: a exit 0; action SIGTERM", 0, 3002)
-	o.inst["a"] = append(o.inst["a"], instance{app: "a", n: 2, pod: "p1", start: at(4000)})
-	if got := problems(checkJob(tl, o)); !strings.Contains(got, "before a #2") {
-		t.Errorf("an instance started after the stop not caught:\n%s", got)
-	}
-
-	// The log gone though the pod was not deleted (seed 20261205, Job
-	// 127, read as containerd restarted): not checked, not broken.
-	tl, o = neverPod(0, "success: a exit 0; action SIGTERM", 0, 3002)
-	o.pods[0].log = "unable to retrieve container logs for containerd://d5907bc52bee"
-	if v := checkJob(tl, o); problems(v) != "" || len(v.unchecked) != 1 {
-		t.Errorf("a log gone: problems %q, unchecked %q", problems(v), v.unchecked)
-	}
-
-	// An instance the runtime killed as it started it, no end stamp, its
-	// start never recorded (seed 20261205, Job 131: containerd restarted
-	// under it), is an anomaly; one killed after it started is broken.
-	for _, startedAt := range []metav1.Time{{}, metav1.NewTime(at(100))} {
-		tl, o = neverPod(0, "success: a exit 0; action SIGTERM", 0, 3002)
-		o.inst["a"][0].end = time.Time{}
-		st := &o.pods[0].pod.Status.ContainerStatuses[0] // a
-		st.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, StartedAt: startedAt}}
-		v := checkJob(tl, o)
-		killedAtStart := startedAt.IsZero()
-		if got := problems(v); strings.Contains(got, "never ended") == killedAtStart || (len(v.anomalies) == 1) != killedAtStart {
-			t.Errorf("killed (start recorded: %v): problems %q, anomalies %q", !killedAtStart, got, v.anomalies)
-		}
-	}
-
-	// An app whose start the runtime failed as the kubelet restarted
-	// (seed 123, Job 8: exit 128, StartError, "context canceled"): the
-	// Job's condition is the cluster's doing, an anomaly; the supervisor's
-	// own invariants are still checked.
-	tl, o = neverPod(0, "success: a exit 0; action SIGTERM", 0, 3002)
-	o.inst["a"] = nil
-	st := &o.pods[0].pod.Status.ContainerStatuses[0] // a
-	st.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 128, Reason: "StartError",
-		Message: "failed to start containerd task: context canceled: unknown"}}
-	o.pods[0].pod.Status.Phase = corev1.PodFailed
-	v := checkJob(tl, o)
-	if len(v.problems[invCondition]) != 0 || len(v.anomalies) == 0 || !strings.Contains(strings.Join(v.anomalies, "\n"), "the runtime failed to start a") {
-		t.Errorf("a start failed by the runtime: condition problems %q, anomalies %q", v.problems[invCondition], v.anomalies)
-	}
-	o.pods[0].log = ""
-	if v = checkJob(tl, o); problems(v) == "" {
-		t.Errorf("a start failed by the runtime hides the supervisor's own invariants: no problem with its log gone")
-	}
-
-	// istio-proxy's start failed by the runtime (seed 123, Job 0): the
-	// Job's condition is the cluster's; the supervisor must say there was
-	// no sidecar, and not have stopped one.
-	for _, said := range []bool{true, false} {
-		tl, o = neverPod(0, "success: a exit 0; action SIGTERM; no sidecar appeared", 128, 3002)
-		o.pods[0].pod.Status.ContainerStatuses[2].State.Terminated.Reason = "StartError"
-		o.pods[0].pod.Status.ContainerStatuses[2].State.Terminated.FinishedAt = metav1.NewTime(at(1000)) // before the app's end (seed 123, Job 9)
-		o.pods[0].pod.Status.Phase = corev1.PodFailed
-		o.pods[0].log = strings.Join([]string{logAt(500, "starting", ""), logAt(600, "app found", ""), logAt(33000, msgNoSidecar, "")}, "\n")
-		if !said {
-			o.pods[0].pod.Status.ContainerStatuses[1].State.Terminated.Message = "success: a exit 0; action SIGTERM; sidecar stopped in 0.1s"
+		{name: "success", want: -1},
+		{name: "failure", base: never(3, "failure: a exit 3; action SIGKILL", 137, 3002), want: -1},
+		{name: "signal in the app's last millisecond", base: never(0, "success: a exit 0; action SIGTERM", 0, 3000), want: -1},
+		{name: "signal before the app's end", base: never(0, "success: a exit 0; action SIGTERM", 0, 2999), want: invOrder, text: "while a #1"},
+		{name: "unknown for a seen app", base: never(0, "unknown: a unknown; action SIGTERM", 0, 3002), want: invMessage, text: `want it to start with "success:"`},
+		{name: "failure not named", base: never(3, "failure: b exit 3; action SIGKILL", 137, 3002), want: invMessage, text: `does not name "a exit 3"`},
+		{name: "SIGTERM on failure", base: never(3, "failure: a exit 3; action SIGKILL", 0, 3002), want: invMessage, text: "istio-proxy exited 0"},
+		// An app gone 0.4 s after the supervisor's first line may be
+		// unknown, not a failure.
+		{name: "quick app unknown", edit: func(_ *timeline, o *observed) {
+			o.inst["a"][0].end = at(900)
+			cs(o, supervisorName).State.Terminated.Message = "unknown: a unknown (its main process had exited before the supervisor saw it); action SIGTERM"
+		}, want: -1},
+		{name: "quick app failed", edit: func(_ *timeline, o *observed) {
+			o.inst["a"][0].end = at(900)
+			cs(o, supervisorName).State.Terminated.Message = "failure: a exit 1; action SIGKILL"
+		}, want: invMessage, text: `want it to start with "success:" or "unknown:"`},
+		{name: "an instance started after the stop", edit: func(_ *timeline, o *observed) {
+			o.inst["a"] = append(o.inst["a"], instance{app: "a", n: 2, pod: "p1", start: at(4000)})
+		}, want: invOrder, text: "before a #2"},
+		// The log gone though the pod was not deleted (seed 20261205, Job
+		// 127, read as containerd restarted): not checked, not broken.
+		{name: "log gone", edit: func(_ *timeline, o *observed) {
+			o.pods[0].log = "unable to retrieve container logs for containerd://d5907bc52bee"
+		}, want: -1, unchecked: 1},
+		// An instance the runtime killed as it started it, no end stamp,
+		// its start never recorded (seed 20261205, Job 131: containerd
+		// restarted under it), is an anomaly; one killed after it started
+		// is broken.
+		{name: "app killed as it started", edit: func(_ *timeline, o *observed) {
+			appKilled(o, metav1.Time{})
+		}, want: -1, anomalies: 1},
+		{name: "app killed once started", edit: func(_ *timeline, o *observed) {
+			appKilled(o, metav1.NewTime(at(100)))
+		}, want: invCondition, text: "never ended"},
+		// An app whose start the runtime failed as the kubelet restarted
+		// (seed 123, Job 8: exit 128, StartError, "context canceled"): the
+		// Job's condition is the cluster's doing, an anomaly; the
+		// supervisor's own invariants are still checked.
+		{name: "app's start failed", edit: appStartFailed, want: -1, anomalies: 3, note: "the runtime failed to start a"},
+		{name: "app's start failed, no log", edit: func(tl *timeline, o *observed) {
+			appStartFailed(tl, o)
+			o.pods[0].log = ""
+		}, want: invOrder, text: "no JSON line", anomalies: 3},
+		// istio-proxy's start failed by the runtime (seed 123, Job 0): the
+		// Job's condition is the cluster's; the supervisor must say there
+		// was no sidecar, and not have stopped one.
+		{name: "istio-proxy never started", base: proxyUnstarted, want: -1, anomalies: 1},
+		{name: "istio-proxy never started, said not", base: proxyUnstarted, edit: func(_ *timeline, o *observed) {
+			cs(o, supervisorName).State.Terminated.Message = "success: a exit 0; action SIGTERM; sidecar stopped in 0.1s"
 			o.pods[0].log = strings.Join([]string{logAt(500, "starting", ""), logAt(600, "app found", "")}, "\n")
-		}
-		v := checkJob(tl, o)
-		if got := problems(v); (got == "") != said || len(v.anomalies) == 0 {
-			t.Errorf("istio-proxy never started (the supervisor said so: %v): problems %q, anomalies %q", said, got, v.anomalies)
-		}
-	}
+		}, want: invOrder, text: "istio-proxy never started", anomalies: 1},
+		// istio-proxy restarted after a first container reported
+		// "Completed" with no start (seed 123, Job 6: containerd restarted
+		// under it): an anomaly, not a stop of the sidecar before the apps.
+		{name: "istio-proxy's first container unstarted", edit: func(_ *timeline, o *observed) {
+			proxy := cs(o, proxyName)
+			proxy.RestartCount = 1
+			proxy.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"}}
+		}, want: -1, anomalies: 1},
+		{name: "containers left running", edit: func(_ *timeline, o *observed) {
+			o.pods[0].running = []string{"abc123"}
+			cs(o, proxyName).State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
+		}, want: invLeft, check: func(t *testing.T, v verdict) {
+			if len(v.problems[invLeft]) != 2 {
+				t.Errorf("running containers: %s", problems(v))
+			}
+		}},
+		// A supervisor restarted though not killed breaks the restart
+		// invariant; its pod's stop still counts among those not killed.
+		{name: "restarted, not killed", edit: func(_ *timeline, o *observed) {
+			s := cs(o, supervisorName)
+			s.RestartCount = 1
+			s.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137}}
+		}, want: invRestart, text: "not killed, restarted 1 time(s)", check: func(t *testing.T, v verdict) {
+			if len(v.problems[invRestart]) != 1 {
+				t.Errorf("problems:\n%s", problems(v))
+			}
+			if l := v.stopLags[lagRead]; len(l) != 1 || l[0] != 2*time.Millisecond {
+				t.Errorf("stop lags %v, want one of 2ms", v.stopLags)
+			}
+		}},
+		// A supervisor whose first start failed (the kubelet counts a
+		// restart, its last state not a termination: seed 20261207, Job
+		// 126, under containerd's restart) had no instance to log
+		// anything: an anomaly, not a missing log.
+		{name: "supervisor's start failed", edit: func(_ *timeline, o *observed) {
+			s := cs(o, supervisorName)
+			s.RestartCount = 1
+			s.LastTerminationState = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{}}
+			o.pods[0].prevErr = errors.New("the server rejected our request for an unknown reason")
+		}, want: -1, anomalies: 1, note: "never ran"},
 
-	// istio-proxy restarted after a first container reported "Completed"
-	// with no start (seed 123, Job 6: containerd restarted under it): an
-	// anomaly, not a stop of the sidecar before the apps.
-	tl, o = neverPod(0, "success: a exit 0; action SIGTERM", 0, 3002)
-	proxy := &o.pods[0].pod.Status.ContainerStatuses[2]
-	proxy.RestartCount = 1
-	proxy.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"}}
-	if v := checkJob(tl, o); problems(v) != "" || len(v.anomalies) != 1 {
-		t.Errorf("istio-proxy's unstarted first container: problems %q, anomalies %q", problems(v), v.anomalies)
-	}
-
-	tl, o = neverPod(0, "success: a exit 0; action SIGTERM", 0, 3002)
-	o.pods[0].running = []string{"abc123"}
-	o.pods[0].pod.Status.ContainerStatuses[2].State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
-	v = checkJob(tl, o)
-	if len(v.problems[invLeft]) != 2 {
-		t.Errorf("running containers: %s", problems(v))
-	}
-}
-
-// killedPod is neverPod (an app a of 0 to 3 s) with its supervisor, a
-// native sidecar, SIGKILLed at killMS and carrying on from the journal at
-// resumeMS; the stop at signalMS comes from the instance after.
-func killedPod(t *testing.T, killMS, resumeMS, signalMS int) (timeline, observed) {
-	t.Helper()
-	tl, o := neverPod(0, "success: a exit 0; action SIGTERM", 0, signalMS)
-	tl.native = true
-	tl.kill = &killPlan{app: "a", n: 1, moment: killRun, frac: 0.5}
-	p := o.pods[0].pod
-	sup := p.Status.ContainerStatuses[1]
-	p.Status.ContainerStatuses = slices.Delete(p.Status.ContainerStatuses, 1, 2)
-	sup.RestartCount = 1
-	sup.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "Error"}}
-	p.Status.InitContainerStatuses = []corev1.ContainerStatus{sup}
-	o.pods[0].prevLog = strings.Join([]string{logAt(500, "starting", ""), logAt(600, "app found", "")}, "\n")
-	o.pods[0].log = strings.Join([]string{
-		logAt(resumeMS-50, "starting", ""),
-		logAt(resumeMS, msgResumed, `,"apps":1,"ended":0,"ended_unwatched":0,"watched":1`),
-		logAt(signalMS, msgSignalled, `,"signal":"SIGTERM"`),
-	}, "\n")
-	o.kill = &killed{pod: "p1", at: at(killMS), planned: at(killMS)}
-	return tl, o
-}
-
-// A killed supervisor: restarted once after exit 137, the instance after
-// carries on and stops istio-proxy at once; the checks say where the kill
-// came and how late the stop was.
-func TestCheckKilled(t *testing.T) {
-	tl, o := killedPod(t, 1500, 2500, 3002)
-	v := checkJob(tl, o)
-	if got := problems(v); got != "" {
-		t.Fatalf("problems:\n%s", got)
-	}
-	k := v.kill
-	if k == nil || k.missed != "" || k.when != "while a #1 (1.5s in, 1.5s before its end) ran" ||
-		k.delay != 2*time.Millisecond || k.bound != killBound || len(k.lost) != 0 {
-		t.Fatalf("kill outcome: %+v", k)
-	}
-	if len(v.stopLags[lagRead]) != 0 {
-		t.Errorf("the killed pod counted among the pods not killed: %v", v.stopLags)
-	}
-}
-
-// TestCheckKilledEdges checks the verdicts on killedPod edited into the
-// edge cases of a supervisor's kill that soak runs met.
-func TestCheckKilledEdges(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		edit   func(tl *timeline, o *observed)
-		want   invariant // -1: none
-		text   string
-		missed string // in the kill outcome's missed ("": anything)
-		check  func(t *testing.T, v verdict)
-	}{
-		{name: "not restarted", edit: func(_ *timeline, o *observed) {
-			s := &o.pods[0].pod.Status.InitContainerStatuses[0]
+		// A killed supervisor: restarted once after exit 137, the instance
+		// after carries on and stops istio-proxy at once; the checks say
+		// where the kill came and how late the stop was.
+		{name: "killed", base: killedPod, want: -1, check: func(t *testing.T, v verdict) {
+			k := v.kill
+			if k == nil || k.missed != "" || k.when != "while a #1 (1.5s in, 1.5s before its end) ran" ||
+				k.delay != 2*time.Millisecond || k.bound != killBound || len(k.lost) != 0 {
+				t.Errorf("kill outcome: %+v", k)
+			}
+			if len(v.stopLags[lagRead]) != 0 {
+				t.Errorf("the killed pod counted among the pods not killed: %v", v.stopLags)
+			}
+		}},
+		{name: "killed, not restarted", base: killedPod, edit: func(_ *timeline, o *observed) {
+			s := cs(o, supervisorName)
 			s.RestartCount, s.LastTerminationState = 0, corev1.ContainerState{}
 		}, want: invRestart, text: "restarted 0 time(s)"},
-		{name: "not carrying on", edit: func(_ *timeline, o *observed) {
+		{name: "killed, not carrying on", base: killedPod, edit: func(_ *timeline, o *observed) {
 			o.pods[0].log = strings.Replace(o.pods[0].log, msgResumed, "starting over", 1)
 		}, want: invRestart, text: "does not say"},
-		{name: "the journal ignored", edit: func(_ *timeline, o *observed) {
+		{name: "killed, the journal ignored", base: killedPod, edit: func(_ *timeline, o *observed) {
 			o.pods[0].log += "\n" + logAt(2600, msgJournal[0], `,"reason":"format 2, not 1"`)
 		}, want: invRestart, text: "format 2, not 1"},
-		{name: "no log of the instance before", edit: func(_ *timeline, o *observed) {
+		{name: "killed, no log of the instance before", base: killedPod, edit: func(_ *timeline, o *observed) {
 			o.pods[0].prevLog, o.pods[0].prevErr = "", errors.New("previous terminated container not found")
 		}, want: invRestart, text: "no log of the supervisor's instance before"},
 		// The kubelet removed the killed instance once the restarted one
 		// had ended too (seed 20261205, Job 95): not checked, not broken.
-		{name: "the log of the instance before gone", edit: func(_ *timeline, o *observed) {
+		{name: "killed, the log of the instance before gone", base: killedPod, edit: func(_ *timeline, o *observed) {
 			o.pods[0].prevLog = "unable to retrieve container logs for containerd://4bdf686e577e"
-		}, want: -1, check: func(t *testing.T, v verdict) {
-			if len(v.unchecked) != 1 || !strings.Contains(v.unchecked[0], "before its restart gone") {
-				t.Errorf("unchecked: %q", v.unchecked)
-			}
-		}},
+		}, want: -1, unchecked: 1, note: "before its restart gone"},
 		// The app ended at 3 s while no supervisor ran (killed at 2.9 s,
 		// back at 4 s): under Never the stop comes with the restart.
-		{name: "status lost, Never, in time", edit: func(_ *timeline, o *observed) {
+		{name: "killed, status lost, Never, in time", base: killedPod, edit: func(_ *timeline, o *observed) {
 			lostStatus(o, 4000, 4001)
 		}, want: -1, check: func(t *testing.T, v verdict) {
 			if k := v.kill; len(k.lost) != 1 || k.delay != 1001*time.Millisecond || k.bound != killBound {
 				t.Errorf("kill outcome: %s", k)
 			}
 		}},
-		{name: "status lost, Never, late", edit: func(_ *timeline, o *observed) {
+		{name: "killed, status lost, Never, late", base: killedPod, edit: func(_ *timeline, o *observed) {
 			lostStatus(o, 7000, 7001)
 		}, want: invRestart, text: "4.001s after it would have"},
 		// Under OnFailure the lost status awaits the app's restart for the
 		// margin: 1 s for the restart, then 15 s more, is in bound.
-		{name: "status lost, OnFailure", edit: func(tl *timeline, o *observed) {
+		{name: "killed, status lost, OnFailure", base: killedPod, edit: func(tl *timeline, o *observed) {
 			tl.restart, tl.backoffLimit = corev1.RestartPolicyOnFailure, 1
 			tl.want = tl.oracle()
 			lostStatus(o, 4000, 19001)
@@ -301,11 +266,11 @@ func TestCheckKilledEdges(t *testing.T) {
 		}},
 		// The instance after finds gone the istio-proxy the one before
 		// signalled: no failure. Gone before any signal is one.
-		{name: "gone after the action", edit: func(_ *timeline, o *observed) {
+		{name: "killed, gone after the action", base: killedPod, edit: func(_ *timeline, o *observed) {
 			o.kill.at = at(3010)
 			o.pods[0].prevLog += "\n" + logAt(3002, msgSignalled, `,"signal":"SIGTERM"`)
 			o.pods[0].log = strings.NewReplacer(logAt(2450, "starting", ""), logAt(3950, "starting", ""),
-				logAt(2500, msgResumed, `,"apps":1,"ended":1,"ended_unwatched":0,"watched":0`),
+				logAt(2500, msgResumed, `,"apps":1,"ended":0,"ended_unwatched":0,"watched":1`),
 				logAt(4000, msgResumed, `,"apps":1,"ended":1,"ended_unwatched":0,"watched":0`),
 				logAt(3002, msgSignalled, `,"signal":"SIGTERM"`), logAt(4001, msgGone, `,"signal":"SIGTERM"`)).Replace(o.pods[0].log)
 		}, want: -1, check: func(t *testing.T, v verdict) {
@@ -313,63 +278,55 @@ func TestCheckKilledEdges(t *testing.T) {
 				t.Errorf("kill outcome: %s", k)
 			}
 		}},
-		{name: "gone before the action", edit: func(_ *timeline, o *observed) {
+		{name: "killed, gone before the action", base: killedPod, edit: func(_ *timeline, o *observed) {
 			o.pods[0].log = strings.Replace(o.pods[0].log, msgSignalled, msgGone, 1)
 		}, want: invOrder, text: "had exited before the supervisor's action"},
 		// A container supervisor done before the SIGKILL reached it: the
 		// kill does not count, and no restart is wanted.
-		{name: "finished before the kill", edit: func(_ *timeline, o *observed) {
+		{name: "killed, finished before the kill", base: killedPod, edit: func(_ *timeline, o *observed) {
 			notRestarted(o, 3100, 0, logAt(3050, msgDone, ""))
 		}, want: -1, missed: "had finished"},
 		// Seed 20261204's soak-130: a native supervisor idles once done;
 		// the SIGKILL ends it (137) in a pod the kubelet no longer
 		// restarts it in. Not a failure, and the kill does not count.
-		{name: "native killed idle", edit: func(_ *timeline, o *observed) {
+		{name: "killed, native idle", base: killedPod, edit: func(_ *timeline, o *observed) {
 			notRestarted(o, 3100, 137, logAt(3050, msgDone, ""))
 		}, want: -1, missed: "had finished"},
 		// soak-109: killed after its action, before its summary; the pod
 		// ended at once, with no restart; its message is the one it wrote
 		// as it acted.
-		{name: "killed after the action, no restart", edit: func(_ *timeline, o *observed) {
+		{name: "killed after the action, no restart", base: killedPod, edit: func(_ *timeline, o *observed) {
 			notRestarted(o, 3010, 137)
-			o.pods[0].pod.Status.InitContainerStatuses[0].State.Terminated.Message = "running: success (a exit 0): action SIGTERM\napp a (pid 36): exit 0\nsidecar istio-proxy (pid 45): held"
-		}, want: -1, check: func(t *testing.T, v verdict) {
-			if !strings.Contains(v.kill.missed, "had acted") || v.outcomes["success"] != 1 {
-				t.Errorf("kill outcome: %s; outcomes %v", v.kill, v.outcomes)
-			}
-		}},
-		{name: "killed before the action, no restart", edit: func(_ *timeline, o *observed) {
+			cs(o, supervisorName).State.Terminated.Message = "running: success (a exit 0): action SIGTERM\napp a (pid 36): exit 0\nsidecar istio-proxy (pid 45): held"
+		}, want: -1, missed: "had acted", check: countsSuccess},
+		{name: "killed before the action, no restart", base: killedPod, edit: func(_ *timeline, o *observed) {
 			notRestarted(o, 2990, 137)
 		}, want: invRestart, text: "restarted 0 time(s)"},
 		// Seed 20261206, Job 150: killed during the action (after its
 		// decision, before it could log the stop); istio-proxy exited 0
 		// and the pod ended, with no restart.
-		{name: "killed during the action, no restart", edit: func(_ *timeline, o *observed) {
+		{name: "killed during the action, no restart", base: killedPod, edit: func(_ *timeline, o *observed) {
 			notRestarted(o, 3001, 137)
 			o.pods[0].log = strings.Replace(o.pods[0].log, logAt(3002, msgSignalled, `,"signal":"SIGTERM"`), logAt(3000, msgDecision, ""), 1)
-			o.pods[0].pod.Status.InitContainerStatuses[0].State.Terminated.Message = "running: success (a exit 0): action SIGTERM\napp a (pid 36): exit 0"
-		}, want: -1, check: func(t *testing.T, v verdict) {
-			if !strings.Contains(v.kill.missed, "was acting") || v.outcomes["success"] != 1 {
-				t.Errorf("kill outcome: %s; outcomes %v", v.kill, v.outcomes)
-			}
-		}},
+			cs(o, supervisorName).State.Terminated.Message = "running: success (a exit 0): action SIGTERM\napp a (pid 36): exit 0"
+		}, want: -1, missed: "was acting", check: countsSuccess},
 		// soak-174: the app ran wholly while no supervisor ran (killed at
 		// 2.9 s, back at 3.95 s); the restarted one never saw it and looked
 		// for it for SUPERVISOR_APP_START_TIMEOUT.
-		{name: "app never seen, looked for", edit: func(_ *timeline, o *observed) {
+		{name: "killed, app never seen, looked for", base: killedPod, edit: func(_ *timeline, o *observed) {
 			o.kill.at = at(2900)
 			o.pods[0].log = strings.NewReplacer(logAt(2450, "starting", ""), logAt(3950, "starting", ""),
 				logAt(2500, msgResumed, `,"apps":1,"ended":0,"ended_unwatched":0,"watched":1`),
 				logAt(3960, msgResumed, `,"apps":0,"ended":0,"ended_unwatched":0,"watched":0`)+"\n"+
 					logAt(33960, msgMissing, `,"expected":1,"seen":0,"missing":["a"]`),
 				logAt(3002, msgSignalled, `,"signal":"SIGTERM"`), logAt(33962, msgSignalled, `,"signal":"SIGTERM"`)).Replace(o.pods[0].log)
-			o.pods[0].pod.Status.InitContainerStatuses[0].State.Terminated.Message = "unknown: a unknown; action SIGTERM"
+			cs(o, supervisorName).State.Terminated.Message = "unknown: a unknown; action SIGTERM"
 		}, want: -1, check: func(t *testing.T, v verdict) {
 			if k := v.kill; k.delay != 30962*time.Millisecond || k.bound != 33950*time.Millisecond {
 				t.Errorf("kill outcome: %s", k)
 			}
 		}},
-		{name: "app never seen, ran after the restart", edit: func(_ *timeline, o *observed) {
+		{name: "killed, app never seen, ran after the restart", base: killedPod, edit: func(_ *timeline, o *observed) {
 			o.kill.at = at(1000)
 			o.pods[0].log = strings.NewReplacer(
 				logAt(2500, msgResumed, `,"apps":1,"ended":0,"ended_unwatched":0,"watched":1`),
@@ -378,8 +335,14 @@ func TestCheckKilledEdges(t *testing.T) {
 		}, want: invRestart, text: "says it never saw a, which ran after its start"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tl, o := killedPod(t, 1500, 2500, 3002)
-			tc.edit(&tl, &o)
+			base := tc.base
+			if base == nil {
+				base = success
+			}
+			tl, o := base()
+			if tc.edit != nil {
+				tc.edit(&tl, &o)
+			}
 			v := checkJob(tl, o)
 			got := problems(v)
 			if tc.want < 0 {
@@ -389,7 +352,11 @@ func TestCheckKilledEdges(t *testing.T) {
 			} else if len(v.problems[tc.want]) == 0 || !strings.Contains(got, tc.text) {
 				t.Fatalf("want a %s problem with %q, got:\n%s", invariantNames[tc.want], tc.text, got)
 			}
-			if !strings.Contains(v.kill.missed, tc.missed) {
+			if notes := slices.Concat(v.anomalies, v.unchecked); len(v.anomalies) != tc.anomalies || len(v.unchecked) != tc.unchecked ||
+				!strings.Contains(strings.Join(notes, "\n"), tc.note) {
+				t.Errorf("anomalies %q, unchecked %q; want %d and %d, one with %q", v.anomalies, v.unchecked, tc.anomalies, tc.unchecked, tc.note)
+			}
+			if tc.missed != "" && !strings.Contains(v.kill.missed, tc.missed) {
 				t.Errorf("kill outcome: %s, want it missed for %q", v.kill, tc.missed)
 			}
 			if tc.check != nil {
@@ -397,6 +364,40 @@ func TestCheckKilledEdges(t *testing.T) {
 			}
 		})
 	}
+}
+
+func countsSuccess(t *testing.T, v verdict) {
+	if v.outcomes["success"] != 1 {
+		t.Errorf("outcomes %v", v.outcomes)
+	}
+}
+
+// appKilled makes success's app killed with no end stamp, its start
+// recorded at startedAt.
+func appKilled(o *observed, startedAt metav1.Time) {
+	o.inst["a"][0].end = time.Time{}
+	cs(o, "a").LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, StartedAt: startedAt}}
+}
+
+// appStartFailed makes success's app never run, its start failed by the
+// runtime.
+func appStartFailed(_ *timeline, o *observed) {
+	o.inst["a"] = nil
+	cs(o, "a").State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 128, Reason: "StartError",
+		Message: "failed to start containerd task: context canceled: unknown"}}
+	o.pods[0].pod.Status.Phase = corev1.PodFailed
+}
+
+// proxyUnstarted is a Job whose istio-proxy's start the runtime failed,
+// finished before the app's end (seed 123, Job 9), and whose supervisor
+// said there was no sidecar.
+func proxyUnstarted() (timeline, observed) {
+	tl, o := never(0, "success: a exit 0; action SIGTERM; no sidecar appeared", 128, 3002)()
+	proxy := cs(&o, proxyName).State.Terminated
+	proxy.Reason, proxy.FinishedAt = "StartError", metav1.NewTime(at(1000))
+	o.pods[0].pod.Status.Phase = corev1.PodFailed
+	o.pods[0].log = strings.Join([]string{logAt(500, "starting", ""), logAt(600, "app found", ""), logAt(33000, msgNoSidecar, "")}, "\n")
+	return tl, o
 }
 
 // lostStatus makes killedPod's supervisor killed at 2.9 s, before the app's
@@ -409,7 +410,7 @@ func lostStatus(o *observed, backMS, signalMS int) {
 		logAt(2500, msgResumed, `,"apps":1,"ended":0,"ended_unwatched":0,"watched":1`),
 		logAt(backMS, msgResumed, `,"apps":1,"ended":0,"ended_unwatched":1,"watched":0`),
 		logAt(3002, msgSignalled, `,"signal":"SIGTERM"`), logAt(signalMS, msgSignalled, `,"signal":"SIGTERM"`)).Replace(o.pods[0].log)
-	o.pods[0].pod.Status.InitContainerStatuses[0].State.Terminated.Message = "unknown: a unknown; action SIGTERM"
+	cs(o, supervisorName).State.Terminated.Message = "unknown: a unknown; action SIGTERM"
 }
 
 // notRestarted makes killedPod's supervisor one instance, never
@@ -418,43 +419,13 @@ func lostStatus(o *observed, backMS, signalMS int) {
 // (137: the kill ended it).
 func notRestarted(o *observed, killMS int, code int32, tail ...string) {
 	o.kill.at = at(killMS)
-	s := &o.pods[0].pod.Status.InitContainerStatuses[0]
+	s := cs(o, supervisorName)
 	s.RestartCount, s.LastTerminationState = 0, corev1.ContainerState{}
 	if code != 0 {
 		s.State.Terminated.ExitCode, s.State.Terminated.Reason = code, "Error"
 	}
 	o.pods[0].log = strings.Join(append([]string{o.pods[0].prevLog, logAt(3002, msgSignalled, `,"signal":"SIGTERM"`)}, tail...), "\n")
 	o.pods[0].prevLog = ""
-}
-
-// A supervisor restarted though not killed breaks the restart invariant.
-func TestCheckRestartedNotKilled(t *testing.T) {
-	tl, o := neverPod(0, "success: a exit 0; action SIGTERM", 0, 3002)
-	s := &o.pods[0].pod.Status.ContainerStatuses[1]
-	s.RestartCount = 1
-	s.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137}}
-	v := checkJob(tl, o)
-	if len(v.problems[invRestart]) != 1 || !strings.Contains(problems(v), "not killed, restarted 1 time(s)") {
-		t.Fatalf("problems:\n%s", problems(v))
-	}
-	if l := v.stopLags[lagRead]; len(l) != 1 || l[0] != 2*time.Millisecond {
-		t.Errorf("stop lags %v, want one of 2ms", v.stopLags)
-	}
-}
-
-// A supervisor whose first start failed (the kubelet counts a restart, its
-// last state not a termination: seed 20261207, Job 126, under containerd's
-// restart) had no instance to log anything: an anomaly, not a missing log.
-func TestCheckSupervisorStartFailed(t *testing.T) {
-	tl, o := neverPod(0, "success: a exit 0; action SIGTERM", 0, 3002)
-	s := &o.pods[0].pod.Status.ContainerStatuses[1]
-	s.RestartCount = 1
-	s.LastTerminationState = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{}}
-	o.pods[0].prevErr = errors.New("the server rejected our request for an unknown reason")
-	v := checkJob(tl, o)
-	if problems(v) != "" || len(v.anomalies) != 1 || !strings.Contains(v.anomalies[0], "never ran") {
-		t.Errorf("problems %q, anomalies %q; want none, and the restart listed as the cluster's", problems(v), v.anomalies)
-	}
 }
 
 // TestParseRealLogs reads logs the supervisor wrote on the cluster: a
