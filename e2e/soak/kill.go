@@ -56,9 +56,10 @@ func (s *soak) killSupervisor(ctx context.Context, t timeline, dir string) kille
 		return res
 	}
 	res.pod = in.pod
-	fd, err := s.supervisorProcess(ctx, &res)
-	if err != nil {
-		res.err = err
+	var fd int
+	// containerd may be restarting.
+	if err := retry(ctx, func() (err error) { fd, err = s.supervisorProcess(ctx, &res); return err }); err != nil {
+		res.err = fmt.Errorf("find the supervisor: %w", err)
 		return res
 	}
 	defer unix.Close(fd)
@@ -176,16 +177,8 @@ const supervisorComm = "sidecar-supervi"
 
 // supervisorProcess finds the running supervisor of pod res.pod in the
 // runtime (its container, then its main process) and opens a pidfd on it,
-// so that the SIGKILL reaches that process and no other. It tries for a
-// while: containerd may be restarting.
-func (s *soak) supervisorProcess(ctx context.Context, res *killed) (fd int, err error) {
-	if err = retry(ctx, func() error { fd, err = s.supervisorOnce(ctx, res); return err }); err != nil {
-		return -1, fmt.Errorf("find the supervisor: %w", err)
-	}
-	return fd, nil
-}
-
-func (s *soak) supervisorOnce(ctx context.Context, res *killed) (int, error) {
+// so that the SIGKILL reaches that process and no other.
+func (s *soak) supervisorProcess(ctx context.Context, res *killed) (int, error) {
 	out, err := s.crictl(ctx, "ps", "-q", "--state", "running", "--name", "^"+supervisorName+"$",
 		"--label", "io.kubernetes.pod.namespace="+s.ns, "--label", "io.kubernetes.pod.name="+res.pod)
 	if err != nil {

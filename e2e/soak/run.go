@@ -3,12 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -120,23 +122,19 @@ func run(ctx context.Context, o options, out io.Writer) (bool, error) {
 		}
 		if d := at[k]; d != "" {
 			// Once the window is busy again, while the Jobs keep coming.
-			done := make(chan struct{})
-			wg.Add(1)
-			go func(prev <-chan struct{}) {
-				defer wg.Done()
+			before, done := prev, make(chan struct{})
+			wg.Go(func() {
 				defer close(done)
-				<-prev
+				<-before
 				s.busy(ctx)
 				r := s.restart(ctx, d)
 				rmu.Lock()
 				restarts = append(restarts, r)
 				rmu.Unlock()
-			}(prev)
+			})
 			prev = done
 		}
-		wg.Add(1)
-		go func(k int, t timeline) {
-			defer wg.Done()
+		wg.Go(func() {
 			defer func() { <-slots }()
 			results[k] = s.runJob(ctx, t)
 			r := results[k]
@@ -145,7 +143,7 @@ func run(ctx context.Context, o options, out io.Writer) (bool, error) {
 				state = "FAILED (" + r.detail + ")"
 			}
 			logf("%s %s in %s: %s", t.name(), state, r.took.Round(time.Second), t)
-		}(k, t)
+		})
 	}
 	wg.Wait()
 	if ctx.Err() != nil {
@@ -186,20 +184,15 @@ func unfinalizeAll(ctx context.Context, c *cluster.Cluster, ns string) {
 func unfinalize(ctx context.Context, c *cluster.Cluster, p corev1.Pod) {
 	pods := c.Client.CoreV1().Pods(p.Namespace)
 	for try := 0; ; try++ {
-		var keep []string
-		for _, f := range p.Finalizers {
-			if f != finalizer {
-				keep = append(keep, f)
-			}
-		}
+		keep := slices.DeleteFunc(slices.Clone(p.Finalizers), func(f string) bool { return f == finalizer })
 		if len(keep) == len(p.Finalizers) {
 			return
 		}
 		// A JSON patch with a test: the Job controller removes its own
 		// finalizer concurrently.
-		patch := fmt.Sprintf(`[{"op":"test","path":"/metadata/finalizers","value":%s},{"op":"replace","path":"/metadata/finalizers","value":%s}]`,
-			jsonList(p.Finalizers), jsonList(keep))
-		_, err := pods.Patch(ctx, p.Name, types.JSONPatchType, []byte(patch), metav1.PatchOptions{})
+		patch, _ := json.Marshal([]map[string]any{{"op": "test", "path": "/metadata/finalizers", "value": p.Finalizers},
+			{"op": "replace", "path": "/metadata/finalizers", "value": keep}})
+		_, err := pods.Patch(ctx, p.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
 		if err == nil || apierrors.IsNotFound(err) {
 			return
 		}
@@ -216,13 +209,6 @@ func unfinalize(ctx context.Context, c *cluster.Cluster, p corev1.Pod) {
 		}
 		p = *cur
 	}
-}
-
-func jsonList(s []string) string {
-	if len(s) == 0 {
-		return "[]"
-	}
-	return `["` + strings.Join(s, `","`) + `"]`
 }
 
 // busy waits, up to 3 minutes, until the window is full but for the slot
@@ -288,23 +274,17 @@ func (s *soak) runJob(ctx context.Context, t timeline) result {
 	var deletion error
 	var dwg sync.WaitGroup
 	if t.deletePod > 0 {
-		dwg.Add(1)
-		go func() {
-			defer dwg.Done()
-			deletion = s.deleteMidRun(ctx, t, dir)
-		}()
+		dwg.Go(func() { deletion = s.deleteMidRun(ctx, t, dir) })
 	}
 	var o observed
 	// The kill's moment passes before the Job's end, or never will.
 	kctx, kcancel := context.WithCancel(ctx)
 	defer kcancel()
 	if t.kill != nil {
-		dwg.Add(1)
-		go func() {
-			defer dwg.Done()
+		dwg.Go(func() {
 			k := s.killSupervisor(kctx, t, dir)
 			o.kill = &k
-		}()
+		})
 	}
 
 	s.rec.wait(ctx, s.o.jobTimeout, func() bool {
@@ -377,7 +357,7 @@ func (s *soak) runJob(ctx context.Context, t timeline) result {
 		res.v.add(invCondition, "deleting pod %d mid-run: %v", t.deletePod, deletion)
 	}
 	if !res.v.ok() || t.kill != nil {
-		res.detail = s.writeDetail(ctx, t, o, res.v, dir)
+		res.detail = s.writeDetail(ctx, t, o, res.v)
 	}
 	return res
 }
@@ -408,20 +388,18 @@ func readStamps(dir string, apps []appPlan) (map[string][]instance, error) {
 func (s *soak) deleteMidRun(ctx context.Context, t timeline, dir string) error {
 	want := t.want.pods[t.deletePod-1].first
 	var pod string
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
-		inst, _ := readStamps(dir, t.apps)
+	pctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	err := pollStamps(pctx, dir, t, 200*time.Millisecond, func(inst map[string][]instance) bool {
 		pod = ""
 		for _, a := range t.apps {
-			found := ""
-			if x := find(inst[a.name], want[a.name]); x != nil {
-				found = x.pod
+			x := find(inst[a.name], want[a.name])
+			if x == nil || (pod != "" && x.pod != pod) {
+				return false
 			}
-			if found == "" || (pod != "" && found != pod) {
-				return false, nil
-			}
-			pod = found
+			pod = x.pod
 		}
-		return true, nil
+		return true
 	})
 	if err != nil {
 		return fmt.Errorf("its apps did not all start within 3m: %w", err)
@@ -496,7 +474,7 @@ func (s *soak) removeJob(name string) {
 // writeDetail writes what a failed Job's report needs: its timeline, the
 // problems, its pods' statuses and logs, the apps' stamps, and returns the
 // file's path.
-func (s *soak) writeDetail(ctx context.Context, t timeline, o observed, v verdict, dir string) string {
+func (s *soak) writeDetail(ctx context.Context, t timeline, o observed, v verdict) string {
 	if err := os.MkdirAll(s.out, 0o755); err != nil {
 		return err.Error()
 	}
@@ -519,9 +497,7 @@ func (s *soak) writeDetail(ctx context.Context, t timeline, o observed, v verdic
 	}
 	b.WriteString("\n== stamps\n")
 	for _, a := range t.apps {
-		raw, _ := os.ReadFile(filepath.Join(dir, a.name+".times"))
-		list, _ := parseStamps(a.name, string(raw))
-		for _, in := range list {
+		for _, in := range o.inst[a.name] {
 			fmt.Fprintf(&b, "%s\n", in)
 		}
 	}
