@@ -56,26 +56,19 @@ func quickRun(t timeline) bool {
 
 func rows() []row {
 	never := func(r result) bool { return r.t.restart == corev1.RestartPolicyNever }
-	plain := func(r result) bool { return r.t.deletePod == 0 && !r.t.deadlineHit }
+	// plain: under policy never (or not), neither deleted nor past its
+	// deadline, it ends as drawn: completes, or fails for its backoffLimit.
+	plain := func(nvr, complete bool, r result) bool {
+		return never(r) == nvr && r.t.deletePod == 0 && !r.t.deadlineHit &&
+			(r.t.want.cond == batchv1.JobComplete) == complete && (complete || r.t.want.reason == batchv1.JobReasonBackoffLimitExceeded)
+	}
 	return []row{
-		{"Never, first pod succeeds", func(r result) bool {
-			return never(r) && plain(r) && r.t.want.cond == batchv1.JobComplete && len(r.t.want.pods) == 1
-		}},
-		{"Never, failed pods then one succeeds", func(r result) bool {
-			return never(r) && plain(r) && r.t.want.cond == batchv1.JobComplete && len(r.t.want.pods) > 1
-		}},
-		{"Never, every pod fails (backoffLimit)", func(r result) bool {
-			return never(r) && plain(r) && r.t.want.reason == batchv1.JobReasonBackoffLimitExceeded
-		}},
-		{"OnFailure, succeeds first time", func(r result) bool {
-			return !never(r) && plain(r) && r.t.want.cond == batchv1.JobComplete && restartsIn(r.t) == 0
-		}},
-		{"OnFailure, restarted in place then succeeds", func(r result) bool {
-			return !never(r) && plain(r) && r.t.want.cond == batchv1.JobComplete && restartsIn(r.t) > 0
-		}},
-		{"OnFailure, fails until backoffLimit", func(r result) bool {
-			return !never(r) && plain(r) && r.t.want.reason == batchv1.JobReasonBackoffLimitExceeded
-		}},
+		{"Never, first pod succeeds", func(r result) bool { return plain(true, true, r) && len(r.t.want.pods) == 1 }},
+		{"Never, failed pods then one succeeds", func(r result) bool { return plain(true, true, r) && len(r.t.want.pods) > 1 }},
+		{"Never, every pod fails (backoffLimit)", func(r result) bool { return plain(true, false, r) }},
+		{"OnFailure, succeeds first time", func(r result) bool { return plain(false, true, r) && restartsIn(r.t) == 0 }},
+		{"OnFailure, restarted in place then succeeds", func(r result) bool { return plain(false, true, r) && restartsIn(r.t) > 0 }},
+		{"OnFailure, fails until backoffLimit", func(r result) bool { return plain(false, false, r) }},
 		{"pod deleted mid-run", func(r result) bool { return r.t.deletePod > 0 }},
 		{"activeDeadlineSeconds passed mid-run", func(r result) bool { return r.t.deadlineHit }},
 		{"activeDeadlineSeconds set, not reached", func(r result) bool { return r.t.deadline > 0 && !r.t.deadlineHit }},
@@ -125,13 +118,34 @@ func (r *report) write(w io.Writer) error {
 		}
 		fmt.Fprintf(&b, "- %s restarted at %s (%s) with %d Jobs running.\n", x.daemon, x.at.UTC().Format(time.TimeOnly), state, len(x.jobs))
 	}
-	pods, lat, outcomes := 0, []time.Duration{}, map[string]int{}
+	pods, lat, outcomes, lags := 0, []time.Duration{}, map[string]int{}, map[string][]time.Duration{}
+	var failed, unchecked, anomalies []string
 	for _, res := range r.results {
 		pods += res.pods
 		lat = append(lat, res.startLat...)
 		for k, n := range res.v.outcomes {
 			outcomes[k] += n
 		}
+		for k, l := range res.v.stopLags {
+			lags[k] = append(lags[k], l...)
+		}
+		for _, u := range res.v.unchecked {
+			unchecked = append(unchecked, fmt.Sprintf("%s: %s", res.t.name(), u))
+		}
+		for _, a := range res.v.anomalies {
+			anomalies = append(anomalies, fmt.Sprintf("%s: %s", res.t.name(), a))
+		}
+		if res.v.ok() {
+			continue
+		}
+		var probs []string
+		for i, ps := range res.v.problems {
+			for _, p := range ps {
+				probs = append(probs, invariantNames[i]+": "+p)
+			}
+		}
+		failed = append(failed, fmt.Sprintf("- **%s** (Job %d; %s): %s. Details: %s", res.t.name(), res.t.index, res.t,
+			strings.Join(probs, "; "), res.detail))
 	}
 	var oc []string
 	for _, k := range []string{"success", "failure", "unknown", "deleted"} {
@@ -145,12 +159,6 @@ func (r *report) write(w io.Writer) error {
 	if len(lat) > 0 {
 		fmt.Fprintf(&b, "- A pod's first app started %s after the pod was created (median; 95th percentile %s, max %s): the node's load.\n",
 			pct(lat, 50), pct(lat, 95), pct(lat, 100))
-	}
-	lags := map[string][]time.Duration{}
-	for _, res := range r.results {
-		for k, l := range res.v.stopLags {
-			lags[k] = append(lags[k], l...)
-		}
 	}
 	for _, k := range []string{lagRead, lagUnknownNever, lagUnknownOnFailure} {
 		if l := lags[k]; len(l) > 0 {
@@ -175,48 +183,27 @@ func (r *report) write(w io.Writer) error {
 		if len(sel) == 0 {
 			continue
 		}
-		cells := []string{row.title, fmt.Sprint(len(sel))}
-		all := 0
+		var held [nInvariants + 1]int // each invariant, then all
 		var took []time.Duration
 		for _, res := range sel {
+			for i, p := range res.v.problems {
+				if len(p) == 0 {
+					held[i]++
+				}
+			}
 			if res.v.ok() {
-				all++
+				held[nInvariants]++
 			}
 			took = append(took, res.took)
 		}
-		for i := range invariantNames {
-			n := 0
-			for _, res := range sel {
-				if len(res.v.problems[i]) == 0 {
-					n++
-				}
-			}
+		cells := []string{row.title, fmt.Sprint(len(sel))}
+		for _, n := range held {
 			cells = append(cells, mark(n, len(sel)))
 		}
-		table = append(table, append(cells, mark(all, len(sel)), pct(took, 50), pct(took, 100)))
+		table = append(table, append(cells, pct(took, 50), pct(took, 100)))
 	}
 	measure.Table(&b, "l"+strings.Repeat("r", len(head)-1), head, table...)
 	b.WriteString(r.kills())
-	var failed, unchecked, anomalies []string
-	for _, res := range r.results {
-		for _, u := range res.v.unchecked {
-			unchecked = append(unchecked, fmt.Sprintf("%s: %s", res.t.name(), u))
-		}
-		for _, a := range res.v.anomalies {
-			anomalies = append(anomalies, fmt.Sprintf("%s: %s", res.t.name(), a))
-		}
-		if res.v.ok() {
-			continue
-		}
-		var probs []string
-		for i, ps := range res.v.problems {
-			for _, p := range ps {
-				probs = append(probs, invariantNames[i]+": "+p)
-			}
-		}
-		failed = append(failed, fmt.Sprintf("- **%s** (Job %d; %s): %s. Details: %s", res.t.name(), res.t.index, res.t,
-			strings.Join(probs, "; "), res.detail))
-	}
 	if len(failed) == 0 {
 		b.WriteString("\nEvery invariant held for every Job.\n")
 	} else {
