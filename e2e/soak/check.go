@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"sort"
@@ -371,11 +372,9 @@ func checkJob(t timeline, o observed) verdict {
 // ran each app's first instance), then by creation.
 func orderPods(pods []podObs, inst map[string][]instance) []podObs {
 	first := map[string]int{}
-	for _, list := range inst {
-		for _, in := range list {
-			if f, ok := first[in.pod]; !ok || in.n < f {
-				first[in.pod] = in.n
-			}
+	for _, in := range all(inst) {
+		if f, ok := first[in.pod]; !ok || in.n < f {
+			first[in.pod] = in.n
 		}
 	}
 	out := slices.Clone(pods)
@@ -393,13 +392,16 @@ func orderPods(pods []podObs, inst map[string][]instance) []podObs {
 	return out
 }
 
+// all lists the instances of every app.
+func all(inst map[string][]instance) []instance {
+	return slices.Concat(slices.Collect(maps.Values(inst))...)
+}
+
 func instancesIn(inst map[string][]instance, pod string) map[string][]instance {
 	out := map[string][]instance{}
-	for app, list := range inst {
-		for _, in := range list {
-			if in.pod == pod {
-				out[app] = append(out[app], in)
-			}
+	for _, in := range all(inst) {
+		if in.pod == pod {
+			out[in.app] = append(out[in.app], in)
 		}
 	}
 	return out
@@ -506,11 +508,9 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, k *k
 	// must say so, within its bound.
 	unstarted := proxy != nil && startError(proxy.State)
 	var lastEnd time.Time
-	for _, list := range inst {
-		for _, in := range list {
-			if in.end.After(lastEnd) {
-				lastEnd = in.end
-			}
+	for _, in := range all(inst) {
+		if in.end.After(lastEnd) {
+			lastEnd = in.end
 		}
 	}
 	if logOK {
@@ -518,13 +518,11 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, k *k
 			// The log has milliseconds (truncated): a stop logged at ms
 			// came at or after ms, and before ms+1.
 			before := s.At.Add(time.Millisecond)
-			for _, list := range inst {
-				for _, in := range list {
-					if !in.end.IsZero() && !in.end.Before(before) {
-						v.add(invOrder, "pod %s: istio-proxy %s (%s) at %s while %s", name, s.Message, s.Signal, clock(s.At), in)
-					} else if in.end.IsZero() && !in.start.Before(before) {
-						v.add(invOrder, "pod %s: istio-proxy %s (%s) at %s before %s", name, s.Message, s.Signal, clock(s.At), in)
-					}
+			for _, in := range all(inst) {
+				if !in.end.IsZero() && !in.end.Before(before) {
+					v.add(invOrder, "pod %s: istio-proxy %s (%s) at %s while %s", name, s.Message, s.Signal, clock(s.At), in)
+				} else if in.end.IsZero() && !in.start.Before(before) {
+					v.add(invOrder, "pod %s: istio-proxy %s (%s) at %s before %s", name, s.Message, s.Signal, clock(s.At), in)
 				}
 			}
 		}
@@ -887,17 +885,15 @@ func placeKill(at time.Time, inst map[string][]instance, before supervisorLog) s
 	}
 	var near *instance
 	var running []string
-	for _, list := range inst {
-		for i, in := range list {
-			if in.end.IsZero() {
-				continue
-			}
-			if near == nil || at.Sub(in.end).Abs() < at.Sub(near.end).Abs() {
-				near = &list[i]
-			}
-			if !in.start.After(at) && in.end.After(at) {
-				running = append(running, fmt.Sprintf("%s #%d (%s in, %s before its end)", in.app, in.n, fmtDur(at.Sub(in.start)), fmtDur(in.end.Sub(at))))
-			}
+	for _, in := range all(inst) {
+		if in.end.IsZero() {
+			continue
+		}
+		if near == nil || at.Sub(in.end).Abs() < at.Sub(near.end).Abs() {
+			near = &in
+		}
+		if !in.start.After(at) && in.end.After(at) {
+			running = append(running, fmt.Sprintf("%s #%d (%s in, %s before its end)", in.app, in.n, fmtDur(at.Sub(in.start)), fmtDur(in.end.Sub(at))))
 		}
 	}
 	sort.Strings(running)

@@ -134,6 +134,12 @@ func TestCheckJob(t *testing.T) {
 			o.inst["a"][0].end = at(900)
 			cs(o, supervisorName).State.Terminated.Message = "failure: a exit 1; action SIGKILL"
 		}, want: invMessage, text: `want it to start with "success:" or "unknown:"`},
+		{name: "a second app ends after the stop", edit: func(tl *timeline, o *observed) {
+			tl.apps = append(tl.apps, appPlan{name: "b", steps: []step{{4 * time.Second, 0}}})
+			tl.want = tl.oracle()
+			o.pods[0].pod.Status.ContainerStatuses = append(o.pods[0].pod.Status.ContainerStatuses, terminated("b", 0, "", at(4000)))
+			o.inst["b"] = []instance{{app: "b", n: 1, pod: "p1", start: at(0), end: at(4000)}}
+		}, want: invOrder, text: "while b #1"},
 		{name: "an instance started after the stop", edit: func(_ *timeline, o *observed) {
 			o.inst["a"] = append(o.inst["a"], instance{app: "a", n: 2, pod: "p1", start: at(4000)})
 		}, want: invOrder, text: "before a #2"},

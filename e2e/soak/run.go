@@ -340,11 +340,9 @@ func (s *soak) runJob(ctx context.Context, t timeline) result {
 	o.inst, o.stampErr = readStamps(dir, t.apps)
 	for _, p := range seen {
 		var first time.Time
-		for _, list := range o.inst {
-			for _, in := range list {
-				if in.pod == p.pod.Name && (first.IsZero() || in.start.Before(first)) {
-					first = in.start
-				}
+		for _, in := range all(o.inst) {
+			if in.pod == p.pod.Name && (first.IsZero() || in.start.Before(first)) {
+				first = in.start
 			}
 		}
 		if !first.IsZero() {
