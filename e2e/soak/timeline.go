@@ -346,22 +346,15 @@ func (t timeline) oracle() outcome {
 	var o outcome
 	failed := int32(0)
 	for k := 1; k <= 10; k++ {
-		if t.deadlineHit {
+		p := podWant{first: map[string]int{}, last: map[string]int{}, restarts: map[string]int{}}
+		switch {
+		case t.deadlineHit:
 			o.pods = append(o.pods, deleted())
 			o.cond, o.reason = batchv1.JobFailed, batchv1.JobReasonDeadlineExceeded
 			return o
-		}
-		if k == t.deletePod {
+		case k == t.deletePod:
 			o.pods = append(o.pods, deleted())
-			failed++
-			if failed > t.backoffLimit {
-				o.cond, o.reason = batchv1.JobFailed, batchv1.JobReasonBackoffLimitExceeded
-				return o
-			}
-			continue
-		}
-		p := podWant{first: map[string]int{}, last: map[string]int{}, restarts: map[string]int{}}
-		if t.restart == corev1.RestartPolicyNever {
+		case t.restart == corev1.RestartPolicyNever:
 			ok := true
 			for _, a := range t.apps {
 				n := next[a.name]
@@ -374,38 +367,36 @@ func (t timeline) oracle() outcome {
 				o.cond = batchv1.JobComplete
 				return o
 			}
-			failed++
-			if failed > t.backoffLimit {
-				o.cond, o.reason = batchv1.JobFailed, batchv1.JobReasonBackoffLimitExceeded
-				return o
-			}
-			continue
-		}
-		// OnFailure: every app is restarted in place until it succeeds.
-		restarts, forever := 0, false
-		for _, a := range t.apps {
-			n := next[a.name]
-			p.first[a.name] = n
-			for ; a.at(n).code != 0; n++ {
-				if n >= len(a.steps) {
-					forever = true
-					break
+		default:
+			// OnFailure: every app is restarted in place until it succeeds.
+			forever := false
+			for _, a := range t.apps {
+				n := next[a.name]
+				p.first[a.name] = n
+				for ; a.at(n).code != 0; n++ {
+					if n >= len(a.steps) {
+						forever = true
+						break
+					}
+					p.restarts[a.name]++
 				}
-				p.restarts[a.name]++
+				p.last[a.name] = n
 			}
-			p.last[a.name] = n
-			restarts += p.restarts[a.name]
+			o.cond = batchv1.JobComplete
+			if forever {
+				// The Job controller deletes the pod when its restarts
+				// reach backoffLimit.
+				p = podWant{deleted: true, first: p.first}
+				o.cond, o.reason = batchv1.JobFailed, batchv1.JobReasonBackoffLimitExceeded
+			}
+			o.pods = append(o.pods, p)
+			return o
 		}
-		if forever {
-			// The Job controller deletes the pod when its restarts reach
-			// backoffLimit.
-			o.pods = append(o.pods, podWant{deleted: true, first: p.first})
+		// The pod failed.
+		if failed++; failed > t.backoffLimit {
 			o.cond, o.reason = batchv1.JobFailed, batchv1.JobReasonBackoffLimitExceeded
 			return o
 		}
-		o.pods = append(o.pods, p)
-		o.cond = batchv1.JobComplete
-		return o
 	}
 	panic(fmt.Sprintf("timeline %d: more than 10 pods", t.index))
 }

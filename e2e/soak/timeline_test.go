@@ -143,6 +143,8 @@ func TestOracle(t *testing.T) {
 			apps: []appPlan{app("a", s(0)), app("b", s(3))}}, batchv1.JobFailed, 1},
 		{"deleted then succeeds", timeline{restart: corev1.RestartPolicyNever, backoffLimit: 1, deletePod: 1,
 			apps: []appPlan{app("a", step{time.Minute, 0}, s(0))}}, batchv1.JobComplete, 2},
+		{"deleted past backoffLimit", timeline{restart: corev1.RestartPolicyNever, backoffLimit: 0, deletePod: 1,
+			apps: []appPlan{app("a", step{time.Minute, 0}, s(0))}}, batchv1.JobFailed, 1},
 	} {
 		o := tc.tl.oracle()
 		if o.cond != tc.cond || len(o.pods) != tc.pods {
