@@ -568,14 +568,14 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, k *k
 	var gap [2]time.Time // no supervisor ran, from the kill to the restarted one's start
 	killedLast := false  // the kill ended the last instance, after its work
 	if sup != nil {
-		gap, killedLast = checkRestart(t, w, p, sup, sls, k, inst, v)
+		gap, killedLast = checkRestart(t, w, p, sup, sls, stops, k, inst, v)
 	}
 	for _, sl := range sls {
 		for _, j := range sl.journal {
 			v.add(invRestart, "pod %s: the supervisor: %s", name, j)
 		}
 	}
-	if w != nil && !deleted && logOK && len(stops) > 0 && (k == nil || k.pod != name || gap[0].IsZero()) {
+	if w != nil && !deleted && len(stops) > 0 && (k == nil || k.pod != name || gap[0].IsZero()) {
 		if at, ok := wouldStop(t, *w, inst); ok {
 			kind := lagRead
 			switch {
@@ -746,7 +746,7 @@ func inGap(gap [2]time.Time, at time.Time) bool {
 //
 // ended says the kill ended the supervisor's last instance after its work,
 // and no restart followed: its exit 137 is the kill's, not a failure.
-func checkRestart(t timeline, w *podWant, p podObs, sup *corev1.ContainerStatus, sls []supervisorLog, k *killed, inst map[string][]instance, v *verdict) (gap [2]time.Time, ended bool) {
+func checkRestart(t timeline, w *podWant, p podObs, sup *corev1.ContainerStatus, sls []supervisorLog, stops []logLine, k *killed, inst map[string][]instance, v *verdict) (gap [2]time.Time, ended bool) {
 	name := p.pod.Name
 	last := sup.LastTerminationState.Terminated
 	if !k.sent() || k.pod != name {
@@ -824,10 +824,6 @@ func checkRestart(t timeline, w *podWant, p podObs, sup *corev1.ContainerStatus,
 	}
 	would, ok := wouldStop(t, *w, inst)
 	would = would.Add(graceFor(sup))
-	var stops []logLine
-	for _, sl := range sls {
-		stops = append(stops, sl.stops...)
-	}
 	if !ok || len(stops) == 0 {
 		return gap, false // the other invariants say why
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -64,12 +65,7 @@ func (s *soak) killSupervisor(ctx context.Context, t timeline, dir string) kille
 	}
 	defer unix.Close(fd)
 
-	var d time.Duration
-	for _, a := range t.apps {
-		if a.name == k.app {
-			d = a.at(k.n).d
-		}
-	}
+	d := t.apps[slices.IndexFunc(t.apps, func(a appPlan) bool { return a.name == k.app })].at(k.n).d
 	switch k.moment {
 	case killRun:
 		res.planned = in.start.Add(time.Duration(k.frac * float64(d)))

@@ -47,10 +47,9 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/binary"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
@@ -87,12 +86,7 @@ func main() {
 
 func (o *options) parse(seed, only string) error {
 	if seed == "" {
-		var b [8]byte
-		if _, err := rand.Read(b[:]); err != nil {
-			return err
-		}
-		// Short enough to type again.
-		o.seed = binary.LittleEndian.Uint64(b[:]) % 1_000_000
+		o.seed = rand.Uint64N(1_000_000) // short enough to type again
 	} else {
 		s, err := strconv.ParseUint(seed, 10, 64)
 		if err != nil {
