@@ -480,50 +480,37 @@ func TestParseLog(t *testing.T) {
 	}
 }
 
-// TestActedBeforeKill: a supervisor killed as it acted wrote so in its
-// termination message (seed 20261205, Job 144, whose log the kubelet had
-// removed); one killed before its decision did not.
-func TestActedBeforeKill(t *testing.T) {
+// TestMessages reads the supervisor's termination messages. One killed as
+// it acted wrote so (seed 20261205, Job 144, whose log the kubelet had
+// removed); one killed before its decision did not. A failure decided on
+// an exit 143 the supervisor read holds the decision for the deletion
+// grace, killed or not (seed 20261206, Jobs 36, 100 and 135: their kills
+// cost 1.3-2.0 s, flagged as 3.3-4.0 s without it); a status it never
+// read holds nothing.
+func TestMessages(t *testing.T) {
 	for _, tc := range []struct {
 		message string
-		want    bool
+		acted   bool // as the message before a restart
+		grace   time.Duration
 	}{
-		{"running: success (all 2 app containers exit 0): action POST http://127.0.0.1:15020/quitquitquit\napp app1 (pid 34): exit 2; restarted\n", true},
-		{"running: failure (app1 exit 3): action SIGKILL\n", true},
-		{"running: waiting for app app1 (pid 81)\nsidecar istio-proxy (pid 50): held\n", false},
-		{"success: app1 exit 0; action SIGTERM", false},
-		{"", false},
+		{"running: success (all 2 app containers exit 0): action POST http://127.0.0.1:15020/quitquitquit\napp app1 (pid 34): exit 2; restarted\n", true, 0},
+		{"running: failure (app1 exit 3): action SIGKILL\n", true, 0},
+		{"running: waiting for app app1 (pid 81)\nsidecar istio-proxy (pid 50): held\n", false, 0},
+		{"", false, 0},
+		{"failure: app1 exit 143; action SIGKILL; sidecar stopped in 0.1s\n", false, deletionGrace},
+		{"failure: app1 exit 3, app2 exit 143; action SIGKILL", false, deletionGrace},
+		{"failure: app1 exit 1431; action SIGKILL", false, 0},
+		{"failure: app1 exit 3; action SIGKILL", false, 0},
+		{"success: app1 exit 0; action SIGTERM", false, 0},
+		{"unknown: app1 unknown (it exited before the supervisor could watch it); action SIGTERM", false, 0},
 	} {
-		sup := &corev1.ContainerStatus{Name: supervisorName,
-			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Message: tc.message}}}
-		if got := actedBeforeKill(sup); got != tc.want {
-			t.Errorf("%q: acted %v, want %v", tc.message, got, tc.want)
+		sup := terminated(supervisorName, 0, tc.message, at(5000))
+		sup.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Message: tc.message}}
+		if acted, grace := actedBeforeKill(&sup), graceFor(&sup); acted != tc.acted || grace != tc.grace {
+			t.Errorf("%q: acted %v, grace %s; want %v, %s", tc.message, acted, grace, tc.acted, tc.grace)
 		}
 	}
-}
-
-// TestGraceFor: a failure decided on an exit 143 the supervisor read holds
-// the decision for the deletion grace, killed or not (seed 20261206, Jobs
-// 36, 100 and 135: their kills cost 1.3-2.0 s, flagged as 3.3-4.0 s
-// without it); a status it never read holds nothing.
-func TestGraceFor(t *testing.T) {
-	for _, tc := range []struct {
-		summary string
-		want    time.Duration
-	}{
-		{"failure: app1 exit 143; action SIGKILL; sidecar stopped in 0.1s\n", deletionGrace},
-		{"failure: app1 exit 3, app2 exit 143; action SIGKILL", deletionGrace},
-		{"failure: app1 exit 1431; action SIGKILL", 0},
-		{"failure: app1 exit 3; action SIGKILL", 0},
-		{"success: app1 exit 0; action SIGTERM", 0},
-		{"unknown: app1 unknown (it exited before the supervisor could watch it); action SIGTERM", 0},
-	} {
-		sup := terminated(supervisorName, 0, tc.summary, at(5000))
-		if got := graceFor(&sup); got != tc.want {
-			t.Errorf("%q: grace %s, want %s", tc.summary, got, tc.want)
-		}
-	}
-	if got := graceFor(&corev1.ContainerStatus{}); got != 0 {
-		t.Errorf("running supervisor: grace %s", got)
+	if acted, grace := actedBeforeKill(&corev1.ContainerStatus{}), graceFor(&corev1.ContainerStatus{}); acted || grace != 0 {
+		t.Errorf("running supervisor: acted %v, grace %s", acted, grace)
 	}
 }
