@@ -793,6 +793,9 @@ func checkRestart(t timeline, w *podWant, p podObs, sup *corev1.ContainerStatus,
 		v.add(invRestart, "pod %s: the supervisor, SIGKILLed at %s, restarted %d time(s) (last: %s), want once after exit 137",
 			name, clock(k.at), sup.RestartCount, cluster.StateString(sup.LastTerminationState))
 	}
+	if len(sls) == 0 {
+		return gap, false // checkPod says why there is no log
+	}
 	before, after := supervisorLog{}, sls[len(sls)-1]
 	switch {
 	case len(sls) >= 2:
@@ -989,18 +992,24 @@ func kubeletLine(log string) bool {
 }
 
 // actedBeforeKill reports whether the supervisor's instance before its
-// restart (sup, its status) wrote, in its termination message, that it was
-// acting: "running: <outcome> (<reason>): action ..."
-// (supervisor/progress.go).
+// restart (sup, its status) wrote, in its termination message, that it had
+// acted: as it acted, "running: <outcome> (<reason>): action ..."
+// (supervisor/progress.go); or, done, its summary "<outcome>: <reason>;
+// action ..." (seed 20261209, Job 80: killed 27 ms after the app's end,
+// once it had written the summary).
 func actedBeforeKill(sup *corev1.ContainerStatus) bool {
 	if sup == nil || sup.LastTerminationState.Terminated == nil {
 		return false
 	}
-	last := sup.LastTerminationState.Terminated
-	rest, ok := strings.CutPrefix(last.Message, "running: ")
-	head, _, _ := strings.Cut(rest, "\n")
-	return ok && strings.Contains(head, "): action ")
+	head, _, _ := strings.Cut(sup.LastTerminationState.Terminated.Message, "\n")
+	if rest, ok := strings.CutPrefix(head, "running: "); ok {
+		return strings.Contains(rest, "): action ")
+	}
+	m := summaryAction.FindStringSubmatch(head)
+	return m != nil && m[1] != "none"
 }
+
+var summaryAction = regexp.MustCompile(`^(?:success|failure|unknown): .*?; action (\S+)`)
 
 // restartUnrun reports whether the kubelet counts a restart of a container
 // whose last instance never ran: its last state is no termination (its

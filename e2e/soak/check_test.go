@@ -247,6 +247,20 @@ func TestCheckJob(t *testing.T) {
 		{name: "killed, the log of the instance before gone", base: killedPod, edit: func(_ *timeline, o *observed) {
 			o.pods[0].prevLog = "unable to retrieve container logs for containerd://4bdf686e577e"
 		}, want: -1, unchecked: 1, note: "before its restart gone"},
+		// Seed 20261209, Job 80: killed once done (its summary written),
+		// the kubelet had removed its log; the restarted one found
+		// istio-proxy gone. Its summary says it acted: not checked.
+		{name: "killed once done, its log gone", base: killedPod, edit: func(_ *timeline, o *observed) {
+			o.pods[0].prevLog = "unable to retrieve container logs for containerd://ac8581befdfe"
+			o.pods[0].log = strings.Replace(o.pods[0].log, logAt(3002, msgSignalled, `,"signal":"SIGTERM"`), logAt(3010, "the sidecars seen before the supervisor's restart have exited: nothing left to stop", ""), 1)
+			cs(o, supervisorName).LastTerminationState.Terminated.Message = "success: a exit 0; action POST http://127.0.0.1:15020/quitquitquit"
+		}, want: -1, unchecked: 2, note: "the killed supervisor acted"},
+		// The restarted instance's log gone too: checkPod says so, and
+		// checkRestart has nothing to time (it used to index an empty
+		// list).
+		{name: "killed, the current log gone", base: killedPod, edit: func(_ *timeline, o *observed) {
+			o.pods[0].log = "unable to retrieve container logs for containerd://4bdf686e577e"
+		}, want: -1, unchecked: 1, note: "supervisor log gone"},
 		// The app ended at 3 s while no supervisor ran (killed at 2.9 s,
 		// back at 4 s): under Never the stop comes with the restart.
 		{name: "killed, status lost, Never, in time", base: killedPod, edit: func(_ *timeline, o *observed) {
@@ -482,7 +496,8 @@ func TestParseLog(t *testing.T) {
 
 // TestMessages reads the supervisor's termination messages. One killed as
 // it acted wrote so (seed 20261205, Job 144, whose log the kubelet had
-// removed); one killed before its decision did not. A failure decided on
+// removed), and so did one killed once done, in its summary (seed
+// 20261209, Job 80); one killed before its decision did not. A failure decided on
 // an exit 143 the supervisor read holds the decision for the deletion
 // grace, killed or not (seed 20261206, Jobs 36, 100 and 135: their kills
 // cost 1.3-2.0 s, flagged as 3.3-4.0 s without it); a status it never
@@ -497,12 +512,14 @@ func TestMessages(t *testing.T) {
 		{"running: failure (app1 exit 3): action SIGKILL\n", true, 0},
 		{"running: waiting for app app1 (pid 81)\nsidecar istio-proxy (pid 50): held\n", false, 0},
 		{"", false, 0},
-		{"failure: app1 exit 143; action SIGKILL; sidecar stopped in 0.1s\n", false, deletionGrace},
-		{"failure: app1 exit 3, app2 exit 143; action SIGKILL", false, deletionGrace},
-		{"failure: app1 exit 1431; action SIGKILL", false, 0},
-		{"failure: app1 exit 3; action SIGKILL", false, 0},
-		{"success: app1 exit 0; action SIGTERM", false, 0},
-		{"unknown: app1 unknown (it exited before the supervisor could watch it); action SIGTERM", false, 0},
+		{"failure: app1 exit 143; action SIGKILL; sidecar stopped in 0.1s\n", true, deletionGrace},
+		{"failure: app1 exit 3, app2 exit 143; action SIGKILL", true, deletionGrace},
+		{"failure: app1 exit 1431; action SIGKILL", true, 0},
+		{"failure: app1 exit 3; action SIGKILL", true, 0},
+		{"success: app1 exit 0; action SIGTERM", true, 0},
+		{"success: app1 exit 0; action POST http://127.0.0.1:15020/quitquitquit; sidecars exited before the supervisor's restart\n", true, 0},
+		{"success: app1 exit 0; action none", false, 0},
+		{"unknown: app1 unknown (it exited before the supervisor could watch it); action SIGTERM", true, 0},
 	} {
 		sup := terminated(supervisorName, 0, tc.message, at(5000))
 		sup.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Message: tc.message}}
