@@ -119,6 +119,7 @@ func (r *report) write(w io.Writer) error {
 		fmt.Fprintf(&b, "- %s restarted at %s (%s) with %d Jobs running.\n", x.daemon, x.at.UTC().Format(time.TimeOnly), state, len(x.jobs))
 	}
 	pods, lat, outcomes, lags := 0, []time.Duration{}, map[string]int{}, map[string][]time.Duration{}
+	late := map[string][]string{} // the Jobs whose stop came more than killBound late
 	var failed, unchecked, anomalies []string
 	for _, res := range r.results {
 		pods += res.pods
@@ -128,6 +129,11 @@ func (r *report) write(w io.Writer) error {
 		}
 		for k, l := range res.v.stopLags {
 			lags[k] = append(lags[k], l...)
+			for _, d := range l {
+				if d > killBound {
+					late[k] = append(late[k], fmt.Sprintf("%s %s", res.t.name(), signed(d)))
+				}
+			}
 		}
 		for _, u := range res.v.unchecked {
 			unchecked = append(unchecked, fmt.Sprintf("%s: %s", res.t.name(), u))
@@ -166,8 +172,12 @@ func (r *report) write(w io.Writer) error {
 			if k == lagUnknownOnFailure {
 				model = "its last app's end plus the restart wait (back-off + 15 s margin)"
 			}
-			fmt.Fprintf(&b, "- Pods not killed that ran to their end, %s (%d): istio-proxy stopped %s after %s (median; 95th percentile %s, max %s).\n",
-				k, len(l), pctSigned(l, 50), model, pctSigned(l, 95), pctSigned(l, 100))
+			over := ""
+			if len(late[k]) > 0 {
+				over = fmt.Sprintf("; over %s in %s", killBound, strings.Join(late[k], ", "))
+			}
+			fmt.Fprintf(&b, "- Pods not killed that ran to their end, %s (%d): istio-proxy stopped %s after %s (median; 95th percentile %s, max %s%s).\n",
+				k, len(l), pctSigned(l, 50), model, pctSigned(l, 95), pctSigned(l, 100), over)
 		}
 	}
 	b.WriteString("\nEach cell: Jobs for which the invariant held / Jobs in the row. A Job is in every row that fits it.\n\n")
