@@ -264,6 +264,19 @@ type verdict struct {
 	stopLags map[string][]time.Duration
 }
 
+// late reports whether a pod's stop came more than killBound after its
+// model (stopLags): its details are worth a look.
+func (v verdict) late() bool {
+	for _, l := range v.stopLags {
+		for _, d := range l {
+			if d > killBound {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // The kinds of stopLags.
 const (
 	lagRead             = "statuses read"

@@ -38,7 +38,7 @@ type soak struct {
 	c   *cluster.Cluster
 	ns  string
 	dir string // the Jobs' directories on the node
-	out string // the failed Jobs' details
+	out string // the details of the Jobs failed, killed or late
 	rec *recorder
 
 	mu       sync.Mutex
@@ -53,7 +53,7 @@ type result struct {
 	across   []string        // the daemons restarted while it ran
 	startLat []time.Duration // per pod: first seen to its first app's start
 	pods     int
-	detail   string // where its details went, if it failed
+	detail   string // where its details went: failed, killed or late
 }
 
 // restart is one restart of a node daemon mid-soak.
@@ -354,7 +354,7 @@ func (s *soak) runJob(ctx context.Context, t timeline) result {
 	if deletion != nil {
 		res.v.add(invCondition, "deleting pod %d mid-run: %v", t.deletePod, deletion)
 	}
-	if !res.v.ok() || t.kill != nil {
+	if !res.v.ok() || t.kill != nil || res.v.late() {
 		res.detail = s.writeDetail(ctx, t, o, res.v)
 	}
 	return res
@@ -535,8 +535,11 @@ func (s *soak) writeDetail(ctx context.Context, t timeline, o observed, v verdic
 	}
 	fmt.Fprintf(&b, "\n== kubelet log (tail)\n%s\n", s.c.DaemonLog("kubelet", 60))
 	path := filepath.Join(s.out, t.name()+".txt")
-	if v.ok() {
+	switch {
+	case v.ok() && t.kill != nil:
 		path = filepath.Join(s.out, t.name()+"-killed.txt")
+	case v.ok():
+		path = filepath.Join(s.out, t.name()+"-late.txt")
 	}
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 		return err.Error()
