@@ -133,20 +133,22 @@ func run(mode string, environ []string, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	res, err := supervise(ctx, cfg, log)
+	err = supervise(ctx, cfg, log, func(sup *supervisor.Supervisor, res supervisor.Result) {
+		report(log, cfg, res.Summary)
+		log.Info().Str("summary", res.Summary).Msg("done")
+		if cfg.Shape == supervisor.ShapeNative && ctx.Err() == nil {
+			// A native sidecar that exits is started again by the kubelet
+			// while the pod runs: it waits to be stopped with the pod's
+			// other sidecars, after the regular containers, stopping again
+			// a sidecar the kubelet restarts meanwhile (Guard).
+			log.Info().Msg("idle until the kubelet stops the pod's sidecars")
+			sup.Guard(ctx, res)
+		}
+	})
 	if err != nil {
 		log.Error().Err(err).Msg("cannot work here")
 		report(log, cfg, "error: "+err.Error())
 		return exitCannotRun
-	}
-	report(log, cfg, res.Summary)
-	log.Info().Str("summary", res.Summary).Msg("done")
-	if cfg.Shape == supervisor.ShapeNative && ctx.Err() == nil {
-		// A native sidecar that exits is started again by the kubelet
-		// while the pod runs: it waits to be stopped with the pod's other
-		// sidecars, after the regular containers.
-		log.Info().Msg("idle until the kubelet stops the pod's sidecars")
-		<-ctx.Done()
 	}
 	return exitOK
 }
@@ -235,19 +237,19 @@ func sidecarLog(scan *supervisor.ProcScanner) io.Writer {
 }
 
 // supervise wires the real scanner and kernel into the run loop.
-func supervise(ctx context.Context, cfg supervisor.Config, log zerolog.Logger) (supervisor.Result, error) {
+func supervise(ctx context.Context, cfg supervisor.Config, log zerolog.Logger, then func(*supervisor.Supervisor, supervisor.Result)) error {
 	scan, own, err := openScanner(cfg)
 	if err != nil {
-		return supervisor.Result{}, err
+		return err
 	}
 	exe, err := os.Executable()
 	if err != nil {
-		return supervisor.Result{}, fmt.Errorf("find own executable for the exit probe: %w", err)
+		return fmt.Errorf("find own executable for the exit probe: %w", err)
 	}
 	watch, choice, err := exitwatch.New(exitwatch.Config{
 		Method: cfg.ExitStatus, Probe: []string{exe, probeExitArg}, Setting: supervisor.EnvPrefix + "EXIT_STATUS"})
 	if err != nil {
-		return supervisor.Result{}, err
+		return err
 	}
 	defer watch.Close()
 	switch choice.Method {
@@ -263,7 +265,12 @@ func supervise(ctx context.Context, cfg supervisor.Config, log zerolog.Logger) (
 	}
 	logNames(log, own, cfg)
 	sup := supervisor.New(cfg, log, scan, watch, nil)
-	return sup.Run(ctx)
+	res, err := sup.Run(ctx)
+	if err != nil {
+		return err
+	}
+	then(sup, res)
+	return nil
 }
 
 // openScanner is the pod as every mode reads it: /proc, the supervisor's

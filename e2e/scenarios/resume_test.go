@@ -91,3 +91,28 @@ func checkKilledOnce(t *testing.T, p *pod.Pod, built Built) {
 		t.Errorf("the last supervisor's summary is not success:\n%s", p.Logs("supervisor"))
 	}
 }
+
+// TestSidecarBackAfterStop: seed 20261210, Job 126 on the cluster. The
+// runtime lost istio-proxy's exit after the supervisor's SIGTERM (255,
+// "Unknown"), and the kubelet started it again under OnFailure: a Job that
+// never ends. Here istio-proxy's first instance exits 1 (PILOT_FIRST_EXIT)
+// and the kubelet starts it again; the native supervisor, idle until the
+// kubelet stops it, stops the new one too, and the pod Succeeds.
+func TestSidecarBackAfterStop(t *testing.T) {
+	onBackends(t, func(t *testing.T, b Builder) {
+		d := Desc{Name: "back", Policy: pod.OnFailure, Apps: []App{{Name: "app", Cued: true}},
+			ProxyEnv: []string{"PILOT_FIRST_EXIT=1"}, SupervisorNative: true, SupervisorEnv: patient("SUPERVISOR_RESTART_POLICY=OnFailure")}
+		p, built := run(t, b, d)
+		waitRecordStart(t, built.PilotRecord)
+		releaseApps(t, p, built, d.Apps)
+		st := p.MustWaitPhase(t, EventBound)
+		checkEnd(t, st, pod.Succeeded, map[string]int{"app": 0, "istio-proxy": 0})
+		if c := st.Container("istio-proxy"); c.Restarts != 1 {
+			t.Errorf("istio-proxy %+v, want one restart", c)
+		}
+		if rec := Record(built.PilotRecord); strings.Count(strings.Join(rec, "\n"), "signal SIGTERM") != 2 || !slices.Contains(rec, "exit 1") {
+			t.Errorf("istio-proxy's record %q, want two SIGTERMs, the first instance's exit 1", rec)
+		}
+		waitLog(t, p, "a sidecar runs again after the stop (the kubelet restarted it: its exit was not 0, or the runtime lost it): stopping it again")
+	})
+}

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -67,6 +68,10 @@ import (
 //	PILOT_DRAIN_CUE    a FIFO: the drain (instead of PILOT_DRAIN) lasts until
 //	                   the FIFO is written and closed: a test that must act
 //	                   while the sidecar drains ends it when done
+//	PILOT_FIRST_EXIT   the code the first instance exits with (none has
+//	                   recorded its start yet) instead of 0, as the runtime
+//	                   may report istio-proxy's exit (255) when it loses it:
+//	                   under OnFailure the kubelet starts it again
 //	PILOT_HANDLER_CUE  a FIFO: it asks for SIGTERM (signal.Notify) only once
 //	                   the FIFO is written and closed, between its status
 //	                   server's start and envoy's, as the real one asks
@@ -175,12 +180,16 @@ func pilotAgent(args []string) error {
 	// the real one can exit before its quit's 200 is flushed (the
 	// supervisor copes, and its own tests show it); the stand-in's record
 	// and answers stay exact.
+	code := 0
+	if c, err := strconv.Atoi(os.Getenv("PILOT_FIRST_EXIT")); err == nil && !recorded(os.Getenv("PILOT_RECORD"), "start ") {
+		code = c
+	}
 	exit := func(line string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		status.Shutdown(ctx)
 		cancel()
-		rec.log("%s", line)
-		os.Exit(0)
+		rec.log("%s", strings.Replace(line, "exit 0", fmt.Sprintf("exit %d", code), 1))
+		os.Exit(code)
 	}
 	if addr := os.Getenv("PILOT_INBOUND_ADDR"); addr != "" {
 		l, err := net.Listen("tcp", addr)
@@ -351,4 +360,16 @@ func envOr(name, def string) string {
 		return v
 	}
 	return def
+}
+
+// recorded reports whether the record file holds a line starting with
+// prefix.
+func recorded(path, prefix string) bool {
+	b, _ := os.ReadFile(path)
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, prefix) {
+			return true
+		}
+	}
+	return false
 }
