@@ -144,7 +144,7 @@ func (n Namespaces) Start(ctx context.Context, p *Pod, c *Container, attempt int
 	if err != nil {
 		return nil, err
 	}
-	proc := &nsProc{cmd: cmd, cgroup: cg, done: make(chan struct{})}
+	proc := &mainProc{cmd: cmd, main: cmd.Process, cgroup: cg, done: make(chan struct{})}
 	go proc.wait()
 	return proc, nil
 }
@@ -233,43 +233,64 @@ func (n Namespaces) Teardown(p *Pod) error {
 	return removeCgroupTree(st.cgroup)
 }
 
-type nsProc struct {
+// mainProc is a container's main process as its shim sees it, on either
+// backend: cmd is what the pod waits on, main where signals go. On the
+// namespaces backend they are one process (podsim enter becomes the main
+// process); on runc's, cmd is `runc run`, the container's shim, which reaps
+// the main process and exits with its status: the code, or 128+signal when
+// a signal killed it (the signal itself not reported, as by the CRI).
+type mainProc struct {
 	cmd    *exec.Cmd
-	cgroup string
-	done   chan struct{}
-	code   int
-	sig    syscall.Signal
-	// exitedAt is when the wait returned: the reap, as a shim sees it.
-	exitedAt time.Time
+	main   *os.Process // runc's: a pidfd-backed handle, nil until it runs
+	cgroup string      // in the unified hierarchy
+	// id is runc's container id ("" on the namespaces backend), and
+	// killAll, runc kill --all while runc still has the container.
+	id       string
+	killAll  func()
+	done     chan struct{}
+	code     int
+	sig      syscall.Signal
+	exitedAt time.Time // when the wait returned: the reap, as a shim sees it
 }
 
-func (p *nsProc) PID() int { return p.cmd.Process.Pid }
+func (p *mainProc) PID() int {
+	if p.main == nil {
+		return 0
+	}
+	return p.main.Pid
+}
 
-func (p *nsProc) wait() {
+func (p *mainProc) wait() {
 	// Process.Wait, not Cmd.Wait: the output pipe belongs to the pod, and
 	// orphans may hold it open.
-	ps, _ := p.cmd.Process.Wait()
+	ps, err := p.cmd.Process.Wait()
 	p.exitedAt = time.Now()
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok {
-		if ws.Signaled() {
+	p.code = 128
+	if err == nil {
+		switch ws := ps.Sys().(syscall.WaitStatus); {
+		case !ws.Signaled():
+			p.code = ws.ExitStatus()
+		case p.id != "":
+			// runc itself was killed: its container's status is lost.
+			p.code = 128 + int(ws.Signal())
+		default:
 			p.sig = ws.Signal()
 			p.code = 128 + int(p.sig)
-		} else {
-			p.code = ws.ExitStatus()
 		}
 	}
 	close(p.done)
 }
 
-func (p *nsProc) Wait() (int, syscall.Signal) {
+func (p *mainProc) Wait() (int, syscall.Signal) {
 	<-p.done
 	return p.code, p.sig
 }
 
-// ExitedAt is when the main process was reaped (its wait returned), on
-// this host's clock; zero while it runs. The benchmarks (e2e/bench) measure
-// from it, as from the moment a shim's wait returns.
-func (p *nsProc) ExitedAt() time.Time {
+// ExitedAt is when the main process was reaped (its wait returned; on
+// runc, runc run's), on this host's clock; zero while it runs. The
+// benchmarks (e2e/bench) measure from it, as from the moment a shim's wait
+// returns.
+func (p *mainProc) ExitedAt() time.Time {
 	select {
 	case <-p.done:
 		return p.exitedAt
@@ -278,13 +299,29 @@ func (p *nsProc) ExitedAt() time.Time {
 	}
 }
 
-func (p *nsProc) Signal(sig syscall.Signal) error {
+// Signal sends sig to the main process itself (on runc through its pidfd,
+// as containerd's shim does for the kubelet).
+func (p *mainProc) Signal(sig syscall.Signal) error {
 	select {
 	case <-p.done:
 		return os.ErrProcessDone
 	default:
 	}
-	return p.cmd.Process.Signal(sig)
+	if p.main == nil {
+		return errors.New("container not started")
+	}
+	return p.main.Signal(sig)
 }
 
-func (p *nsProc) KillAll() { killCgroup(p.cgroup) }
+// KillAll kills what is left in the container: runc kill --all while runc
+// still has it, then the cgroup's cgroup.kill.
+func (p *mainProc) KillAll() {
+	select {
+	case <-p.done:
+	default:
+		if p.killAll != nil {
+			p.killAll()
+		}
+	}
+	killCgroup(p.cgroup)
+}

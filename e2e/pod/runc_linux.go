@@ -65,7 +65,7 @@ type runcState struct {
 
 	mu    sync.Mutex
 	ids   []string // every container created, in order
-	procs []*runcProc
+	procs []*mainProc
 }
 
 // Name implements Backend.
@@ -164,7 +164,7 @@ func (r Runc) Start(ctx context.Context, p *Pod, c *Container, attempt int, stdo
 
 // start runs one container; sandbox says it is the pause container, which
 // makes the pod's namespaces instead of joining them.
-func (r Runc) start(ctx context.Context, p *Pod, st *runcState, c *Container, id string, stdout *os.File, sandbox bool) (*runcProc, error) {
+func (r Runc) start(ctx context.Context, p *Pod, st *runcState, c *Container, id string, stdout *os.File, sandbox bool) (*mainProc, error) {
 	bundle := filepath.Join(st.dir, "bundles", id)
 	if err := os.MkdirAll(bundle, 0o700); err != nil {
 		return nil, err
@@ -191,8 +191,11 @@ func (r Runc) start(ctx context.Context, p *Pod, st *runcState, c *Container, id
 	// runc's (stdin /dev/null, stdout and stderr the pod's log pipe).
 	cmd := exec.Command(r.Path, "--root", st.root, "run", "--bundle", bundle, "--pid-file", pidFile, id)
 	cmd.Stdout, cmd.Stderr = stdout, stdout
-	proc := &runcProc{runc: r.Path, root: st.root, id: id, cmd: cmd,
-		cgroup: filepath.Join(st.unified, id), done: make(chan struct{})}
+	proc := &mainProc{cmd: cmd, cgroup: filepath.Join(st.unified, id), id: id, done: make(chan struct{}), killAll: func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		exec.CommandContext(ctx, r.Path, "--root", st.root, "kill", "--all", id, "KILL").Run()
+		cancel()
+	}}
 	st.mu.Lock()
 	st.ids = append(st.ids, id)
 	st.mu.Unlock()
@@ -211,9 +214,8 @@ func (r Runc) start(ctx context.Context, p *Pod, st *runcState, c *Container, id
 		proc.KillAll()
 		return nil, fmt.Errorf("runc run %s: %w", id, err)
 	}
-	proc.pid = pid
 	// A pidfd-backed handle: signals cannot reach a recycled pid.
-	if proc.proc, err = os.FindProcess(pid); err != nil {
+	if proc.main, err = os.FindProcess(pid); err != nil {
 		return nil, err
 	}
 	return proc, nil
@@ -265,7 +267,7 @@ func (r Runc) Teardown(p *Pod) error {
 	}
 	st.mu.Lock()
 	ids := append([]string(nil), st.ids...)
-	procs := append([]*runcProc(nil), st.procs...)
+	procs := append([]*mainProc(nil), st.procs...)
 	st.mu.Unlock()
 	var errs []error
 	for i := len(ids) - 1; i >= 0; i-- { // pause was created first
@@ -313,7 +315,7 @@ func (r Runc) Describe(p *Pod) string {
 	cancel()
 	fmt.Fprintf(&b, "runc list (%v):\n%s", err, out)
 	st.mu.Lock()
-	procs := append([]*runcProc(nil), st.procs...)
+	procs := append([]*mainProc(nil), st.procs...)
 	st.mu.Unlock()
 	for _, proc := range procs {
 		select {
@@ -321,7 +323,7 @@ func (r Runc) Describe(p *Pod) string {
 			fmt.Fprintf(&b, "%s: runc run exited %d\n", proc.id, proc.code)
 		default:
 			fmt.Fprintf(&b, "%s: runc run pid %d %s; main process pid %d %s\n",
-				proc.id, proc.cmd.Process.Pid, procState(proc.cmd.Process.Pid), proc.pid, procState(proc.pid))
+				proc.id, proc.cmd.Process.Pid, procState(proc.cmd.Process.Pid), proc.PID(), procState(proc.PID()))
 		}
 	}
 	return b.String()
@@ -343,69 +345,4 @@ func procState(pid int) string {
 	}
 	wchan, _ := os.ReadFile(fmt.Sprintf("/proc/%d/wchan", pid))
 	return fmt.Sprintf("state %s wchan %s", state, wchan)
-}
-
-// runcProc is a container's `runc run`.
-type runcProc struct {
-	runc, root, id string
-	cmd            *exec.Cmd
-	cgroup         string // in the unified hierarchy
-	pid            int
-	proc           *os.Process
-	done           chan struct{}
-	code           int
-}
-
-func (p *runcProc) PID() int { return p.pid }
-
-func (p *runcProc) wait() {
-	// Process.Wait, not Cmd.Wait: the output is the pod's pipe, handed
-	// over as a file, and nothing of ours copies it.
-	ps, err := p.cmd.Process.Wait()
-	switch {
-	case err != nil:
-		p.code = 128
-	case ps.Sys().(syscall.WaitStatus).Signaled():
-		// runc itself was killed: its container's status is lost.
-		p.code = 128 + int(ps.Sys().(syscall.WaitStatus).Signal())
-	default:
-		// runc's own exit status is the container's: the code, or
-		// 128+signal when a signal killed the main process.
-		p.code = ps.ExitCode()
-	}
-	close(p.done)
-}
-
-// Wait implements Process. runc, like the CRI, reports a signal death as
-// the code 128+signal only: the signal itself is not reported.
-func (p *runcProc) Wait() (int, syscall.Signal) {
-	<-p.done
-	return p.code, 0
-}
-
-// Signal implements Process: to the main process itself (through its pidfd),
-// as containerd's shim does for the kubelet.
-func (p *runcProc) Signal(sig syscall.Signal) error {
-	select {
-	case <-p.done:
-		return os.ErrProcessDone
-	default:
-	}
-	if p.proc == nil {
-		return errors.New("container not started")
-	}
-	return p.proc.Signal(sig)
-}
-
-// KillAll implements Process: runc kill --all while runc still has the
-// container, then the cgroup's cgroup.kill for anything left.
-func (p *runcProc) KillAll() {
-	select {
-	case <-p.done:
-	default:
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		exec.CommandContext(ctx, p.runc, "--root", p.root, "kill", "--all", p.id, "KILL").Run()
-		cancel()
-	}
-	killCgroup(p.cgroup)
 }
