@@ -60,21 +60,11 @@ func (p *Pod) runInits(ctx context.Context) error {
 		p.mu.Lock()
 		p.initLogs = append(p.initLogs, log)
 		p.mu.Unlock()
-		r, w, err := os.Pipe()
+		proc, r, err := p.startAttempt(ctx, c, 0)
 		if err != nil {
-			return err
-		}
-		proc, err := p.Backend.Start(ctx, p, c, 0, w)
-		w.Close()
-		if err != nil {
-			r.Close()
 			return fmt.Errorf("init container %s: %w", c.Name, err)
 		}
-		copied := make(chan struct{})
-		go func() { io.Copy(log, r); r.Close(); close(copied) }()
-		code, _ := proc.Wait()
-		proc.KillAll()
-		awaitLog(copied, log)
+		code, _ := end(proc, copyLog(r, log), log)
 		if code != 0 {
 			return fmt.Errorf("init container %s exited %d", c.Name, code)
 		}
@@ -92,18 +82,9 @@ func (p *Pod) supervise(ctx context.Context, i int, started chan struct{}) {
 		return
 	}
 	for attempt := 0; ; attempt++ {
-		r, w, err := os.Pipe()
+		proc, r, err := p.startAttempt(ctx, c, attempt)
 		if err != nil {
-			p.logs[i].Write([]byte(fmt.Sprintf("[pipe: %v]\n", err)))
-			return
-		}
-		proc, err := p.Backend.Start(ctx, p, c, attempt, w)
-		w.Close()
-		if err != nil {
-			r.Close()
-			p.logs[i].Write([]byte(fmt.Sprintf("[start failed: %v]\n", err)))
-			p.update(i, func(s *ContainerStatus) { s.Started, s.Running, s.ExitCode = true, false, 128 })
-			once()
+			p.failStart(i, "start failed", err)
 			return
 		}
 		p.mu.Lock()
@@ -119,12 +100,7 @@ func (p *Pod) supervise(ctx context.Context, i int, started chan struct{}) {
 		// container's log line is seen only once its status says it runs,
 		// with its PID, as kubectl logs has nothing of a container not
 		// started (TestLogMeansRunning).
-		copied := make(chan struct{})
-		go func() {
-			defer close(copied)
-			defer r.Close()
-			io.Copy(p.logs[i], r)
-		}()
+		copied := copyLog(r, p.logs[i])
 		if deleting {
 			// Delete began while this container was starting and did not
 			// count it as running: it gets its SIGTERM now, as the kubelet
@@ -132,19 +108,13 @@ func (p *Pod) supervise(ctx context.Context, i int, started chan struct{}) {
 			proc.Signal(syscall.SIGTERM)
 		}
 		once()
-		code, sig := proc.Wait()
-		// A shim with a shared PID namespace kills what the main process
-		// leaves behind in its container.
-		proc.KillAll()
-		// Everything the container wrote is in its log before it reads as
-		// terminated (as kubectl logs has it all then).
-		awaitLog(copied, p.logs[i])
+		code, sig := end(proc, copied, p.logs[i])
 		p.update(i, func(s *ContainerStatus) { s.Running, s.ExitCode, s.Signal, s.PID = false, code, sig, 0 })
 		restart := false
 		switch {
 		case c.Ephemeral:
 		case c.Native:
-			restart = !p.isStoppingNative()
+			restart = !locked(p, func() bool { return p.stoppingNative })
 		case p.Spec.RestartPolicy == Always:
 			restart = true
 		case p.Spec.RestartPolicy == OnFailure:
@@ -180,21 +150,40 @@ func (p *Pod) awaitStart(ctx context.Context, i int) bool {
 		return false
 	}
 	if err != nil {
-		p.logs[i].Write([]byte(fmt.Sprintf("[start held back: %v]\n", err)))
-		p.update(i, func(s *ContainerStatus) { s.Started, s.Running, s.ExitCode = true, false, 128 })
+		p.failStart(i, "start held back", err)
 		return false
 	}
 	return true
 }
 
-// untilDeleted is ctx, ended also by the start of the pod's deletion.
-func (p *Pod) untilDeleted(ctx context.Context) (context.Context, context.CancelFunc) {
-	dctx, cancel := context.WithCancel(ctx)
-	go func() {
-		p.Await(dctx, p.isDeleting)
-		cancel()
-	}()
-	return dctx, cancel
+// failStart records a start that failed: exit code 128, and why in the
+// container's log.
+func (p *Pod) failStart(i int, what string, err error) {
+	p.logs[i].Write(fmt.Appendf(nil, "[%s: %v]\n", what, err))
+	p.update(i, func(s *ContainerStatus) { s.Started, s.Running, s.ExitCode = true, false, 128 })
+}
+
+// startAttempt starts an attempt of c; its output waits in the returned
+// pipe until copyLog.
+func (p *Pod) startAttempt(ctx context.Context, c *Container, attempt int) (Process, *os.File, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	proc, err := p.Backend.Start(ctx, p, c, attempt, w)
+	w.Close()
+	if err != nil {
+		r.Close()
+		return nil, nil, err
+	}
+	return proc, r, nil
+}
+
+// copyLog copies r into log in the background, until r's end (copied).
+func copyLog(r *os.File, log *logBuffer) (copied <-chan struct{}) {
+	done := make(chan struct{})
+	go func() { io.Copy(log, r); r.Close(); close(done) }()
+	return done
 }
 
 // logCopyBound bounds the wait for the rest of a container's output once
@@ -205,15 +194,31 @@ func (p *Pod) untilDeleted(ctx context.Context) (context.Context, context.Cancel
 // rather than lose its end quietly.
 const logCopyBound = time.Minute
 
-// awaitLog waits until a container's output is all in its log.
-func awaitLog(copied <-chan struct{}, log *logBuffer) {
+// end waits for a container's main process to exit, then kills what it
+// left behind in its container, as a shim with a shared PID namespace
+// does, and waits until everything the container wrote is in its log:
+// it reads as terminated only then (kubectl logs has it all then).
+func end(proc Process, copied <-chan struct{}, log *logBuffer) (int, syscall.Signal) {
+	code, sig := proc.Wait()
+	proc.KillAll()
 	t := time.NewTimer(logCopyBound)
 	defer t.Stop()
 	select {
 	case <-copied:
 	case <-t.C:
-		log.Write([]byte(fmt.Sprintf("[log truncated: its pipe is still held %s after the container ended]\n", logCopyBound)))
+		log.Write(fmt.Appendf(nil, "[log truncated: its pipe is still held %s after the container ended]\n", logCopyBound))
 	}
+	return code, sig
+}
+
+// untilDeleted is ctx, ended also by the start of the pod's deletion.
+func (p *Pod) untilDeleted(ctx context.Context) (context.Context, context.CancelFunc) {
+	dctx, cancel := context.WithCancel(ctx)
+	go func() {
+		p.Await(dctx, p.isDeleting)
+		cancel()
+	}()
+	return dctx, cancel
 }
 
 func (p *Pod) update(i int, f func(*ContainerStatus)) {
@@ -236,29 +241,17 @@ func (p *Pod) notify() {
 	p.mu.Unlock()
 }
 
-func (p *Pod) isStoppingNative() bool {
+// locked is f's result, read under p.mu.
+func locked[T any](p *Pod, f func() T) T {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.stoppingNative
+	return f()
 }
 
-func (p *Pod) isDeleting() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.deleting
-}
-
-func (p *Pod) running(i int) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.status[i].Running
-}
-
-func (p *Pod) proc(i int) Process {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.procs[i]
-}
+func (p *Pod) isDeleting() bool   { return locked(p, func() bool { return p.deleting }) }
+func (p *Pod) running(i int) bool { return locked(p, func() bool { return p.status[i].Running }) }
+func (p *Pod) proc(i int) Process { return locked(p, func() Process { return p.procs[i] }) }
+func (p *Pod) attempt(i int) int  { return locked(p, func() int { return p.attempts[i] }) }
 
 // Process is container name's process, the last one started; nil if none.
 func (p *Pod) Process(name string) Process {
@@ -266,12 +259,6 @@ func (p *Pod) Process(name string) Process {
 		return p.proc(i)
 	}
 	return nil
-}
-
-func (p *Pod) attempt(i int) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.attempts[i]
 }
 
 func (p *Pod) index(name string) int {
@@ -349,13 +336,9 @@ func (p *Pod) Exec(ctx context.Context, name string, argv ...string) ([]byte, er
 
 // Signal sends sig to a container's main process.
 func (p *Pod) Signal(name string, sig syscall.Signal) error {
-	i := p.index(name)
-	if i < 0 {
-		return fmt.Errorf("no container %q", name)
-	}
-	proc := p.proc(i)
+	proc := p.Process(name)
 	if proc == nil {
-		return fmt.Errorf("container %q not started", name)
+		return fmt.Errorf("no container %q started", name)
 	}
 	return proc.Signal(sig)
 }
