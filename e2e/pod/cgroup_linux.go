@@ -15,24 +15,11 @@ import (
 // CgroupRoot is where pods' cgroups are made: a cgroup v2 hierarchy (the
 // unified one on a hybrid host), under this process's own cgroup.
 func CgroupRoot() (string, error) {
-	mnt, err := CgroupMount("")
-	if err != nil {
-		return "", err
+	own, err := ownCgroups()
+	if err == nil && own[""] == "" {
+		err = errors.New("no cgroup2 filesystem mounted: the pod simulation needs cgroup v2 (mount -t cgroup2 none /sys/fs/cgroup/unified)")
 	}
-	if mnt == "" {
-		return "", errors.New("no cgroup2 filesystem mounted: the pod simulation needs cgroup v2 (mount -t cgroup2 none /sys/fs/cgroup/unified)")
-	}
-	self, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		return "", err
-	}
-	own := "/"
-	for _, line := range strings.Split(string(self), "\n") {
-		if strings.HasPrefix(line, "0::") {
-			own = strings.TrimPrefix(line, "0::")
-		}
-	}
-	return filepath.Join(mnt, own), nil
+	return own[""], err
 }
 
 // killCgroup kills every process in a cgroup v2 directory: cgroup.kill
@@ -88,10 +75,10 @@ func rmdirRetry(dir string) error {
 	}
 }
 
-// runcCgroupDirs lists the pod's cgroup directory in every hierarchy this
-// process is in: runc makes the containers' cgroups relative to its own
-// (which is ours) in each of them.
-func runcCgroupDirs(pod string) ([]string, error) {
+// ownCgroups is this process's cgroup directory in each hierarchy it is in
+// and is mounted here (one not mounted, runc cannot use either), by the
+// hierarchy's controllers as /proc/self/cgroup names them ("" for cgroup2).
+func ownCgroups() (map[string]string, error) {
 	self, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
 		return nil, err
@@ -100,18 +87,28 @@ func runcCgroupDirs(pod string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var dirs []string
+	own := map[string]string{}
 	for _, line := range strings.Split(strings.TrimSpace(string(self)), "\n") {
-		parts := strings.SplitN(line, ":", 3)
-		if len(parts) != 3 {
-			continue
+		// ID:CONTROLLERS:PATH
+		if parts := strings.SplitN(line, ":", 3); len(parts) == 3 {
+			if mnt := mounts.find(parts[1]); mnt != "" {
+				own[parts[1]] = filepath.Join(mnt, parts[2])
+			}
 		}
-		if mnt := mounts.find(parts[1]); mnt != "" {
-			dirs = append(dirs, filepath.Join(mnt, parts[2], pod))
-		}
-		// Else a hierarchy not mounted here, which runc cannot use either.
 	}
-	return dirs, nil
+	return own, nil
+}
+
+// runcCgroupDirs lists the pod's cgroup directory in every hierarchy this
+// process is in: runc makes the containers' cgroups relative to its own
+// (which is ours) in each of them.
+func runcCgroupDirs(pod string) ([]string, error) {
+	own, err := ownCgroups()
+	var dirs []string
+	for _, dir := range own {
+		dirs = append(dirs, filepath.Join(dir, pod))
+	}
+	return dirs, err
 }
 
 // cgroupMount is a mounted cgroup hierarchy: its mount point and mount
