@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -50,13 +51,7 @@ func (n Namespaces) enter(p *Pod, c *Container, cgroup, bind string, joinMnt int
 	if hold != nil {
 		// Private to this attempt; enter reads it, as root, before it
 		// joins its cgroup.
-		f, err := os.CreateTemp(p.Dir, "cgroup-hold-")
-		if err != nil {
-			return nil, err
-		}
-		cue = f.Name()
-		f.Close()
-		os.Remove(cue)
+		cue = filepath.Join(p.Dir, "cgroup-hold-"+filepath.Base(cgroup))
 		if err := unix.Mkfifo(cue, 0o600); err != nil {
 			return nil, fmt.Errorf("mkfifo %s: %w", cue, err)
 		}
