@@ -78,7 +78,7 @@ func (p *Pod) hook(ctx context.Context, i int, name string, argv []string) error
 type logBuffer struct {
 	name   string
 	stream io.Writer
-	// written, if set, is called after each write (Pod.notify).
+	// written is called after each write (Pod.notify).
 	written func()
 	mu      sync.Mutex
 	buf     bytes.Buffer
@@ -86,30 +86,20 @@ type logBuffer struct {
 }
 
 func (l *logBuffer) Write(b []byte) (int, error) {
-	l.write(b)
-	// Outside l.mu: Pod.Logs reads an init container's log under the
-	// pod's lock, which written takes.
-	if l.written != nil {
-		l.written()
-	}
-	return len(b), nil
-}
-
-func (l *logBuffer) write(b []byte) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	l.buf.Write(b)
 	if l.stream != nil {
 		l.line = append(l.line, b...)
-		for {
-			i := bytes.IndexByte(l.line, '\n')
-			if i < 0 {
-				break
-			}
+		for i := bytes.IndexByte(l.line, '\n'); i >= 0; i = bytes.IndexByte(l.line, '\n') {
 			fmt.Fprintf(l.stream, "%-18s| %s\n", l.name, l.line[:i])
 			l.line = l.line[i+1:]
 		}
 	}
+	l.mu.Unlock()
+	// Outside l.mu: Pod.Logs reads an init container's log under the
+	// pod's lock, which written takes.
+	l.written()
+	return len(b), nil
 }
 
 func (l *logBuffer) String() string {

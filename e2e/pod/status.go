@@ -19,7 +19,7 @@ type ContainerStatus struct {
 	Restarts int
 	// PID is the main process's PID on the host while it runs.
 	PID int
-	// Native and Ephemeral (AddEphemeral) containers are left out of the
+	// Native and Ephemeral (StartEphemeral) containers are left out of the
 	// pod's phase.
 	Native, Ephemeral bool
 	// StartedAt is when the last attempt's main process was running (the
@@ -66,10 +66,6 @@ func (s Status) String() string {
 func (p *Pod) Status() Status {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.statusLocked()
-}
-
-func (p *Pod) statusLocked() Status {
 	st := Status{Containers: append([]ContainerStatus(nil), p.status...)}
 	st.Phase = phase(p.Spec.RestartPolicy, st.Containers)
 	if p.initErr != nil {

@@ -56,7 +56,7 @@ func BuildTools(ctx context.Context) (Tools, error) {
 			}
 			return
 		}
-		tools, toolsErr = buildTools(ctx, runtime.GOARCH)
+		tools, toolsErr = BuildToolsFor(ctx, runtime.GOARCH)
 	})
 	return tools, toolsErr
 }
@@ -108,13 +108,6 @@ func MustStart(t testing.TB, b Backend, spec Spec, more func() string) *Pod {
 	return p
 }
 
-// BuildToolsFor builds the tools for GOARCH goarch ("amd64", "arm64") into
-// a new directory, for a qemu guest of that architecture. Each call builds
-// anew (the Go build cache makes that quick); the caller removes Dir.
-func BuildToolsFor(ctx context.Context, goarch string) (Tools, error) {
-	return buildTools(ctx, goarch)
-}
-
 // RunTests is the TestMain of every package whose tests build the tools:
 // it runs them, then deletes what BuildTools built in this process (not a
 // $PODSIM_TOOLS_DIR). The simulated pods' processes get none of the
@@ -137,7 +130,10 @@ func toolsIn(dir string) Tools {
 	}
 }
 
-func buildTools(ctx context.Context, goarch string) (_ Tools, err error) {
+// BuildToolsFor builds the tools for GOARCH goarch ("amd64", "arm64") into
+// a new directory, for a qemu guest of that architecture. Each call builds
+// anew (the Go build cache makes that quick); the caller removes Dir.
+func BuildToolsFor(ctx context.Context, goarch string) (_ Tools, err error) {
 	dir, err := os.MkdirTemp("", "podsim-tools-")
 	if err != nil {
 		return Tools{}, err
