@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -77,22 +78,15 @@ func (r Runc) spec(p *Pod, st *runcState, c *Container, id string, sandbox bool)
 	if c.Caps != nil {
 		caps = c.Caps
 	}
-	var names []string
+	names := []string{} // [], not null, when caps is empty: none
 	for _, n := range caps {
 		if n < 0 || n >= len(capNames) {
 			return nil, fmt.Errorf("container %s: unknown capability %d", c.Name, n)
 		}
 		names = append(names, capNames[n])
 	}
-	if names == nil {
-		names = []string{} // none, not runc's default
-	}
 	env := c.Env
-	hasPath := false
-	for _, e := range env {
-		hasPath = hasPath || strings.HasPrefix(e, "PATH=")
-	}
-	if !hasPath {
+	if !slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, "PATH=") }) {
 		env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, env...)
 	}
 	cwd := c.Dir
