@@ -86,7 +86,9 @@ func app(args []string) error {
 		}
 	}
 	if *orphan > 0 {
-		c := exec.Command("/proc/self/exe", "app", "--sleep", orphan.String())
+		// argv[0] podsim: under its own name, /proc/self/exe, it would be
+		// mode "exe", and exit at once.
+		c := &exec.Cmd{Path: "/proc/self/exe", Args: []string{"podsim", "app", "--sleep", orphan.String()}}
 		if err := c.Start(); err != nil {
 			return err
 		}
