@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,16 +21,10 @@ func needTools(t *testing.T) Tools {
 	return MustTools(t)
 }
 
-// backends are every backend (the runc backend's runc installed if
-// missing).
-func backends(t *testing.T, tl Tools) []Backend {
-	t.Helper()
-	return []Backend{Namespaces{Podsim: tl.Podsim}, MustRunc(t, tl)}
-}
-
-// onBackends runs f as a subtest on every backend, named by it.
+// onBackends runs f as a subtest on every backend, named by it (the runc
+// backend's runc installed if missing).
 func onBackends(t *testing.T, tl Tools, f func(t *testing.T, b Backend)) {
-	for _, b := range backends(t, tl) {
+	for _, b := range []Backend{Namespaces{Podsim: tl.Podsim}, MustRunc(t, tl)} {
 		t.Run(b.Name(), func(t *testing.T) { f(t, b) })
 	}
 }
@@ -59,23 +54,19 @@ func TestPodShape(t *testing.T) {
 		if err != nil {
 			t.Fatalf("ps: %v\n%s", err, out)
 		}
-		lines := map[string][]string{} // comm -> fields, first seen
-		var all []string
-		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-			f := strings.Fields(l)
-			all = append(all, l)
-			if len(f) == 5 {
-				key := f[0]
-				lines[key] = f
+		procs := map[string][]string{} // by PID: PID PPID UID COMM CGROUP
+		for _, l := range strings.Split(string(out), "\n") {
+			if f := strings.Fields(l); len(f) == 5 {
+				procs[f[0]] = f
 			}
 		}
 		// PID 1 is pause, in its own cgroup.
-		if f := lines["1"]; f == nil || f[3] != "podsim" || f[4] != "/../pause" {
+		if f := procs["1"]; f == nil || f[3] != "podsim" || f[4] != "/../pause" {
 			t.Errorf("PID 1 = %v, want pause in /../pause; ps:\n%s", f, out)
 		}
 		var app []string
 		own := 0 // the viewer's main process and ps itself (exec'd from outside)
-		for _, f := range lines {
+		for _, f := range procs {
 			switch {
 			case f[4] == "/../app" && f[1] == "0":
 				app = f
@@ -84,11 +75,10 @@ func TestPodShape(t *testing.T) {
 			}
 		}
 		if app == nil || app[2] != "1000" {
-			t.Errorf("app main process = %v, want PPID 0, uid 1000, cgroup /../app; ps:\n%s", app, strings.Join(all, "\n"))
+			t.Errorf("app main process = %v, want PPID 0, uid 1000, cgroup /../app; ps:\n%s", app, out)
 		}
 		if own != 2 {
-			t.Errorf("%d processes of uid 1337 with PPID 0 in the viewer's cgroup, want 2 (its main process and the exec'd ps); ps:\n%s",
-				own, strings.Join(all, "\n"))
+			t.Errorf("%d processes of uid 1337 with PPID 0 in the viewer's cgroup, want 2 (its main process and the exec'd ps); ps:\n%s", own, out)
 		}
 	})
 }
@@ -111,9 +101,9 @@ func TestPodPhases(t *testing.T) {
 		{"never killed", Never, []Container{app("a", "--kill", "9")}, Failed, map[string]int{"a": 137}},
 		{"onfailure ok", OnFailure, []Container{app("a")}, Succeeded, map[string]int{"a": 0}},
 	}
-	for _, b := range backends(t, tl) {
+	onBackends(t, tl, func(t *testing.T, b Backend) {
 		for _, tt := range tests {
-			t.Run(b.Name()+"/"+tt.name, func(t *testing.T) {
+			t.Run(tt.name, func(t *testing.T) {
 				p := startPod(t, b, Spec{Name: "phases", RestartPolicy: tt.policy, Containers: tt.ctrs})
 				st := p.MustWaitPhase(t, 2*time.Minute)
 				if st.Phase != tt.phase {
@@ -126,7 +116,7 @@ func TestPodPhases(t *testing.T) {
 				}
 			})
 		}
-	}
+	})
 }
 
 // TestPodRestartAndDelete: under OnFailure a failing container is restarted
@@ -166,9 +156,9 @@ func TestPodRestartAndDelete(t *testing.T) {
 // flaky waits on a cue until its mount has been read.
 func TestPodNames(t *testing.T) {
 	tl := needTools(t)
-	for _, b := range backends(t, tl) {
+	onBackends(t, tl, func(t *testing.T, b Backend) {
 		for _, noNames := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/nonames=%v", b.Name(), noNames), func(t *testing.T) {
+			t.Run(fmt.Sprintf("nonames=%v", noNames), func(t *testing.T) {
 				cue, mount := newCue(t)
 				p := startPod(t, b, Spec{Name: "names", RestartPolicy: OnFailure, RestartBackoff: 50 * time.Millisecond, NoNames: noNames,
 					Containers: []Container{
@@ -214,7 +204,7 @@ func TestPodNames(t *testing.T) {
 				}
 			})
 		}
-	}
+	})
 }
 
 // newCue makes a FIFO for `podsim app --fifo`, at one path on the host and
@@ -373,6 +363,83 @@ func TestLogMeansRunning(t *testing.T) {
 			if !st.Running || st.PID <= 0 {
 				t.Errorf("%s has written %q, yet its status is %+v", c.Name, p.Logs(c.Name), st)
 			}
+		}
+	})
+}
+
+// TestPodLeftovers: when a main process ends, what it left in its
+// container is killed (runc does it, as containerd's shim; on namespaces
+// KillAll); a signal death reads 128+signal; Close leaves no container, no
+// cgroup, no pause and no pod directory behind.
+func TestPodLeftovers(t *testing.T) {
+	tl := needTools(t)
+	onBackends(t, tl, func(t *testing.T, b Backend) {
+		// parent runs until its processes have been counted.
+		cue, mount := newCue(t)
+		p := startPod(t, b, Spec{Name: "leftovers", Containers: []Container{
+			{Name: "viewer", Argv: []string{tl.Podsim, "app", "--sleep", "1h"}},
+			{Name: "parent", Argv: []string{tl.Podsim, "app", "--fifo", cue, "--orphan", "1h", "--kill", "15"}, Mounts: []Mount{mount}},
+		}})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := p.WaitRunning(ctx, "parent", 0); err != nil {
+			t.Fatal(err)
+		}
+		// awaitParent runs ps in viewer until it sees n processes in
+		// parent's container, within ctx: nothing tells when the app has
+		// started its orphan-to-be, nor when a leftover is gone (the
+		// namespaces backend's cgroup.kill is not waited for).
+		awaitParent := func(n int, failure string) {
+			for {
+				out, err := p.Exec(ctx, "viewer", tl.Podsim, "ps")
+				if err != nil {
+					t.Fatalf("ps: %v\n%s", err, out)
+				}
+				if strings.Count(string(out), "/../parent\n") == n {
+					return
+				}
+				if ctx.Err() != nil {
+					t.Fatalf("%s; ps:\n%s", failure, out)
+				}
+			}
+		}
+		awaitParent(2, "parent's container never held the app and its orphan-to-be")
+		release(t, cue)
+		st, err := p.WaitFor(ctx, Ended("parent"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := st.Container("parent"); c.ExitCode != 143 {
+			t.Errorf("parent killed by SIGTERM: exit %d, want 143", c.ExitCode)
+		}
+		awaitParent(0, "the orphan outlived its container")
+		// While the pod runs its cgroups exist; after Close, none.
+		dirs, err := runcCgroupDirs(filepath.Base(p.Dir))
+		if st, ok := p.BackendState.(*nsState); ok {
+			dirs = []string{st.cgroup}
+		}
+		if err != nil || len(dirs) == 0 {
+			t.Fatalf("pod cgroups: %v, %v", dirs, err)
+		}
+		for _, d := range dirs {
+			if _, err := os.Stat(filepath.Join(d, "viewer")); err != nil {
+				t.Errorf("viewer's cgroup: %v", err)
+			}
+		}
+		pause := p.PausePID
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range dirs {
+			if _, err := os.Stat(d); !os.IsNotExist(err) {
+				t.Errorf("cgroup %s left after Close (%v)", d, err)
+			}
+		}
+		if _, err := os.Stat(p.Dir); !os.IsNotExist(err) {
+			t.Errorf("pod dir %s left after Close", p.Dir)
+		}
+		if _, err := os.Stat("/proc/" + strconv.Itoa(pause)); !os.IsNotExist(err) {
+			t.Errorf("pause pid %d still there after Close", pause)
 		}
 	})
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -111,79 +110,5 @@ func TestRuncFilesystem(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(rootfs, "readonly.record")); err == nil {
 		t.Errorf("the container wrote into its read-only rootfs")
-	}
-}
-
-// TestRuncLeftovers: when a main process ends, what it left in its
-// container is killed (runc does it, as containerd's shim); a signal death
-// reads 128+signal; Close leaves no runc container and no cgroup behind.
-func TestRuncLeftovers(t *testing.T) {
-	tl := needTools(t)
-	b := MustRunc(t, tl)
-	// parent runs until its processes have been counted.
-	cue, mount := newCue(t)
-	p := startPod(t, b, Spec{Name: "leftovers", Containers: []Container{
-		{Name: "viewer", Argv: []string{tl.Podsim, "app", "--sleep", "1h"}},
-		{Name: "parent", Argv: []string{tl.Podsim, "app", "--fifo", cue, "--orphan", "1h", "--kill", "15"}, Mounts: []Mount{mount}},
-	}})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if _, err := p.WaitRunning(ctx, "parent", 0); err != nil {
-		t.Fatal(err)
-	}
-	// The app starts its orphan-to-be after its own start: look until
-	// both are there (the app waits on its cue meanwhile).
-	for {
-		out, err := p.Exec(ctx, "viewer", tl.Podsim, "ps")
-		if err != nil {
-			t.Fatalf("ps: %v\n%s", err, out)
-		}
-		n := strings.Count(string(out), "/../parent\n")
-		if n == 2 {
-			break
-		}
-		if n > 2 || ctx.Err() != nil {
-			t.Fatalf("parent's container holds %d processes, want 2 (the app and its orphan-to-be); ps:\n%s", n, out)
-		}
-	}
-	release(t, cue)
-	st, err := p.WaitFor(ctx, Ended("parent"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c := st.Container("parent"); c.ExitCode != 143 {
-		t.Errorf("parent killed by SIGTERM: exit %d, want 143", c.ExitCode)
-	}
-	out, err := p.Exec(ctx, "viewer", tl.Podsim, "ps")
-	if err != nil {
-		t.Fatalf("ps: %v\n%s", err, out)
-	}
-	if strings.Contains(string(out), "/../parent") {
-		t.Errorf("the orphan outlived its container:\n%s", out)
-	}
-	// While the pod runs its cgroups exist; after Close, none.
-	dirs, err := runcCgroupDirs(filepath.Base(p.Dir))
-	if err != nil || len(dirs) == 0 {
-		t.Fatalf("pod cgroups: %v, %v", dirs, err)
-	}
-	for _, d := range dirs {
-		if _, err := os.Stat(filepath.Join(d, "viewer")); err != nil {
-			t.Errorf("viewer's cgroup: %v", err)
-		}
-	}
-	pause := p.PausePID
-	if err := p.Close(); err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range dirs {
-		if _, err := os.Stat(d); !os.IsNotExist(err) {
-			t.Errorf("cgroup %s left after Close (%v)", d, err)
-		}
-	}
-	if _, err := os.Stat(p.Dir); !os.IsNotExist(err) {
-		t.Errorf("pod dir %s (runc's state) left after Close", p.Dir)
-	}
-	if _, err := os.Stat("/proc/" + strconv.Itoa(pause)); !os.IsNotExist(err) {
-		t.Errorf("pause pid %d still there after Close", pause)
 	}
 }
