@@ -66,17 +66,29 @@ func (h *adminHandler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// postOnly mirrors envoy, whose mutating admin endpoints refuse GET.
-func postOnly(w http.ResponseWriter, r *http.Request) bool {
-	if r.Method != http.MethodPost {
-		http.Error(w, "This endpoint requires POST", http.StatusMethodNotAllowed)
-		return false
-	}
-	return true
-}
+// postOnly are the mutating admin endpoints: they refuse GET, as envoy's
+// do, and answer OK.
+var postOnly = map[string]bool{"/drain_listeners": true, "/healthcheck/fail": true, "/healthcheck/ok": true,
+	"/quitquitquit": true, "/logging": true, "/reset_counters": true, "/reopen_logs": true}
 
 func (h *adminHandler) serve(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
+	if postOnly[r.URL.Path] {
+		if r.Method != http.MethodPost {
+			http.Error(w, "This endpoint requires POST", http.StatusMethodNotAllowed)
+			return
+		}
+		switch r.URL.Path {
+		case "/drain_listeners":
+			h.drain(q)
+		case "/healthcheck/fail", "/healthcheck/ok":
+			h.srv.mu.Lock()
+			h.srv.healthFailed = r.URL.Path == "/healthcheck/fail"
+			h.srv.mu.Unlock()
+		}
+		_, _ = w.Write([]byte("OK\n"))
+		return
+	}
 	switch r.URL.Path {
 	case "/stats":
 		if has(q, "format") && q.Get("format") == "prometheus" {
@@ -113,30 +125,6 @@ func (h *adminHandler) serve(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, map[string]any{"configs": []any{}})
 	case "/listeners", "/clusters", "/certs", "/memory", "/runtime", "/hot_restart_version":
 		writeJSON(w, map[string]any{})
-	case "/drain_listeners":
-		if !postOnly(w, r) {
-			return
-		}
-		h.drain(q)
-		_, _ = w.Write([]byte("OK\n"))
-	case "/healthcheck/fail", "/healthcheck/ok":
-		if !postOnly(w, r) {
-			return
-		}
-		h.srv.mu.Lock()
-		h.srv.healthFailed = r.URL.Path == "/healthcheck/fail"
-		h.srv.mu.Unlock()
-		_, _ = w.Write([]byte("OK\n"))
-	case "/quitquitquit":
-		if !postOnly(w, r) {
-			return
-		}
-		_, _ = w.Write([]byte("OK\n"))
-	case "/logging", "/reset_counters", "/reopen_logs":
-		if !postOnly(w, r) {
-			return
-		}
-		_, _ = w.Write([]byte("OK\n"))
 	default:
 		http.Error(w, "invalid path (envoy stand-in: not implemented)", http.StatusNotFound)
 	}

@@ -11,7 +11,6 @@ import (
 // rest is accepted (so pilot-agent's real command line works) and recorded.
 type options struct {
 	configPath  string
-	configYAML  string
 	drainTime   time.Duration
 	concurrency int
 	version     bool
@@ -77,8 +76,6 @@ func parseArgs(args []string) (options, error) {
 		switch name {
 		case "c", "config-path":
 			o.configPath = val
-		case "config-yaml":
-			o.configYAML = val
 		case "drain-time-s":
 			n, err := strconv.Atoi(val)
 			if err != nil || n < 0 {
@@ -93,8 +90,8 @@ func parseArgs(args []string) (options, error) {
 			o.concurrency = n
 		}
 	}
-	if o.configPath == "" && o.configYAML == "" && !o.version {
-		return o, fmt.Errorf("at least one of --config-path or --config-yaml is required")
+	if o.configPath == "" && !o.version {
+		return o, fmt.Errorf("--config-path is required: the stand-in reads a JSON bootstrap (not --config-yaml alone)")
 	}
 	return o, nil
 }

@@ -30,29 +30,24 @@
 //
 //	ENVOY_STANDIN_RECORD          record file (default: none)
 //	ENVOY_STANDIN_READY_DELAY     Go duration before the stats say ready (default 0)
-//	ENVOY_STANDIN_EXIT_WITH_PARENT  "0" to keep running when the parent dies (default: exit)
 package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/istioproxy/record"
+	"golang.org/x/sys/unix"
 )
 
-const (
-	envReadyDelay     = "ENVOY_STANDIN_READY_DELAY"
-	envExitWithParent = "ENVOY_STANDIN_EXIT_WITH_PARENT"
-)
+const envReadyDelay = "ENVOY_STANDIN_READY_DELAY"
 
 func main() {
 	os.Exit(run())
@@ -85,9 +80,6 @@ func run() int {
 	if opts.version {
 		fmt.Println("envoy stand-in (sidecar-supervisor e2e)")
 		return 0
-	}
-	if opts.configPath == "" {
-		return fail(errors.New("only --config-path with a JSON bootstrap is supported (got --config-yaml alone)"))
 	}
 	boot, err := loadBootstrap(opts.configPath)
 	if err != nil {
@@ -160,15 +152,13 @@ func run() int {
 		setReady()
 	}
 
-	if os.Getenv(envExitWithParent) != "0" {
-		go watchParent(quit)
-	}
+	go watchParent(quit)
 
 	code, reason := 0, ""
 	for reason == "" {
 		select {
 		case s := <-sigs:
-			name := signalName(s)
+			name := unix.SignalName(s.(syscall.Signal))
 			_ = rec.Write(record.Event{Kind: record.Signal, Signal: name})
 			switch s {
 			case syscall.SIGTERM, syscall.SIGINT:
@@ -217,22 +207,4 @@ func statName(addr string) string {
 		return addr
 	}
 	return host + "_" + port
-}
-
-func signalName(s os.Signal) string {
-	if sn, ok := s.(syscall.Signal); ok {
-		switch sn {
-		case syscall.SIGTERM:
-			return "SIGTERM"
-		case syscall.SIGINT:
-			return "SIGINT"
-		case syscall.SIGHUP:
-			return "SIGHUP"
-		case syscall.SIGUSR1:
-			return "SIGUSR1"
-		case syscall.SIGUSR2:
-			return "SIGUSR2"
-		}
-	}
-	return strings.ToUpper(s.String())
 }

@@ -2,8 +2,9 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -90,16 +91,11 @@ func statsText(m map[string]uint64, filter string) (string, error) {
 			return "", fmt.Errorf("invalid regex: %w", err)
 		}
 	}
-	names := make([]string, 0, len(m))
-	for n := range m {
-		if re == nil || re.MatchString(n) {
-			names = append(names, n)
-		}
-	}
-	sort.Strings(names)
 	var sb strings.Builder
-	for _, n := range names {
-		fmt.Fprintf(&sb, "%s: %d\n", n, m[n])
+	for _, n := range slices.Sorted(maps.Keys(m)) {
+		if re == nil || re.MatchString(n) {
+			fmt.Fprintf(&sb, "%s: %d\n", n, m[n])
+		}
 	}
 	return sb.String(), nil
 }
@@ -107,13 +103,8 @@ func statsText(m map[string]uint64, filter string) (string, error) {
 // statsPrometheus renders all stats in Prometheus text format, named the way
 // envoy does ("envoy_" + name with dots as underscores), all as gauges.
 func statsPrometheus(m map[string]uint64) string {
-	names := make([]string, 0, len(m))
-	for n := range m {
-		names = append(names, n)
-	}
-	sort.Strings(names)
 	var sb strings.Builder
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(m)) {
 		pn := "envoy_" + strings.NewReplacer(".", "_", "-", "_").Replace(n)
 		fmt.Fprintf(&sb, "# TYPE %s gauge\n%s{} %d\n", pn, pn, m[n])
 	}
