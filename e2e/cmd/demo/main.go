@@ -119,8 +119,6 @@ func show(ctx context.Context, d demo, build func(scenarios.Desc) (scenarios.Bui
 		fmt.Printf("after %.1fs the pod is still %s: %s\n", time.Since(start).Seconds(), st.Phase, st)
 		return nil
 	}
-	// Let the containers' last lines arrive before the summary.
-	time.Sleep(100 * time.Millisecond)
 	fmt.Printf("after %.1fs the pod is %s:", time.Since(start).Seconds(), st.Phase)
 	for _, c := range st.Containers {
 		fmt.Printf(" %s exit %d;", c.Name, c.ExitCode)

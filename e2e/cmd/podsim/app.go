@@ -160,10 +160,13 @@ func drain(rec *recorder, until, get string) {
 
 // waitFIFO returns once a writer has opened and closed path, a FIFO:
 // opening one for reading waits for a writer, reading it for its close.
-func waitFIFO(path string) {
-	if _, err := os.ReadFile(path); err != nil {
+// An error is said on stderr too.
+func waitFIFO(path string) error {
+	_, err := os.ReadFile(path)
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "fifo: %v\n", err)
 	}
+	return err
 }
 
 // ackSignals answers each SIGUSR1 with one byte written to the FIFO at path.

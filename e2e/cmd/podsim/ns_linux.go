@@ -156,10 +156,8 @@ func enter(args []string) error {
 	if *cgroup != "" {
 		time.Sleep(*cgroupDelay)
 		if *cgroupCue != "" {
-			// Opening a FIFO blocks until a writer comes; the read, until
-			// it closes.
-			if b, err := os.ReadFile(*cgroupCue); err != nil {
-				return fmt.Errorf("cgroup cue: %w (read %q)", err, b)
+			if err := waitFIFO(*cgroupCue); err != nil {
+				return fmt.Errorf("cgroup cue: %w", err)
 			}
 		}
 		if err := joinCgroup(*cgroup); err != nil {

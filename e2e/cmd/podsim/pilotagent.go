@@ -200,10 +200,8 @@ func pilotAgent(args []string) error {
 	}
 
 	if handlerCue != "" {
-		// Blocks until the test opens the FIFO for writing, then reads to
-		// its close.
-		if b, err := os.ReadFile(handlerCue); err != nil {
-			return fmt.Errorf("handler cue: %w (read %q)", err, b)
+		if err := waitFIFO(handlerCue); err != nil {
+			return fmt.Errorf("handler cue: %w", err)
 		}
 	}
 	sigs := make(chan os.Signal, 8)
