@@ -34,6 +34,22 @@ func startPod(t *testing.T, b Backend, spec Spec) *Pod {
 	return MustStart(t, b, spec, nil)
 }
 
+// waitFor is p.WaitFor for a test: the status once cond holds; the test
+// fails if ctx ends first.
+func waitFor(t *testing.T, ctx context.Context, p *Pod, cond func(Status) bool) Status {
+	t.Helper()
+	st, err := p.WaitFor(ctx, cond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// running is the condition that container name runs.
+func running(name string) func(Status) bool {
+	return func(s Status) bool { return s.Container(name).Running }
+}
+
 // TestPodShape: the containers see one another as a pod with
 // shareProcessNamespace does: pause is PID 1, each main process has PPID 0,
 // each container has its own cgroup (itself "/", others "/../name"), and
@@ -47,9 +63,7 @@ func TestPodShape(t *testing.T) {
 		}})
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		if _, err := p.WaitRunning(ctx, "viewer", 0); err != nil {
-			t.Fatal(err)
-		}
+		waitFor(t, ctx, p, running("viewer"))
 		out, err := p.Exec(ctx, "viewer", tl.Podsim, "ps")
 		if err != nil {
 			t.Fatalf("ps: %v\n%s", err, out)
@@ -133,9 +147,7 @@ func TestPodRestartAndDelete(t *testing.T) {
 			}})
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		if _, err := p.WaitFor(ctx, func(s Status) bool { return s.Container("flaky").Restarts >= 2 }); err != nil {
-			t.Fatal(err)
-		}
+		waitFor(t, ctx, p, func(s Status) bool { return s.Container("flaky").Restarts >= 2 })
 		if ph := p.Status().Phase; ph != Running {
 			t.Errorf("phase while restarting = %s, want Running", ph)
 		}
@@ -169,10 +181,7 @@ func TestPodNames(t *testing.T) {
 				defer cancel()
 				seen := map[string]bool{}
 				for run := 0; run < 2; run++ {
-					st, err := p.WaitFor(ctx, func(s Status) bool { c := s.Container("flaky"); return c.Running && c.Restarts == run })
-					if err != nil {
-						t.Fatal(err)
-					}
+					st := waitFor(t, ctx, p, func(s Status) bool { c := s.Container("flaky"); return c.Running && c.Restarts == run })
 					mount := kubeMount(t, st.Container("flaky").PID)
 					if noNames {
 						if mount != "" {
@@ -187,18 +196,13 @@ func TestPodNames(t *testing.T) {
 					seen[mount] = true
 					release(t, cue)
 					// The run is over before the next one waits on the cue.
-					if _, err := p.WaitFor(ctx, func(s Status) bool { c := s.Container("flaky"); return !c.Running || c.Restarts > run }); err != nil {
-						t.Fatal(err)
-					}
+					waitFor(t, ctx, p, func(s Status) bool { c := s.Container("flaky"); return !c.Running || c.Restarts > run })
 				}
 				if len(seen) < 2 {
 					t.Errorf("the restart did not get a file of its own: %v", seen)
 				}
 				// server may still be starting: its PID is known once it runs.
-				st, err := p.WaitFor(ctx, func(s Status) bool { return s.Container("server").Running })
-				if err != nil {
-					t.Fatal(err)
-				}
+				st := waitFor(t, ctx, p, running("server"))
 				if m := kubeMount(t, st.Container("server").PID); !strings.Contains(m, "/containers/server/") {
 					t.Errorf("server's mount: %q", m)
 				}
@@ -263,20 +267,13 @@ func TestPodNativeAndEphemeral(t *testing.T) {
 			}})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if _, err := p.WaitFor(ctx, func(s Status) bool { return s.Container("app").Running }); err != nil {
-			t.Fatal(err)
-		}
+		waitFor(t, ctx, p, running("app"))
 		if err := p.StartEphemeral(ctx, "debugger"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := p.WaitFor(ctx, func(s Status) bool { return s.Container("logship").Restarts >= 1 }); err != nil {
-			t.Fatal(err)
-		}
+		waitFor(t, ctx, p, func(s Status) bool { return s.Container("logship").Restarts >= 1 })
 		release(t, cue)
-		st, err := p.WaitFor(ctx, func(s Status) bool { return s.Phase == Succeeded || s.Phase == Failed })
-		if err != nil {
-			t.Fatal(err)
-		}
+		st := waitFor(t, ctx, p, func(s Status) bool { return s.Phase == Succeeded || s.Phase == Failed })
 		if st.Phase != Succeeded {
 			t.Errorf("phase %s, want Succeeded (%s)", st.Phase, st)
 		}
@@ -305,15 +302,13 @@ func TestPodStartAfter(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		early := ""
-		if _, err := p.WaitFor(ctx, func(s Status) bool {
+		waitFor(t, ctx, p, func(s Status) bool {
 			first, second, third := s.Container("first"), s.Container("second"), s.Container("third")
 			if (second.Started && first.Running) || (third.Started && !second.Started) {
 				early = s.String()
 			}
 			return third.Running
-		}); err != nil {
-			t.Fatal(err)
-		}
+		})
 		if early != "" {
 			t.Errorf("a container started before the one it waits for: %s", early)
 		}
@@ -382,9 +377,7 @@ func TestPodLeftovers(t *testing.T) {
 		}})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if _, err := p.WaitRunning(ctx, "parent", 0); err != nil {
-			t.Fatal(err)
-		}
+		waitFor(t, ctx, p, running("parent"))
 		// awaitParent runs ps in viewer until it sees n processes in
 		// parent's container, within ctx: nothing tells when the app has
 		// started its orphan-to-be, nor when a leftover is gone (the
@@ -405,10 +398,7 @@ func TestPodLeftovers(t *testing.T) {
 		}
 		awaitParent(2, "parent's container never held the app and its orphan-to-be")
 		release(t, cue)
-		st, err := p.WaitFor(ctx, Ended("parent"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		st := waitFor(t, ctx, p, Ended("parent"))
 		if c := st.Container("parent"); c.ExitCode != 143 {
 			t.Errorf("parent killed by SIGTERM: exit %d, want 143", c.ExitCode)
 		}

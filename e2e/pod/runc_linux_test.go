@@ -46,9 +46,7 @@ func TestRuncSecurity(t *testing.T) {
 	}})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if _, err := p.WaitRunning(ctx, "locked", 0); err != nil {
-		t.Fatal(err)
-	}
+	waitFor(t, ctx, p, running("locked"))
 	def := capMask(DefaultCaps)
 	tests := []struct {
 		name                   string
