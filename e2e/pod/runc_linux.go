@@ -130,18 +130,12 @@ func (r Runc) Sandbox(ctx context.Context, p *Pod) error {
 		Argv: []string{r.Podsim, "pause", "--hostname", p.Spec.Name},
 		Caps: append(append([]int{}, DefaultCaps...), unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN),
 	}
-	rd, w, err := os.Pipe()
+	proc, out, err := p.startAttempt(ctx, pause, 0)
 	if err != nil {
-		return err
-	}
-	proc, err := r.start(ctx, p, st, pause, "pause", w, true)
-	w.Close()
-	if err != nil {
-		rd.Close()
 		return fmt.Errorf("start pause: %w", err)
 	}
 	p.PausePID = proc.PID()
-	return awaitPause(ctx, rd)
+	return awaitPause(ctx, out)
 }
 
 // defaultRootfs is the root filesystem of containers with no Rootfs (and of
@@ -157,19 +151,17 @@ func containerID(c *Container, attempt int) string {
 	return c.Name
 }
 
-// Start implements Backend: `runc run` in the foreground.
+// Start implements Backend: `runc run` in the foreground. The first
+// container, started by Sandbox before PausePID is known, is the pause
+// container: it makes the pod's namespaces instead of joining them.
 func (r Runc) Start(ctx context.Context, p *Pod, c *Container, attempt int, stdout *os.File) (Process, error) {
-	return r.start(ctx, p, p.BackendState.(*runcState), c, containerID(c, attempt), stdout, false)
-}
-
-// start runs one container; sandbox says it is the pause container, which
-// makes the pod's namespaces instead of joining them.
-func (r Runc) start(ctx context.Context, p *Pod, st *runcState, c *Container, id string, stdout *os.File, sandbox bool) (*mainProc, error) {
+	st := p.BackendState.(*runcState)
+	id := containerID(c, attempt)
 	bundle := filepath.Join(st.dir, "bundles", id)
 	if err := os.MkdirAll(bundle, 0o700); err != nil {
 		return nil, err
 	}
-	spec, err := r.spec(p, st, c, id, sandbox)
+	spec, err := r.spec(p, st, c, id, p.PausePID == 0)
 	if err != nil {
 		return nil, err
 	}
