@@ -53,6 +53,7 @@ func (n Namespaces) Sandbox(ctx context.Context, p *Pod) error {
 	go func() {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
+		defer close(st.exited)
 		cmd := exec.Command(n.Podsim, "pause", "--hostname", p.Spec.Name, "--cgroup", filepath.Join(st.cgroup, "pause"))
 		cmd.SysProcAttr = &syscall.SysProcAttr{
 			Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
@@ -65,14 +66,11 @@ func (n Namespaces) Sandbox(ctx context.Context, p *Pod) error {
 		}
 		if err != nil {
 			started <- err
-			close(st.exited)
 			return
 		}
-		st.pause = cmd
-		out = pipe
+		st.pause, out = cmd, pipe
 		started <- nil
 		cmd.Wait()
-		close(st.exited)
 	}()
 	if err := <-started; err != nil {
 		return fmt.Errorf("start pause: %w", err)

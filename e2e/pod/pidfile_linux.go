@@ -49,21 +49,20 @@ func watchFile(path string) (*fileWatch, error) {
 // wait returns the pid in the file once it is there; it gives up when
 // stopped is closed (runc ended) and the file is still missing.
 func (w *fileWatch) wait(ctx context.Context, stopped <-chan struct{}) (int, error) {
-	for {
+	for ended := false; ; {
 		b, err := os.ReadFile(w.path)
-		if err == nil {
+		switch {
+		case err == nil:
 			return strconv.Atoi(strings.TrimSpace(string(b)))
-		}
-		if !errors.Is(err, os.ErrNotExist) {
+		case !errors.Is(err, os.ErrNotExist):
 			return 0, err
+		case ended:
+			return 0, errors.New("runc ended before the container started (its error is in the container's log)")
 		}
 		select {
 		case <-w.events:
 		case <-stopped:
-			if b, err := os.ReadFile(w.path); err == nil {
-				return strconv.Atoi(strings.TrimSpace(string(b)))
-			}
-			return 0, errors.New("runc ended before the container started (its error is in the container's log)")
+			ended = true
 		case <-ctx.Done():
 			return 0, fmt.Errorf("no pid file %s: %w", w.path, ctx.Err())
 		}
