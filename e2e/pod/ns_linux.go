@@ -31,7 +31,6 @@ type nsState struct {
 	exited chan struct{}
 }
 
-// Name implements Backend.
 func (Namespaces) Name() string { return "namespaces" }
 
 // Sandbox starts pause in new PID, network, IPC and UTS namespaces, in its

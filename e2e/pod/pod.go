@@ -33,7 +33,6 @@ import (
 // RestartPolicy is the pod's restartPolicy.
 type RestartPolicy string
 
-// The restart policies.
 const (
 	Never     RestartPolicy = "Never"
 	OnFailure RestartPolicy = "OnFailure"
@@ -43,7 +42,6 @@ const (
 // Phase is the pod phase the kubelet would report.
 type Phase string
 
-// The phases.
 const (
 	Pending   Phase = "Pending"
 	Running   Phase = "Running"

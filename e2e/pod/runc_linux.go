@@ -68,7 +68,6 @@ type runcState struct {
 	procs []*mainProc
 }
 
-// Name implements Backend.
 func (Runc) Name() string { return "runc" }
 
 // InstallScript installs the Debian packages the pod tests need, relative

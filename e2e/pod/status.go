@@ -3,6 +3,7 @@ package pod
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -193,10 +194,5 @@ func When(cond func(Status) bool) func(context.Context, *Pod) error {
 }
 
 func noneRunning(s Status) bool {
-	for _, c := range s.Containers {
-		if c.Running {
-			return false
-		}
-	}
-	return true
+	return !slices.ContainsFunc(s.Containers, func(c ContainerStatus) bool { return c.Running })
 }
