@@ -309,11 +309,10 @@ func envoy(args []string) error {
 	return nil
 }
 
+// envDuration is $name as a duration; def when unset or not one.
 func envDuration(name string, def time.Duration) time.Duration {
-	if v := os.Getenv(name); v != "" {
-		if d, err := time.ParseDuration(v); err == nil {
-			return d
-		}
+	if d, err := time.ParseDuration(os.Getenv(name)); err == nil {
+		return d
 	}
 	return def
 }
