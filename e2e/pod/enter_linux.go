@@ -76,24 +76,20 @@ func (n Namespaces) enter(p *Pod, c *Container, cgroup, bind string, joinMnt int
 		runtime.LockOSThread()
 		// No UnlockOSThread: this thread joins the pod's namespaces and must
 		// end with this goroutine.
-		type nsKind struct {
-			name string
-			flag int
-		}
-		join := []nsKind{{"net", unix.CLONE_NEWNET}, {"ipc", unix.CLONE_NEWIPC}, {"uts", unix.CLONE_NEWUTS}}
-		if !c.OwnPIDNamespace {
-			join = append(join, nsKind{"pid", unix.CLONE_NEWPID})
+		join := []string{"net", "ipc", "uts", "pid"}
+		if c.OwnPIDNamespace {
+			join = join[:3]
 		}
 		for _, ns := range join {
-			fd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/%s", p.PausePID, ns.name), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			fd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/%s", p.PausePID, ns), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 			if err != nil {
-				res <- result{err: fmt.Errorf("open pod %s namespace: %w", ns.name, err)}
+				res <- result{err: fmt.Errorf("open pod %s namespace: %w", ns, err)}
 				return
 			}
-			err = unix.Setns(fd, ns.flag)
+			err = unix.Setns(fd, 0) // its type is the file's
 			unix.Close(fd)
 			if err != nil {
-				res <- result{err: fmt.Errorf("join pod %s namespace: %w", ns.name, err)}
+				res <- result{err: fmt.Errorf("join pod %s namespace: %w", ns, err)}
 				return
 			}
 		}
