@@ -33,7 +33,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
+	"sync"
+	"syscall"
+	"time"
 )
 
 func main() {
@@ -65,4 +70,86 @@ func main() {
 		fmt.Fprintf(os.Stderr, "podsim %s: %v\n", mode, err)
 		os.Exit(125)
 	}
+}
+
+// recorder appends lines to a file, a record the tests assert on or the
+// stamps the benchmarks (e2e/bench) read; with no file it appends nothing.
+type recorder struct {
+	mu sync.Mutex
+	f  *os.File
+}
+
+func newRecorder(path string) *recorder {
+	r := &recorder{}
+	if path != "" {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o666)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "record: %v\n", err)
+		}
+		r.f = f
+	}
+	return r
+}
+
+// log records an event, and writes it with the time to stderr.
+func (r *recorder) log(format string, a ...any) {
+	line := fmt.Sprintf(format, a...)
+	fmt.Fprintf(os.Stderr, "%s %s\n", time.Now().Format("15:04:05.000"), line)
+	r.write(line)
+}
+
+// stamp records "EVENT UNIX_NS" (CLOCK_REALTIME, nanoseconds) for an event
+// that happened at t: the clock readings, kept apart from the records.
+func (r *recorder) stamp(event string, t time.Time) {
+	r.write(fmt.Sprintf("%s %d", event, t.UnixNano()))
+}
+
+func (r *recorder) write(line string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.f != nil {
+		r.f.WriteString(line + "\n")
+	}
+}
+
+// ps lists the processes this container sees, one per line:
+// "PID PPID UID COMM CGROUP" (cgroup: the unified line's path).
+func ps(args []string) error {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return err
+	}
+	var pids []int
+	for _, e := range ents {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	sort.Ints(pids)
+	for _, pid := range pids {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		s := string(stat)
+		l, r := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if l < 0 || r < 0 {
+			continue
+		}
+		comm := s[l+1 : r]
+		fields := strings.Fields(s[r+1:])
+		cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		unified := "?"
+		for _, line := range strings.Split(string(cg), "\n") {
+			if strings.HasPrefix(line, "0::") {
+				unified = strings.TrimPrefix(line, "0::")
+			}
+		}
+		uid := -1
+		if fi, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
+			uid = int(fi.Sys().(*syscall.Stat_t).Uid)
+		}
+		fmt.Printf("%d %s %d %s %s\n", pid, fields[1], uid, strings.ReplaceAll(comm, " ", "_"), unified)
+	}
+	return nil
 }
