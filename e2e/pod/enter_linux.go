@@ -117,7 +117,7 @@ func (n Namespaces) enter(p *Pod, c *Container, cgroup, bind string, joinMnt int
 	if hold != nil {
 		err := hold()
 		if err == nil {
-			// enter opens the cue first thing.
+			// enter opens the cue after its CgroupDelay; ReleaseCue waits.
 			err = ReleaseCue(cue, time.Minute)
 		}
 		if err != nil {
