@@ -7,35 +7,68 @@ import (
 	"github.com/sidecar-supervisor/sidecar-supervisor/procscan"
 )
 
-// Guard is a native supervisor's wait, once its run is done, for the
-// kubelet's SIGTERM (ctx). Under restartPolicy OnFailure the kubelet
-// starts a regular container again when its exit is not 0: a sidecar that
-// exits non-zero when stopped, or whose exit the runtime lost
-// (containerd, restarted as istio-proxy exited, reported it as 255,
-// "Unknown": seen in the soak, seed 20261210, Job 126). The kubelet stops
-// a native sidecar only once every regular container has ended, which the
-// restarted sidecar never does: the Job would hang. So while it waits the
-// supervisor looks at the pod (the kernel's last PID every ScanInterval, a
-// scan when it has moved) and stops such a sidecar as the run did (res:
-// its outcome), at most maxStopRounds times. Under another policy, or
-// with no stop done, it only waits.
+// Guard is what the supervisor does once its run is done (res), under
+// restartPolicy OnFailure: the kubelet starts a regular container again
+// when its exit is not 0, a sidecar's after the stop too. It may be the
+// sidecar's own exit, or the runtime's loss of it (containerd, restarted
+// as istio-proxy exited, reported 255, "Unknown": seen in the soak, seed
+// 20261210, Job 126). The restarted sidecar then runs on, and the Job
+// never ends. So the supervisor looks at the pod (the kernel's last PID
+// every ScanInterval, a scan when it has moved) and stops such a sidecar
+// as the run did, maxStopRounds times at most:
 //
-// A supervisor that is a regular container has exited by then: the
-// kubelet's restart of a sidecar after it is not seen (docs/troubleshooting.md).
+//   - native (SUPERVISOR_SHAPE=native): until the kubelet's SIGTERM (ctx),
+//     which it waits for anyway, whatever it has seen;
+//   - a container: only where a sidecar's exit after the stop was not 0
+//     (res.Restarting, as read or as its signal gives), for as long as the
+//     kubelet's restart takes (its back-off, counted from the sidecar's
+//     first restart, plus RestartMargin); it ends once every sidecar
+//     stopped again has exited 0. A lost exit leaves no trace here: a
+//     container supervisor has exited when the kubelet starts the sidecar
+//     again.
+//
+// Under another policy, or with no stop done, a native supervisor only
+// waits, a container one returns.
 func (s *Supervisor) Guard(ctx context.Context, res Result) {
-	if s.cfg.RestartPolicy != OnFailure || res.Deleted || len(res.Apps) == 0 {
-		<-ctx.Done()
+	native := s.cfg.Shape == ShapeNative
+	if s.cfg.RestartPolicy != OnFailure || res.Deleted || len(res.Apps) == 0 || !native && len(res.Restarting) == 0 {
+		if native {
+			<-ctx.Done()
+		}
 		return
 	}
 	r := &run{Supervisor: s, kinds: map[string]procscan.Kind{}, warned: map[int]bool{},
 		decision: decision{outcome: res.Outcome, reason: res.Reason, action: res.Action}}
 	tick := time.NewTicker(s.cfg.ScanInterval)
 	defer tick.Stop()
+	// A container waits for the n-th restart of the sidecars as long as
+	// the kubelet takes to make it (restarts.go: backoff).
+	var until *time.Timer
+	var untilC <-chan time.Time
+	expect := func(n int) {
+		if native {
+			return
+		}
+		wait := backoff(n) + s.cfg.RestartMargin
+		until = time.NewTimer(wait)
+		untilC = until.C
+		s.log.Info().Strs("containers", res.Restarting).Int("restart", n).Dur("wait", wait).
+			Msg("waiting for the kubelet to start the sidecars again, to stop them again")
+	}
+	defer func() {
+		if until != nil {
+			until.Stop()
+		}
+	}()
+	expect(1)
 	last, rounds := -1, 0
 	left := map[int]bool{} // sidecars whose action is none: not the run's to stop
 	for {
 		select {
 		case <-ctx.Done():
+			return
+		case <-untilC:
+			s.log.Warn().Strs("containers", res.Restarting).Msg("no restart of the sidecars came: done")
 			return
 		case <-tick.C:
 		}
@@ -59,23 +92,40 @@ func (s *Supervisor) Guard(ctx context.Context, res Result) {
 				left[sp.sidecar.main.PID] = true
 			}
 		}
-		if len(again) > 0 {
-			rounds++
-			for _, sc := range again {
-				s.log.Warn().Int("pid", sc.main.PID).Str("comm", sc.main.Comm).Str("container", sc.container).Int("round", rounds).
-					Msg("a sidecar runs again after the stop (the kubelet restarted it: its exit was not 0, or the runtime lost it): stopping it again")
-			}
-			plan := planStop(res.Outcome, &s.cfg, again)
-			begun := time.Now()
-			if next := r.act(ctx, plan); next == nil {
-				r.watchExits(ctx, plan, begun)
+		if len(again) == 0 {
+			closeAll(found)
+			continue
+		}
+		rounds++
+		for _, sc := range again {
+			s.log.Warn().Int("pid", sc.main.PID).Str("comm", sc.main.Comm).Str("container", sc.container).Int("round", rounds).
+				Msg("a sidecar runs again after the stop (the kubelet restarted it: its exit was not 0, or the runtime lost it): stopping it again")
+		}
+		plan := planStop(res.Outcome, &s.cfg, again)
+		begun := time.Now()
+		if next := r.act(ctx, plan); next == nil {
+			r.watchExits(ctx, plan, begun)
+		}
+		nonZero := false
+		for _, sc := range again {
+			if code, _, _ := exitOf(sc); code != 0 {
+				nonZero = true
 			}
 		}
 		closeAll(found)
-		if rounds == maxStopRounds {
+		switch {
+		case rounds == maxStopRounds:
 			s.log.Error().Int("rounds", rounds).Msg("the sidecars keep coming back after the stop: no longer stopping them; the pod ends when they do")
-			<-ctx.Done()
+			if native {
+				<-ctx.Done()
+			}
 			return
+		case !native && !nonZero:
+			s.log.Info().Msg("the sidecars stopped again exited 0: done")
+			return
+		case !native:
+			until.Stop()
+			expect(rounds + 1)
 		}
 	}
 }

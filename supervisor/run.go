@@ -65,6 +65,9 @@ type Result struct {
 	Deleted bool
 	// Summary is the one-line account written as the termination message.
 	Summary string
+	// Restarting names the sidecars the kubelet will start again, under
+	// OnFailure: their exit after the stop was not 0 (Guard).
+	Restarting []string
 }
 
 // run is the state of one Run: the states below are its methods, each
@@ -96,8 +99,10 @@ type run struct {
 	// stop.go: stopping is set once the sidecars found are being stopped.
 	stopping bool
 	// act.go: own lists the sidecars stopped by an action of their own
-	// ("cloud-sql-proxy: POST ..."), for the summary.
-	own []string
+	// ("cloud-sql-proxy: POST ..."), for the summary. stop.go: restarting,
+	// those the kubelet will start again (reportExits).
+	own        []string
+	restarting []string
 
 	// run.go: podDeleted, once a SIGTERM (pod deletion) ended the run;
 	// notes, for the summary (note).
@@ -145,7 +150,7 @@ func (s *Supervisor) Run(ctx context.Context) (res Result, err error) {
 // result is what the run did so far, without its summary.
 func (r *run) result() Result {
 	return Result{Outcome: r.decision.outcome, Reason: r.decision.reason, Action: r.decision.action,
-		Apps: r.decision.apps, Deleted: r.podDeleted}
+		Apps: r.decision.apps, Deleted: r.podDeleted, Restarting: r.restarting}
 }
 
 // loop runs the states from st until one returns none, or an error.

@@ -169,32 +169,24 @@ func (r *run) trackSidecars(pod procscan.Pod, skip map[int]bool) []*sidecar {
 
 // reportExits says which sidecars exited non-zero (or, where the kernel
 // cannot tell, will) after the apps succeeded: under restartPolicy Never
-// the pod is then Failed, under OnFailure the kubelet restarts them.
+// the pod is then Failed, under OnFailure the kubelet restarts them
+// (restarting: Guard stops them again).
 func (r *run) reportExits(sidecars []*sidecar) {
 	if r.decision.outcome != Success {
 		return
 	}
 	for _, s := range sidecars {
-		code, fix := 0, ""
-		st := s.proc.Status()
-		switch {
-		case st.Known:
-			code = st.ContainerCode()
-			if _, f := s.expectExit(exitwatch.SIGTERM); code != 0 {
-				fix = f
-			}
-		case s.sent != 0:
-			code, fix = s.expectExit(s.sent)
-		}
+		code, read, fix := exitOf(s)
 		if code == 0 {
 			continue
 		}
 		then := "the pod will be Failed"
 		if r.cfg.RestartPolicy == OnFailure {
 			then = "the kubelet will restart it"
+			r.restarting = append(r.restarting, s.container)
 		}
 		msg := fmt.Sprintf("%s exited %d: %s", s.container, code, then)
-		if !st.Known {
+		if !read {
 			msg = fmt.Sprintf("%s will exit %d: %s", s.container, code, then)
 		}
 		if fix != "" {
@@ -203,4 +195,22 @@ func (r *run) reportExits(sidecars []*sidecar) {
 		r.log.Warn().Str("container", s.container).Int("exit_code", code).Str("fix", fix).Msg("sidecar exited non-zero after the apps succeeded")
 		r.note(msg)
 	}
+}
+
+// exitOf is the container exit code s gave the kubelet (read: the kernel
+// told), or will give for the signal it was sent (its table's, where the
+// kernel cannot tell), and fix, how to make it 0 where known.
+func exitOf(s *sidecar) (code int, read bool, fix string) {
+	st := s.proc.Status()
+	switch {
+	case st.Known:
+		code = st.ContainerCode()
+		if _, f := s.expectExit(exitwatch.SIGTERM); code != 0 {
+			fix = f
+		}
+		return code, true, fix
+	case s.sent != 0:
+		code, fix = s.expectExit(s.sent)
+	}
+	return code, false, fix
 }

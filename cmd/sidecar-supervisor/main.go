@@ -136,14 +136,17 @@ func run(mode string, environ []string, stderr io.Writer) int {
 	err = supervise(ctx, cfg, log, func(sup *supervisor.Supervisor, res supervisor.Result) {
 		report(log, cfg, res.Summary)
 		log.Info().Str("summary", res.Summary).Msg("done")
-		if cfg.Shape == supervisor.ShapeNative && ctx.Err() == nil {
+		if ctx.Err() != nil {
+			return
+		}
+		if cfg.Shape == supervisor.ShapeNative {
 			// A native sidecar that exits is started again by the kubelet
 			// while the pod runs: it waits to be stopped with the pod's
-			// other sidecars, after the regular containers, stopping again
-			// a sidecar the kubelet restarts meanwhile (Guard).
+			// other sidecars, after the regular containers.
 			log.Info().Msg("idle until the kubelet stops the pod's sidecars")
-			sup.Guard(ctx, res)
 		}
+		// Stops again a sidecar the kubelet starts again (OnFailure).
+		sup.Guard(ctx, res)
 	})
 	if err != nil {
 		log.Error().Err(err).Msg("cannot work here")

@@ -96,23 +96,28 @@ func checkKilledOnce(t *testing.T, p *pod.Pod, built Built) {
 // runtime lost istio-proxy's exit after the supervisor's SIGTERM (255,
 // "Unknown"), and the kubelet started it again under OnFailure: a Job that
 // never ends. Here istio-proxy's first instance exits 1 (PILOT_FIRST_EXIT)
-// and the kubelet starts it again; the native supervisor, idle until the
-// kubelet stops it, stops the new one too, and the pod Succeeds.
+// and the kubelet starts it again. The native supervisor, idle until the
+// kubelet stops it, stops the new one too; so does a container supervisor,
+// which reads the exit 1 and so waits for the restart. The pod Succeeds.
 func TestSidecarBackAfterStop(t *testing.T) {
-	onBackends(t, func(t *testing.T, b Builder) {
-		d := Desc{Name: "back", Policy: pod.OnFailure, Apps: []App{{Name: "app", Cued: true}},
-			ProxyEnv: []string{"PILOT_FIRST_EXIT=1"}, SupervisorNative: true, SupervisorEnv: patient("SUPERVISOR_RESTART_POLICY=OnFailure")}
-		p, built := run(t, b, d)
-		waitRecordStart(t, built.PilotRecord)
-		releaseApps(t, p, built, d.Apps)
-		st := p.MustWaitPhase(t, EventBound)
-		checkEnd(t, st, pod.Succeeded, map[string]int{"app": 0, "istio-proxy": 0})
-		if c := st.Container("istio-proxy"); c.Restarts != 1 {
-			t.Errorf("istio-proxy %+v, want one restart", c)
-		}
-		if rec := Record(built.PilotRecord); strings.Count(strings.Join(rec, "\n"), "signal SIGTERM") != 2 || !slices.Contains(rec, "exit 1") {
-			t.Errorf("istio-proxy's record %q, want two SIGTERMs, the first instance's exit 1", rec)
-		}
-		waitLog(t, p, "a sidecar runs again after the stop (the kubelet restarted it: its exit was not 0, or the runtime lost it): stopping it again")
-	})
+	for _, native := range []bool{true, false} {
+		t.Run(map[bool]string{true: "native", false: "container"}[native], func(t *testing.T) {
+			onBackends(t, func(t *testing.T, b Builder) {
+				d := Desc{Name: "back", Policy: pod.OnFailure, Apps: []App{{Name: "app", Cued: true}},
+					ProxyEnv: []string{"PILOT_FIRST_EXIT=1"}, SupervisorNative: native, SupervisorEnv: patient("SUPERVISOR_RESTART_POLICY=OnFailure")}
+				p, built := run(t, b, d)
+				waitRecordStart(t, built.PilotRecord)
+				releaseApps(t, p, built, d.Apps)
+				st := p.MustWaitPhase(t, EventBound)
+				checkEnd(t, st, pod.Succeeded, map[string]int{"app": 0, "istio-proxy": 0})
+				if c := st.Container("istio-proxy"); c.Restarts != 1 {
+					t.Errorf("native %v: istio-proxy %+v, want one restart", native, c)
+				}
+				if rec := Record(built.PilotRecord); strings.Count(strings.Join(rec, "\n"), "signal SIGTERM") != 2 || !slices.Contains(rec, "exit 1") {
+					t.Errorf("native %v: istio-proxy's record %q, want two SIGTERMs, the first instance's exit 1", native, rec)
+				}
+				waitLog(t, p, "a sidecar runs again after the stop (the kubelet restarted it: its exit was not 0, or the runtime lost it): stopping it again")
+			})
+		})
+	}
 }
