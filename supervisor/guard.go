@@ -43,23 +43,16 @@ func (s *Supervisor) Guard(ctx context.Context, res Result) {
 	defer tick.Stop()
 	// A container waits for the n-th restart of the sidecars as long as
 	// the kubelet takes to make it (restarts.go: backoff).
-	var until *time.Timer
-	var untilC <-chan time.Time
+	var until <-chan time.Time
 	expect := func(n int) {
 		if native {
 			return
 		}
 		wait := backoff(n) + s.cfg.RestartMargin
-		until = time.NewTimer(wait)
-		untilC = until.C
+		until = time.After(wait)
 		s.log.Info().Strs("containers", res.Restarting).Int("restart", n).Dur("wait", wait).
 			Msg("waiting for the kubelet to start the sidecars again, to stop them again")
 	}
-	defer func() {
-		if until != nil {
-			until.Stop()
-		}
-	}()
 	expect(1)
 	last, rounds := -1, 0
 	left := map[int]bool{} // sidecars whose action is none: not the run's to stop
@@ -67,7 +60,7 @@ func (s *Supervisor) Guard(ctx context.Context, res Result) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-untilC:
+		case <-until:
 			s.log.Warn().Strs("containers", res.Restarting).Msg("no restart of the sidecars came: done")
 			return
 		case <-tick.C:
@@ -84,31 +77,31 @@ func (s *Supervisor) Guard(ctx context.Context, res Result) {
 			continue
 		}
 		found := r.trackSidecars(pod, left)
-		var again []*sidecar
-		for _, sp := range planStop(res.Outcome, &s.cfg, found).sidecars {
+		plan := planStop(res.Outcome, &s.cfg, found)
+		again := plan.sidecars[:0] // those to stop: the others are left for good
+		for _, sp := range plan.sidecars {
 			if sp.kill {
-				again = append(again, sp.sidecar)
+				again = append(again, sp)
 			} else {
 				left[sp.sidecar.main.PID] = true
 			}
 		}
-		if len(again) == 0 {
+		if plan.sidecars = again; len(again) == 0 {
 			closeAll(found)
 			continue
 		}
 		rounds++
-		for _, sc := range again {
-			s.log.Warn().Int("pid", sc.main.PID).Str("comm", sc.main.Comm).Str("container", sc.container).Int("round", rounds).
+		for _, sp := range again {
+			s.log.Warn().Int("pid", sp.sidecar.main.PID).Str("comm", sp.sidecar.main.Comm).Str("container", sp.sidecar.container).Int("round", rounds).
 				Msg("a sidecar runs again after the stop (the kubelet restarted it: its exit was not 0, or the runtime lost it): stopping it again")
 		}
-		plan := planStop(res.Outcome, &s.cfg, again)
 		begun := time.Now()
 		if next := r.act(ctx, plan); next == nil {
 			r.watchExits(ctx, plan, begun)
 		}
 		nonZero := false
-		for _, sc := range again {
-			if code, _, _ := exitOf(sc); code != 0 {
+		for _, sp := range again {
+			if code, _, _ := exitOf(sp.sidecar); code != 0 {
 				nonZero = true
 			}
 		}
@@ -124,7 +117,6 @@ func (s *Supervisor) Guard(ctx context.Context, res Result) {
 			s.log.Info().Msg("the sidecars stopped again exited 0: done")
 			return
 		case !native:
-			until.Stop()
 			expect(rounds + 1)
 		}
 	}
