@@ -28,10 +28,11 @@
 //	    starts after them: until then an app's image may be being pulled.
 //	  - wait (wait.go) blocks on the apps' exits, without polling, until every
 //	    app is done as the restart policy means it; under OnFailure, while a
-//	    restart is awaited, it looks at the pod as discovery does (look,
-//	    discover.go), so a restart is seen from the runtime's init on. Which instances run, await a restart
-//	    or count is kept by a pure type, the ledger (restarts.go), which the
-//	    loop asks by instance (a main process's PID and start time).
+//	    restart is awaited, it looks at the pod as discovery does (look.go),
+//	    so a restart is seen from the runtime's init on. Which instances
+//	    run, await a restart or count is kept by a pure type, the ledger
+//	    (restarts.go), which the loop asks by instance (a main process's PID
+//	    and start time).
 //	  - decide (decide.go) maps the statuses to an action through one table
 //	    (Decide): all exited 0 -> OnSuccess; any failure -> OnFailure; else any
 //	    unknown -> OnUnknown. An app killed by SIGTERM is first given
@@ -44,6 +45,10 @@
 //	    signal only once the sidecar handles it (handler.go); then it
 //	    watches each exit, and sends SIGKILL to any still alive after
 //	    StopTimeout.
+//
+// After the run, under OnFailure, Guard (guard.go) stops again a sidecar the
+// kubelet starts again because its exit was not 0: a native supervisor until
+// the kubelet stops it, a container one only where it saw such an exit.
 //
 // SIGTERM to the supervisor (pod deletion) cancels every state: it leaves the
 // sidecar to the kubelet and exits 0 at once (deleted, run.go).

@@ -31,7 +31,7 @@ import (
 //
 // Either way no app starts before the supervisor watches, however loaded
 // the node. Watching is not seeing: an app of milliseconds is adopted
-// from its runtime's init on (discover.go's look, every 2 ms) whenever the
+// from its runtime's init on (look.go, every 2 ms) whenever the
 // supervisor gets the CPU once in that app's life; one that runs wholly
 // while the supervisor is kept off the CPU (a node loaded enough, a vCPU
 // stolen) is missed, counted unknown after APP_START_TIMEOUT. The hook

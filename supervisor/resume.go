@@ -138,8 +138,7 @@ func (r *run) replay(entries []entry, pod procscan.Pod) {
 			// journal said: an exec happens once, and may have happened
 			// while no supervisor watched): a kill before its exec is a
 			// failed start here too (ledger.end).
-			r.apps.adoptedInit(id)
-			r.settingUp(id, time.Now())
+			r.adoptedInit(id)
 		}
 		proc, err := r.watch.Watch(process(c.Main))
 		switch {

@@ -83,9 +83,10 @@ type run struct {
 	// warned, the stray processes already warned of; watched, the app
 	// instances watched by pidfd, in the order they were found; found,
 	// the sidecars seen while the apps ran, each kept by a pidfd until the
-	// stop takes them (takeFound); starting, the containers seen being set
-	// up (an app adopted from its runtime's init among them), when first
-	// seen: kept from one look to the next, from discovery into the wait.
+	// stop takes them (takeFound). look.go: starting, the containers seen
+	// being set up (an app adopted from its runtime's init among them),
+	// when first seen: kept from one look to the next, from discovery into
+	// the wait.
 	kinds    map[string]procscan.Kind
 	warned   map[int]bool
 	execd    map[instance]bool // said by execdBefore

@@ -15,9 +15,10 @@ import (
 // again whatever the restart policy (pkg/kubelet/container
 // ShouldContainerBeRestarted: "Always restart container in the unknown, or
 // in the created state"). So its status is unknown, and it awaits that
-// start as an unknown status does under OnFailure (ledger.end). A restarted supervisor reads whether an instance
-// is still its init from /proc, not from the journal (resume.replay): the
-// exec may have happened while no supervisor watched.
+// start as an unknown status does under OnFailure (ledger.end). A
+// restarted supervisor reads whether an instance is still its init from
+// /proc, not from the journal (resume.replay): the exec may have happened
+// while no supervisor watched.
 //
 // An end of unknown status before the exec was seen (statuses not read,
 // SUPERVISOR_EXIT_STATUS=none; or gone before its pidfd was opened) may be
