@@ -264,17 +264,18 @@ type verdict struct {
 	stopLags map[string][]time.Duration
 }
 
-// late reports whether a pod's stop came more than killBound after its
-// model (stopLags): its details are worth a look.
-func (v verdict) late() bool {
-	for _, l := range v.stopLags {
+// late is, by kind, the stops of stopLags that came more than killBound
+// after their model: those Jobs' details are worth a look.
+func (v verdict) late() map[string][]time.Duration {
+	out := map[string][]time.Duration{}
+	for k, l := range v.stopLags {
 		for _, d := range l {
 			if d > killBound {
-				return true
+				out[k] = append(out[k], d)
 			}
 		}
 	}
-	return false
+	return out
 }
 
 // The kinds of stopLags.

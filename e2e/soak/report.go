@@ -129,10 +129,10 @@ func (r *report) write(w io.Writer) error {
 		}
 		for k, l := range res.v.stopLags {
 			lags[k] = append(lags[k], l...)
+		}
+		for k, l := range res.v.late() {
 			for _, d := range l {
-				if d > killBound {
-					late[k] = append(late[k], fmt.Sprintf("%s %s", res.t.name(), signed(d)))
-				}
+				late[k] = append(late[k], fmt.Sprintf("%s %s", res.t.name(), signed(d)))
 			}
 		}
 		for _, u := range res.v.unchecked {

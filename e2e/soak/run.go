@@ -354,7 +354,7 @@ func (s *soak) runJob(ctx context.Context, t timeline) result {
 	if deletion != nil {
 		res.v.add(invCondition, "deleting pod %d mid-run: %v", t.deletePod, deletion)
 	}
-	if !res.v.ok() || t.kill != nil || res.v.late() {
+	if !res.v.ok() || t.kill != nil || len(res.v.late()) > 0 {
 		res.detail = s.writeDetail(ctx, t, o, res.v)
 	}
 	return res
