@@ -28,14 +28,29 @@ die() { log "error: $*"; exit 1; }
 
 # apt_install PKG...: install the Debian packages that are missing, once.
 # Idempotent and quiet when everything is present. apt-get update runs at most
-# once per machine boot (a stamp under /run).
-apt_install() {
-	local missing=() p
+# once per machine boot (a stamp under /run). Safe to run concurrently: the
+# test lanes and the guests side by side each install what they need, and a
+# second apt-get beside another fails on dpkg's lock at once, so the installs
+# take turns under a lock of ours, and what the one before installed is not
+# installed again.
+apt_missing() {
+	local p
 	for p in "$@"; do
-		[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" = "install ok installed" ] || missing+=("$p")
+		[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" = "install ok installed" ] || printf '%s\n' "$p"
 	done
+}
+apt_install() {
+	local missing=()
+	mapfile -t missing < <(apt_missing "$@")
 	[ ${#missing[@]} -eq 0 ] && return 0
 	[ "$(id -u)" -eq 0 ] || die "Debian packages missing: ${missing[*]} (run as root, or: apt-get install ${missing[*]})"
+	exec 7>/run/sidecar-supervisor-apt-install.lock
+	flock -w 900 7 || die "timed out (15 min) waiting for /run/sidecar-supervisor-apt-install.lock to install ${missing[*]}"
+	mapfile -t missing < <(apt_missing "$@")
+	if [ ${#missing[@]} -eq 0 ]; then
+		exec 7>&-
+		return 0
+	fi
 	if [ ! -e /run/sidecar-supervisor-apt-updated ]; then
 		log "apt-get update"
 		DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
@@ -43,6 +58,7 @@ apt_install() {
 	fi
 	log "apt-get install ${missing[*]}"
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+	exec 7>&-
 }
 
 # cached NAME VERSION: print the cache directory for NAME at VERSION (created).
