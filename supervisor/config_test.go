@@ -111,7 +111,7 @@ func TestConfigBad(t *testing.T) {
 		{"SUPERVISOR_STATE_DIR=state", `SUPERVISOR_STATE_DIR="state": want an absolute path`},
 		{"SUPERVISOR_SHAPE=sidecar", `SUPERVISOR_SHAPE="sidecar": want container or native`},
 		{"SUPERVISOR_SHAPE=native", `SUPERVISOR_SHAPE="native": native needs SUPERVISOR_STATE_DIR`},
-		{"SUPERVISOR_EXIT_STATUS=strace", `SUPERVISOR_EXIT_STATUS="strace": want auto, pidfd, ptrace or none`},
+		{"SUPERVISOR_EXIT_STATUS=strace", `SUPERVISOR_EXIT_STATUS="strace": want auto, pidfd, accounting, ptrace or none`},
 		{"SUPERVISOR_RESTART_POLICY=Sometimes", `SUPERVISOR_RESTART_POLICY="Sometimes": want Never, OnFailure or Always`},
 		{"SUPERVISOR_RESTART_TIMEOUT=0s", `SUPERVISOR_RESTART_TIMEOUT="0s": want a positive duration`},
 		{"SUPERVISOR_NATIVE_SIDECAR=maybe", `SUPERVISOR_NATIVE_SIDECAR="maybe": want true or false`},

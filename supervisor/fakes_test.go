@@ -179,7 +179,8 @@ func (p *fakeProc) Signal(sig exitwatch.Signal) error {
 type fakeKernel struct {
 	mu      sync.Mutex
 	procs   map[int]*fakeProc
-	gone    map[int]bool // Open fails with ErrGone
+	gone    map[int]bool             // Open fails with ErrGone
+	records map[int]exitwatch.Status // process accounting's records, by PID
 	signals []string
 	at      []time.Time // when each of signals was sent
 	// opened fires when a process comes to be (spawn) or is taken.
@@ -199,6 +200,25 @@ func newFakeKernel() *fakeKernel {
 			}
 			return &exitwatch.Status{Known: true}
 		}}
+}
+
+// writeRecord writes the accounting record of pid's exit, which Recorded
+// reads.
+func (k *fakeKernel) writeRecord(pid int, s exitwatch.Status) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.records == nil {
+		k.records = map[int]exitwatch.Status{}
+	}
+	k.records[pid] = s
+}
+
+// Recorded is exitwatch.Watcher's: the record of an exit, if written.
+func (k *fakeKernel) Recorded(p exitwatch.Process) (exitwatch.Status, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	s, ok := k.records[p.PID]
+	return s, ok
 }
 
 // Watch and Track take p as an app or as a sidecar.

@@ -84,8 +84,9 @@ func (r *run) contradicted(entries []entry, pod procscan.Pod) string {
 // replay takes the journal's facts into the run: the ledger, as when they
 // happened (with their times), the containers adopted, the app instances
 // still running watched again, and those that ended while no supervisor
-// watched them taken as ended, their status unknown (no one in the pod
-// can read it now).
+// watched them taken as ended: with the status the kernel's accounting
+// recorded, where it is on, else unknown (no one in the pod can read it
+// now).
 func (r *run) replay(entries []entry, pod procscan.Pod) {
 	mains := map[instance]procscan.Container{}
 	for _, c := range pod.Containers {
@@ -125,12 +126,18 @@ func (r *run) replay(entries []entry, pod procscan.Pod) {
 			r.kinds[pinKey(c)] = procscan.App
 		}
 	}
-	lost := 0
+	lost, recorded := 0, 0
 	for _, id := range r.apps.runningInstances() {
 		c, ok := mains[id]
 		if !ok {
-			r.exited(id, nil, exitwatch.Status{Reason: "it ended while no supervisor watched it (the supervisor was restarted)"})
-			lost++
+			s, found := r.recorded(id)
+			if found {
+				recorded++
+			} else {
+				s = exitwatch.Status{Reason: "it ended while no supervisor watched it (the supervisor was restarted)"}
+				lost++
+			}
+			r.exited(id, nil, s)
 			continue
 		}
 		if c.Init {
@@ -161,9 +168,22 @@ func (r *run) replay(entries []entry, pod procscan.Pod) {
 		}
 	}
 	r.resumed.sidecars = len(sidecars) > 0
-	r.log.Info().Str("dir", r.cfg.StateDir).Int("apps", apps).Int("ended", ended).Int("ended_unwatched", lost).
+	r.log.Info().Str("dir", r.cfg.StateDir).Int("apps", apps).Int("ended", ended).Int("ended_unwatched", lost).Int("ended_recorded", recorded).
 		Int("watched", len(r.watched)).Int("sidecars", len(sidecars)).Int("sidecars_running", left).
 		Msg("carrying on from the journal of the supervisor before")
+}
+
+// recorded is the status of app instance id, which ended while no
+// supervisor watched it, from the kernel's accounting record of its exit,
+// where accounting is on (exitwatch's accounting method).
+func (r *run) recorded(id instance) (exitwatch.Status, bool) {
+	rec, ok := r.watch.(interface {
+		Recorded(exitwatch.Process) (exitwatch.Status, bool)
+	})
+	if !ok {
+		return exitwatch.Status{}, false
+	}
+	return rec.Recorded(exitwatch.Process{PID: id.pid, StartTime: id.start})
 }
 
 // journalApp, journalEnd ... record the run's facts (journal.go).

@@ -43,7 +43,7 @@ func TestResumeAppRunning(t *testing.T) {
 		}
 		kill(t, h)
 		h2 := rerun(t, h, cfg)
-		waitLog(t, h2, `"apps":1,"ended":0,"ended_unwatched":0,"watched":1,"sidecars":1,"sidecars_running":1`)
+		waitLog(t, h2, `"apps":1,"ended":0,"ended_unwatched":0,"ended_recorded":0,"watched":1,"sidecars":1,"sidecars_running":1`)
 		h2.proc(10).exit(exited(0))
 		res := h2.finish(Success, "SIGTERM 100")
 		if strings.Contains(h2.logged(), `"message":"app found"`) {
@@ -66,7 +66,7 @@ func TestResumeNothingSeen(t *testing.T) {
 		synctest.Wait() // the run looks now, and has seen nothing
 		kill(t, h)
 		h2 := rerun(t, h, cfg)
-		waitLog(t, h2, `"apps":0,"ended":0,"ended_unwatched":0,"watched":0,"sidecars":0,"sidecars_running":0,"message":"carrying on from the journal of the supervisor before"`)
+		waitLog(t, h2, `"apps":0,"ended":0,"ended_unwatched":0,"ended_recorded":0,"watched":0,"sidecars":0,"sidecars_running":0,"message":"carrying on from the journal of the supervisor before"`)
 		h2.pod.add(container(procscan.App, "app", 10))
 		h2.pod.add(container(procscan.Sidecar, "pilot-agent", 100))
 		waitLog(t, h2, `"message":"app found"`)
@@ -92,7 +92,7 @@ func TestResumeStatusKept(t *testing.T) {
 		kill(t, h)
 		h.pod.remove("a1") // gone with its container
 		h2 := rerun(t, h, cfg)
-		waitLog(t, h2, `"apps":2,"ended":1,"ended_unwatched":0,"watched":1`)
+		waitLog(t, h2, `"apps":2,"ended":1,"ended_unwatched":0,"ended_recorded":0,"watched":1`)
 		began := time.Now()
 		h2.proc(11).exit(exited(0))
 		res := h2.finish(Success, "SIGTERM 100")
@@ -122,6 +122,40 @@ func TestResumeEndedUnwatched(t *testing.T) {
 			t.Errorf("summary %q does not say why the status is unknown", res.Summary)
 		}
 	})
+}
+
+// TestResumeEndedRecorded: the app ends while no supervisor runs, with
+// process accounting on: the next supervisor reads its status from the
+// kernel's record and acts on it at once. Under Never, a failure: SIGKILL.
+// Under OnFailure, a success: SIGTERM, with no wait for a restart a failure
+// would bring (without the record: its back-off and the margin).
+func TestResumeEndedRecorded(t *testing.T) {
+	for _, tc := range []struct {
+		policy  string
+		status  exitwatch.Status
+		outcome Outcome
+		signal  string
+	}{
+		{"Never", exited(3), Failure, "SIGKILL 100"},
+		{"OnFailure", exited(0), Success, "SIGTERM 100"},
+	} {
+		t.Run(tc.policy, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				cfg := stateConfig(t, "SUPERVISOR_RESTART_POLICY="+tc.policy)
+				h := start(t, cfg, container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+				waitLog(t, h, `"message":"app found"`)
+				kill(t, h)
+				h.proc(10).exit(tc.status)
+				h.kernel.writeRecord(10, tc.status)
+				h.pod.remove("app")
+				began := time.Now()
+				h2 := rerun(t, h, cfg)
+				h2.finish(tc.outcome, tc.signal)
+				h2.signalledAt(0, began, "at once: the status is known")
+				waitLog(t, h2, `"ended_unwatched":0,"ended_recorded":1`)
+			})
+		})
+	}
 }
 
 // TestResumeAfterStop: the sidecar was stopped and seen to exit before the
@@ -243,7 +277,7 @@ func TestResumeInit(t *testing.T) {
 			h.pod.move(10, container(procscan.App, "app", 10))
 		}
 		h2 := rerun(t, h, cfg)
-		waitLog(t, h2, `"apps":1,"ended":0,"ended_unwatched":0,"watched":1`)
+		waitLog(t, h2, `"apps":1,"ended":0,"ended_unwatched":0,"ended_recorded":0,"watched":1`)
 		if !execd {
 			h2.pod.remove("app")
 		}

@@ -250,14 +250,23 @@ func supervise(ctx context.Context, cfg supervisor.Config, log zerolog.Logger, t
 		return fmt.Errorf("find own executable for the exit probe: %w", err)
 	}
 	watch, choice, err := exitwatch.New(exitwatch.Config{
-		Method: cfg.ExitStatus, Probe: []string{exe, probeExitArg}, Setting: supervisor.EnvPrefix + "EXIT_STATUS"})
+		Method: cfg.ExitStatus, Probe: []string{exe, probeExitArg}, Setting: supervisor.EnvPrefix + "EXIT_STATUS", Dir: cfg.StateDir})
 	if err != nil {
 		return err
 	}
 	defer watch.Close()
+	switch {
+	case choice.Accounting:
+		log.Info().Str("dir", cfg.StateDir).Msg("process accounting on: a status lost while no supervisor ran, or to a process too quick to watch, is read from the kernel's record of its exit")
+	case choice.AccountingFailed:
+		log.Warn().Str("reason", choice.AccountingOff).Msg("process accounting cannot work here (CAP_SYS_PACCT is given): statuses lost while no supervisor runs stay unknown")
+	}
 	switch choice.Method {
 	case exitwatch.Pidfd:
 		log.Info().Str("method", string(choice.Method)).Msg("exit statuses read with pidfd (PIDFD_INFO_EXIT)")
+	case exitwatch.Accounting:
+		log.Info().Str("method", string(choice.Method)).Str("reason", choice.Reason).
+			Msg("exit statuses read from the kernel's process accounting records")
 	case exitwatch.Ptrace:
 		log.Info().Str("method", string(choice.Method)).Str("reason", choice.Reason).
 			Msg("exit statuses read with ptrace: the apps' main processes are traced, so they cannot be strace'd meanwhile")

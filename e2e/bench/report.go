@@ -188,6 +188,8 @@ func scaleRows(t *table, r *results) {
 		t.add("holding one app: pidfd_open, start-time check, epoll_ctl (testing.B)", map[method]string{pidfd: r.gb("BenchmarkPidfdOpen", "ns/op", 1e3) + " µs"})
 		t.add("an exit seen in-process (testing.B): parent's wait returned → status read; SIGKILL → status read", map[method]string{pidfd: fmt.Sprintf("%s µs; %s µs",
 			r.gb("BenchmarkPidfdExit", "ns/reap-to-done", 1e3), r.gb("BenchmarkPidfdExit", "ns/kill-to-done", 1e3))})
+		t.add("the same, the status read from its process accounting record (2,000 records before it)", map[method]string{pidfd: fmt.Sprintf("%s µs; %s µs",
+			r.gb("BenchmarkAccountingExit", "ns/reap-to-done", 1e3), r.gb("BenchmarkAccountingExit", "ns/kill-to-done", 1e3))})
 	}
 	if r.scale == nil {
 		return

@@ -1,11 +1,12 @@
 // Package exitstatus checks that the supervisor reads app exit statuses
 // right on whatever kernel it runs on, picking its method as documented:
-// pidfd exit info on Linux 6.15+, else ptrace when it has CAP_SYS_PTRACE,
-// else none (statuses unknown, SUPERVISOR_ON_UNKNOWN).
+// pidfd exit info on Linux 6.15+, else process accounting when it has
+// CAP_SYS_PACCT (and a state directory), else ptrace when it has
+// CAP_SYS_PTRACE, else none (statuses unknown, SUPERVISOR_ON_UNKNOWN).
 // TestExitStatusMethods runs on this machine's kernel; TestKernels runs it
 // again inside Debian's kernels under qemu (e2e/guestpod): 6.1 and 6.12,
-// where auto must pick ptrace, and 7.2, where it must pick pidfd, on amd64
-// and arm64. Where the unprivileged supervisor gets none (6.1, 6.12), it
+// where auto must pick accounting or ptrace, and 7.2, where it must pick
+// pidfd, on amd64 and arm64. Where the unprivileged supervisor gets none (6.1, 6.12), it
 // runs TestOnFailureUnknown there too: restartPolicy OnFailure with every
 // status unknown.
 package exitstatus
@@ -31,21 +32,24 @@ func TestMain(m *testing.M) { pod.RunTests(m) }
 
 // privilege is how the supervisor container runs.
 type privilege struct {
-	name string
-	uid  int
-	caps []int
-	env  []string
+	name  string
+	uid   int
+	caps  []int
+	env   []string
+	state bool // a state directory (SUPERVISOR_STATE_DIR)
 }
 
 var (
 	// As deploy/job.yaml: uid 1337, no capabilities.
-	unprivileged = privilege{"unprivileged", scenarios.ProxyUID, []int{}, nil}
-	// As deploy/job-ptrace.yaml: root with only KILL (5) and SYS_PTRACE (19).
-	ptraceCapable = privilege{"ptrace-capable", 0, []int{5, 19}, nil}
+	unprivileged = privilege{"unprivileged", scenarios.ProxyUID, []int{}, nil, false}
+	// Root with only KILL (5) and SYS_PTRACE (19).
+	ptraceCapable = privilege{"ptrace-capable", 0, []int{5, 19}, nil, false}
 	// The same, told to use ptrace even where pidfd would do.
-	ptraceForced = privilege{"ptrace-forced", 0, []int{5, 19}, []string{"SUPERVISOR_EXIT_STATUS=ptrace"}}
-	// The three, in the order of guests' methods.
-	privileges = []privilege{ptraceCapable, ptraceForced, unprivileged}
+	ptraceForced = privilege{"ptrace-forced", 0, []int{5, 19}, []string{"SUPERVISOR_EXIT_STATUS=ptrace"}, false}
+	// Root with only KILL and SYS_PACCT (20), and a state directory.
+	accountingCapable = privilege{"accounting-capable", 0, []int{5, 20}, nil, true}
+	// The four, in the order of guests' methods.
+	privileges = []privilege{ptraceCapable, ptraceForced, unprivileged, accountingCapable}
 )
 
 // ending is one way an app ends.
@@ -67,7 +71,7 @@ var endings = []ending{
 }
 
 // TestExitStatusMethods: each way an app can end, read by a supervisor with
-// and without CAP_SYS_PTRACE, on this kernel. Each case logs a line
+// and without CAP_SYS_PTRACE, and with CAP_SYS_PACCT, on this kernel. Each case logs a line
 // "READ <privilege>/<ending>: method M, ..." with what the supervisor read,
 // which TestKernels quotes from the guests.
 func TestExitStatusMethods(t *testing.T) {
@@ -91,6 +95,8 @@ func TestExitStatusMethods(t *testing.T) {
 					t.Fatalf("picked none although ptrace is permitted")
 				case priv.name == ptraceForced.name && method != "ptrace":
 					t.Fatalf("SUPERVISOR_EXIT_STATUS=ptrace, but the method is %s", method)
+				case priv.name == accountingCapable.name && method != "accounting" && method != "pidfd":
+					t.Fatalf("picked %s although accounting works", method)
 				case method == "none":
 					if exited.Str("status") != "unknown" || exited.Str("exit_code") != "" {
 						t.Errorf("method none reported a status: %v", exited)
@@ -208,7 +214,8 @@ func runJob(t *testing.T, priv privilege, args []string) (method, reason string,
 func buildJob(t *testing.T, name string, policy pod.RestartPolicy, priv privilege, args []string, env ...string) scenarios.Built {
 	t.Helper()
 	built, err := scenarios.BuildNamespaces(scenarios.Desc{Name: name, Policy: policy,
-		Apps: []scenarios.App{{Name: "app", UID: 1000, Args: args, Cued: true}},
+		Apps:            []scenarios.App{{Name: "app", UID: 1000, Args: args, Cued: true}},
+		SupervisorState: priv.state,
 		SupervisorEnv: append([]string{"SUPERVISOR_DELETION_GRACE=0s", "SUPERVISOR_STOP_TIMEOUT=" + stopTimeout,
 			"SUPERVISOR_APP_START_TIMEOUT=30s", "SUPERVISOR_LOG_LEVEL=debug"}, env...),
 	}, pod.MustTools(t))
@@ -217,6 +224,13 @@ func buildJob(t *testing.T, name string, policy pod.RestartPolicy, priv privileg
 	}
 	sup := scenarios.Container(&built.Spec, "supervisor")
 	sup.UID, sup.GID, sup.Caps = priv.uid, priv.uid, priv.caps
+	if priv.state {
+		// The supervisor's own, as an emptyDir is (world-writable there):
+		// root without CAP_DAC_OVERRIDE cannot read another uid's 0700.
+		if err := os.Chown(filepath.Join(built.Dir, "supervisor-state"), priv.uid, priv.uid); err != nil {
+			t.Fatal(err)
+		}
+	}
 	sup.Env = append(sup.Env, priv.env...)
 	return built
 }
@@ -237,20 +251,21 @@ func readMethod(lines []scenarios.LogLine) (method, reason string) {
 const stopTimeout = "60s"
 
 // guests are the kernels TestKernels boots, and the method each supervisor
-// must get there: ptrace-capable, ptrace-forced, unprivileged.
+// must get there: ptrace-capable, ptrace-forced, unprivileged,
+// accounting-capable.
 var guests = []struct {
 	kernel  string
 	release string // the prefix of its uname -r
-	methods [3]string
+	methods [4]string
 }{
-	// Before 6.15: no PIDFD_INFO_EXIT. ptrace with CAP_SYS_PTRACE, else
-	// nothing (statuses unknown).
-	{qemu.BookwormAMD64, "6.1.", [3]string{"ptrace", "ptrace", "none"}},
-	{qemu.TrixieAMD64, "6.12.", [3]string{"ptrace", "ptrace", "none"}},
-	{qemu.BookwormARM64, "6.1.", [3]string{"ptrace", "ptrace", "none"}},
+	// Before 6.15: no PIDFD_INFO_EXIT. Accounting with CAP_SYS_PACCT,
+	// ptrace with CAP_SYS_PTRACE, else nothing (statuses unknown).
+	{qemu.BookwormAMD64, "6.1.", [4]string{"ptrace", "ptrace", "none", "accounting"}},
+	{qemu.TrixieAMD64, "6.12.", [4]string{"ptrace", "ptrace", "none", "accounting"}},
+	{qemu.BookwormARM64, "6.1.", [4]string{"ptrace", "ptrace", "none", "accounting"}},
 	// 6.15 and later: pidfd, with or without privileges.
-	{qemu.SidAMD64, "7.2.", [3]string{"pidfd", "ptrace", "pidfd"}},
-	{qemu.SidARM64, "7.2.", [3]string{"pidfd", "ptrace", "pidfd"}},
+	{qemu.SidAMD64, "7.2.", [4]string{"pidfd", "ptrace", "pidfd", "pidfd"}},
+	{qemu.SidARM64, "7.2.", [4]string{"pidfd", "ptrace", "pidfd", "pidfd"}},
 }
 
 // TestKernels runs TestExitStatusMethods inside Debian's kernels under qemu,

@@ -65,9 +65,9 @@ func capMask(caps ...int) string {
 //     capability set empty (effective, permitted, bounding, inheritable,
 //     ambient), no_new_privs; and it still does its job, here through the
 //     HTTP action, so that it does hold a socket;
-//   - ptrace (deploy/job-ptrace.yaml): root with SYS_PTRACE and KILL and
-//     nothing else in any set; and it reads the app's exit code 3 through
-//     ptrace.
+//   - ptrace (deploy/job-ptrace.yaml): root with SYS_PTRACE, SYS_PACCT and
+//     KILL and nothing else in any set, its state directory given; and it
+//     reads the app's exit code 3 through ptrace, process accounting on.
 //
 // Both, sampled every 2ms: no socket of its is ever listening (TCP LISTEN,
 // an unconnected UDP socket, a unix socket that accepts), against the
@@ -90,20 +90,24 @@ func TestPrivileges(t *testing.T) {
 				t.Errorf("pilot-agent record %q: no quitquitquit", rec)
 			}
 		})
-		t.Run(b.Name+"/ptrace, root with SYS_PTRACE and KILL only", func(t *testing.T) {
+		t.Run(b.Name+"/ptrace, root with SYS_PTRACE, SYS_PACCT and KILL only", func(t *testing.T) {
 			built := b.MustBuild(t, scenarios.Desc{Name: "ptrace",
-				Apps:          []scenarios.App{{Name: "app", Cued: true, Args: []string{"--exit", "3"}, UID: 1000}},
+				Apps:            []scenarios.App{{Name: "app", Cued: true, Args: []string{"--exit", "3"}, UID: 1000}},
+				SupervisorState: true, SupervisorAccounting: true,
 				SupervisorEnv: patient("SUPERVISOR_APP_CONTAINERS=1", "SUPERVISOR_EXIT_STATUS=ptrace")})
 			// As deploy/job-ptrace.yaml: runAsUser 0, drop ALL, add
-			// SYS_PTRACE and KILL, allowPrivilegeEscalation false.
+			// SYS_PTRACE, SYS_PACCT and KILL, allowPrivilegeEscalation false.
 			sup := scenarios.Container(&built.Spec, "supervisor")
 			sup.UID, sup.GID = 0, 0
-			sup.Caps = []int{unix.CAP_KILL, unix.CAP_SYS_PTRACE}
+			sup.Caps = []int{unix.CAP_KILL, unix.CAP_SYS_PTRACE, unix.CAP_SYS_PACCT}
 			sup.NoNewPrivs = true
-			two := capMask(unix.CAP_KILL, unix.CAP_SYS_PTRACE)
-			p := runWatched(t, built, creds{Uid: "0 0 0 0", Gid: "0 0 0 0", CapInh: capMask(), CapPrm: two, CapEff: two,
-				CapBnd: two, CapAmb: capMask(), NoNewPrivs: "1", Comm: "sidecar-supervi"})
+			three := capMask(unix.CAP_KILL, unix.CAP_SYS_PTRACE, unix.CAP_SYS_PACCT)
+			p := runWatched(t, built, creds{Uid: "0 0 0 0", Gid: "0 0 0 0", CapInh: capMask(), CapPrm: three, CapEff: three,
+				CapBnd: three, CapAmb: capMask(), NoNewPrivs: "1", Comm: "sidecar-supervi"})
 			st := ended(t, p, "istio-proxy")
+			if len(scenarios.LogWhere(p, scenarios.Is(scenarios.AccountingOn))) != 1 {
+				t.Errorf("process accounting is not on:\n%s", p.Logs("supervisor"))
+			}
 			exited := scenarios.LogWhere(p, scenarios.Is("app exited"))
 			if len(exited) != 1 || exited[0].Str("exit_code") != "3" || exited[0].Str("method") != "ptrace" {
 				t.Errorf("app exited: %v, want exit_code 3 read by ptrace", exited)

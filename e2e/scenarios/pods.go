@@ -18,6 +18,7 @@ import (
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/istioproxy"
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/istioproxy/record"
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/pod"
+	"golang.org/x/sys/unix"
 )
 
 // ProxyKind says what runs in the istio-proxy container.
@@ -109,6 +110,10 @@ type Desc struct {
 	// outlives its restarts, as the template's emptyDir does
 	// (SUPERVISOR_STATE_DIR): its journal.
 	SupervisorState bool
+	// SupervisorAccounting runs the supervisor as root with KILL and
+	// SYS_PACCT, as deploy/job-ptrace.yaml does: process accounting on,
+	// its records in the state directory (it needs SupervisorState).
+	SupervisorAccounting bool
 	// SupervisorNative runs the supervisor as a native sidecar, before
 	// the apps (SUPERVISOR_SHAPE=native; it has SupervisorState).
 	SupervisorNative bool
@@ -449,6 +454,9 @@ func assemble(d Desc, dir string, apps []pod.Container, proxy, supervisor *pod.C
 	if !d.NoSupervisor {
 		supervisor.Name = "supervisor"
 		supervisor.NoNewPrivs, supervisor.Caps = true, []int{}
+		if d.SupervisorAccounting {
+			supervisor.UID, supervisor.GID, supervisor.Caps = 0, 0, []int{unix.CAP_KILL, unix.CAP_SYS_PACCT}
+		}
 		supervisor.OwnPIDNamespace = d.SupervisorOwnPIDNS
 		switch {
 		case d.SupervisorNative:

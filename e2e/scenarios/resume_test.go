@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -60,6 +61,62 @@ func TestSupervisorKilled(t *testing.T) {
 					t.Fatal(err)
 				}
 				checkKilledOnce(t, p, built)
+			})
+		}
+	}
+}
+
+// TestEndedWhileSupervisorDead: the app ends while no supervisor runs (the
+// supervisor stopped, then killed). With process accounting on (root, KILL
+// and SYS_PACCT, as deploy/job-ptrace.yaml), the restarted supervisor reads
+// the app's status from the kernel's record of its exit: under OnFailure
+// the success stops istio-proxy gracefully with no wait for a restart
+// (without the record: the back-off and SUPERVISOR_RESTART_MARGIN, the
+// status unknown); in the native shape under Never the failure, exit 3,
+// kills it.
+func TestEndedWhileSupervisorDead(t *testing.T) {
+	for _, b := range Builders(t) {
+		for _, tc := range []struct {
+			name   string
+			policy pod.RestartPolicy
+			native bool
+			code   int
+		}{
+			{name: "OnFailure, exit 0", policy: pod.OnFailure},
+			{name: "Never, native shape, exit 3", policy: pod.Never, native: true, code: 3},
+		} {
+			d := Desc{Name: "dead", Policy: tc.policy,
+				Apps:            []App{{Name: "app", Cued: true, UID: 1000, Args: []string{"--exit", strconv.Itoa(tc.code)}}},
+				SupervisorState: true, SupervisorAccounting: true, SupervisorNative: tc.native,
+				// A margin no test waits out: a status left unknown would
+				// hold istio-proxy past EventBound, and fail the test.
+				SupervisorEnv: patient("SUPERVISOR_RESTART_POLICY="+string(tc.policy), "SUPERVISOR_RESTART_MARGIN=1h")}
+			t.Run(b.Name+"/"+tc.name, func(t *testing.T) {
+				p, built := run(t, b, d)
+				waitRecordStart(t, built.PilotRecord)
+				waitLogFor(t, p, "app found", "app")
+				if len(LogWhere(p, Is(AccountingOn))) == 0 {
+					t.Fatalf("no %q in the supervisor's log:\n%s", AccountingOn, p.Logs("supervisor"))
+				}
+				if err := p.Signal("supervisor", syscall.SIGSTOP); err != nil {
+					t.Fatal(err)
+				}
+				releaseApps(t, p, built, d.Apps)
+				waitStatus(t, p, func(s pod.Status) bool { c := s.Container("app"); return c.Started && !c.Running })
+				killSupervisor(t, p)
+				st := p.MustWaitPhase(t, EventBound)
+				phase, proxy, summary := pod.Succeeded, 0, "success:"
+				if tc.code != 0 {
+					phase, proxy, summary = pod.Failed, 137, "failure:"
+				}
+				checkEnd(t, st, phase, map[string]int{"app": tc.code, "istio-proxy": proxy})
+				resumed := LogWhere(p, Is("carrying on from the journal of the supervisor before"))
+				if len(resumed) != 1 || resumed[0].Str("ended_recorded") != "1" || resumed[0].Str("ended_unwatched") != "0" {
+					t.Errorf("resumed %v, want the app's end read from its record", resumed)
+				}
+				if l := LogWhere(p, Is("done")); len(l) == 0 || !strings.HasPrefix(l[len(l)-1].Str("summary"), summary) {
+					t.Errorf("the last supervisor's summary is not %s\n%s", summary, p.Logs("supervisor"))
+				}
 			})
 		}
 	}

@@ -38,7 +38,10 @@ func (b Built) supervisor(d Desc, tl pod.Tools) (*pod.Container, error) {
 		c := &pod.Container{Argv: []string{tl.Supervisor},
 			Env: append([]string{"SUPERVISOR_TERMINATION_MESSAGE_PATH=" + msg}, supervisorEnv(d)...),
 			UID: ProxyUID, GID: ProxyUID, TerminationMessage: msg}
-		return c, supervisorState(d, b.Dir, c, ProxyUID, "")
+		if d.SupervisorAccounting {
+			c.UID, c.GID = 0, 0
+		}
+		return c, supervisorState(d, b.Dir, c, c.UID, "")
 	}
 	c, err := b.imageContainer("supervisor")
 	if err != nil {
@@ -48,6 +51,9 @@ func (b Built) supervisor(d Desc, tl pod.Tools) (*pod.Container, error) {
 	// The kubelet's default terminationMessagePath, the supervisor's
 	// default SUPERVISOR_TERMINATION_MESSAGE_PATH.
 	c.TerminationMessage = "/dev/termination-log"
+	if d.SupervisorAccounting {
+		c.UID, c.GID = 0, 0
+	}
 	return &c, supervisorState(d, b.Dir, &c, c.UID, stateMount)
 }
 

@@ -4,15 +4,24 @@
 // outside the pod's PID namespace), so wait(2) cannot tell; three methods
 // can, each with its price:
 //
-//	pidfd   PIDFD_INFO_EXIT (Linux 6.15+): the status the real parent reaps,
-//	        read through a pidfd; exact, no privileges
-//	ptrace  the status as the process's tracer (any kernel); exact, needs
-//	        CAP_SYS_PTRACE, and a traced process cannot be strace'd
-//	none    a pidfd alone (Linux 5.3+): the exit is seen, its status unknown
+//	pidfd       PIDFD_INFO_EXIT (Linux 6.15+): the status the real parent
+//	            reaps, read through a pidfd; exact, no privileges
+//	accounting  the kernel's process accounting record of the exit (any
+//	            kernel with CONFIG_BSD_PROCESS_ACCT_V3); outlives the
+//	            supervisor, needs CAP_SYS_PACCT and a state directory
+//	            (acct_linux.go)
+//	ptrace      the status as the process's tracer (any kernel); exact,
+//	            needs CAP_SYS_PTRACE, and a traced process cannot be
+//	            strace'd
+//	none        a pidfd alone (Linux 5.3+): the exit is seen, its status
+//	            unknown
 //
 // New probes the kernel with real calls (never its version: seccomp can
 // block a call the version says exists), chooses the method (auto takes the
-// first that works, in that order) and says why. Watch takes an app, whose
+// first that works, in that order) and says why. Accounting, where it
+// works, is on whatever the method: a status the method lost (the process
+// reaped before it was watched, or ended while no supervisor ran) is read
+// from its record. Watch takes an app, whose
 // status is wanted; Track a sidecar, whose exit alone matters (a pidfd
 // whatever the method). Both take a PID with its start time, and refuse a
 // PID recycled since the scan that found it; a process so taken is
@@ -36,20 +45,21 @@ type Method string
 
 // The methods, and Auto, which chooses one.
 const (
-	Auto   Method = "auto"
-	Pidfd  Method = "pidfd"
-	Ptrace Method = "ptrace"
-	None   Method = "none"
+	Auto       Method = "auto"
+	Pidfd      Method = "pidfd"
+	Accounting Method = "accounting"
+	Ptrace     Method = "ptrace"
+	None       Method = "none"
 )
 
 // UnmarshalText accepts a method or auto, in any case.
 func (m *Method) UnmarshalText(b []byte) error {
 	switch v := Method(strings.ToLower(strings.TrimSpace(string(b)))); v {
-	case Auto, Pidfd, Ptrace, None:
+	case Auto, Pidfd, Accounting, Ptrace, None:
 		*m = v
 		return nil
 	}
-	return errors.New("want auto, pidfd, ptrace or none")
+	return errors.New("want auto, pidfd, accounting, ptrace or none")
 }
 
 // Process names one process for good: its PID, and its start time (field
@@ -89,6 +99,9 @@ type Config struct {
 	Probe []string
 	// Setting names the setting that chose Method, for the messages.
 	Setting string
+	// Dir is where process accounting keeps its records (a directory
+	// that outlives the supervisor), or "": no accounting.
+	Dir string
 }
 
 // Choice is the method New chose, and why.
@@ -96,26 +109,40 @@ type Choice struct {
 	Method Method
 	// Reason explains a method other than pidfd, with the fix.
 	Reason string
+	// Accounting is on: a status the method lost is read from its
+	// record. AccountingOff says why it is not, with the fix;
+	// AccountingFailed, that it was wanted (CAP_SYS_PACCT given) and
+	// could not work.
+	Accounting       bool
+	AccountingOff    string
+	AccountingFailed bool
 }
 
 // support is what a probe found.
 type support struct {
 	ok     bool
 	reason string // why not, with the fix
+	failed bool   // wanted, and failed (accounting with CAP_SYS_PACCT)
 }
 
 // choose picks the method. auto takes pidfd where the kernel gives exit
-// statuses, else ptrace where permitted, else none; a forced method that
-// cannot work is an error. ptrace is probed only when it may be chosen.
-func choose(cfg Config, pidfd support, ptrace func() support) (Choice, error) {
+// statuses, else accounting where it works, else ptrace where permitted,
+// else none; a forced method that cannot work is an error. ptrace is
+// probed only when it may be chosen.
+func choose(cfg Config, pidfd, acct support, ptrace func() support) (Choice, error) {
 	switch cfg.Method {
 	case None:
 		return Choice{Method: None, Reason: cfg.Setting + "=none"}, nil
 	case Pidfd:
 		if !pidfd.ok {
-			return Choice{}, fmt.Errorf("%s=pidfd cannot work here: %s; use auto, or ptrace", cfg.Setting, pidfd.reason)
+			return Choice{}, fmt.Errorf("%s=pidfd cannot work here: %s; use auto, accounting or ptrace", cfg.Setting, pidfd.reason)
 		}
 		return Choice{Method: Pidfd}, nil
+	case Accounting:
+		if !acct.ok {
+			return Choice{}, fmt.Errorf("%s=accounting cannot work here: %s", cfg.Setting, acct.reason)
+		}
+		return Choice{Method: Accounting}, nil
 	case Ptrace:
 		if p := ptrace(); !p.ok {
 			return Choice{}, fmt.Errorf("%s=ptrace cannot work here: %s", cfg.Setting, p.reason)
@@ -125,12 +152,15 @@ func choose(cfg Config, pidfd support, ptrace func() support) (Choice, error) {
 	if pidfd.ok {
 		return Choice{Method: Pidfd}, nil
 	}
+	if acct.ok {
+		return Choice{Method: Accounting, Reason: pidfd.reason}, nil
+	}
 	p := ptrace()
 	if p.ok {
-		return Choice{Method: Ptrace, Reason: pidfd.reason}, nil
+		return Choice{Method: Ptrace, Reason: pidfd.reason + "; and accounting: " + acct.reason}, nil
 	}
-	return Choice{Method: None, Reason: pidfd.reason + "; and " + p.reason +
-		". Fix: add SYS_PTRACE (see deploy/job-ptrace.yaml), or run on Linux 6.15+"}, nil
+	return Choice{Method: None, Reason: pidfd.reason + "; and accounting: " + acct.reason + "; and ptrace: " + p.reason +
+		". Fix: add SYS_PACCT or SYS_PTRACE, as root (see deploy/job-ptrace.yaml), or run on Linux 6.15+"}, nil
 }
 
 // Status is how a process ended, as far as the kernel told.

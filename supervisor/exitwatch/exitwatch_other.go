@@ -22,4 +22,6 @@ func (w *Watcher) Watch(p Process) (Proc, error) { return nil, errors.ErrUnsuppo
 
 func (w *Watcher) Track(p Process) (Proc, error) { return nil, errors.ErrUnsupported }
 
+func (w *Watcher) Recorded(p Process) (Status, bool) { return Status{}, false }
+
 func (w *Watcher) Close() error { return nil }

@@ -4,10 +4,10 @@ package exitwatch
 
 // Benchmarks of the pidfd watcher's two costs beyond the /proc scan (see
 // procscan's benchmarks): holding an app's main process, once per app
-// container at discovery, and learning of its exit. Nothing here asserts a
-// time.
+// container at discovery, and learning of its exit, its status read from
+// the pidfd or from its accounting record. Nothing here asserts a time.
 //
-//	go test -run '^$' -bench . ./supervisor
+//	go test -run '^$' -bench . ./supervisor/exitwatch
 
 import (
 	"os"
@@ -63,11 +63,21 @@ func BenchmarkPidfdExit(b *testing.B) {
 	if !sup.ok {
 		b.Skipf("no exit status through pidfds here: %s", sup.reason)
 	}
-	k := testWatcher(b, Pidfd)
+	benchExits(b, testWatcher(b, Pidfd), nil)
+}
+
+// benchExits runs BenchmarkPidfdExit's loop on w, calling before (if not
+// nil) untimed before each round.
+func benchExits(b *testing.B, w *Watcher, before func()) {
 	var fromReap, fromKill time.Duration
 	for b.Loop() {
+		if before != nil {
+			b.StopTimer()
+			before()
+			b.StartTimer()
+		}
 		cmd := benchSleeper(b)
-		proc, err := k.Watch(benchProcess(b, cmd.Process.Pid))
+		proc, err := w.Watch(benchProcess(b, cmd.Process.Pid))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -80,8 +90,9 @@ func BenchmarkPidfdExit(b *testing.B) {
 		case <-time.After(10 * time.Second):
 			b.Fatal("no exit seen within 10s")
 		}
+		st := proc.Status()
 		done := time.Now()
-		if st := proc.Status(); !st.Known || st.Signal != SIGKILL {
+		if !st.Known || st.Signal != SIGKILL {
 			b.Fatalf("status %v, want killed by SIGKILL", st)
 		}
 		proc.Close()
@@ -90,6 +101,32 @@ func BenchmarkPidfdExit(b *testing.B) {
 	}
 	b.ReportMetric(float64(fromReap.Nanoseconds())/float64(b.N), "ns/reap-to-done")
 	b.ReportMetric(float64(fromKill.Nanoseconds())/float64(b.N), "ns/kill-to-done")
+}
+
+// BenchmarkAccountingExit is BenchmarkPidfdExit under the accounting
+// method, the status read from the kernel's record of the exit, in a PID
+// namespace of the benchmark's own (inOwnPIDNamespace), with the record
+// file as full as rotation lets it grow (2,000 records before the one
+// looked up). Its figures are those of that inner run.
+func BenchmarkAccountingExit(b *testing.B) {
+	if !inOwnPIDNamespace(b) {
+		return
+	}
+	w, _, err := New(Config{Method: Accounting, Dir: b.TempDir(), Probe: testProbe(b, "7")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Close()
+	// Short of the rotation's size, which would empty the file.
+	filler := make([]byte, 2000*acctRecordSize)
+	for i := 0; i < len(filler); i += acctRecordSize {
+		filler[i+1] = acctVersion
+	}
+	benchExits(b, w, func() {
+		if err := os.WriteFile(w.acct.path(w.acct.gen), filler, 0o600); err != nil {
+			b.Fatal(err)
+		}
+	})
 }
 
 func benchProcess(b *testing.B, pid int) Process {

@@ -263,27 +263,32 @@ func statState(path string) (string, error) {
 func TestChoose(t *testing.T) {
 	yes := support{ok: true}
 	no := support{reason: "no PIDFD_INFO_EXIT"}
+	noAcct := support{reason: "no CAP_SYS_PACCT"}
 	canTrace := func() support { return support{ok: true} }
 	cannot := func() support { return support{reason: "no CAP_SYS_PTRACE"} }
 	tests := []struct {
 		mode   Method
 		pidfd  support
+		acct   support
 		ptrace func() support
 		want   Method
 		errs   bool
 		reason string
 	}{
-		{Auto, yes, cannot, Pidfd, false, ""},
-		{Auto, no, canTrace, Ptrace, false, "no PIDFD_INFO_EXIT"},
-		{Auto, no, cannot, None, false, "add SYS_PTRACE"},
-		{Pidfd, yes, cannot, Pidfd, false, ""},
-		{Pidfd, no, canTrace, "", true, "EXIT_STATUS=pidfd cannot work here: no PIDFD_INFO_EXIT"},
-		{Ptrace, yes, canTrace, Ptrace, false, ""},
-		{Ptrace, yes, cannot, "", true, "EXIT_STATUS=ptrace cannot work here: no CAP_SYS_PTRACE"},
-		{None, yes, canTrace, None, false, "EXIT_STATUS=none"},
+		{Auto, yes, yes, cannot, Pidfd, false, ""},
+		{Auto, no, yes, canTrace, Accounting, false, "no PIDFD_INFO_EXIT"},
+		{Auto, no, noAcct, canTrace, Ptrace, false, "no PIDFD_INFO_EXIT; and accounting: no CAP_SYS_PACCT"},
+		{Auto, no, noAcct, cannot, None, false, "add SYS_PACCT or SYS_PTRACE"},
+		{Pidfd, yes, noAcct, cannot, Pidfd, false, ""},
+		{Pidfd, no, yes, canTrace, "", true, "EXIT_STATUS=pidfd cannot work here: no PIDFD_INFO_EXIT"},
+		{Accounting, yes, yes, cannot, Accounting, false, ""},
+		{Accounting, yes, noAcct, canTrace, "", true, "EXIT_STATUS=accounting cannot work here: no CAP_SYS_PACCT"},
+		{Ptrace, yes, yes, canTrace, Ptrace, false, ""},
+		{Ptrace, yes, noAcct, cannot, "", true, "EXIT_STATUS=ptrace cannot work here: no CAP_SYS_PTRACE"},
+		{None, yes, yes, canTrace, None, false, "EXIT_STATUS=none"},
 	}
 	for _, tt := range tests {
-		c, err := choose(Config{Method: tt.mode, Setting: "SUPERVISOR_EXIT_STATUS"}, tt.pidfd, tt.ptrace)
+		c, err := choose(Config{Method: tt.mode, Setting: "SUPERVISOR_EXIT_STATUS"}, tt.pidfd, tt.acct, tt.ptrace)
 		if (err != nil) != tt.errs || c.Method != tt.want {
 			t.Errorf("%s/%v: %+v, %v; want %q (error %v)", tt.mode, tt.pidfd.ok, c, err, tt.want, tt.errs)
 			continue

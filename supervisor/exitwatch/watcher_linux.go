@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -17,7 +18,8 @@ import (
 type Watcher struct {
 	method Method
 	pidfds *pidfds
-	tracer *tracer // ptrace only
+	tracer *tracer  // ptrace only
+	acct   *acctLog // nil: no accounting
 }
 
 // New checks that pidfds work (an error if not: nothing can be watched),
@@ -34,17 +36,25 @@ func New(cfg Config) (*Watcher, Choice, error) {
 			return nil, Choice{}, err
 		}
 	}
-	choice, err := choose(cfg, pidfd, func() support { return probePtrace(cfg.Probe) })
+	acct, acctSupport := (*acctLog)(nil), support{reason: "no state directory (SUPERVISOR_STATE_DIR) to keep its records in"}
+	if cfg.Dir != "" && cfg.Method != None {
+		acct, acctSupport = startAcct(cfg.Dir, cfg.Probe)
+	}
+	choice, err := choose(cfg, pidfd, acctSupport, func() support { return probePtrace(cfg.Probe) })
 	if err != nil {
+		acct.close()
 		return nil, Choice{}, err
 	}
-	w := &Watcher{method: choice.Method}
+	choice.Accounting, choice.AccountingOff, choice.AccountingFailed = acct != nil, acctSupport.reason, acctSupport.failed
+	w := &Watcher{method: choice.Method, acct: acct}
 	if w.pidfds, err = newPidfds(); err != nil {
+		acct.close()
 		return nil, Choice{}, err
 	}
 	if choice.Method == Ptrace {
 		if w.tracer, err = newTracer(); err != nil {
 			w.pidfds.close()
+			acct.close()
 			return nil, Choice{}, err
 		}
 	}
@@ -55,11 +65,31 @@ func New(cfg Config) (*Watcher, Choice, error) {
 func (w *Watcher) Method() Method { return w.method }
 
 // Watch takes an app's main process, checking it is still the process that
-// was scanned, and watches its exit and status.
+// was scanned, and watches its exit and status. With accounting on, a
+// status the method cannot give is read from the process's record, and a
+// process gone already is done at once if its record is found.
 func (w *Watcher) Watch(p Process) (Proc, error) {
+	proc, err := w.watch(p)
+	if w.acct == nil || w.method == None {
+		return proc, err
+	}
+	if errors.Is(err, ErrGone) {
+		if s, ok := w.Recorded(p); ok {
+			return endedProc(p.PID, s), nil
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &recordedProc{Proc: proc, w: w, p: p}, nil
+}
+
+func (w *Watcher) watch(p Process) (Proc, error) {
 	switch w.method {
 	case Pidfd:
 		return w.pidfds.open(p, true, "")
+	case Accounting:
+		return w.pidfds.open(p, false, "")
 	case None:
 		return w.pidfds.open(p, false, "the kernel gives no exit status to a non-parent (needs Linux 6.15+)")
 	}
@@ -99,17 +129,93 @@ func (w *Watcher) Watch(p Process) (Proc, error) {
 // sidecar), by pidfd whatever the method; with the pidfd method its status
 // comes too, at no cost (a sidecar that exits non-zero fails the pod).
 func (w *Watcher) Track(p Process) (Proc, error) {
-	return w.pidfds.open(p, w.method == Pidfd, "its exit status cannot be read here")
+	proc, err := w.pidfds.open(p, w.method == Pidfd, "its exit status cannot be read here")
+	if err != nil || w.acct == nil || w.method == Pidfd {
+		return proc, err
+	}
+	return &recordedProc{Proc: proc, w: w, p: p}, nil
+}
+
+// Recorded reads p's exit status from its accounting record, if
+// accounting is on and the kernel wrote one: for an app that ended while
+// no supervisor watched it.
+func (w *Watcher) Recorded(p Process) (Status, bool) {
+	if w.acct == nil {
+		return Status{}, false
+	}
+	s, ok, err := w.acct.lookup(p)
+	return s, ok && err == nil
 }
 
 // Close stops watching and releases every pidfd; tracees are detached by
-// the kernel when the supervisor exits.
+// the kernel when the supervisor exits. Accounting stays on (acctLog).
 func (w *Watcher) Close() error {
 	if w.tracer != nil {
 		w.tracer.close()
 	}
+	w.acct.close()
 	return w.pidfds.close()
 }
+
+// recordedProc is a watched process whose unknown status is looked up in
+// the accounting records once it has exited.
+type recordedProc struct {
+	Proc
+	w    *Watcher
+	p    Process
+	once sync.Once
+	s    Status
+}
+
+func (r *recordedProc) Status() Status {
+	select {
+	case <-r.Done():
+	default:
+		return r.Proc.Status() // not ended: nothing to look up yet
+	}
+	r.once.Do(func() {
+		r.s = r.Proc.Status()
+		if r.s.Known {
+			return
+		}
+		s, ok, err := r.w.acct.lookup(r.p)
+		switch {
+		case err != nil:
+			r.s.Reason = joinReason(r.s.Reason, "its accounting record cannot be read: "+err.Error())
+		case ok:
+			r.s = s
+		default:
+			r.s.Reason = joinReason(r.s.Reason, "the kernel wrote no accounting record of its exit (accounting is suspended while its filesystem is short of space, kernel.acct)")
+		}
+	})
+	return r.s
+}
+
+func joinReason(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}
+
+// ended is a process already gone, its status read from its record.
+type ended struct {
+	pid    int
+	status Status
+	done   chan struct{}
+}
+
+func endedProc(pid int, s Status) *ended {
+	e := &ended{pid: pid, status: s, done: make(chan struct{})}
+	close(e.done)
+	return e
+}
+
+func (e *ended) PID() int                { return e.pid }
+func (e *ended) Signal(sig Signal) error { return fmt.Errorf("signal pid %d: %w", e.pid, ErrGone) }
+func (e *ended) Done() <-chan struct{}   { return e.done }
+func (e *ended) Status() Status          { return e.status }
+func (e *ended) Close() error            { return nil }
 
 // refused says why the kernel refused to trace a live process, from what
 // /proc/PID/status shows: the supervisor has CAP_SYS_PTRACE (the method is

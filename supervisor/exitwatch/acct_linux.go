@@ -1,0 +1,330 @@
+//go:build linux
+
+package exitwatch
+
+// The accounting method reads an app's exit status from the kernel's
+// process accounting (acct(2), BSD records of version 3): once it is on,
+// the kernel appends a 64-byte record to a file for every process of the
+// pod's PID namespace (and the namespaces below it) that ends, with its
+// PID in that namespace and its wait status, before its parent can reap
+// it. So the record outlives the process and the supervisor both:
+//
+//   - an app that ended while no supervisor ran (killed, and not yet
+//     started again by the kubelet) left its status in the file, which
+//     the next supervisor reads; no pidfd or tracer could have kept it;
+//   - an app seen at its very end and reaped before it could be watched
+//     left it too;
+//   - it needs CAP_SYS_PACCT (root: capabilities of non-root containers
+//     are not effective), which RuntimeDefault seccomp then allows, and
+//     a directory the pod keeps (SUPERVISOR_STATE_DIR), and nothing of
+//     the apps: no tracing, no signal stops, strace and gdb still work.
+//
+// Accounting belongs to the PID namespace, not to the supervisor: it goes
+// on while the supervisor is dead, and ends with the pod. A restarted
+// supervisor points it at the same file again (the kernel swaps files
+// without a gap). The kernel suspends it while the file's filesystem has
+// less than 2% free (kernel.acct); a missing record then leaves the
+// status unknown, as without accounting: never a wrong one.
+//
+// A record names its process by PID and start (whole seconds of wall
+// time); an instance is (PID, start time in clock ticks since boot). The
+// first record with the PID whose start agrees within acctStartSlack is
+// the instance's: another process with that PID, started within seconds
+// of it, needs the PID counter to wrap around in between (as pidfd_open's
+// check accepts).
+//
+// The files are kept small, for they share the state directory (an
+// emptyDir in memory, 1Mi) with the journal: every acctRotateEvery, past
+// acctRotateSize, the kernel is pointed at a new file and the one before
+// the last is removed. Only a running supervisor rotates: the records
+// written while none ran are all in the file the kernel was writing when
+// the next one starts, which its second rotation would be the first to
+// remove, seconds after it has read them (with its first scan).
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// capSysPacct is CAP_SYS_PACCT's bit in CapEff.
+const capSysPacct = 20
+
+const (
+	acctRecordSize = 64
+	acctVersion    = 3
+	acctPrefix     = "pacct."
+	// Two files of at most acctRotateSize, plus a second's growth: well
+	// within the template's state volume (1Mi, in memory), whatever the
+	// pod's churn short of thousands of processes a second.
+	acctRotateSize  = 128 << 10 // 2,048 records
+	acctRotateEvery = time.Second
+	// acctStartSlack bounds the gap between a record's start and an
+	// instance's: both are whole seconds or rounded down to them (the
+	// record's, and the boot time /proc/stat gives), and the wall clock
+	// may be slewed by NTP meanwhile.
+	acctStartSlack = 3
+	// clockTicks is USER_HZ, the unit of /proc/PID/stat's start time: 100
+	// on every Linux architecture Kubernetes runs on.
+	clockTicks = 100
+)
+
+// acctRecord is what the supervisor reads of a version-3 record (struct
+// acct_v3 in <linux/acct.h>): ac_flag, ac_version, ac_tty, then
+// ac_exitcode, ac_uid, ac_gid, ac_pid, ac_ppid, ac_btime (32 bits each,
+// native byte order), then times and counts, and ac_comm[16].
+type acctRecord struct {
+	version  byte
+	exitCode uint32 // a wait status
+	pid      int
+	btime    int64 // Unix seconds
+}
+
+func parseAcct(b []byte) acctRecord {
+	return acctRecord{
+		version:  b[1],
+		exitCode: binary.NativeEndian.Uint32(b[4:]),
+		pid:      int(binary.NativeEndian.Uint32(b[16:])),
+		btime:    int64(binary.NativeEndian.Uint32(b[24:])),
+	}
+}
+
+// acctLog is the pod's accounting, turned on by this supervisor or an
+// earlier one, in dir.
+type acctLog struct {
+	dir string
+	// boot is the boot time in Unix seconds (/proc/stat's btime), to set
+	// an instance's start against a record's.
+	boot int64
+
+	mu   sync.Mutex
+	gen  int // the file the kernel writes to: pacct.<gen>
+	stop chan struct{}
+	done chan struct{}
+}
+
+// startAcct turns accounting on (or takes it over) in dir, checks with a
+// probe (argv, which exits with code 7 once its stdin closes) that the
+// kernel writes the records the supervisor reads, and keeps the file
+// small until close.
+func startAcct(dir string, argv []string) (*acctLog, support) {
+	if !hasCap(capSysPacct) {
+		return nil, support{reason: "no CAP_SYS_PACCT: add SYS_PACCT to the container's capabilities, and run it as root (capabilities of non-root containers are not effective)"}
+	}
+	boot, err := bootTime()
+	if err != nil {
+		return nil, support{reason: err.Error(), failed: true}
+	}
+	a := &acctLog{dir: dir, boot: boot}
+	gens, err := a.gens()
+	if err != nil {
+		return nil, support{reason: err.Error(), failed: true}
+	}
+	if len(gens) > 0 {
+		a.gen = gens[len(gens)-1] // a supervisor before us turned it on
+	}
+	if err := a.point(a.gen); err != nil {
+		return nil, support{reason: err.Error(), failed: true}
+	}
+	if err := a.probe(argv); err != nil {
+		// Off again (acct(NULL)): nothing would read what it wrote.
+		unix.Syscall(unix.SYS_ACCT, 0, 0, 0)
+		return nil, support{reason: err.Error(), failed: true}
+	}
+	a.stop, a.done = make(chan struct{}), make(chan struct{})
+	go a.rotate()
+	return a, support{ok: true}
+}
+
+// point makes the kernel write to pacct.<gen>, created if need be.
+func (a *acctLog) point(gen int) error {
+	path := a.path(gen)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("create the accounting file: %w", err)
+	}
+	f.Close()
+	switch err := unix.Acct(path); {
+	case errors.Is(err, unix.ENOSYS):
+		return errors.New("the kernel has no process accounting (CONFIG_BSD_PROCESS_ACCT), or seccomp denies acct(2)")
+	case errors.Is(err, unix.EPERM):
+		return errors.New("acct(2) refused: seccomp allows it only with CAP_SYS_PACCT in the container's capabilities (RuntimeDefault does then)")
+	case err != nil:
+		return fmt.Errorf("acct(2) on %s: %w (the state directory must be a writable local filesystem, such as an emptyDir)", path, err)
+	}
+	a.gen = gen
+	return nil
+}
+
+func (a *acctLog) path(gen int) string {
+	return filepath.Join(a.dir, acctPrefix+strconv.Itoa(gen))
+}
+
+// gens lists the accounting files in dir, oldest first.
+func (a *acctLog) gens() ([]int, error) {
+	ents, err := os.ReadDir(a.dir)
+	if err != nil {
+		return nil, fmt.Errorf("read the state directory: %w (it must be the supervisor's to read and write, as an emptyDir is)", err)
+	}
+	var gens []int
+	for _, e := range ents {
+		if n, ok := strings.CutPrefix(e.Name(), acctPrefix); ok {
+			if g, err := strconv.Atoi(n); err == nil && g >= 0 && e.Type().IsRegular() {
+				gens = append(gens, g)
+			}
+		}
+	}
+	slices.Sort(gens)
+	return gens, nil
+}
+
+// probe starts argv as our child, lets it exit with code 7, reaps it, and
+// looks its record up: the kernel writes version-3 records, for this PID
+// namespace, before the reap.
+func (a *acctLog) probe(argv []string) error {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	if err := cmd.Start(); err != nil { // stdin is /dev/null: it exits at once
+		return fmt.Errorf("start accounting probe %s: %w", argv[0], err)
+	}
+	st, serr := startTime(cmd.Process.Pid) // ours until reaped
+	werr := cmd.Wait()
+	if serr != nil {
+		return fmt.Errorf("accounting probe: %w", serr)
+	}
+	var ee *exec.ExitError
+	if !errors.As(werr, &ee) || ee.ExitCode() != 7 {
+		return fmt.Errorf("accounting probe %s: want exit status 7, got %v", argv[0], werr)
+	}
+	s, found, err := a.lookup(Process{PID: cmd.Process.Pid, StartTime: st})
+	switch {
+	case err != nil:
+		return err
+	case !found:
+		return errors.New("the kernel wrote no accounting record of a probe (accounting suspended: its filesystem is short of space, see kernel.acct)")
+	case s != Status{Known: true, Code: 7}:
+		return fmt.Errorf("the accounting record of a probe that exited 7 says %v", s)
+	}
+	return nil
+}
+
+// lookup finds the record of p's exit, if the kernel wrote one.
+func (a *acctLog) lookup(p Process) (Status, bool, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	gens, err := a.gens()
+	if err != nil {
+		return Status{}, false, err
+	}
+	start := a.boot + int64(p.StartTime/clockTicks)
+	for _, g := range gens {
+		r, found, err := a.find(g, p.PID, start)
+		if err != nil || found {
+			return decodeWaitStatus(r.exitCode), found, err
+		}
+	}
+	return Status{}, false, nil
+}
+
+// find reads pacct.<gen> for the first record of pid started at start.
+func (a *acctLog) find(gen, pid int, start int64) (acctRecord, bool, error) {
+	f, err := os.Open(a.path(gen))
+	if errors.Is(err, os.ErrNotExist) {
+		return acctRecord{}, false, nil
+	}
+	if err != nil {
+		return acctRecord{}, false, fmt.Errorf("read the accounting file: %w", err)
+	}
+	defer f.Close()
+	buf := make([]byte, 256*acctRecordSize)
+	for {
+		// Whole records only: one being appended is not read half.
+		n, err := io.ReadFull(f, buf)
+		for i := 0; i+acctRecordSize <= n; i += acctRecordSize {
+			r := parseAcct(buf[i : i+acctRecordSize])
+			if r.version&0x7f != acctVersion {
+				return acctRecord{}, false, fmt.Errorf("the accounting file %s holds a record of version %d, not %d (a kernel without CONFIG_BSD_PROCESS_ACCT_V3, or not the kernel's file)", a.path(gen), r.version&0x7f, acctVersion)
+			}
+			if r.pid == pid && math.Abs(float64(r.btime-start)) <= acctStartSlack {
+				return r, true, nil
+			}
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return acctRecord{}, false, nil
+		}
+		if err != nil {
+			return acctRecord{}, false, fmt.Errorf("read the accounting file: %w", err)
+		}
+	}
+}
+
+// rotate keeps the files small until close.
+func (a *acctLog) rotate() {
+	defer close(a.done)
+	t := time.NewTicker(acctRotateEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-a.stop:
+			return
+		case <-t.C:
+			a.rotateOnce(acctRotateSize)
+		}
+	}
+}
+
+// rotateOnce moves the kernel to a new file once the current one has
+// grown past size, and removes all but the last two.
+func (a *acctLog) rotateOnce(size int64) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	fi, err := os.Stat(a.path(a.gen))
+	if err != nil || fi.Size() < size {
+		return err
+	}
+	if err := a.point(a.gen + 1); err != nil {
+		return err
+	}
+	gens, err := a.gens()
+	for _, g := range gens {
+		if g < a.gen-1 {
+			os.Remove(a.path(g))
+		}
+	}
+	return err
+}
+
+// close stops the rotation. Accounting stays on: it is the pod's, and a
+// supervisor started again reads what it wrote meanwhile.
+func (a *acctLog) close() {
+	if a == nil {
+		return
+	}
+	close(a.stop)
+	<-a.done
+}
+
+// bootTime reads the boot time, in Unix seconds, from /proc/stat.
+func bootTime() (int64, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "btime "); ok {
+			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, errors.New("/proc/stat has no btime")
+}

@@ -1,0 +1,227 @@
+//go:build linux
+
+package exitwatch
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// inOwnPIDNamespace runs the calling test (or benchmark) again in a PID
+// namespace of its own, where it is PID 1, as a pod's processes are in
+// theirs: accounting belongs to a PID namespace, and the test must not
+// turn it on for the whole machine. It returns true in that run (the test
+// goes on), false in the outer one, which checks that the inner run passed
+// and relays a benchmark's figures. It needs root (CLONE_NEWPID), and
+// skips, saying so, without it.
+func inOwnPIDNamespace(tb testing.TB) bool {
+	tb.Helper()
+	if os.Getenv("ACCT_TEST_NS") == tb.Name() {
+		if os.Getpid() != 1 {
+			tb.Fatalf("in the test's own PID namespace, PID %d, want 1", os.Getpid())
+		}
+		// Its own /proc, as a pod's (its own mount namespace: the
+		// machine's /proc is left as it is).
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			tb.Fatal(err)
+		}
+		if err := unix.Mount("proc", "/proc", "proc", 0, ""); err != nil {
+			tb.Fatal(err)
+		}
+		return true
+	}
+	if os.Geteuid() != 0 {
+		tb.Skip("needs root: a PID namespace of its own (CLONE_NEWPID) and CAP_SYS_PACCT")
+	}
+	if _, err := os.Stat("/proc/sys/kernel/acct"); err != nil {
+		tb.Skip("the kernel has no process accounting (CONFIG_BSD_PROCESS_ACCT): ", err)
+	}
+	args := []string{"-test.run=^" + tb.Name() + "$", "-test.v"}
+	passed := "--- PASS: " + tb.Name()
+	if _, ok := tb.(*testing.B); ok {
+		args, passed = []string{"-test.run=^$", "-test.bench=^" + tb.Name() + "$", "-test.benchmem"}, "\nPASS"
+	}
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "ACCT_TEST_NS="+tb.Name())
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), passed) {
+		tb.Fatalf("in its own PID namespace: %v\n%s", err, out)
+	}
+	if b, ok := tb.(*testing.B); ok {
+		// Its figures, as the inner run printed them; the outer run has
+		// none of its own to print.
+		for _, l := range strings.Split(string(out), "\n") {
+			if strings.HasPrefix(l, tb.Name()) {
+				fmt.Println(l)
+			}
+		}
+		b.Skip("measured in a PID namespace of its own: its figures are the line above")
+	}
+	return false
+}
+
+// TestAccounting: statuses read from the kernel's records, for processes
+// that are not the supervisor's children, on this kernel: watched with the
+// accounting method, gone before they were watched, ended while no
+// watcher ran (a supervisor restarted), and across a rotation.
+func TestAccounting(t *testing.T) {
+	if !inOwnPIDNamespace(t) {
+		return
+	}
+	dir := t.TempDir()
+	cfg := Config{Method: Accounting, Dir: dir, Probe: testProbe(t, "7"), Setting: "SUPERVISOR_EXIT_STATUS"}
+	w, choice, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if choice.Method != Accounting || !choice.Accounting {
+		t.Fatalf("choice %+v, want accounting, on", choice)
+	}
+
+	// Watched: each way of ending, as the kernel reports it to the parent.
+	for how, want := range map[string]Status{"0": exited(0), "3": exited(3), "SIGKILL": killed(9), "thread-exit": exited(5)} {
+		p, end := grandchild(t, how)
+		proc, err := w.Watch(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		end()
+		if got := waitDone(t, proc); got != want {
+			t.Errorf("%s: status %v, want %v", how, got, want)
+		}
+	}
+
+	// A sidecar, tracked: its status from its record too.
+	sp, send := grandchild(t, "2")
+	sproc, err := w.Track(sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sproc.Status(); got.Known {
+		t.Errorf("tracked sidecar still running: status %v, want none yet", got)
+	}
+	send()
+	if got := waitDone(t, sproc); got != exited(2) {
+		t.Errorf("tracked: status %v, want exit 2", got)
+	}
+
+	// Gone before it was watched: reaped already, its record read.
+	g := startGrandchild(t, "4")
+	endReaped(t, g)
+	proc, err := w.Watch(g.proc)
+	if err != nil {
+		t.Fatalf("watch a process gone, its record there: %v", err)
+	}
+	if got := waitDone(t, proc); got != exited(4) {
+		t.Errorf("gone before watched: status %v, want exit 4", got)
+	}
+
+	// The supervisor restarted: a process ends while no watcher runs,
+	// and the next reads its record from the file accounting went on
+	// writing to meanwhile.
+	g = startGrandchild(t, "6")
+	w.Close()
+	endReaped(t, g)
+	p := g.proc
+	w2, _, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w2.Close()
+	if got, ok := w2.Recorded(p); !ok || got != exited(6) {
+		t.Errorf("ended while no watcher ran: %v %v, want exit 6", got, ok)
+	}
+	// Another start time is another process, whatever its PID.
+	if got, ok := w2.Recorded(Process{PID: p.PID, StartTime: p.StartTime + 3600*clockTicks}); ok {
+		t.Errorf("a record found for a process started an hour later: %v", got)
+	}
+
+	// Rotation: the kernel writes to the next file; the one before is
+	// still read, the ones before it are removed.
+	a := w2.acct
+	for range 3 {
+		if err := a.rotateOnce(0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gens, err := a.gens()
+	if err != nil || len(gens) != 2 || gens[1] != a.gen {
+		t.Fatalf("files %v (%v), want the last two, ending with %d", gens, err, a.gen)
+	}
+	g = startGrandchild(t, "SIGTERM")
+	endReaped(t, g)
+	p = g.proc
+	if got, ok := w2.Recorded(p); !ok || got != killed(15) {
+		t.Errorf("after rotation: %v %v, want killed by SIGTERM", got, ok)
+	}
+	if err := a.rotateOnce(0); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := w2.Recorded(p); !ok || got != killed(15) {
+		t.Errorf("in the file before the kernel's: %v %v, want killed by SIGTERM", got, ok)
+	}
+}
+
+// TestAccountingRefused: without CAP_SYS_PACCT accounting is off, with a
+// reason that names the fix; forced, the method is an error.
+func TestAccountingRefused(t *testing.T) {
+	if !inOwnPIDNamespace(t) {
+		return
+	}
+	// The thread keeps its lowered capabilities, and dies with the test.
+	runtime.LockOSThread()
+	// Drop CAP_SYS_PACCT from this thread's effective set; New runs on
+	// it (hasCap reads the calling thread's capabilities).
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		t.Fatal(err)
+	}
+	data[0].Effective &^= 1 << capSysPacct
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Method: Auto, Dir: t.TempDir(), Probe: testProbe(t, "7"), Setting: "SUPERVISOR_EXIT_STATUS"}
+	w, choice, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	if choice.Accounting || choice.Method == Accounting || !strings.Contains(choice.AccountingOff, "add SYS_PACCT") {
+		t.Errorf("without CAP_SYS_PACCT: %+v, want accounting off, saying to add SYS_PACCT", choice)
+	}
+	cfg.Method = Accounting
+	if _, _, err := New(cfg); err == nil || !strings.Contains(err.Error(), "accounting cannot work here: no CAP_SYS_PACCT") {
+		t.Errorf("forced without CAP_SYS_PACCT: %v", err)
+	}
+}
+
+// endReaped ends g and waits, bounded, until its parent has reaped it:
+// the parent exits then, and its output ends.
+func endReaped(t *testing.T, g grand) {
+	t.Helper()
+	g.end()
+	eof := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(io.Discard, g.out)
+		eof <- err
+	}()
+	select {
+	case err := <-eof:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("pid %d: not reaped within 10s of its end", g.proc.PID)
+	}
+}
