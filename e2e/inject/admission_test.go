@@ -595,8 +595,10 @@ func admissionCases(t *testing.T) []admissionCase {
 			want: supervisorFirst(appEnv("my-proxy", "SUPERVISOR_SIDECARS", "my-proxy"), "app", "my-proxy")},
 		{name: "every tuning annotation", pod: labelled(withPod(never, func(p *corev1.Pod) { p.Annotations = everyAnnotation() }), annotationPrefix+"inject", "true"),
 			want: supervisorLast(everyAnnotationEnv(policyEnv("Never")), "app")},
-		{name: "exit-status ptrace: root with SYS_PTRACE and KILL", pod: annotated(never, annotationPrefix+"exit-status", "ptrace"), webhook: appending(daprd), ptrace: true,
+		{name: "exit-status ptrace: root with SYS_PTRACE, SYS_PACCT and KILL", pod: annotated(never, annotationPrefix+"exit-status", "ptrace"), webhook: appending(daprd), ptrace: true,
 			want: asRoot(supervisorFirst(appEnv("daprd", "SUPERVISOR_EXIT_STATUS", "ptrace"), "app", "daprd"))},
+		{name: "exit-status accounting: root with SYS_PACCT and KILL", pod: annotated(never, annotationPrefix+"exit-status", "accounting"), webhook: appending(daprd), ptrace: true,
+			want: asAccountingRoot(supervisorFirst(appEnv("daprd", "SUPERVISOR_EXIT_STATUS", "accounting"), "app", "daprd"))},
 		// A pod it cannot read: past the CEL cost budget (thousands of
 		// containers, which validation refuses after admission anyway).
 		{name: "a pod past the CEL budget", pod: withPod(never, func(p *corev1.Pod) {

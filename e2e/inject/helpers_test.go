@@ -116,9 +116,15 @@ func supervisorLast(env map[string]string, containers ...string) podShape {
 }
 
 // asRoot is s with the supervisor as exit-status ptrace runs it: as root,
-// with SYS_PTRACE and KILL.
+// with SYS_PTRACE, SYS_PACCT and KILL; asAccountingRoot as exit-status
+// accounting does: with SYS_PACCT and KILL.
 func asRoot(s podShape) podShape {
-	s.SupervisorUser, s.SupervisorCapsAdd = "0", []string{"SYS_PTRACE", "KILL"}
+	s.SupervisorUser, s.SupervisorCapsAdd = "0", []string{"SYS_PTRACE", "SYS_PACCT", "KILL"}
+	return s
+}
+
+func asAccountingRoot(s podShape) podShape {
+	s.SupervisorUser, s.SupervisorCapsAdd = "0", []string{"SYS_PACCT", "KILL"}
 	return s
 }
 
@@ -433,5 +439,5 @@ func checkSupervised(t *testing.T, spec corev1.PodSpec, want podShape, basics su
 	checkOrder(t, spec, proxyMayFollow)
 	checkSupervisorBasics(t, spec, basics)
 	checkValid(t, spec)
-	checkPodSecurity(t, spec, !basics.RunAsNonRoot)
+	checkPodSecurity(t, spec, want.SupervisorCapsAdd)
 }

@@ -253,7 +253,8 @@ func injectCases(t *testing.T) []injectCase {
 			in: sleep("proxy.istio.io/config", `{"holdApplicationUntilProxyStarts": true}`), want: proxyFirstJob()},
 		{name: "istio-proxy as root (capNetBindService): quit over HTTP, not signals", in: sleep("sidecar.istio.io/capNetBindService", "true"),
 			want: oneApp("SUPERVISOR_ON_SUCCESS", quit, "SUPERVISOR_ON_FAILURE", quit, "SUPERVISOR_ON_UNKNOWN", quit)},
-		{name: "exit-status ptrace runs as root with SYS_PTRACE and KILL", in: sleep(annotationPrefix+"exit-status", "ptrace"), ptrace: true, want: asRoot(oneApp("SUPERVISOR_EXIT_STATUS", "ptrace"))},
+		{name: "exit-status ptrace runs as root with SYS_PTRACE, SYS_PACCT and KILL", in: sleep(annotationPrefix+"exit-status", "ptrace"), ptrace: true, want: asRoot(oneApp("SUPERVISOR_EXIT_STATUS", "ptrace"))},
+		{name: "exit-status accounting runs as root with SYS_PACCT and KILL", in: sleep(annotationPrefix+"exit-status", "accounting"), ptrace: true, want: asAccountingRoot(oneApp("SUPERVISOR_EXIT_STATUS", "accounting"))},
 		// After the app, as written, without SUPERVISOR_AFTER_APPS.
 		{name: "hand-written deploy/job.yaml keeps its own supervisor", in: &handWritten,
 			want: podShape{InitContainers: []string{"istio-init"}, Containers: []string{"app", supervisorName, proxyName}, ShareProcessNamespace: true,

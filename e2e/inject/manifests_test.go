@@ -29,16 +29,26 @@ func podTemplateOf(t *testing.T, kind string, data []byte) corev1.PodTemplateSpe
 	return *podTemplateFor(obj)
 }
 
-// ptraceRefusals are Pod Security's verdicts (podSecurityOf) on a supervisor
-// with exit-status ptrace: refused by "baseline" for SYS_PTRACE (and nothing
-// else), hence admitted by "privileged" only.
-var ptraceRefusals = []string{
-	`unrestricted capabilities: container "sidecar-supervisor" must not include "KILL", "SYS_PTRACE" in securityContext.capabilities.add` + "\n" +
-		`runAsNonRoot != true: container "sidecar-supervisor" must not set securityContext.runAsNonRoot=false` + "\n" +
-		`runAsUser=0: container "sidecar-supervisor" must not set runAsUser=0`,
-	// KILL is in baseline's list; SYS_PTRACE is not.
-	`non-default capabilities: container "sidecar-supervisor" must not include "SYS_PTRACE" in securityContext.capabilities.add`,
-	"",
+// rootRefusals are Pod Security's verdicts (podSecurityOf) on a supervisor
+// run as root with caps added (exit-status ptrace or accounting): refused
+// by "baseline" for those of caps outside its list (KILL is in it;
+// SYS_PTRACE and SYS_PACCT are not), hence admitted by "privileged" only.
+func rootRefusals(caps []string) []string {
+	quoted := func(cs []string) string {
+		cs = slices.Sorted(slices.Values(cs))
+		for i, c := range cs {
+			cs[i] = `"` + c + `"`
+		}
+		return strings.Join(cs, ", ")
+	}
+	notBaseline := slices.DeleteFunc(slices.Clone(caps), func(c string) bool { return c == "KILL" })
+	return []string{
+		`unrestricted capabilities: container "sidecar-supervisor" must not include ` + quoted(caps) + ` in securityContext.capabilities.add` + "\n" +
+			`runAsNonRoot != true: container "sidecar-supervisor" must not set securityContext.runAsNonRoot=false` + "\n" +
+			`runAsUser=0: container "sidecar-supervisor" must not set runAsUser=0`,
+		`non-default capabilities: container "sidecar-supervisor" must not include ` + quoted(notBaseline) + ` in securityContext.capabilities.add`,
+		"",
+	}
 }
 
 // TestHandWrittenManifests checks deploy/job.yaml, cronjob.yaml,
@@ -75,7 +85,7 @@ func TestHandWrittenManifests(t *testing.T) {
 			SupervisorEnv: nativeEnv("Never", "app", "SUPERVISOR_STOP_TIMEOUT", "30s", "SUPERVISOR_ON_FAILURE", "SIGKILL", "SUPERVISOR_EXIT_STATUS", "auto"), SupervisorUser: "1337"}},
 		{
 			file: "job-ptrace.yaml", kind: "Job", ptrace: true,
-			want: asRoot(supervisorLast(handJobEnv("Never", "SUPERVISOR_EXIT_STATUS", "ptrace", "SUPERVISOR_ON_FAILURE", "SIGKILL"), "app")),
+			want: asRoot(supervisorLast(handJobEnv("Never", "SUPERVISOR_EXIT_STATUS", "ptrace", "SUPERVISOR_ON_FAILURE", "SIGKILL", stateVar, stateDir), "app")),
 		},
 		// The hold exactly as the injection template adds it.
 		{file: "deployment.yaml", kind: "Deployment", want: withHold([]string{installName}, []string{"app", proxyName}, wantHold("20s"))},
@@ -129,7 +139,9 @@ func checkHandWritten(t *testing.T, tmpl corev1.PodTemplateSpec, want podShape, 
 // 30s stop timeout and the given further variables (name, value...).
 func handJobEnv(restart string, extra ...string) map[string]string {
 	env := withoutAfterApps(supervisorEnv(restart, "app", append([]string{"SUPERVISOR_STOP_TIMEOUT", "30s"}, extra...)...))
-	delete(env, stateVar)
+	if !slices.Contains(extra, stateVar) {
+		delete(env, stateVar)
+	}
 	return env
 }
 
@@ -163,9 +175,10 @@ var securityLevels = []psaapi.Level{psaapi.LevelRestricted, psaapi.LevelBaseline
 // supervisor (a container or a native sidecar) and its state volume, the
 // install init container and its volume, with the pod-level settings (the
 // app and istio-proxy are not ours to judge). It passes Pod Security
-// "restricted"; with exit-status ptrace, "privileged" only, for
-// ptraceRefusals' reasons (those of deploy/job-ptrace.yaml).
-func checkPodSecurity(t *testing.T, spec corev1.PodSpec, ptrace bool) {
+// "restricted"; with the supervisor as root with capsAdd (exit-status
+// ptrace or accounting, deploy/job-ptrace.yaml), "privileged" only, for
+// rootRefusals' reasons.
+func checkPodSecurity(t *testing.T, spec corev1.PodSpec, capsAdd []string) {
 	t.Helper()
 	ours := *spec.DeepCopy()
 	ours.Containers, ours.InitContainers, ours.Volumes = nil, nil, nil
@@ -186,8 +199,8 @@ func checkPodSecurity(t *testing.T, spec corev1.PodSpec, ptrace bool) {
 		return
 	}
 	want := []string{"", "", ""}
-	if ptrace {
-		want = ptraceRefusals
+	if len(capsAdd) > 0 {
+		want = rootRefusals(capsAdd)
 	}
 	if diff := cmp.Diff(want, podSecurityOf(t, ours)); diff != "" {
 		t.Errorf("the Pod Security verdicts on what the pod has of ours, for %v (-want +got):\n%s", securityLevels, diff)
