@@ -88,11 +88,14 @@ func (t timeline) job(dir string) *batchv1.Job {
 			}}},
 		},
 	}
-	if t.none || t.native {
+	if t.none || t.accounting || t.native {
 		tmpl.Annotations = map[string]string{}
 	}
 	if t.none {
 		tmpl.Annotations[exitStatusAnnotation] = "none"
+	}
+	if t.accounting {
+		tmpl.Annotations[exitStatusAnnotation] = "accounting"
 	}
 	if t.native {
 		tmpl.Annotations[shapeAnnotation] = "native"

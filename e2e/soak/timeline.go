@@ -39,8 +39,11 @@ type timeline struct {
 	index   int
 	restart corev1.RestartPolicy
 	// none forces the supervisor's exit-status method to none (the pod
-	// annotation): every app status is unknown.
+	// annotation): every app status is unknown. accounting forces it to
+	// accounting (root with SYS_PACCT): statuses from the kernel's
+	// process accounting, kept across the supervisor's death.
 	none         bool
+	accounting   bool
 	apps         []appPlan
 	backoffLimit int32
 	// deadline is activeDeadlineSeconds (0: unset); deadlineHit says the
@@ -214,6 +217,16 @@ func generate(seed uint64, i int) timeline {
 	t.want = t.oracle()
 	if drawKill(r, &t) {
 		t.want = t.oracle()
+	}
+	// Drawn last too: statuses from process accounting, for half the Jobs
+	// whose supervisor is killed (an app's end while none runs keeps its
+	// status there) and one in six of the others.
+	if !t.none {
+		if t.kill != nil {
+			t.accounting = r.IntN(2) == 0
+		} else {
+			t.accounting = r.IntN(6) == 0
+		}
 	}
 	return t
 }
@@ -407,6 +420,9 @@ func (t timeline) String() string {
 	fmt.Fprintf(&b, "%s, backoffLimit %d", t.restart, t.backoffLimit)
 	if t.none {
 		b.WriteString(", exit-status none")
+	}
+	if t.accounting {
+		b.WriteString(", exit-status accounting")
 	}
 	if t.deadline > 0 {
 		fmt.Fprintf(&b, ", activeDeadlineSeconds %d", t.deadline)
