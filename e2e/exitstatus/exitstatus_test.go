@@ -1,8 +1,8 @@
 // Package exitstatus checks that the supervisor reads app exit statuses
 // right on whatever kernel it runs on, picking its method as documented:
-// pidfd exit info on Linux 6.15+, else process accounting when it has
-// CAP_SYS_PACCT (and a state directory), else ptrace when it has
-// CAP_SYS_PTRACE, else none (statuses unknown, SUPERVISOR_ON_UNKNOWN).
+// pidfd exit info on Linux 6.15+, else ptrace when it has CAP_SYS_PTRACE,
+// else process accounting when it has CAP_SYS_PACCT (and a state
+// directory), else none (statuses unknown, SUPERVISOR_ON_UNKNOWN).
 // TestExitStatusMethods runs on this machine's kernel; TestKernels runs it
 // again inside Debian's kernels under qemu (e2e/guestpod): 6.1 and 6.12,
 // where auto must pick accounting or ptrace, and 7.2, where it must pick

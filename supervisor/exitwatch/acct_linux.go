@@ -26,6 +26,15 @@ package exitwatch
 // less than 2% free (kernel.acct); a missing record then leaves the
 // status unknown, as without accounting: never a wrong one.
 //
+// The record's status is the main thread's exit code, or the group's
+// when a thread calls exit_group (every program that ends normally, Go's,
+// the JVM's, a shell's). It is wrong in one case: a main thread that
+// exits alone (pthread_exit in main) leaves its own code, 0, and another
+// thread's later exit(6) is not recorded, where the parent reaps 6. So
+// auto prefers ptrace, exact there, where both are permitted; accounting
+// is the method where only CAP_SYS_PACCT is given, and fills in what the
+// others lose.
+//
 // A record names its process by PID and start (whole seconds of wall
 // time); an instance is (PID, start time in clock ticks since boot). The
 // first record with the PID whose start agrees within acctStartSlack is

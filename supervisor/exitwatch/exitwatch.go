@@ -6,13 +6,14 @@
 //
 //	pidfd       PIDFD_INFO_EXIT (Linux 6.15+): the status the real parent
 //	            reaps, read through a pidfd; exact, no privileges
-//	accounting  the kernel's process accounting record of the exit (any
-//	            kernel with CONFIG_BSD_PROCESS_ACCT_V3); outlives the
-//	            supervisor, needs CAP_SYS_PACCT and a state directory
-//	            (acct_linux.go)
 //	ptrace      the status as the process's tracer (any kernel); exact,
 //	            needs CAP_SYS_PTRACE, and a traced process cannot be
 //	            strace'd
+//	accounting  the kernel's process accounting record of the exit (any
+//	            kernel with CONFIG_BSD_PROCESS_ACCT_V3); outlives the
+//	            supervisor, needs CAP_SYS_PACCT and a state directory;
+//	            exact but for a main thread that exits before the others
+//	            (acct_linux.go)
 //	none        a pidfd alone (Linux 5.3+): the exit is seen, its status
 //	            unknown
 //
@@ -126,7 +127,7 @@ type support struct {
 }
 
 // choose picks the method. auto takes pidfd where the kernel gives exit
-// statuses, else accounting where it works, else ptrace where permitted,
+// statuses, else ptrace where permitted, else accounting where it works,
 // else none; a forced method that cannot work is an error. ptrace is
 // probed only when it may be chosen.
 func choose(cfg Config, pidfd, acct support, ptrace func() support) (Choice, error) {
@@ -152,14 +153,14 @@ func choose(cfg Config, pidfd, acct support, ptrace func() support) (Choice, err
 	if pidfd.ok {
 		return Choice{Method: Pidfd}, nil
 	}
-	if acct.ok {
-		return Choice{Method: Accounting, Reason: pidfd.reason}, nil
-	}
 	p := ptrace()
 	if p.ok {
-		return Choice{Method: Ptrace, Reason: pidfd.reason + "; and accounting: " + acct.reason}, nil
+		return Choice{Method: Ptrace, Reason: pidfd.reason}, nil
 	}
-	return Choice{Method: None, Reason: pidfd.reason + "; and accounting: " + acct.reason + "; and ptrace: " + p.reason +
+	if acct.ok {
+		return Choice{Method: Accounting, Reason: pidfd.reason + "; and ptrace: " + p.reason}, nil
+	}
+	return Choice{Method: None, Reason: pidfd.reason + "; and ptrace: " + p.reason + "; and accounting: " + acct.reason +
 		". Fix: add SYS_PACCT or SYS_PTRACE, as root (see deploy/job-ptrace.yaml), or run on Linux 6.15+"}, nil
 }
 

@@ -276,8 +276,9 @@ func TestChoose(t *testing.T) {
 		reason string
 	}{
 		{Auto, yes, yes, cannot, Pidfd, false, ""},
-		{Auto, no, yes, canTrace, Accounting, false, "no PIDFD_INFO_EXIT"},
-		{Auto, no, noAcct, canTrace, Ptrace, false, "no PIDFD_INFO_EXIT; and accounting: no CAP_SYS_PACCT"},
+		{Auto, no, yes, canTrace, Ptrace, false, "no PIDFD_INFO_EXIT"},
+		{Auto, no, yes, cannot, Accounting, false, "no PIDFD_INFO_EXIT; and ptrace: no CAP_SYS_PTRACE"},
+		{Auto, no, noAcct, canTrace, Ptrace, false, "no PIDFD_INFO_EXIT"},
 		{Auto, no, noAcct, cannot, None, false, "add SYS_PACCT or SYS_PTRACE"},
 		{Pidfd, yes, noAcct, cannot, Pidfd, false, ""},
 		{Pidfd, no, yes, canTrace, "", true, "EXIT_STATUS=pidfd cannot work here: no PIDFD_INFO_EXIT"},
