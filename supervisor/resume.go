@@ -85,8 +85,10 @@ func (r *run) contradicted(entries []entry, pod procscan.Pod) string {
 // happened (with their times), the containers adopted, the app instances
 // still running watched again, and those that ended while no supervisor
 // watched them taken as ended: with the status the kernel's accounting
-// recorded, where it is on, else unknown (no one in the pod can read it
-// now).
+// recorded, where it was on when the instance ended (an end the killed
+// supervisor had not read), else unknown (no one in the pod can read it
+// now: accounting ends with the supervisor's container, exitwatch's
+// acct_linux.go).
 func (r *run) replay(entries []entry, pod procscan.Pod) {
 	mains := map[instance]procscan.Container{}
 	for _, c := range pod.Containers {
@@ -173,9 +175,8 @@ func (r *run) replay(entries []entry, pod procscan.Pod) {
 		Msg("carrying on from the journal of the supervisor before")
 }
 
-// recorded is the status of app instance id, which ended while no
-// supervisor watched it, from the kernel's accounting record of its exit,
-// where accounting is on (exitwatch's accounting method).
+// recorded is the status of app instance id, which no supervisor read,
+// from the kernel's accounting record of its exit, where one was written.
 func (r *run) recorded(id instance) (exitwatch.Status, bool) {
 	rec, ok := r.watch.(interface {
 		Recorded(exitwatch.Process) (exitwatch.Status, bool)

@@ -90,7 +90,7 @@ func LogWhere(p *pod.Pod, match func(LogLine) bool) []LogLine {
 }
 
 // AccountingOn is the supervisor's line when process accounting is on.
-const AccountingOn = "process accounting on: a status lost while no supervisor ran, or to a process too quick to watch, is read from the kernel's record of its exit"
+const AccountingOn = "process accounting on: the status of an app too quick to watch, or ended unread before a restart, is read from the kernel's record of its exit"
 
 // Is matches the lines with message msg.
 func Is(msg string) func(LogLine) bool { return func(l LogLine) bool { return l.Msg() == msg } }

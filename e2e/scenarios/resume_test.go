@@ -66,15 +66,18 @@ func TestSupervisorKilled(t *testing.T) {
 	}
 }
 
-// TestEndedWhileSupervisorDead: the app ends while no supervisor runs (the
-// supervisor stopped, then killed). With process accounting on (root, KILL
-// and SYS_PACCT, as deploy/job-ptrace.yaml), the restarted supervisor reads
-// the app's status from the kernel's record of its exit: under OnFailure
-// the success stops istio-proxy gracefully with no wait for a restart
-// (without the record: the back-off and SUPERVISOR_RESTART_MARGIN, the
-// status unknown); in the native shape under Never the failure, exit 3,
-// kills it.
-func TestEndedWhileSupervisorDead(t *testing.T) {
+// TestEndedUnreadBeforeKill: the app ends while the supervisor is stopped
+// (SIGSTOP: alive, off the CPU, as a throttled or frozen container is),
+// which is then killed before it has read the exit. With process
+// accounting on (root, KILL and SYS_PACCT) the kernel recorded the exit,
+// its mount still there, and the restarted supervisor reads the status
+// from the record: under OnFailure the success stops istio-proxy
+// gracefully with no wait for a restart (without the record: the back-off
+// and SUPERVISOR_RESTART_MARGIN, the status unknown); in the native shape
+// under Never the failure, exit 3, kills it. (An app that ends after the
+// kill has no record: accounting ends with the supervisor's container,
+// exitwatch's TestAccountingEndsWithItsMount.)
+func TestEndedUnreadBeforeKill(t *testing.T) {
 	for _, b := range Builders(t) {
 		for _, tc := range []struct {
 			name   string

@@ -41,7 +41,7 @@ type timeline struct {
 	// none forces the supervisor's exit-status method to none (the pod
 	// annotation): every app status is unknown. accounting forces it to
 	// accounting (root with SYS_PACCT): statuses from the kernel's
-	// process accounting, kept across the supervisor's death.
+	// process accounting records.
 	none         bool
 	accounting   bool
 	apps         []appPlan
@@ -219,8 +219,9 @@ func generate(seed uint64, i int) timeline {
 		t.want = t.oracle()
 	}
 	// Drawn last too: statuses from process accounting, for half the Jobs
-	// whose supervisor is killed (an app's end while none runs keeps its
-	// status there) and one in six of the others.
+	// whose supervisor is killed (an end the killed one had not read is
+	// in the records; one after the kill is not: accounting ends with the
+	// supervisor's container) and one in six of the others.
 	if !t.none {
 		if t.kill != nil {
 			t.accounting = r.IntN(2) == 0

@@ -7,24 +7,28 @@ package exitwatch
 // the kernel appends a 64-byte record to a file for every process of the
 // pod's PID namespace (and the namespaces below it) that ends, with its
 // PID in that namespace and its wait status, before its parent can reap
-// it. So the record outlives the process and the supervisor both:
+// it. So the record outlives the process:
 //
-//   - an app that ended while no supervisor ran (killed, and not yet
-//     started again by the kubelet) left its status in the file, which
-//     the next supervisor reads; no pidfd or tracer could have kept it;
 //   - an app seen at its very end and reaped before it could be watched
-//     left it too;
+//     (pidfd_open too late, ptrace refused a zombie) left its status;
+//   - so did an app that ended while the supervisor was alive but had not
+//     read it (stopped, off the CPU) when it was killed: the next one
+//     reads the record;
 //   - it needs CAP_SYS_PACCT (root: capabilities of non-root containers
 //     are not effective), which RuntimeDefault seccomp then allows, and
 //     a directory the pod keeps (SUPERVISOR_STATE_DIR), and nothing of
 //     the apps: no tracing, no signal stops, strace and gdb still work.
 //
-// Accounting belongs to the PID namespace, not to the supervisor: it goes
-// on while the supervisor is dead, and ends with the pod. A restarted
-// supervisor points it at the same file again (the kernel swaps files
-// without a gap). The kernel suspends it while the file's filesystem has
-// less than 2% free (kernel.acct); a missing record then leaves the
-// status unknown, as without accounting: never a wrong one.
+// It does not outlive the supervisor. The kernel ties accounting to the
+// mount the file was opened through (acct_on pins it), and ends it when
+// that mount goes: the supervisor's state directory is a mount of its
+// container's mount namespace, which dies with the container. An app
+// that ends while no supervisor runs has no record, as before
+// (TestAccountingEndsWithItsMount pins this; seen first in the soak,
+// seed 20261213). A restarted supervisor turns it on again, in the same
+// file. The kernel also suspends it while the file's filesystem has less
+// than 2% free (kernel.acct). A missing record leaves the status unknown,
+// as without accounting: never a wrong one.
 //
 // The record's status is the main thread's exit code, or the group's
 // when a thread calls exit_group (every program that ends normally, Go's,
@@ -45,10 +49,9 @@ package exitwatch
 // The files are kept small, for they share the state directory (an
 // emptyDir in memory, 1Mi) with the journal: every acctRotateEvery, past
 // acctRotateSize, the kernel is pointed at a new file and the one before
-// the last is removed. Only a running supervisor rotates: the records
-// written while none ran are all in the file the kernel was writing when
-// the next one starts, which its second rotation would be the first to
-// remove, seconds after it has read them (with its first scan).
+// the last is removed. A restarted supervisor reads the records its
+// predecessor's file holds with its first scan, before its second
+// rotation could remove them.
 
 import (
 	"encoding/binary"
@@ -314,8 +317,8 @@ func (a *acctLog) rotateOnce(size int64) error {
 	return err
 }
 
-// close stops the rotation. Accounting stays on: it is the pod's, and a
-// supervisor started again reads what it wrote meanwhile.
+// close stops the rotation. Accounting stays on until the supervisor's
+// container goes (its mount with it).
 func (a *acctLog) close() {
 	if a == nil {
 		return

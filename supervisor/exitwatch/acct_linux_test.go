@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -209,6 +210,56 @@ func TestAccountingRefused(t *testing.T) {
 	if _, _, err := New(cfg); err == nil || !strings.Contains(err.Error(), "accounting cannot work here: no CAP_SYS_PACCT") {
 		t.Errorf("forced without CAP_SYS_PACCT: %v", err)
 	}
+}
+
+// TestAccountingEndsWithItsMount pins what bounds accounting in a pod: the
+// kernel ties it to the mount its file was opened through (acct_on's
+// pin_insert), and turns it off when that mount goes. A container's
+// mounts go with its mount namespace, at its death: accounting a
+// supervisor turned on ends with it, and an app that ends while no
+// supervisor runs has no record. A helper turns it on through a bind
+// mount in a mount namespace of its own, runs a child that exits 3, and
+// exits: the child's record is there, a process ending after it has none.
+func TestAccountingEndsWithItsMount(t *testing.T) {
+	if !inOwnPIDNamespace(t) {
+		return
+	}
+	dir, mnt := t.TempDir(), t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^$", dir, mnt)
+	cmd.Env = append(os.Environ(), "HELPER=accton")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS}
+	out, err := cmd.Output()
+	before, aerr := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil || aerr != nil {
+		t.Fatalf("accounting helper: %v %q", err, out)
+	}
+	g := startGrandchild(t, "4")
+	endReaped(t, g)
+	a := &acctLog{dir: dir}
+	pids := map[int]uint32{}
+	for _, r := range a.records(t) {
+		pids[r.pid] = r.exitCode
+	}
+	if code, ok := pids[before]; !ok || code != 3<<8 {
+		t.Errorf("the child that ended while the mount was there: record %v (%#x), want exit 3; records %v", ok, code, pids)
+	}
+	if _, ok := pids[g.proc.PID]; ok {
+		t.Errorf("a process that ended after the mount went has a record: the kernel no longer ties accounting to its mount (acct_linux.go says it does); records %v", pids)
+	}
+}
+
+// records reads every record of the helper's pacct.
+func (a *acctLog) records(t *testing.T) []acctRecord {
+	t.Helper()
+	b, err := os.ReadFile(a.dir + "/pacct")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rs []acctRecord
+	for i := 0; i+acctRecordSize <= len(b); i += acctRecordSize {
+		rs = append(rs, parseAcct(b[i:i+acctRecordSize]))
+	}
+	return rs
 }
 
 // endReaped ends g and waits, bounded, until its parent has reaped it:

@@ -11,9 +11,9 @@
 //	            strace'd
 //	accounting  the kernel's process accounting record of the exit (any
 //	            kernel with CONFIG_BSD_PROCESS_ACCT_V3); outlives the
-//	            supervisor, needs CAP_SYS_PACCT and a state directory;
-//	            exact but for a main thread that exits before the others
-//	            (acct_linux.go)
+//	            process, not the supervisor's container; needs
+//	            CAP_SYS_PACCT and a state directory; exact but for a main
+//	            thread that exits before the others (acct_linux.go)
 //	none        a pidfd alone (Linux 5.3+): the exit is seen, its status
 //	            unknown
 //
@@ -21,8 +21,8 @@
 // block a call the version says exists), chooses the method (auto takes the
 // first that works, in that order) and says why. Accounting, where it
 // works, is on whatever the method: a status the method lost (the process
-// reaped before it was watched, or ended while no supervisor ran) is read
-// from its record. Watch takes an app, whose
+// reaped before it was watched, or ended unread just before the
+// supervisor was killed) is read from its record. Watch takes an app, whose
 // status is wanted; Track a sidecar, whose exit alone matters (a pidfd
 // whatever the method). Both take a PID with its start time, and refuse a
 // PID recycled since the scan that found it; a process so taken is
@@ -100,8 +100,9 @@ type Config struct {
 	Probe []string
 	// Setting names the setting that chose Method, for the messages.
 	Setting string
-	// Dir is where process accounting keeps its records (a directory
-	// that outlives the supervisor), or "": no accounting.
+	// Dir is where process accounting keeps its records (the state
+	// directory, which a restarted supervisor finds again), or "": no
+	// accounting.
 	Dir string
 }
 

@@ -31,6 +31,8 @@ import (
 //	HELPER=tracer PID   traces PID (PTRACE_SEIZE) until it ends
 //	HELPER=nopidfd      prints checkPidfd's error under a seccomp filter
 //	                    that fails pidfd_open with ENOSYS (an old kernel)
+//	HELPER=accton D M   turns accounting on through a bind mount of its
+//	                    own (TestAccountingEndsWithItsMount)
 //
 // The helper modes need the main goroutine on the main thread (leader-exit).
 func init() {
@@ -77,6 +79,32 @@ func TestMain(m *testing.M) {
 			os.Exit(100)
 		}
 		fmt.Println(checkPidfd())
+		os.Exit(0)
+	case "accton":
+		// In a mount namespace of its own: binds DIR on MNT, turns
+		// accounting on into MNT/pacct, runs a child that exits 3, prints
+		// its PID, and exits, its mount namespace with it.
+		dir, mnt := os.Args[len(os.Args)-2], os.Args[len(os.Args)-1]
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			fmt.Println("private:", err)
+			os.Exit(100)
+		}
+		if err := unix.Mount(dir, mnt, "", unix.MS_BIND, ""); err != nil {
+			fmt.Println("bind:", err)
+			os.Exit(100)
+		}
+		if err := os.WriteFile(mnt+"/pacct", nil, 0o600); err != nil {
+			fmt.Println("create:", err)
+			os.Exit(100)
+		}
+		if err := unix.Acct(mnt + "/pacct"); err != nil {
+			fmt.Println("acct:", err)
+			os.Exit(100)
+		}
+		c := exec.Command(os.Args[0], "-test.run=^$", "3")
+		c.Env = append(os.Environ(), "HELPER=exit")
+		c.Run()
+		fmt.Println(c.Process.Pid)
 		os.Exit(0)
 	case "exit":
 		code, _ := strconv.Atoi(os.Args[len(os.Args)-1])

@@ -137,8 +137,8 @@ func (w *Watcher) Track(p Process) (Proc, error) {
 }
 
 // Recorded reads p's exit status from its accounting record, if
-// accounting is on and the kernel wrote one: for an app that ended while
-// no supervisor watched it.
+// accounting is on and the kernel wrote one: for an app that ended unread
+// just before the supervisor before this one was killed.
 func (w *Watcher) Recorded(p Process) (Status, bool) {
 	if w.acct == nil {
 		return Status{}, false
