@@ -130,26 +130,11 @@ func checkJSONLog(t *testing.T, out string) {
 	}
 }
 
-// status reads /proc/PID/status into a map of its fields.
-func status(pid int) (map[string]string, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return nil, err
-	}
-	m := map[string]string{}
-	for _, line := range strings.Split(string(b), "\n") {
-		if k, v, ok := strings.Cut(line, ":"); ok {
-			m[k] = strings.TrimSpace(v)
-		}
-	}
-	return m, nil
-}
-
 // nsPID is the PID that a host process has in its innermost PID namespace
 // (the pod's), from the NSpid line.
 func nsPID(t *testing.T, hostPID int) int {
 	t.Helper()
-	st, err := status(hostPID)
+	st, err := pod.ProcStatus(hostPID)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ type creds struct {
 
 func credsOf(t *testing.T, pid int) creds {
 	t.Helper()
-	st, err := status(pid)
+	st, err := pod.ProcStatus(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,15 +47,6 @@ func supervisorProc(t *testing.T, p *pod.Pod) int {
 	}
 	waitUntil(t, scenarios.EventBound, "supervisor process", func() bool { return commOf(st.PID) == "sidecar-supervi" })
 	return st.PID
-}
-
-// capMask is a capability set as /proc/PID/status prints it.
-func capMask(caps ...int) string {
-	var m uint64
-	for _, c := range caps {
-		m |= 1 << c
-	}
-	return fmt.Sprintf("%016x", m)
 }
 
 // TestPrivileges runs the supervisor as deploy/ does and checks, while it
@@ -80,8 +71,8 @@ func TestPrivileges(t *testing.T) {
 				t.Skip("the kernel has no PIDFD_INFO_EXIT (Linux 6.15+): the supervisor's no-privilege mode needs it")
 			}
 			built := b.MustBuild(t, httpAction("noprivs"))
-			p := runWatched(t, built, creds{Uid: "1337 1337 1337 1337", Gid: "1337 1337 1337 1337", CapInh: capMask(),
-				CapPrm: capMask(), CapEff: capMask(), CapBnd: capMask(), CapAmb: capMask(), NoNewPrivs: "1", Comm: "sidecar-supervi"})
+			p := runWatched(t, built, creds{Uid: "1337 1337 1337 1337", Gid: "1337 1337 1337 1337", CapInh: pod.CapMask(),
+				CapPrm: pod.CapMask(), CapEff: pod.CapMask(), CapBnd: pod.CapMask(), CapAmb: pod.CapMask(), NoNewPrivs: "1", Comm: "sidecar-supervi"})
 			st := p.MustWaitPhase(t, scenarios.EventBound)
 			if st.Phase != pod.Succeeded || st.Container("supervisor").ExitCode != 0 {
 				t.Errorf("pod %s: the supervisor did not do its job", st)
@@ -101,9 +92,9 @@ func TestPrivileges(t *testing.T) {
 			sup.UID, sup.GID = 0, 0
 			sup.Caps = []int{unix.CAP_KILL, unix.CAP_SYS_PTRACE, unix.CAP_SYS_PACCT}
 			sup.NoNewPrivs = true
-			three := capMask(unix.CAP_KILL, unix.CAP_SYS_PTRACE, unix.CAP_SYS_PACCT)
-			p := runWatched(t, built, creds{Uid: "0 0 0 0", Gid: "0 0 0 0", CapInh: capMask(), CapPrm: three, CapEff: three,
-				CapBnd: three, CapAmb: capMask(), NoNewPrivs: "1", Comm: "sidecar-supervi"})
+			three := pod.CapMask(unix.CAP_KILL, unix.CAP_SYS_PTRACE, unix.CAP_SYS_PACCT)
+			p := runWatched(t, built, creds{Uid: "0 0 0 0", Gid: "0 0 0 0", CapInh: pod.CapMask(), CapPrm: three, CapEff: three,
+				CapBnd: three, CapAmb: pod.CapMask(), NoNewPrivs: "1", Comm: "sidecar-supervi"})
 			st := ended(t, p, "istio-proxy")
 			if len(scenarios.LogWhere(p, scenarios.Is(scenarios.AccountingOn))) != 1 {
 				t.Errorf("process accounting is not on:\n%s", p.Logs("supervisor"))

@@ -20,6 +20,31 @@ var DefaultCaps = []int{
 	unix.CAP_SYS_CHROOT, unix.CAP_KILL, unix.CAP_AUDIT_WRITE,
 }
 
+// CapMask is a capability set as /proc/PID/status prints it.
+func CapMask(caps ...int) string {
+	var m uint64
+	for _, c := range caps {
+		m |= 1 << c
+	}
+	return fmt.Sprintf("%016x", m)
+}
+
+// ProcStatus reads a host process's /proc/PID/status into a map of its
+// fields.
+func ProcStatus(pid int) (map[string]string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]string{}
+	for _, l := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok {
+			m[k] = strings.TrimSpace(v)
+		}
+	}
+	return m, nil
+}
+
 // capNames are the names runc's spec wants, by capability number.
 var capNames = [...]string{
 	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH", "CAP_FOWNER",

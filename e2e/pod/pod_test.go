@@ -464,30 +464,6 @@ func TestCgroupHold(t *testing.T) {
 	}
 }
 
-// procStatus reads fields of a host process's /proc/PID/status.
-func procStatus(t *testing.T, pid int) map[string]string {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := map[string]string{}
-	for _, l := range strings.Split(string(b), "\n") {
-		if k, v, ok := strings.Cut(l, ":"); ok {
-			m[k] = strings.TrimSpace(v)
-		}
-	}
-	return m
-}
-
-func capMask(caps []int) string {
-	var m uint64
-	for _, c := range caps {
-		m |= 1 << c
-	}
-	return fmt.Sprintf("%016x", m)
-}
-
 // TestRuncSecurity: the CRI's default capabilities unless Caps says
 // otherwise, none for Caps: []int{}, no_new_privs, uid and gid.
 func TestRuncSecurity(t *testing.T) {
@@ -501,7 +477,7 @@ func TestRuncSecurity(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	waitFor(t, ctx, p, running("locked"))
-	def := capMask(DefaultCaps)
+	def := CapMask(DefaultCaps...)
 	tests := []struct {
 		name                   string
 		uid, bnd, eff, noNewPr string
@@ -509,11 +485,14 @@ func TestRuncSecurity(t *testing.T) {
 		// Root keeps the set; a non-root process loses its effective
 		// capabilities at execve, as in any container runtime.
 		{"root", "0", def, def, "0"},
-		{"default", "1000", def, capMask(nil), "0"},
-		{"locked", "1337", capMask(nil), capMask(nil), "1"},
+		{"default", "1000", def, CapMask(), "0"},
+		{"locked", "1337", CapMask(), CapMask(), "1"},
 	}
 	for _, tt := range tests {
-		st := procStatus(t, p.Status().Container(tt.name).PID)
+		st, err := ProcStatus(p.Status().Container(tt.name).PID)
+		if err != nil {
+			t.Fatal(err)
+		}
 		got := []string{strings.Fields(st["Uid"])[0], strings.Fields(st["Gid"])[0], st["CapBnd"], st["CapEff"], st["NoNewPrivs"]}
 		want := []string{tt.uid, tt.uid, tt.bnd, tt.eff, tt.noNewPr}
 		if strings.Join(got, " ") != strings.Join(want, " ") {
