@@ -61,13 +61,7 @@ func patient(env ...string) []string { return append(slices.Clone(scenarios.Pati
 // the pod's status then.
 func ended(t *testing.T, p *pod.Pod, names ...string) pod.Status {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), scenarios.EventBound)
-	defer cancel()
-	st, err := p.WaitFor(ctx, pod.Ended(names...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st
+	return p.MustWaitFor(t, scenarios.EventBound, pod.Ended(names...))
 }
 
 // release lets the cued apps end (scenarios.Built.Release).
@@ -83,17 +77,8 @@ func release(t *testing.T, b scenarios.Built, apps ...string) {
 // releaseFound lets the cued app end once the supervisor has found it.
 func releaseFound(t *testing.T, p *pod.Pod, b scenarios.Built, app string) {
 	t.Helper()
-	waitLogFor(t, p, "app found", app)
+	scenarios.WaitLogFor(t, p, "app found", app)
 	release(t, b, app)
-}
-
-// waitLogFor waits (bounded) for a line of the supervisor's log with message
-// msg about container.
-func waitLogFor(t *testing.T, p *pod.Pod, msg, container string) {
-	t.Helper()
-	if err := scenarios.AwaitLog(p, 1, scenarios.About(msg, container)); err != nil {
-		t.Fatalf("no %q about %s in the supervisor's log: %v", msg, container, err)
-	}
 }
 
 // waitUntil polls cond (a file or a log: there is no event to wait on)

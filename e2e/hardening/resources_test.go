@@ -86,8 +86,8 @@ func churnBounds(t *testing.T, be scenarios.Builder) {
 	defer s.Stop()
 
 	// Phase 1: discovering while early churns.
-	waitLogFor(t, p, "app found", "early")
-	waitLogFor(t, p, "app found", "late")
+	scenarios.WaitLogFor(t, p, "app found", "early")
+	scenarios.WaitLogFor(t, p, "app found", "late")
 	if err := pod.ReleaseCue(cues[0], hangGuard); err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func churnBounds(t *testing.T, be scenarios.Builder) {
 
 	// Phase 2: waiting while late churns.
 	close(churned)
-	waitLogFor(t, p, "app found", "third")
+	scenarios.WaitLogFor(t, p, "app found", "third")
 	if err := pod.ReleaseCue(cues[1], hangGuard); err != nil {
 		t.Fatal(err)
 	}

@@ -153,9 +153,16 @@ func (p *Pod) WaitPhase(ctx context.Context) (Status, error) {
 // it fails the test if the pod has not ended by then.
 func (p *Pod) MustWaitPhase(t testing.TB, within time.Duration) Status {
 	t.Helper()
+	return p.MustWaitFor(t, within, func(s Status) bool { return s.Phase == Succeeded || s.Phase == Failed })
+}
+
+// MustWaitFor is WaitFor for a test, bounded by within (a hang guard): the
+// status once cond holds; it fails the test if cond has not held by then.
+func (p *Pod) MustWaitFor(t testing.TB, within time.Duration, cond func(Status) bool) Status {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
-	st, err := p.WaitPhase(ctx)
+	st, err := p.WaitFor(ctx, cond)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,19 +33,6 @@ func checkEnd(t *testing.T, st pod.Status, phase pod.Phase, codes map[string]int
 	}
 }
 
-// waitStatus waits, up to EventBound, until the pod's status meets cond,
-// and returns that status; the test fails if it never does.
-func waitStatus(t *testing.T, p *pod.Pod, cond func(pod.Status) bool) pod.Status {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), EventBound)
-	defer cancel()
-	st, err := p.WaitFor(ctx, cond)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st
-}
-
 // patient is Patient, then extra (the last setting wins).
 func patient(extra ...string) []string { return append(append([]string{}, Patient...), extra...) }
 
@@ -128,24 +115,15 @@ func releaseApps(t *testing.T, p *pod.Pod, b Built, apps []App) {
 		}
 	}
 	for _, name := range cued {
-		waitLogFor(t, p, "app found", name)
+		WaitLogFor(t, p, "app found", name)
 	}
 	for i, name := range cued {
 		if i > 0 {
-			waitLogFor(t, p, "app exited", cued[i-1])
+			WaitLogFor(t, p, "app exited", cued[i-1])
 		}
 		if err := b.Release(name); err != nil {
 			t.Fatal(err)
 		}
-	}
-}
-
-// waitLogFor waits (bounded) for a message about a container in the
-// supervisor's log.
-func waitLogFor(t *testing.T, p *pod.Pod, msg, container string) {
-	t.Helper()
-	if err := AwaitLog(p, 1, About(msg, container)); err != nil {
-		t.Fatalf("no %q for container %s in the supervisor's log: %v", msg, container, err)
 	}
 }
 
@@ -191,7 +169,7 @@ func releaseRun(p *pod.Pod, b Built, name string, k int, before func()) error {
 // complete.
 func checkControl(t *testing.T, p *pod.Pod) {
 	t.Helper()
-	waitStatus(t, p, func(s pod.Status) bool { return pod.Ended("app")(s) && s.Container("istio-proxy").Running })
+	p.MustWaitFor(t, EventBound, func(s pod.Status) bool { return pod.Ended("app")(s) && s.Container("istio-proxy").Running })
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	st, err := p.WaitPhase(ctx)

@@ -109,7 +109,7 @@ func TestHoldDrain(t *testing.T) {
 						t.Errorf("the sidecar was stopped while the app drained: record %q, %s", rec, p.Status())
 					}
 				} else {
-					waitStatus(t, p, pod.Ended("istio-proxy")) // while the app drains
+					p.MustWaitFor(t, EventBound, pod.Ended("istio-proxy")) // while the app drains
 					waitRecord(t, recFile, "failed call", func(rec []string) bool { _, failed := gets(rec); return failed > 0 })
 				}
 				if err := built.Release(DrainCue("app")); err != nil {
@@ -148,7 +148,7 @@ func TestHoldBound(t *testing.T) {
 		p, built := startUp(t, b, Desc{Name: "stuck", Policy: pod.Always, NoSupervisor: true,
 			Apps: []App{{Name: "app", DrainCued: true, Args: []string{"--sleep", "1h"}}}, ProxyDrain: time.Second}, 3*time.Second)
 		deleted := deleting(p)
-		st := waitStatus(t, p, pod.Ended("istio-proxy")) // while the app drains
+		st := p.MustWaitFor(t, EventBound, pod.Ended("istio-proxy")) // while the app drains
 		if !st.Container("app").Running {
 			t.Errorf("the app ended before istio-proxy: %s", st)
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"testing"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/pod"
 )
@@ -106,4 +107,13 @@ func AwaitLog(p *pod.Pod, n int, match func(LogLine) bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), EventBound)
 	defer cancel()
 	return p.Await(ctx, func() bool { return len(LogWhere(p, match)) >= n })
+}
+
+// WaitLogFor waits (AwaitLog) for a line of the supervisor's log with
+// message msg about container; the test fails if none comes.
+func WaitLogFor(t testing.TB, p *pod.Pod, msg, container string) {
+	t.Helper()
+	if err := AwaitLog(p, 1, About(msg, container)); err != nil {
+		t.Fatalf("no %q about %s in the supervisor's log: %v", msg, container, err)
+	}
 }

@@ -94,7 +94,7 @@ func TestNamedPods(t *testing.T) {
 				{Name: "debugger", Ephemeral: true, Args: []string{"--sleep", "1h"}},
 			}, SupervisorEnv: patient()}
 			p, built := run(t, b, d)
-			waitLogFor(t, p, "app found", "app")
+			WaitLogFor(t, p, "app found", "app")
 			ctx, cancel := context.WithTimeout(context.Background(), EventBound)
 			defer cancel()
 			if err := p.StartEphemeral(ctx, "debugger"); err != nil {
@@ -123,7 +123,7 @@ func TestNamedPods(t *testing.T) {
 			built := b.MustBuild(t, d)
 			stamps := withStamps(&built, names)
 			p := Start(t, built)
-			waitLogFor(t, p, "app found", "a0")
+			WaitLogFor(t, p, "app found", "a0")
 			ctx, cancel := context.WithTimeout(context.Background(), EventBound)
 			defer cancel()
 			if err := p.StartEphemeral(ctx, "debugger"); err != nil {

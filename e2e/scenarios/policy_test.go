@@ -122,7 +122,7 @@ func TestAlwaysPod(t *testing.T) {
 			SupervisorEnv: patient("SUPERVISOR_RESTART_POLICY=Always"), Grace: EventBound})
 		p := Start(t, built)
 		// The app exits 0 and is restarted, again and again.
-		waitStatus(t, p, func(s pod.Status) bool { return s.Container("app").Restarts >= 3 })
+		p.MustWaitFor(t, EventBound, func(s pod.Status) bool { return s.Container("app").Restarts >= 3 })
 		waitLog(t, p, "restartPolicy Always: an app's exit never stops the sidecar; idle until the pod is deleted")
 		if rec := Record(built.PilotRecord); len(rec) != 1 || !p.Status().Container("istio-proxy").Running {
 			t.Fatalf("sidecar touched: %q", rec)
@@ -142,7 +142,7 @@ func TestNativeSidecarPod(t *testing.T) {
 		built := b.MustBuild(t, Desc{Name: "native", Apps: []App{{Name: "app", Args: []string{"--sleep", "1h"}}},
 			SupervisorEnv: patient("SUPERVISOR_NATIVE_SIDECAR=true")})
 		p := Start(t, built)
-		st := waitStatus(t, p, pod.Ended("supervisor"))
+		st := p.MustWaitFor(t, EventBound, pod.Ended("supervisor"))
 		if c := st.Container("supervisor"); c.ExitCode != 0 {
 			t.Errorf("supervisor exit %d", c.ExitCode)
 		}

@@ -44,7 +44,7 @@ func TestSupervisorKilled(t *testing.T) {
 			t.Run(b.Name+"/"+tc.name+"/while the app runs", func(t *testing.T) {
 				p, built := run(t, b, d)
 				waitRecordStart(t, built.PilotRecord)
-				waitLogFor(t, p, "app found", "app")
+				WaitLogFor(t, p, "app found", "app")
 				killSupervisor(t, p)
 				releaseApps(t, p, built, d.Apps)
 				checkKilledOnce(t, p, built)

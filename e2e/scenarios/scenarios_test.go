@@ -160,7 +160,7 @@ func TestTwoAppsOrder(t *testing.T) {
 			// quick ends once the supervisor has found it.
 			{Name: "quick", Cued: true}, {Name: "slow", Args: []string{"--sleep", "1h"}}}})
 		releaseApps(t, p, built, []App{{Name: "quick", Cued: true}})
-		waitStatus(t, p, func(s pod.Status) bool { return pod.Ended("quick")(s) && s.Container("supervisor").Running })
+		p.MustWaitFor(t, EventBound, func(s pod.Status) bool { return pod.Ended("quick")(s) && s.Container("supervisor").Running })
 		// The supervisor has taken quick's exit in and waits on for slow,
 		// as its progress says (written after the step where it would have
 		// gone on to decide): nothing was touched by then.
@@ -199,7 +199,7 @@ func TestBadSetting(t *testing.T) {
 // output saying says.
 func checkRefused(t *testing.T, p *pod.Pod, built Built, code int, says string) {
 	t.Helper()
-	st := waitStatus(t, p, pod.Ended("supervisor"))
+	st := p.MustWaitFor(t, EventBound, pod.Ended("supervisor"))
 	if c := st.Container("supervisor"); c.ExitCode != code {
 		t.Errorf("supervisor exit %d, want %d", c.ExitCode, code)
 	}
@@ -231,7 +231,7 @@ func TestSupervisorTerminated(t *testing.T) {
 		if err := p.Signal("supervisor", syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
-		st := waitStatus(t, p, func(s pod.Status) bool { return !s.Container("supervisor").Running })
+		st := p.MustWaitFor(t, EventBound, func(s pod.Status) bool { return !s.Container("supervisor").Running })
 		if c := st.Container("supervisor"); c.ExitCode != 0 {
 			t.Errorf("supervisor exit %d, want 0", c.ExitCode)
 		}
@@ -294,7 +294,7 @@ func TestSidecarStartingAsAppEnds(t *testing.T) {
 			ProxyHandlerCued: true, SupervisorEnv: patient()}
 		p, built := run(t, b, d)
 		releaseApps(t, p, built, d.Apps) // no waitRecordStart: the point is to stop it early
-		waitLogFor(t, p, "sidecar would die of the signal now: waiting until it handles it", "istio-proxy")
+		WaitLogFor(t, p, "sidecar would die of the signal now: waiting until it handles it", "istio-proxy")
 		if err := built.Release(HandlerCue); err != nil {
 			t.Fatal(err)
 		}

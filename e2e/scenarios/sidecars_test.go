@@ -119,7 +119,7 @@ func TestCloudSQLProxy(t *testing.T) {
 func TestCloudSQLProxyOtherUser(t *testing.T) {
 	onBackends(t, func(t *testing.T, b Builder) {
 		p, _ := runCloudSQLProxy(t, b, nil, nil, 0, []string{"SUPERVISOR_STOP_TIMEOUT=20s"})
-		st := waitStatus(t, p, pod.Ended("supervisor"))
+		st := p.MustWaitFor(t, EventBound, pod.Ended("supervisor"))
 		if st.Phase != pod.Running || !st.Container("cloud-sql-proxy").Running || st.Container("istio-proxy").ExitCode != 0 {
 			t.Errorf("status %s, want Running with cloud-sql-proxy up and istio-proxy exited 0", st)
 		}

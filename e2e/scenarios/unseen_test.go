@@ -37,7 +37,7 @@ func TestRestartUnseen(t *testing.T) {
 		built := b.MustBuild(t, d)
 		stampFiles := withStamps(&built, []string{"app"})
 		p := Start(t, built)
-		waitLogFor(t, p, "app found", "app")
+		WaitLogFor(t, p, "app found", "app")
 		if err := p.Signal("supervisor", syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
