@@ -193,10 +193,10 @@ func Prepare(root string, cfg Config) (*Proxy, error) {
 			return nil, err
 		}
 	}
-	if err := installBinary(cfg.Tools.PilotAgent, p.Path(PilotAgentPath)); err != nil {
+	if err := InstallBinary(cfg.Tools.PilotAgent, p.Path(PilotAgentPath)); err != nil {
 		return nil, err
 	}
-	if err := installBinary(cfg.Tools.Envoy, p.Path(EnvoyPath)); err != nil {
+	if err := InstallBinary(cfg.Tools.Envoy, p.Path(EnvoyPath)); err != nil {
 		return nil, err
 	}
 	if err := copyFile(cfg.Tools.BootstrapTemplate, p.Path(BootstrapTemplatePath), 0o644); err != nil {
@@ -343,11 +343,11 @@ func searchableByOthers(dir string) error {
 	}
 }
 
-// installBinary hard-links src to dst (the build cache and the tree are
+// InstallBinary hard-links src to dst (the build cache and the tree are
 // usually on one filesystem, and a link costs nothing where a copy of
 // pilot-agent is 46 MB), falling back to a copy. Either way the binary in
 // the tree is reachable by uid 1337 even though the cache under /root is not.
-func installBinary(src, dst string) error {
+func InstallBinary(src, dst string) error {
 	_ = os.Remove(dst)
 	if err := os.Link(src, dst); err == nil {
 		return nil

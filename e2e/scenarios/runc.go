@@ -2,10 +2,10 @@ package scenarios
 
 import (
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/istioproxy"
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/pod"
 )
 
@@ -74,8 +74,9 @@ func (b Built) imageContainer(name string) (pod.Container, error) {
 		Env: append([]string{}, im.Config.Env...), UID: uid, GID: gid}, err
 }
 
-// InstallTool puts a static binary at rel under root: a hard link when the
-// two are on one filesystem, else a copy.
+// InstallTool puts a static binary at rel under root
+// (istioproxy.InstallBinary: a hard link when the two are on one
+// filesystem, else a copy).
 func InstallTool(src, root, rel string) error {
 	dst := filepath.Join(root, rel)
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
@@ -84,21 +85,5 @@ func InstallTool(src, root, rel string) error {
 	if err := os.Chmod(root, 0o755); err != nil {
 		return err
 	}
-	if err := os.Link(src, dst); err == nil {
-		return nil
-	}
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o755)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
+	return istioproxy.InstallBinary(src, dst)
 }
