@@ -28,6 +28,7 @@ package cluster
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -328,8 +329,5 @@ func scriptsDir() (string, error) {
 
 // stateDir mirrors CLUSTER_DIR in e2e/scripts/cluster-lib.sh.
 func stateDir() string {
-	if d := os.Getenv("SUPERVISOR_E2E_CLUSTER_DIR"); d != "" {
-		return d
-	}
-	return "/tmp/sidecar-supervisor-e2e-cluster"
+	return cmp.Or(os.Getenv("SUPERVISOR_E2E_CLUSTER_DIR"), "/tmp/sidecar-supervisor-e2e-cluster")
 }

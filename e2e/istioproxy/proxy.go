@@ -1,6 +1,7 @@
 package istioproxy
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -141,9 +142,7 @@ func (c Config) withDefaults() Config {
 	if len(c.AppContainers) == 0 {
 		c.AppContainers = []string{"app"}
 	}
-	if c.TerminationDrainDuration == 0 {
-		c.TerminationDrainDuration = DefaultTerminationDrainDuration
-	}
+	c.TerminationDrainDuration = cmp.Or(c.TerminationDrainDuration, DefaultTerminationDrainDuration)
 	return c
 }
 

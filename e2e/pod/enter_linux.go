@@ -1,6 +1,7 @@
 package pod
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"os"
@@ -26,10 +27,7 @@ import (
 // run while the process waits, in the pod's PID namespace, to join its
 // cgroup (Container.CgroupHold); it joins once hold returns.
 func (n Namespaces) enter(p *Pod, c *Container, cgroup, bind string, joinMnt int, group bool, argv []string, out *os.File, hold func() error) (*exec.Cmd, error) {
-	dir := c.Dir
-	if dir == "" {
-		dir = "/"
-	}
+	dir := cmp.Or(c.Dir, "/")
 	args := []string{"enter", "--cgroup", cgroup, "--uid", strconv.Itoa(c.UID), "--gid", strconv.Itoa(c.GID), "--dir", dir}
 	if c.Caps != nil {
 		s := []string{"none"}

@@ -2,6 +2,7 @@ package pod
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -123,10 +124,7 @@ func (n Namespaces) Start(ctx context.Context, p *Pod, c *Container, attempt int
 	}
 	bind := ""
 	if inst != "" {
-		target := c.TerminationMessage
-		if target == "" {
-			target = p.messageFile(c.Name)
-		}
+		target := cmp.Or(c.TerminationMessage, p.messageFile(c.Name))
 		bind = inst + ":" + target
 	}
 	var hold func() error

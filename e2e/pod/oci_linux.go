@@ -1,6 +1,7 @@
 package pod
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -91,9 +92,7 @@ func (r Runc) spec(p *Pod, st *runcState, c *Container, id string, sandbox bool)
 	}
 	switch dst := c.TerminationMessage; {
 	case inst != "":
-		if dst == "" {
-			dst = "/dev/termination-log"
-		}
+		dst = cmp.Or(dst, "/dev/termination-log")
 		mounts = append(mounts, ociMount{Destination: dst, Type: "bind", Source: inst, Options: []string{"rbind", "rw"}})
 	case dst != "":
 		mounts = append(mounts, ociMount{Destination: dst, Type: "bind",
@@ -114,10 +113,7 @@ func (r Runc) spec(p *Pod, st *runcState, c *Container, id string, sandbox bool)
 	if !slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, "PATH=") }) {
 		env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, env...)
 	}
-	cwd := c.Dir
-	if cwd == "" {
-		cwd = "/"
-	}
+	cwd := cmp.Or(c.Dir, "/")
 	s := &ociSpec{
 		Version: "1.0.2-dev",
 		Process: ociProcess{

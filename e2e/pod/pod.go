@@ -17,6 +17,7 @@
 package pod
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -215,18 +216,10 @@ type Pod struct {
 // Start creates the pod and starts its containers in order, in the
 // background. Close it when done.
 func Start(ctx context.Context, b Backend, spec Spec) (*Pod, error) {
-	if spec.RestartPolicy == "" {
-		spec.RestartPolicy = Never
-	}
-	if spec.TerminationGracePeriod == 0 {
-		spec.TerminationGracePeriod = 30 * time.Second
-	}
-	if spec.RestartBackoff == 0 {
-		spec.RestartBackoff = 200 * time.Millisecond
-	}
-	if spec.Name == "" {
-		spec.Name = "pod"
-	}
+	spec.RestartPolicy = cmp.Or(spec.RestartPolicy, Never)
+	spec.TerminationGracePeriod = cmp.Or(spec.TerminationGracePeriod, 30*time.Second)
+	spec.RestartBackoff = cmp.Or(spec.RestartBackoff, 200*time.Millisecond)
+	spec.Name = cmp.Or(spec.Name, "pod")
 	dir := spec.Dir
 	if dir == "" {
 		d, err := os.MkdirTemp("", "podsim-"+spec.Name+"-")

@@ -1,6 +1,7 @@
 package scenarios
 
 import (
+	"cmp"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,12 +27,12 @@ func TestDeployExamples(t *testing.T) {
 		sidecar func(t *testing.T, tmpl corev1.PodTemplateSpec) Sidecar
 	}{
 		{"job-dapr.yaml", func(t *testing.T, tmpl corev1.PodTemplateSpec) Sidecar {
-			port := or(tmpl.Annotations["dapr.io/http-port"], "3500")
+			port := cmp.Or(tmpl.Annotations["dapr.io/http-port"], "3500")
 			return Sidecar{Program: Daprd, Injected: true, Args: []string{"--mode", "kubernetes", "--dapr-http-port", port,
 				"--app-id", tmpl.Annotations["dapr.io/app-id"]}}
 		}},
 		{"job-vault.yaml", func(t *testing.T, tmpl corev1.PodTemplateSpec) Sidecar {
-			if port := or(tmpl.Annotations["vault.hashicorp.com/agent-cache-listener-port"], "8200"); port != "8200" {
+			if port := cmp.Or(tmpl.Annotations["vault.hashicorp.com/agent-cache-listener-port"], "8200"); port != "8200" {
 				t.Fatalf("the test's agent configuration listens on 8200, the file asks for %s", port)
 			}
 			return Sidecar{Name: "vault-agent", Program: VaultAgent, Injected: true,
@@ -122,11 +123,4 @@ func supervisorEnvOf(t *testing.T, tmpl corev1.PodTemplateSpec) []string {
 	}
 	t.Fatal("no sidecar-supervisor container")
 	return nil
-}
-
-func or(v, def string) string {
-	if v == "" {
-		return def
-	}
-	return v
 }

@@ -6,6 +6,7 @@
 package scenarios
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -404,10 +405,7 @@ func prepareRealPilot(d Desc, root string) (*istioproxy.Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building pilot-agent with e2e/%s: %w", istioproxy.BuildScript, err)
 	}
-	drain := d.ProxyDrain
-	if drain == 0 {
-		drain = DefaultRealDrain
-	}
+	drain := cmp.Or(d.ProxyDrain, DefaultRealDrain)
 	var apps []string
 	for _, a := range d.Apps {
 		apps = append(apps, a.Name)
