@@ -20,6 +20,7 @@
 package guestpod
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -81,12 +82,8 @@ func Run(ctx context.Context, s Spec) (Result, error) {
 	if InGuest() {
 		return res, errors.New("guestpod: already in a guest (no qemu inside qemu)")
 	}
-	if s.Timeout == 0 {
-		s.Timeout = 20 * time.Minute
-	}
-	if s.MemoryMiB == 0 {
-		s.MemoryMiB = 1024
-	}
+	s.Timeout = cmp.Or(s.Timeout, 20*time.Minute)
+	s.MemoryMiB = cmp.Or(s.MemoryMiB, 1024)
 	k, err := qemu.KernelNamed(ctx, s.Kernel)
 	if err != nil {
 		return res, err

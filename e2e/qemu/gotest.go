@@ -2,6 +2,7 @@ package qemu
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -128,10 +129,7 @@ func RunGoTest(ctx context.Context, t GoTest) (GoTestResult, error) {
 	if t.Package == "" {
 		return res, errors.New("qemu: GoTest.Package is empty")
 	}
-	dir := t.Dir
-	if dir == "" {
-		dir = "."
-	}
+	dir := cmp.Or(t.Dir, ".")
 	tmp, err := os.MkdirTemp("", "qemu-gotest-")
 	if err != nil {
 		return res, err
@@ -168,12 +166,8 @@ func RunGoTest(ctx context.Context, t GoTest) (GoTestResult, error) {
 			cfg.Trees = append(append([]Tree(nil), cfg.Trees...), Tree{Host: td, Guest: path.Join(guestTestDir, "testdata")})
 		}
 	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = defaultTimeout
-	}
-	if cfg.CommandTimeout == 0 {
-		cfg.CommandTimeout = cfg.Timeout * 3 / 4
-	}
+	cfg.Timeout = cmp.Or(cfg.Timeout, defaultTimeout)
+	cfg.CommandTimeout = cmp.Or(cfg.CommandTimeout, cfg.Timeout*3/4)
 	guestBin := path.Join(guestTestDir, name)
 	cfg.Files = append(append([]File(nil), cfg.Files...), File{Host: bin, Guest: guestBin})
 	cfg.Script = ""
@@ -182,9 +176,7 @@ func RunGoTest(ctx context.Context, t GoTest) (GoTestResult, error) {
 		cfg.Command = append(cfg.Command, "-test.run", t.Run)
 	}
 	cfg.Command = append(cfg.Command, t.Args...)
-	if cfg.Dir == "" {
-		cfg.Dir = guestTestDir
-	}
+	cfg.Dir = cmp.Or(cfg.Dir, guestTestDir)
 
 	r, err := Run(ctx, cfg)
 	res.Result = r

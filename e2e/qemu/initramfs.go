@@ -3,6 +3,7 @@ package qemu
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"debug/elf"
 	"errors"
 	"fmt"
@@ -157,10 +158,7 @@ func (s initramfs) addFile(c *cpioWriter, f File) error {
 		return fmt.Errorf("initramfs: %s is reserved by the qemu package", f.Guest)
 	}
 	if f.Host == "" {
-		mode := f.Mode
-		if mode == 0 {
-			mode = 0o644
-		}
+		mode := cmp.Or(f.Mode, 0o644)
 		return c.file(f.Guest, mode, int64(len(f.Data)), bytes.NewReader(f.Data))
 	}
 	return s.copyHost(c, f.Host, f.Guest, f.Mode)
@@ -218,9 +216,7 @@ func (s initramfs) copyHost(c *cpioWriter, host, guest string, perm fs.FileMode)
 	if err := checkExecutable(fh, host, s.machine, s.goarch); err != nil {
 		return err
 	}
-	if perm == 0 {
-		perm = st.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
-	}
+	perm = cmp.Or(perm, st.Mode()&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky))
 	return c.file(guest, perm, st.Size(), fh)
 }
 

@@ -2,6 +2,7 @@ package qemu
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -132,24 +133,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if (len(cfg.Command) == 0) == (cfg.Script == "") {
 		return res, errors.New("qemu: set exactly one of Config.Command and Config.Script")
 	}
-	if cfg.MemoryMiB == 0 {
-		cfg.MemoryMiB = defaultMemoryMiB
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = defaultTimeout
-	}
-	if cfg.CommandTimeout == 0 {
-		cfg.CommandTimeout = cfg.Timeout * 3 / 4
-	}
-	if cfg.Hostname == "" {
-		cfg.Hostname = defaultHostname
-	}
-	if cfg.Dir == "" {
-		cfg.Dir = "/"
-	}
-	if cfg.CPUs == 0 {
-		cfg.CPUs = 1
-	}
+	cfg.MemoryMiB = cmp.Or(cfg.MemoryMiB, defaultMemoryMiB)
+	cfg.Timeout = cmp.Or(cfg.Timeout, defaultTimeout)
+	cfg.CommandTimeout = cmp.Or(cfg.CommandTimeout, cfg.Timeout*3/4)
+	cfg.Hostname = cmp.Or(cfg.Hostname, defaultHostname)
+	cfg.Dir = cmp.Or(cfg.Dir, "/")
+	cfg.CPUs = cmp.Or(cfg.CPUs, 1)
 	if cfg.Kernel == (Kernel{}) {
 		k, err := DefaultKernel(ctx)
 		if err != nil {
