@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -162,9 +163,7 @@ func approaches(appSeconds int) []approach {
 		shape:       supervisedNative,
 	}}
 	for i := range all {
-		if all[i].restart == "" {
-			all[i].restart = corev1.RestartPolicyNever
-		}
+		all[i].restart = cmp.Or(all[i].restart, corev1.RestartPolicyNever)
 		if all[i].argv == nil && all[i].script == "" {
 			all[i].script = app
 		}

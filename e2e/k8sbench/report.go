@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"os"
@@ -70,9 +71,7 @@ func (r *report) figures(i int) figures {
 		if res.approach != i {
 			continue
 		}
-		if f.onSuccess == "" {
-			f.onSuccess = res.onSuccess
-		}
+		f.onSuccess = cmp.Or(f.onSuccess, res.onSuccess)
 		if res.failure != "" {
 			f.failed++
 			f.failures = append(f.failures, res.job+": "+res.failure)
@@ -91,9 +90,7 @@ func (r *report) figures(i int) figures {
 			f.supCPU = append(f.supCPU, res.super.cpu.Seconds())
 			f.supMem = append(f.supMem, mib(res.super.peak))
 			f.supStart = append(f.supStart, res.supStart.Sub(res.appExit).Seconds())
-			if f.summary == "" {
-				f.summary = res.summary
-			}
+			f.summary = cmp.Or(f.summary, res.summary)
 		}
 		f.sampled += res.sampled
 		f.containers += containersMeasured(r.all[i].shape)

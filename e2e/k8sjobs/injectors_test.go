@@ -1,6 +1,7 @@
 package k8sjobs
 
 import (
+	"cmp"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -173,10 +174,7 @@ func (h *sidecarInjectors) vault(pod *corev1.Pod) (string, error) {
 	if on, _ := strconv.ParseBool(a[vaultPrefix+"agent-inject"]); !on || a[vaultStatus] == "injected" {
 		return "", nil
 	}
-	port := a[vaultPrefix+"agent-cache-listener-port"]
-	if port == "" {
-		port = "8200"
-	}
+	port := cmp.Or(a[vaultPrefix+"agent-cache-listener-port"], "8200")
 	// config.go newConfig: a listener (with a cache stanza) only where the
 	// quit endpoint, the cache or persistence asks for one.
 	cfg := map[string]any{
@@ -249,10 +247,7 @@ func (h *sidecarInjectors) dapr(pod *corev1.Pod) string {
 	if on, _ := strconv.ParseBool(a["dapr.io/enabled"]); !on || hasContainer(pod.Spec.Containers, "daprd") {
 		return ""
 	}
-	port := a["dapr.io/http-port"]
-	if port == "" {
-		port = "3500"
-	}
+	port := cmp.Or(a["dapr.io/http-port"], "3500")
 	pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{
 		Name: "daprd", Image: h.image, ImagePullPolicy: corev1.PullIfNotPresent,
 		Command: []string{"/daprd"},

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -91,9 +92,7 @@ func run(ctx context.Context, o options, out io.Writer) (bool, error) {
 	}
 	defer os.RemoveAll(s.dir)
 	s.out = o.out
-	if s.out == "" {
-		s.out = fmt.Sprintf("%s-seed%d-failures", s.dir, o.seed)
-	}
+	s.out = cmp.Or(s.out, fmt.Sprintf("%s-seed%d-failures", s.dir, o.seed))
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	s.rec = newRecorder(e.Client, s.ns)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -18,16 +19,12 @@ type statusWriter struct {
 }
 
 func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
+	w.status = cmp.Or(w.status, code)
 	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
+	w.status = cmp.Or(w.status, http.StatusOK)
 	return w.ResponseWriter.Write(b)
 }
 
@@ -53,9 +50,7 @@ func has(q url.Values, key string) bool {
 func (h *adminHandler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	w := &statusWriter{ResponseWriter: rw}
 	h.serve(w, r)
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
+	w.status = cmp.Or(w.status, http.StatusOK)
 	_ = h.rec.Write(record.Event{
 		Kind: record.Admin, Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery,
 		Remote: r.RemoteAddr, Status: w.status,
@@ -182,9 +177,7 @@ func (r *router) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 	default:
 		p.ServeHTTP(w, req)
 	}
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
+	w.status = cmp.Or(w.status, http.StatusOK)
 	_ = r.rec.Write(record.Event{Kind: record.Proxy, Name: r.spec.name, Cluster: cluster,
 		Method: req.Method, Path: req.URL.Path, Query: req.URL.RawQuery, Remote: req.RemoteAddr, Status: w.status})
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -167,7 +168,7 @@ func pilotAgent(args []string) error {
 		}
 		w.Write([]byte("ready"))
 	})
-	adminAddr, healthAddr := envOr("PILOT_ADMIN_ADDR", "127.0.0.1:15020"), envOr("PILOT_HEALTH_ADDR", ":15021")
+	adminAddr, healthAddr := cmp.Or(os.Getenv("PILOT_ADMIN_ADDR"), "127.0.0.1:15020"), cmp.Or(os.Getenv("PILOT_HEALTH_ADDR"), ":15021")
 	status := &http.Server{Handler: admin}
 	for addr, srv := range map[string]*http.Server{adminAddr: status, healthAddr: {Handler: health}} {
 		l, err := net.Listen("tcp", addr)
@@ -350,13 +351,6 @@ func waitHTTP(args []string) error {
 			return fmt.Errorf("%s not ready within %s (last: %v)", args[0], timeout, err)
 		}
 	}
-}
-
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
 }
 
 // recorded reports whether the record file holds a line starting with

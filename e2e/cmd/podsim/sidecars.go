@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -102,10 +103,7 @@ func (s *standIn) serve(eps []endpoint) error {
 				s.rec.log("refused %s %s %d", r.Method, r.URL.Path, ep.disabledStatus)
 				w.WriteHeader(ep.disabledStatus)
 			case ep.methods != nil && !slices.Contains(ep.methods, r.Method):
-				code := ep.wrongMethod
-				if code == 0 {
-					code = http.StatusMethodNotAllowed
-				}
+				code := cmp.Or(ep.wrongMethod, http.StatusMethodNotAllowed)
 				s.rec.log("refused %s %s %d", r.Method, r.URL.Path, code)
 				w.WriteHeader(code)
 			default:
@@ -167,10 +165,7 @@ func (s *standIn) daprd(args []string) error {
 // the config.linkerd.io/proxy-admin-shutdown annotation, off by default):
 // 200 "shutdown", exit 0. Disabled it is not routed: 404.
 func (s *standIn) linkerd() error {
-	addr := os.Getenv("LINKERD2_PROXY_ADMIN_LISTEN_ADDR")
-	if addr == "" {
-		addr = "127.0.0.1:4191"
-	}
+	addr := cmp.Or(os.Getenv("LINKERD2_PROXY_ADMIN_LISTEN_ADDR"), "127.0.0.1:4191")
 	enabled, _ := strconv.ParseBool(os.Getenv("LINKERD2_PROXY_SHUTDOWN_ENDPOINT_ENABLED"))
 	return s.run([]endpoint{{addr: addr, path: "/shutdown", methods: []string{http.MethodPost},
 		status: http.StatusOK, enabled: enabled, disabledStatus: http.StatusNotFound}}, 0, 0)
@@ -183,9 +178,9 @@ func (s *standIn) linkerd() error {
 // ($DP_SHUTDOWN_GRACE_PERIOD_SECONDS, 0; consul-k8s's default 30), stops
 // envoy and exits 0. SIGTERM takes the same path.
 func (s *standIn) consulDataplane(args []string) error {
-	port := argValue(args, "graceful-port", envOr("DP_GRACEFUL_PORT", "20300"))
-	path := argValue(args, "graceful-shutdown-path", envOr("DP_GRACEFUL_SHUTDOWN_PATH", "/graceful_shutdown"))
-	grace, err := strconv.Atoi(argValue(args, "shutdown-grace-period-seconds", envOr("DP_SHUTDOWN_GRACE_PERIOD_SECONDS", "0")))
+	port := argValue(args, "graceful-port", cmp.Or(os.Getenv("DP_GRACEFUL_PORT"), "20300"))
+	path := argValue(args, "graceful-shutdown-path", cmp.Or(os.Getenv("DP_GRACEFUL_SHUTDOWN_PATH"), "/graceful_shutdown"))
+	grace, err := strconv.Atoi(argValue(args, "shutdown-grace-period-seconds", cmp.Or(os.Getenv("DP_SHUTDOWN_GRACE_PERIOD_SECONDS"), "0")))
 	if err != nil {
 		return fmt.Errorf("-shutdown-grace-period-seconds: %w", err)
 	}
