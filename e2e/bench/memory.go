@@ -168,9 +168,7 @@ func sampleMemory(pid int, every time.Duration) (*memSampler, error) {
 		return nil, fmt.Errorf("pidfd_open %d: %w", pid, err)
 	}
 	s := &memSampler{done: make(chan struct{})}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
+	s.wg.Go(func() {
 		defer unix.Close(fd)
 		for {
 			mem, err := readMemory(pid)
@@ -187,7 +185,7 @@ func sampleMemory(pid int, every time.Duration) (*memSampler, error) {
 			case <-time.After(every):
 			}
 		}
-	}()
+	})
 	return s, nil
 }
 

@@ -174,15 +174,13 @@ func inParallel(n int, do func() error) error {
 	var first error
 	next := make(chan struct{})
 	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for range next {
 				if err := do(); err != nil {
 					once.Do(func() { first = err })
 				}
 			}
-		}()
+		})
 	}
 	for range n {
 		next <- struct{}{}
