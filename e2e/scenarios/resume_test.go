@@ -97,7 +97,7 @@ func TestEndedUnreadBeforeKill(t *testing.T) {
 			t.Run(b.Name+"/"+tc.name, func(t *testing.T) {
 				p, built := run(t, b, d)
 				waitRecordStart(t, built.PilotRecord)
-				waitLogFor(t, p, "app found", "app")
+				WaitLogFor(t, p, "app found", "app")
 				if len(LogWhere(p, Is(AccountingOn))) == 0 {
 					t.Fatalf("no %q in the supervisor's log:\n%s", AccountingOn, p.Logs("supervisor"))
 				}
@@ -105,7 +105,7 @@ func TestEndedUnreadBeforeKill(t *testing.T) {
 					t.Fatal(err)
 				}
 				releaseApps(t, p, built, d.Apps)
-				waitStatus(t, p, func(s pod.Status) bool { c := s.Container("app"); return c.Started && !c.Running })
+				p.MustWaitFor(t, EventBound, pod.Ended("app"))
 				killSupervisor(t, p)
 				st := p.MustWaitPhase(t, EventBound)
 				phase, proxy, summary := pod.Succeeded, 0, "success:"
