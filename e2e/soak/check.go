@@ -638,6 +638,14 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, k *k
 		first = sls[0].first
 	}
 	allowed, named := expectedOutcomes(t, *w, inst, first, logOK, gap)
+	for _, s := range p.pod.Status.ContainerStatuses {
+		if startError(s.State) && s.Name != proxyName && s.Name != supervisorName && !slices.Contains(allowed, "failure") {
+			// The runtime failed to start an app (exit 128): the
+			// supervisor saw its init killed before the program ran, a
+			// failure, as the pod's phase has it (seed 20261213, Job 62).
+			allowed = append(allowed, "failure")
+		}
+	}
 	if !slices.Contains(allowed, prefix) {
 		v.add(invMessage, "pod %s: message %q, want it to start with %s", name, msg, `"`+strings.Join(allowed, `:" or "`)+`:"`)
 	}

@@ -163,6 +163,13 @@ func TestCheckJob(t *testing.T) {
 		// Job's condition is the cluster's doing, an anomaly; the
 		// supervisor's own invariants are still checked.
 		{name: "app's start failed", edit: appStartFailed, want: -1, anomalies: 3, note: "the runtime failed to start a"},
+		// Seed 20261213, Job 62: the supervisor saw the app's init killed
+		// and said failure, as the pod failed.
+		{name: "app's start failed, read as a kill", edit: func(tl *timeline, o *observed) {
+			appStartFailed(tl, o)
+			cs(o, supervisorName).State.Terminated.Message = "failure: a killed by SIGKILL; action SIGKILL; sidecar stopped in 0.0s"
+			cs(o, proxyName).State.Terminated.ExitCode = 137
+		}, want: -1, anomalies: 3, note: "the runtime failed to start a"},
 		{name: "app's start failed, no log", edit: func(tl *timeline, o *observed) {
 			appStartFailed(tl, o)
 			o.pods[0].log = ""
