@@ -799,13 +799,16 @@ func checkRestart(t timeline, w *podWant, p podObs, sup *corev1.ContainerStatus,
 			// not restart a container of a pod that is done. Its message
 			// is the one it wrote before acting ("running: <outcome> ...").
 			ko.missed = fmt.Sprintf("the supervisor had acted (%q at %s); the pod ended before any restart", sls[0].stops[0].Message, clock(sls[0].stops[0].At))
-		case by(sls[0].decided, k.at) && proxy != nil && proxy.State.Terminated != nil && proxy.State.Terminated.ExitCode == 0:
+		case by(sls[0].decided, k.at) && proxy != nil && proxy.State.Terminated != nil && proxy.State.Terminated.ExitCode == actionExit(sup):
 			// The SIGKILL came during the action (seed 20261206, Job 150:
-			// after the /drain, as the quit went out): istio-proxy stopped
-			// cleanly, the pod ended, and the kubelet restarts no container
-			// of a pod that is done. Its message is the one it wrote as it
-			// decided.
-			ko.missed = fmt.Sprintf("the supervisor was acting (its %q at %s), and istio-proxy exited 0; the pod ended before any restart", msgDecision, clock(sls[0].decided))
+			// after the /drain, as the quit went out; seed 20261213, Job
+			// 84: 16 ms after a failure's decision, its SIGKILL sent, not
+			// logged): istio-proxy ended as the action ends it (0, or 137
+			// for SIGKILL), the pod ended, and the kubelet restarts no
+			// container of a pod that is done. Its message is the one it
+			// wrote as it decided.
+			ko.missed = fmt.Sprintf("the supervisor was acting (its %q at %s), and istio-proxy exited %d; the pod ended before any restart",
+				msgDecision, clock(sls[0].decided), proxy.State.Terminated.ExitCode)
 		}
 		if ko.missed != "" {
 			return gap, true
@@ -1029,6 +1032,19 @@ func actedBeforeKill(sup *corev1.ContainerStatus) bool {
 	}
 	m := summaryAction.FindStringSubmatch(head)
 	return m != nil && m[1] != "none"
+}
+
+// actionExit is the exit code istio-proxy gets from the action that the
+// supervisor's termination message (sup's current state) names as it acts:
+// 137 for SIGKILL, else 0 (a graceful signal, the HTTP quit).
+func actionExit(sup *corev1.ContainerStatus) int32 {
+	if t := sup.State.Terminated; t != nil {
+		head, _, _ := strings.Cut(t.Message, "\n")
+		if strings.HasPrefix(head, "running: ") && strings.HasSuffix(head, "): action SIGKILL") {
+			return 137
+		}
+	}
+	return 0
 }
 
 var summaryAction = regexp.MustCompile(`^(?:success|failure|unknown): .*?; action (\S+)`)

@@ -337,6 +337,26 @@ func TestCheckJob(t *testing.T) {
 			o.pods[0].log = strings.Replace(o.pods[0].log, logAt(3002, msgSignalled, `,"signal":"SIGTERM"`), logAt(3000, msgDecision, ""), 1)
 			cs(o, supervisorName).State.Terminated.Message = "running: success (a exit 0): action SIGTERM\napp a (pid 36): exit 0"
 		}, want: -1, missed: "was acting", check: countsSuccess},
+		// Seed 20261213, Job 84: killed 16 ms after a failure's decision,
+		// its SIGKILL sent but not logged; istio-proxy exited 137 and the
+		// pod ended, with no restart.
+		{name: "killed during a SIGKILL action, no restart", base: killedPod, edit: func(tl *timeline, o *observed) {
+			tl.apps[0].steps[0].code = 3
+			tl.want = tl.oracle()
+			o.cond = &batchv1.JobCondition{Type: tl.want.cond, Reason: tl.want.reason, Status: corev1.ConditionTrue}
+			o.inst["a"][0].code = 3
+			cs(o, "a").State.Terminated.ExitCode = 3
+			o.pods[0].pod.Status.Phase = corev1.PodFailed
+			notRestarted(o, 3001, 137)
+			o.pods[0].log = strings.Replace(o.pods[0].log, logAt(3002, msgSignalled, `,"signal":"SIGTERM"`), logAt(3000, msgDecision, ""), 1)
+			cs(o, supervisorName).State.Terminated.Message = "running: failure (a exit 3): action SIGKILL\napp a (pid 36): exit 3"
+			cs(o, proxyName).State.Terminated.ExitCode = 137
+		}, want: -1, missed: "was acting"},
+		{name: "killed during a SIGKILL action, istio-proxy exited 0", base: killedPod, edit: func(tl *timeline, o *observed) {
+			notRestarted(o, 3001, 137)
+			o.pods[0].log = strings.Replace(o.pods[0].log, logAt(3002, msgSignalled, `,"signal":"SIGTERM"`), logAt(3000, msgDecision, ""), 1)
+			cs(o, supervisorName).State.Terminated.Message = "running: success (a exit 0): action SIGKILL\napp a (pid 36): exit 0"
+		}, want: invRestart, text: "restarted 0 time(s)"},
 		// soak-174: the app ran wholly while no supervisor ran (killed at
 		// 2.9 s, back at 3.95 s); the restarted one never saw it and looked
 		// for it for SUPERVISOR_APP_START_TIMEOUT.
