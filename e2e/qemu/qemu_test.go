@@ -151,6 +151,8 @@ func TestKernelProbe(t *testing.T) {
 		{"ptrace.exit_status", "3", "the tracer's wait4 gets the exact exit status"},
 		{"parent.exit_status", "3", "the real parent still reaps the same status after the tracer"},
 
+		{"clocksource", "hpet", "the guest keeps time by qemu's HPET, not a TSC calibrated at boot (arch.go)"},
+
 		{"pidns.getpid", "1", "CLONE_NEWPID gives PID 1"},
 		{"pidns.proc_self", "1", "a fresh /proc shows the new PID namespace"},
 		{"pidns.proc_pids", "1", "a fresh /proc lists only the namespace's processes"},

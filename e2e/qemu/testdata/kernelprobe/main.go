@@ -92,6 +92,7 @@ func probe() {
 	}
 	f["hostname"], _ = os.Hostname()
 	f["yama.ptrace_scope"] = readTrim("/proc/sys/kernel/yama/ptrace_scope")
+	f["clocksource"] = readTrim("/sys/devices/system/clocksource/clocksource0/current_clocksource")
 	f["lo"] = loState()
 	mounts(f)
 	grandchild(f)
