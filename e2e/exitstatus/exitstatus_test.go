@@ -76,7 +76,16 @@ var endings = []ending{
 // which TestKernels quotes from the guests.
 func TestExitStatusMethods(t *testing.T) {
 	pod.NeedRoot(t)
+	unprivilegedMethod := ""
 	for _, priv := range privileges {
+		if priv.name == accountingCapable.name && unprivilegedMethod == "pidfd" {
+			// auto takes pidfd first whatever the capabilities: the
+			// unprivileged cases read these endings already, and
+			// supervisor/exitwatch's TestAccounting reads them through
+			// accounting on this kernel. Not run again, for the time.
+			t.Logf("METHOD %s not run: pidfd (as unprivileged)", priv.name)
+			continue
+		}
 		for _, e := range endings {
 			t.Run(priv.name+"/"+e.name, func(t *testing.T) {
 				args := e.args
@@ -87,6 +96,9 @@ func TestExitStatusMethods(t *testing.T) {
 				}
 				method, reason, exited := runJob(t, priv, args)
 				t.Logf("METHOD %s %s", priv.name, method)
+				if priv.name == unprivileged.name {
+					unprivilegedMethod = method
+				}
 				t.Logf("READ %s/%s: method %s uid %d caps %v: %s", priv.name, e.name, method, priv.uid, priv.caps, exited.Fields("status", "signal", "exit_code", "reason"))
 				switch {
 				case priv.name == unprivileged.name && method == "ptrace":
@@ -263,9 +275,10 @@ var guests = []struct {
 	{qemu.BookwormAMD64, "6.1.", [4]string{"ptrace", "ptrace", "none", "accounting"}},
 	{qemu.TrixieAMD64, "6.12.", [4]string{"ptrace", "ptrace", "none", "accounting"}},
 	{qemu.BookwormARM64, "6.1.", [4]string{"ptrace", "ptrace", "none", "accounting"}},
-	// 6.15 and later: pidfd, with or without privileges.
-	{qemu.SidAMD64, "7.2.", [4]string{"pidfd", "ptrace", "pidfd", "pidfd"}},
-	{qemu.SidARM64, "7.2.", [4]string{"pidfd", "ptrace", "pidfd", "pidfd"}},
+	// 6.15 and later: pidfd, with or without privileges (accounting-capable
+	// not run again: TestExitStatusMethods).
+	{qemu.SidAMD64, "7.2.", [4]string{"pidfd", "ptrace", "pidfd", "not run: pidfd (as unprivileged)"}},
+	{qemu.SidARM64, "7.2.", [4]string{"pidfd", "ptrace", "pidfd", "not run: pidfd (as unprivileged)"}},
 }
 
 // TestKernels runs TestExitStatusMethods inside Debian's kernels under qemu,
