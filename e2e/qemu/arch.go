@@ -41,7 +41,7 @@ var archs = map[string]arch{
 		machine: elf.EM_X86_64,
 		// qemu exits with (v<<1)|1 when the guest writes byte v to this
 		// port.
-		qemuArgs:   []string{"-device", fmt.Sprintf("isa-debug-exit,iobase=%#x,iosize=0x04", debugExitPort)},
+		qemuArgs: []string{"-device", fmt.Sprintf("isa-debug-exit,iobase=%#x,iosize=0x04", debugExitPort)},
 		// no_timer_check and clocksource=hpet: on a loaded host the
 		// emulated CPU can be kept off it at boot. The kernel's check
 		// that the timer interrupt fires then failed and panicked
