@@ -32,11 +32,14 @@ func TestMain(m *testing.M) { pod.RunTests(m) }
 
 // privilege is how the supervisor container runs.
 type privilege struct {
-	name  string
-	uid   int
-	caps  []int
-	env   []string
-	state bool // a state directory (SUPERVISOR_STATE_DIR)
+	name string
+	uid  int
+	caps []int
+	env  []string
+	// accounting: as scenarios.Desc.SupervisorAccounting, root with its
+	// state directory (SUPERVISOR_STATE_DIR), which process accounting
+	// needs.
+	accounting bool
 }
 
 var (
@@ -227,7 +230,7 @@ func buildJob(t *testing.T, name string, policy pod.RestartPolicy, priv privileg
 	t.Helper()
 	built, err := scenarios.BuildNamespaces(scenarios.Desc{Name: name, Policy: policy,
 		Apps:            []scenarios.App{{Name: "app", UID: 1000, Args: args, Cued: true}},
-		SupervisorState: priv.state,
+		SupervisorState: priv.accounting, SupervisorAccounting: priv.accounting,
 		SupervisorEnv: append([]string{"SUPERVISOR_DELETION_GRACE=0s", "SUPERVISOR_STOP_TIMEOUT=" + stopTimeout,
 			"SUPERVISOR_APP_START_TIMEOUT=30s", "SUPERVISOR_LOG_LEVEL=debug"}, env...),
 	}, pod.MustTools(t))
@@ -236,13 +239,6 @@ func buildJob(t *testing.T, name string, policy pod.RestartPolicy, priv privileg
 	}
 	sup := scenarios.Container(&built.Spec, "supervisor")
 	sup.UID, sup.GID, sup.Caps = priv.uid, priv.uid, priv.caps
-	if priv.state {
-		// The supervisor's own, as an emptyDir is (world-writable there):
-		// root without CAP_DAC_OVERRIDE cannot read another uid's 0700.
-		if err := os.Chown(filepath.Join(built.Dir, "supervisor-state"), priv.uid, priv.uid); err != nil {
-			t.Fatal(err)
-		}
-	}
 	sup.Env = append(sup.Env, priv.env...)
 	return built
 }

@@ -452,8 +452,8 @@ func assemble(d Desc, dir string, apps []pod.Container, proxy, supervisor *pod.C
 	if !d.NoSupervisor {
 		supervisor.Name = "supervisor"
 		supervisor.NoNewPrivs, supervisor.Caps = true, []int{}
-		if d.SupervisorAccounting {
-			supervisor.UID, supervisor.GID, supervisor.Caps = 0, 0, []int{unix.CAP_KILL, unix.CAP_SYS_PACCT}
+		if d.SupervisorAccounting { // root already (Built.supervisor)
+			supervisor.Caps = []int{unix.CAP_KILL, unix.CAP_SYS_PACCT}
 		}
 		supervisor.OwnPIDNamespace = d.SupervisorOwnPIDNS
 		switch {

@@ -33,28 +33,28 @@ func BuildRunc(d Desc, tl pod.Tools, runc string) (Built, error) { return build(
 // image's USER and with its ENTRYPOINT and ENV on the one, as uid 1337 on
 // the other, with its state directory where d asks (supervisorState).
 func (b Built) supervisor(d Desc, tl pod.Tools) (*pod.Container, error) {
+	var c pod.Container
+	inContainer := "" // the namespaces backend: the host's path
 	if _, ok := b.Backend.(pod.Runc); !ok {
 		msg := filepath.Join(b.Dir, "supervisor.termination-log")
-		c := &pod.Container{Argv: []string{tl.Supervisor},
+		c = pod.Container{Argv: []string{tl.Supervisor},
 			Env: append([]string{"SUPERVISOR_TERMINATION_MESSAGE_PATH=" + msg}, supervisorEnv(d)...),
 			UID: ProxyUID, GID: ProxyUID, TerminationMessage: msg}
-		if d.SupervisorAccounting {
-			c.UID, c.GID = 0, 0
+	} else {
+		var err error
+		if c, err = b.imageContainer("supervisor"); err != nil {
+			return nil, err
 		}
-		return c, supervisorState(d, b.Dir, c, c.UID, "")
+		c.Env = append(c.Env, supervisorEnv(d)...)
+		// The kubelet's default terminationMessagePath, the supervisor's
+		// default SUPERVISOR_TERMINATION_MESSAGE_PATH.
+		c.TerminationMessage = "/dev/termination-log"
+		inContainer = stateMount
 	}
-	c, err := b.imageContainer("supervisor")
-	if err != nil {
-		return nil, err
-	}
-	c.Env = append(c.Env, supervisorEnv(d)...)
-	// The kubelet's default terminationMessagePath, the supervisor's
-	// default SUPERVISOR_TERMINATION_MESSAGE_PATH.
-	c.TerminationMessage = "/dev/termination-log"
 	if d.SupervisorAccounting {
-		c.UID, c.GID = 0, 0
+		c.UID, c.GID = 0, 0 // its capabilities: assemble
 	}
-	return &c, supervisorState(d, b.Dir, &c, c.UID, stateMount)
+	return &c, supervisorState(d, b.Dir, &c, c.UID, inContainer)
 }
 
 // imageContainer is the container name running the supervisor image as
