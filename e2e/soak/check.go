@@ -1026,12 +1026,26 @@ func actedBeforeKill(sup *corev1.ContainerStatus) bool {
 	if sup == nil || sup.LastTerminationState.Terminated == nil {
 		return false
 	}
-	head, _, _ := strings.Cut(sup.LastTerminationState.Terminated.Message, "\n")
-	if rest, ok := strings.CutPrefix(head, "running: "); ok {
-		return strings.Contains(rest, "): action ")
+	msg := sup.LastTerminationState.Terminated.Message
+	if _, acting := actingAction(msg); acting {
+		return true
 	}
+	head, _, _ := strings.Cut(msg, "\n")
 	m := summaryAction.FindStringSubmatch(head)
 	return m != nil && m[1] != "none"
+}
+
+// actingAction is the action a termination message names as the
+// supervisor acts, "running: <outcome> (<reason>): action <action>"
+// (supervisor/progress.go), and whether msg is one.
+func actingAction(msg string) (string, bool) {
+	head, _, _ := strings.Cut(msg, "\n")
+	rest, ok := strings.CutPrefix(head, "running: ")
+	if !ok {
+		return "", false
+	}
+	_, action, ok := strings.Cut(rest, "): action ")
+	return action, ok
 }
 
 // actionExit is the exit code istio-proxy gets from the action that the
@@ -1039,8 +1053,7 @@ func actedBeforeKill(sup *corev1.ContainerStatus) bool {
 // 137 for SIGKILL, else 0 (a graceful signal, the HTTP quit).
 func actionExit(sup *corev1.ContainerStatus) int32 {
 	if t := sup.State.Terminated; t != nil {
-		head, _, _ := strings.Cut(t.Message, "\n")
-		if strings.HasPrefix(head, "running: ") && strings.HasSuffix(head, "): action SIGKILL") {
+		if action, _ := actingAction(t.Message); action == "SIGKILL" {
 			return 137
 		}
 	}
