@@ -320,6 +320,13 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 [grpc]
   address = "$CONTAINERD_SOCK"
 
+# containerd 1.6 gives a task's state 2 s. On a loaded node the sandbox's shim can
+# take longer; CreateContainer then reads the sandbox's PID as 0 and the container
+# fails with "namespace path: lstat /proc/0/ns/ipc" (StartError, the pod fails).
+# Wait for the real answer instead.
+[timeouts]
+  "io.containerd.timeout.task.state" = "60s"
+
 [plugins."io.containerd.internal.v1.opt"]
   path = "$c/opt"
 
