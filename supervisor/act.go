@@ -146,11 +146,13 @@ func (r *run) watchExits(ctx context.Context, plan stopPlan, begun time.Time) (s
 		case <-ctx.Done():
 			return r.deleted, nil
 		case s := <-exits:
-			// Hazard: any exit counts down left, that of a sidecar left
-			// running (never counted in) too, so its exit can end the
-			// wait before an awaited sidecar's.
-			left--
-			delete(up, s)
+			// Only an awaited sidecar counts down: one left running
+			// (action none) may exit meanwhile without ending the wait,
+			// and so the escalation, of the others.
+			if up[s] {
+				left--
+				delete(up, s)
+			}
 			r.journalGone(s.main, s.container)
 			r.log.Info().Int("pid", s.main.PID).Str("comm", s.main.Comm).Str("container", s.container).
 				Dur("elapsed", time.Since(begun)).Msg("sidecar stopped")

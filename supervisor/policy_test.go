@@ -435,3 +435,30 @@ func TestExecdZombieV1(t *testing.T) {
 		}
 	})
 }
+
+// TestLeftRunningExitEndsNoWait: a sidecar left running (action none) that
+// exits during the stop does not end the wait for the others: pilot-agent,
+// which ignores its SIGTERM, still gets its SIGKILL after STOP_TIMEOUT.
+func TestLeftRunningExitEndsNoWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := testConfig(t, "SUPERVISOR_STOP_TIMEOUT=50ms", "SUPERVISOR_SIDECAR_PROCESSES=pilot-agent,vault-agent",
+			"SUPERVISOR_SIDECAR_ACTIONS=vault-agent=none")
+		h := start(t, cfg, container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100),
+			container(procscan.Sidecar, "vault-agent", 102))
+		h.kernel.setOnSignal(func(sig exitwatch.Signal) *exitwatch.Status {
+			if sig == exitwatch.SIGKILL {
+				return &exitwatch.Status{Known: true, Signal: exitwatch.SIGKILL}
+			}
+			// vault-agent ends on its own as pilot-agent is asked to stop.
+			go h.kernel.proc(102).exit(exited(0))
+			return nil
+		})
+		h.proc(10).exit(exited(0))
+		if _, err := h.wait(); err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff([]string{"SIGTERM 100", "SIGKILL 100"}, h.kernel.sent()); diff != "" {
+			t.Errorf("signals (-want +got):\n%s", diff)
+		}
+	})
+}
