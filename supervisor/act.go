@@ -108,8 +108,9 @@ func (r *run) signal(s *sidecar, sig exitwatch.Signal) {
 	case errors.Is(err, exitwatch.ErrGone):
 		with(r.log.Info()).Msg("sidecar already gone")
 	case errors.Is(err, os.ErrPermission):
+		s.refused = true
 		with(r.log.Error().Err(err).Str("fix", "run the supervisor as the sidecar's uid (istio-proxy: 1337), or use an http(s) action")).
-			Msg("cannot signal sidecar: not permitted")
+			Msg("cannot signal sidecar: not permitted (its exit is not awaited)")
 		r.note("not permitted to signal " + s.main.Comm)
 	default:
 		with(r.log.Error().Err(err)).Msg("cannot signal sidecar")
@@ -133,7 +134,7 @@ func (r *run) watchExits(ctx context.Context, plan stopPlan, begun time.Time) (s
 			case <-watchCtx.Done():
 			}
 		}(sp.sidecar)
-		if sp.kill {
+		if sp.kill && !sp.sidecar.refused {
 			up[sp.sidecar] = true
 			left++
 		}
@@ -173,7 +174,10 @@ func (r *run) watchExits(ctx context.Context, plan stopPlan, begun time.Time) (s
 					r.log.Warn().Int("pid", s.main.PID).Str("container", s.container).Str("timeout", plan.killAfter.String()).
 						Msg("sidecar did not stop in time: sending SIGKILL")
 					r.note(fmt.Sprintf("%s did not stop within %s, sent SIGKILL", s.main.Comm, plan.killAfter))
-					r.signal(s, exitwatch.SIGKILL)
+					if r.signal(s, exitwatch.SIGKILL); s.refused {
+						delete(up, s)
+						left--
+					}
 				}
 			}
 			timer.Reset(plan.giveUpAfter)

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"fmt"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -163,6 +164,12 @@ func (p *fakeProc) Signal(sig exitwatch.Signal) error {
 		return exitwatch.ErrGone
 	default:
 	}
+	p.k.mu.Lock()
+	refused := p.k.refused[p.pid]
+	p.k.mu.Unlock()
+	if refused {
+		return fmt.Errorf("pidfd_send_signal: %w", os.ErrPermission)
+	}
 	if p.sidecar {
 		// Looked up now, not when the supervisor took the process: a test
 		// may set the reaction after the run has started.
@@ -180,6 +187,7 @@ type fakeKernel struct {
 	mu      sync.Mutex
 	procs   map[int]*fakeProc
 	gone    map[int]bool             // Open fails with ErrGone
+	refused map[int]bool             // Signal fails: not permitted (another uid)
 	records map[int]exitwatch.Status // process accounting's records, by PID
 	signals []string
 	at      []time.Time // when each of signals was sent
@@ -191,7 +199,7 @@ type fakeKernel struct {
 }
 
 func newFakeKernel() *fakeKernel {
-	return &fakeKernel{procs: map[int]*fakeProc{}, gone: map[int]bool{},
+	return &fakeKernel{procs: map[int]*fakeProc{}, gone: map[int]bool{}, refused: map[int]bool{},
 		// A well-behaved sidecar: any signal stops it, SIGKILL kills it, the
 		// others it handles and exits 0.
 		onSignal: func(sig exitwatch.Signal) *exitwatch.Status {

@@ -462,3 +462,65 @@ func TestLeftRunningExitEndsNoWait(t *testing.T) {
 		}
 	})
 }
+
+// TestSignalRefusedNotAwaited: a sidecar the supervisor may not signal
+// (another uid) is not awaited: the refusal lasts, so neither STOP_TIMEOUT
+// nor a SIGKILL could end it. The stop ends once the others have exited,
+// and the summary says which one was refused.
+func TestSignalRefusedNotAwaited(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := testConfig(t, "SUPERVISOR_STOP_TIMEOUT=20s", "SUPERVISOR_SIDECAR_PROCESSES=pilot-agent,cloud-sql-proxy")
+		h := start(t, cfg, container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100),
+			container(procscan.Sidecar, "cloud-sql-proxy", 101))
+		h.kernel.mu.Lock()
+		h.kernel.refused[101] = true
+		h.kernel.mu.Unlock()
+		h.proc(10).exit(exited(0))
+		ended := time.Now()
+		res, err := h.wait()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(ended); d != 0 {
+			t.Errorf("the stop took %s (fake time): the refused sidecar was awaited", d)
+		}
+		if diff := cmp.Diff([]string{"SIGTERM 100", "SIGTERM 101"}, h.kernel.sent()); diff != "" {
+			t.Errorf("signals (-want +got):\n%s", diff)
+		}
+		if !strings.Contains(res.Summary, "not permitted to signal cloud-sql-proxy") || strings.Contains(res.Summary, "SIGKILL") {
+			t.Errorf("summary %q", res.Summary)
+		}
+	})
+}
+
+// TestKillRefusedNotAwaited: a sidecar asked to stop over HTTP that does
+// not stop gets its SIGKILL after STOP_TIMEOUT; refused, it is not awaited
+// for the give-up wait after it.
+func TestKillRefusedNotAwaited(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := testConfig(t, "SUPERVISOR_STOP_TIMEOUT=20s", "SUPERVISOR_SIDECAR_PROCESSES=pilot-agent,vault-agent",
+			"SUPERVISOR_SIDECAR_ACTIONS=vault-agent=http://127.0.0.1:8200/quit")
+		h := startWith(t, cfg, func(h *harness) {
+			h.answer = func(int) (int, error) { return 200, nil } // and runs on
+		}, container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100),
+			container(procscan.Sidecar, "vault-agent", 102))
+		h.kernel.mu.Lock()
+		h.kernel.refused[102] = true
+		h.kernel.mu.Unlock()
+		h.proc(10).exit(exited(0))
+		ended := time.Now()
+		res, err := h.wait()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(ended); d != cfg.StopTimeout {
+			t.Errorf("the stop took %s (fake time), want STOP_TIMEOUT (%s) and no more", d, cfg.StopTimeout)
+		}
+		if diff := cmp.Diff([]string{"SIGTERM 100", "SIGKILL 102"}, h.kernel.sent()); diff != "" {
+			t.Errorf("signals (-want +got):\n%s", diff)
+		}
+		if !strings.Contains(res.Summary, "not permitted to signal vault-agent") || strings.Contains(res.Summary, "still running") {
+			t.Errorf("summary %q", res.Summary)
+		}
+	})
+}

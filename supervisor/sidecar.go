@@ -28,6 +28,10 @@ type sidecar struct {
 	blindDispositions bool
 	// sent is the last signal it was sent.
 	sent exitwatch.Signal
+	// refused: a signal to it was refused (EPERM). The refusal lasts (the
+	// supervisor's uid and capabilities do not change), so its exit is no
+	// longer awaited: neither STOP_TIMEOUT nor a SIGKILL could end it.
+	refused bool
 }
 
 // newSidecar is c's main process, kept by proc, as a sidecar, with what
