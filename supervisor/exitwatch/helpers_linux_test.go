@@ -324,6 +324,10 @@ func child(how string) {
 		}()
 		<-done
 	case "leader-exit":
+		// The main thread dies holding its P, which the runtime never gets
+		// back: with one P (GOMAXPROCS 1, a machine of one CPU) the other
+		// goroutine would never run again.
+		runtime.GOMAXPROCS(2)
 		ended := make(chan struct{})
 		go func() {
 			<-ended
