@@ -1,6 +1,6 @@
-// Package guests runs the product module's own tests (procscan and
-// supervisor: real processes, ptrace, pidfds, PID namespaces, a recycled
-// PID) inside Debian's kernels under qemu, compiled with `go test -c` for
+// Package guests runs the product module's own tests (procscan, supervisor
+// and supervisor/exitwatch: real processes, ptrace, pidfds, process
+// accounting, PID namespaces, a recycled PID) inside Debian's kernels under qemu, compiled with `go test -c` for
 // the guest's architecture: arm64 on 6.1 (no PIDFD_INFO_EXIT: ptrace) and
 // on 7.2 (pidfd), and amd64 on 7.2, a kernel newer than the machine's.
 // Signal numbers, ptrace's register and wait-status handling and the
@@ -33,7 +33,7 @@ import (
 
 // packages are the product module's packages with tests that touch the
 // kernel.
-var packages = []string{"./procscan", "./supervisor"}
+var packages = []string{"./procscan", "./supervisor", "./supervisor/exitwatch"}
 
 // kernels are the guests, and the tests each may skip there, with why.
 var kernels = []struct {
@@ -71,7 +71,7 @@ var excluded = map[string]string{
 	"TestRealRuntimeInits": "runs runc and crun, which the guest does not carry",
 }
 
-// TestProductTests runs `go test` of procscan and supervisor in each guest,
+// TestProductTests runs `go test` of procscan, supervisor and exitwatch in each guest,
 // one subtest per kernel and package (-run 'TestProductTests/sid-arm64'
 // picks one kernel).
 func TestProductTests(t *testing.T) {
