@@ -31,16 +31,6 @@ RUN_DIR="${SUPERVISOR_E2E_RUN_DIR:-/tmp/sidecar-supervisor-e2e-run}"
 rm -rf "$RUN_DIR"
 mkdir -p "$RUN_DIR"
 
-# On a cold machine the longest step is building Kubernetes for the cluster
-# lane (25 of its 39 minutes at 395ee41, at nice 10 behind the other lanes,
-# which ended 15 minutes before it). Start it now, beside the product
-# module's tests and the e2e module's vet: the cluster lane's own call waits
-# for it (cluster-tools.sh's lock) and finds the binaries built. Warm, it
-# ends at once. Its own session, so that an early exit stops the build too.
-setsid bash e2e/scripts/cluster-tools.sh >"$RUN_DIR/cluster-tools.log" 2>&1 &
-tools_pid=$!
-trap 'kill -- -"$tools_pid" 2>/dev/null || true' EXIT
-
 log "product module: vet and tests"
 # procscan's TestRealRuntimeInits creates containers with runc and crun.
 e2e/scripts/install-deps.sh >/dev/null
