@@ -134,10 +134,15 @@ func runWatched(t *testing.T, built scenarios.Built, want creds) *pod.Pod {
 	if got := credsOf(t, pid); got != want {
 		t.Errorf("credentials\n got %+v\nwant %+v", got, want)
 	}
-	lis, err := listening(pid)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The sidecar listens once it has started, which a loaded machine may
+	// delay past the supervisor's start: wait for its socket (seen once in
+	// a cold run, where it was read too early and found empty).
+	var lis map[string]string
+	var err error
+	waitUntil(t, scenarios.EventBound, "a listening socket in the pod (the sidecar's)", func() bool {
+		lis, err = listening(pid)
+		return err == nil && len(lis) > 0
+	})
 	waitUntil(t, scenarios.EventBound, fmt.Sprintf("%d samples of the supervisor", minSamples), func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
