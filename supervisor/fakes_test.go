@@ -278,6 +278,13 @@ func (k *fakeKernel) sidecarReaction() func(exitwatch.Signal) *exitwatch.Status 
 	return k.onSignal
 }
 
+// refuse makes every signal to pid fail as not permitted.
+func (k *fakeKernel) refuse(pid int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.refused[pid] = true
+}
+
 func (k *fakeKernel) setOnSignal(f func(exitwatch.Signal) *exitwatch.Status) {
 	k.mu.Lock()
 	k.onSignal = f

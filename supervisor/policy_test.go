@@ -463,64 +463,51 @@ func TestLeftRunningExitEndsNoWait(t *testing.T) {
 	})
 }
 
-// TestSignalRefusedNotAwaited: a sidecar the supervisor may not signal
-// (another uid) is not awaited: the refusal lasts, so neither STOP_TIMEOUT
-// nor a SIGKILL could end it. The stop ends once the others have exited,
-// and the summary says which one was refused.
-func TestSignalRefusedNotAwaited(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		cfg := testConfig(t, "SUPERVISOR_STOP_TIMEOUT=20s", "SUPERVISOR_SIDECAR_PROCESSES=pilot-agent,cloud-sql-proxy")
-		h := start(t, cfg, container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100),
-			container(procscan.Sidecar, "cloud-sql-proxy", 101))
-		h.kernel.mu.Lock()
-		h.kernel.refused[101] = true
-		h.kernel.mu.Unlock()
-		h.proc(10).exit(exited(0))
-		ended := time.Now()
-		res, err := h.wait()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d := time.Since(ended); d != 0 {
-			t.Errorf("the stop took %s (fake time): the refused sidecar was awaited", d)
-		}
-		if diff := cmp.Diff([]string{"SIGTERM 100", "SIGTERM 101"}, h.kernel.sent()); diff != "" {
-			t.Errorf("signals (-want +got):\n%s", diff)
-		}
-		if !strings.Contains(res.Summary, "not permitted to signal cloud-sql-proxy") || strings.Contains(res.Summary, "SIGKILL") {
-			t.Errorf("summary %q", res.Summary)
-		}
-	})
-}
-
-// TestKillRefusedNotAwaited: a sidecar asked to stop over HTTP that does
-// not stop gets its SIGKILL after STOP_TIMEOUT; refused, it is not awaited
-// for the give-up wait after it.
-func TestKillRefusedNotAwaited(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		cfg := testConfig(t, "SUPERVISOR_STOP_TIMEOUT=20s", "SUPERVISOR_SIDECAR_PROCESSES=pilot-agent,vault-agent",
-			"SUPERVISOR_SIDECAR_ACTIONS=vault-agent=http://127.0.0.1:8200/quit")
-		h := startWith(t, cfg, func(h *harness) {
-			h.answer = func(int) (int, error) { return 200, nil } // and runs on
-		}, container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100),
-			container(procscan.Sidecar, "vault-agent", 102))
-		h.kernel.mu.Lock()
-		h.kernel.refused[102] = true
-		h.kernel.mu.Unlock()
-		h.proc(10).exit(exited(0))
-		ended := time.Now()
-		res, err := h.wait()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d := time.Since(ended); d != cfg.StopTimeout {
-			t.Errorf("the stop took %s (fake time), want STOP_TIMEOUT (%s) and no more", d, cfg.StopTimeout)
-		}
-		if diff := cmp.Diff([]string{"SIGTERM 100", "SIGKILL 102"}, h.kernel.sent()); diff != "" {
-			t.Errorf("signals (-want +got):\n%s", diff)
-		}
-		if !strings.Contains(res.Summary, "not permitted to signal vault-agent") || strings.Contains(res.Summary, "still running") {
-			t.Errorf("summary %q", res.Summary)
-		}
-	})
+// TestRefusedNotAwaited: a sidecar the supervisor may not signal (another
+// uid) is not awaited: the refusal lasts, so neither STOP_TIMEOUT nor a
+// SIGKILL could end it. Refused its SIGTERM, the stop ends once the others
+// have exited; asked over HTTP and still up, it gets its SIGKILL after
+// STOP_TIMEOUT and, refused, is not awaited for the give-up wait after it.
+// The summary says which one was refused.
+func TestRefusedNotAwaited(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		sidecar string
+		pid     int
+		actions string // SUPERVISOR_SIDECAR_ACTIONS
+		took    time.Duration
+		signals []string
+		absent  string // not in the summary
+	}{
+		{"SIGTERM refused", "cloud-sql-proxy", 101, "", 0, []string{"SIGTERM 100", "SIGTERM 101"}, "SIGKILL"},
+		{"SIGKILL refused", "vault-agent", 102, "vault-agent=http://127.0.0.1:8200/quit", 20 * time.Second,
+			[]string{"SIGTERM 100", "SIGKILL 102"}, "still running"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				cfg := testConfig(t, "SUPERVISOR_STOP_TIMEOUT=20s", "SUPERVISOR_SIDECAR_PROCESSES=pilot-agent,"+tc.sidecar,
+					"SUPERVISOR_SIDECAR_ACTIONS="+tc.actions)
+				h := startWith(t, cfg, func(h *harness) {
+					h.answer = func(int) (int, error) { return 200, nil } // and runs on
+				}, container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100),
+					container(procscan.Sidecar, tc.sidecar, tc.pid))
+				h.kernel.refuse(tc.pid)
+				h.proc(10).exit(exited(0))
+				ended := time.Now()
+				res, err := h.wait()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d := time.Since(ended); d != tc.took {
+					t.Errorf("the stop took %s (fake time), want %s: the refused sidecar was awaited", d, tc.took)
+				}
+				if diff := cmp.Diff(tc.signals, h.kernel.sent()); diff != "" {
+					t.Errorf("signals (-want +got):\n%s", diff)
+				}
+				if !strings.Contains(res.Summary, "not permitted to signal "+tc.sidecar) || strings.Contains(res.Summary, tc.absent) {
+					t.Errorf("summary %q", res.Summary)
+				}
+			})
+		})
+	}
 }
