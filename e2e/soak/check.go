@@ -776,6 +776,12 @@ func checkRestart(t timeline, w *podWant, p podObs, sup *corev1.ContainerStatus,
 		case restartUnrun(*sup):
 			v.anomalies = append(v.anomalies, fmt.Sprintf("pod %s: the kubelet counts %d restart(s) of the supervisor, whose last instance never ran (%s)",
 				name, sup.RestartCount, cluster.StateString(sup.LastTerminationState)))
+		case sup.RestartCount == 1 && neverStarted(sup.LastTerminationState) && last.Reason == "StartError":
+			// Its one start failed in the runtime (a kubelet restarted under
+			// the CRI call: "context canceled", seed 20261214, Job 64): no
+			// supervisor ran, so none died; the kubelet started it again.
+			v.anomalies = append(v.anomalies, fmt.Sprintf("pod %s: the supervisor's first start failed in the runtime, and the kubelet started it again (%s)",
+				name, cluster.StateString(sup.LastTerminationState)))
 		case sup.RestartCount != 0:
 			v.add(invRestart, "pod %s: the supervisor, not killed, restarted %d time(s) (last: %s)", name, sup.RestartCount, cluster.StateString(sup.LastTerminationState))
 		}

@@ -222,6 +222,14 @@ func TestCheckJob(t *testing.T) {
 			s.LastTerminationState = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{}}
 			o.pods[0].prevErr = errors.New("the server rejected our request for an unknown reason")
 		}, want: -1, anomalies: 1, note: "never ran"},
+		// Its start failed in the runtime, a termination with no start
+		// (seed 20261214, Job 64: a kubelet restarted under the CRI call):
+		// no supervisor died, an anomaly.
+		{name: "supervisor's start failed, terminated", edit: func(_ *timeline, o *observed) {
+			s := cs(o, supervisorName)
+			s.RestartCount = 1
+			s.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 128, Reason: "StartError"}}
+		}, want: -1, anomalies: 1, note: "first start failed in the runtime"},
 
 		// A killed supervisor: restarted once after exit 137, the instance
 		// after carries on and stops istio-proxy at once; the checks say
