@@ -294,6 +294,29 @@ func (r *run) trackSidecar(c procscan.Container) {
 	r.found = append(r.found, newSidecar(c, proc, r.scan))
 	r.journalSidecar(c.Main, c.Name)
 	r.log.Info().Int("pid", c.Main.PID).Str("comm", c.Main.Comm).Str("container", c.Name).Msg("sidecar found")
+	r.anchor(c)
+}
+
+// anchor keeps the kernel's process accounting on through the sidecar's
+// mount of the state directory, which outlives this supervisor's own
+// (exitwatch's acct_linux.go): an app that ends while no supervisor runs
+// (one killed, being restarted) is then recorded, and the next supervisor
+// reads its status.
+func (r *run) anchor(c procscan.Container) {
+	a, ok := r.watch.(interface {
+		Anchor(exitwatch.Process) (bool, error)
+	})
+	if !ok {
+		return
+	}
+	switch done, err := a.Anchor(process(c.Main)); {
+	case err != nil:
+		r.log.Info().Str("container", c.Name).Str("why", err.Error()).
+			Msg("accounting ends with this supervisor's container: an app that ends while none runs will have no recorded status")
+	case done:
+		r.log.Info().Int("pid", c.Main.PID).Str("container", c.Name).
+			Msg("accounting goes through the sidecar's mount of the state directory: it records the apps' ends even while no supervisor runs")
+	}
 }
 
 // takeFound hands the sidecars found so far over to the stop, which owns

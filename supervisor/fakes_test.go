@@ -3,6 +3,7 @@ package supervisor
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -189,8 +190,14 @@ type fakeKernel struct {
 	gone    map[int]bool             // Open fails with ErrGone
 	refused map[int]bool             // Signal fails: not permitted (another uid)
 	records map[int]exitwatch.Status // process accounting's records, by PID
-	signals []string
-	at      []time.Time // when each of signals was sent
+	// anchored: the PIDs Anchor was given; anchors: whether accounting is
+	// on for it to anchor (off: it does nothing, as the real one); anchorErr:
+	// what it then returns
+	anchored  []int
+	anchors   bool
+	anchorErr error
+	signals   []string
+	at        []time.Time // when each of signals was sent
 	// opened fires when a process comes to be (spawn) or is taken.
 	opened event
 	// sidecar reaction to signals, for procs opened without status (set it
@@ -227,6 +234,24 @@ func (k *fakeKernel) Recorded(p exitwatch.Process) (exitwatch.Status, bool) {
 	defer k.mu.Unlock()
 	s, ok := k.records[p.PID]
 	return s, ok
+}
+
+// Anchor is exitwatch.Watcher's: with anchors, done the first time, unless
+// refused.
+func (k *fakeKernel) Anchor(p exitwatch.Process) (bool, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.anchored = append(k.anchored, p.PID)
+	if !k.anchors {
+		return false, nil
+	}
+	return k.anchorErr == nil && len(k.anchored) == 1, k.anchorErr
+}
+
+func (k *fakeKernel) anchoredPIDs() []int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return slices.Clone(k.anchored)
 }
 
 // Watch and Track take p as an app or as a sidecar.

@@ -1,6 +1,8 @@
 package supervisor
 
 import (
+	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -153,6 +155,33 @@ func TestResumeEndedRecorded(t *testing.T) {
 				h2.finish(tc.outcome, tc.signal)
 				h2.signalledAt(0, began, "at once: the status is known")
 				waitLog(t, h2, `"ended_unwatched":0,"ended_recorded":1`)
+			})
+		})
+	}
+}
+
+// TestAnchor: each sidecar found is offered to keep accounting on past the
+// supervisor's container (exitwatch's Anchor), and the log says what came
+// of it: done, or why not.
+func TestAnchor(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		log  string
+	}{
+		{"done", nil, `"pid":100,"container":"pilot-agent","message":"accounting goes through the sidecar's mount of the state directory`},
+		{"refused", errors.New("no CAP_SYS_PTRACE"), `"why":"no CAP_SYS_PTRACE","message":"accounting ends with this supervisor's container`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := startWith(t, stateConfig(t), func(h *harness) { h.kernel.anchors, h.kernel.anchorErr = true, tc.err },
+					container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+				waitLog(t, h, tc.log)
+				h.proc(10).exit(exited(0))
+				h.finish(Success, "SIGTERM 100")
+				if got := h.kernel.anchoredPIDs(); !slices.Equal(got, []int{100}) {
+					t.Errorf("Anchor given %v, want the sidecar's main process, 100", got)
+				}
 			})
 		})
 	}

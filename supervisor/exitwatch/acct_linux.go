@@ -19,16 +19,31 @@ package exitwatch
 //     a directory the pod keeps (SUPERVISOR_STATE_DIR), and nothing of
 //     the apps: no tracing, no signal stops, strace and gdb still work.
 //
-// It does not outlive the supervisor. The kernel ties accounting to the
-// mount the file was opened through (acct_on pins it), and ends it when
-// that mount goes: the supervisor's state directory is a mount of its
-// container's mount namespace, which dies with the container. An app
-// that ends while no supervisor runs has no record, as before
-// (TestAccountingEndsWithItsMount pins this; seen first in the soak,
-// seed 20261213). A restarted supervisor turns it on again, in the same
-// file. The kernel also suspends it while the file's filesystem has less
-// than 2% free (kernel.acct). A missing record leaves the status unknown,
-// as without accounting: never a wrong one.
+// The kernel ties accounting to the mount the file was opened through
+// (acct_on pins it), and ends it when that mount goes; a container's
+// mounts go with its mount namespace, at its death
+// (TestAccountingEndsWithItsMount pins this; seen first in the soak, seed
+// 20261213). Opened through the supervisor's own mount of the state
+// directory, accounting would end with the supervisor, and an app that
+// ends while none runs (killed, being restarted) would leave no record.
+// So once a sidecar is found whose container mounts the same directory
+// (under exit-status ptrace the template mounts the state volume in
+// istio-proxy, at the same path),
+// the kernel is pointed at the same file through that container's view of
+// it, /proc/PID/root/DIR (anchor): accounting then lasts as long as
+// istio-proxy does, which the supervisor stops only after the apps, and
+// the next supervisor reads what ended meanwhile
+// (TestAccountingOutlivesItsContainer). Facts, not guesses: the directory
+// seen there must be ours (same device and inode), and the process the
+// one found (same start time, not a zombie) once the kernel holds the
+// file. Reading another uid's /proc/PID/root needs CAP_SYS_PTRACE (the
+// ptrace method's); without it, or without the mount, accounting ends
+// with the supervisor, as the log says. Should the anchor's container
+// end first, the next rotation tick (a second) points the kernel back at
+// the supervisor's own mount. The kernel also suspends accounting while
+// the file's filesystem has less than 2% free (kernel.acct). A missing
+// record leaves the status unknown, as without accounting: never a wrong
+// one.
 //
 // The record's status is the main thread's exit code, or the group's
 // when a thread calls exit_group (every program that ends normally, Go's,
@@ -121,8 +136,11 @@ type acctLog struct {
 	// an instance's start against a record's.
 	boot int64
 
-	mu   sync.Mutex
-	gen  int // the file the kernel writes to: pacct.<gen>
+	mu  sync.Mutex
+	gen int // the file the kernel writes to: pacct.<gen>
+	// host is the process whose mount of dir the kernel's file was opened
+	// through (anchor); zero: the supervisor's own mount.
+	host Process
 	stop chan struct{}
 	done chan struct{}
 }
@@ -137,6 +155,9 @@ func startAcct(dir string, argv []string) (*acctLog, support) {
 	}
 	boot, err := bootTime()
 	if err != nil {
+		return nil, support{reason: err.Error(), failed: true}
+	}
+	if dir, err = filepath.Abs(dir); err != nil {
 		return nil, support{reason: err.Error(), failed: true}
 	}
 	a := &acctLog{dir: dir, boot: boot}
@@ -160,7 +181,8 @@ func startAcct(dir string, argv []string) (*acctLog, support) {
 	return a, support{ok: true}
 }
 
-// point makes the kernel write to pacct.<gen>, created if need be.
+// point makes the kernel write to pacct.<gen>, created if need be:
+// through the anchor's mount while it runs, else through our own.
 func (a *acctLog) point(gen int) error {
 	path := a.path(gen)
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
@@ -168,6 +190,22 @@ func (a *acctLog) point(gen int) error {
 		return fmt.Errorf("create the accounting file: %w", err)
 	}
 	f.Close()
+	if a.host.PID != 0 {
+		if acctOn(a.through(a.host, gen)) == nil && a.runs(a.host) {
+			a.gen = gen
+			return nil
+		}
+		a.host = Process{} // gone: back to our own mount
+	}
+	if err := acctOn(path); err != nil {
+		return err
+	}
+	a.gen = gen
+	return nil
+}
+
+// acctOn points the kernel's accounting at path.
+func acctOn(path string) error {
 	switch err := unix.Acct(path); {
 	case errors.Is(err, unix.ENOSYS):
 		return errors.New("the kernel has no process accounting (CONFIG_BSD_PROCESS_ACCT), or seccomp denies acct(2)")
@@ -176,8 +214,58 @@ func (a *acctLog) point(gen int) error {
 	case err != nil:
 		return fmt.Errorf("acct(2) on %s: %w (the state directory must be a writable local filesystem, such as an emptyDir)", path, err)
 	}
-	a.gen = gen
 	return nil
+}
+
+// through is pacct.<gen> as p's container sees it.
+func (a *acctLog) through(p Process, gen int) string {
+	return "/proc/" + strconv.Itoa(p.PID) + "/root" + a.path(gen)
+}
+
+// runs reports whether p still runs: the same process (start time), not a
+// zombie (whose mounts may be gone already).
+func (a *acctLog) runs(p Process) bool {
+	state, st, err := procStat(p.PID)
+	return err == nil && st == p.StartTime && state != 'Z' && state != 'X'
+}
+
+// anchor points the kernel at the current file through p's mount of the
+// state directory (see the top of this file), unless it already goes
+// through a process that runs. It checks that p's container sees our
+// directory there, and that p is still the process found once the kernel
+// holds the file; else accounting stays where it was, and the error says
+// why.
+func (a *acctLog) anchor(p Process) (bool, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.host.PID != 0 && a.runs(a.host) {
+		return false, nil
+	}
+	root := "/proc/" + strconv.Itoa(p.PID) + "/root"
+	var ours, theirs unix.Stat_t
+	if err := unix.Stat(a.dir, &ours); err != nil {
+		return false, fmt.Errorf("stat the state directory: %w", err)
+	}
+	switch err := unix.Stat(root+a.dir, &theirs); {
+	case errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM):
+		return false, fmt.Errorf("another container's files (%s) are not ours to open: that needs CAP_SYS_PTRACE (exit-status ptrace has it)", root)
+	case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR):
+		return false, fmt.Errorf("its container does not mount the state directory at %s (the template mounts the supervisor's state volume in istio-proxy there under exit-status ptrace)", a.dir)
+	case err != nil:
+		return false, fmt.Errorf("stat %s: %w", root+a.dir, err)
+	case theirs.Dev != ours.Dev || theirs.Ino != ours.Ino:
+		return false, fmt.Errorf("its container has another directory at %s, not the supervisor's state volume", a.dir)
+	}
+	if err := acctOn(a.through(p, a.gen)); err != nil {
+		return false, err
+	}
+	if !a.runs(p) {
+		// Gone or replaced meanwhile: the kernel may hold the file through
+		// a mount about to go.
+		return false, errors.Join(fmt.Errorf("pid %d: %w", p.PID, ErrGone), acctOn(a.path(a.gen)))
+	}
+	a.host = p
+	return true, nil
 }
 
 func (a *acctLog) path(gen int) string {
@@ -281,7 +369,8 @@ func (a *acctLog) find(gen, pid int, start int64) (acctRecord, bool, error) {
 	}
 }
 
-// rotate keeps the files small until close.
+// rotate keeps the files small until close, and accounting on should the
+// anchor go.
 func (a *acctLog) rotate() {
 	defer close(a.done)
 	t := time.NewTicker(acctRotateEvery)
@@ -301,6 +390,13 @@ func (a *acctLog) rotate() {
 func (a *acctLog) rotateOnce(size int64) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.host.PID != 0 && !a.runs(a.host) {
+		// The anchor's container is ending: our own mount, at once.
+		a.host = Process{}
+		if err := a.point(a.gen); err != nil {
+			return err
+		}
+	}
 	fi, err := os.Stat(a.path(a.gen))
 	if err != nil || fi.Size() < size {
 		return err
@@ -317,8 +413,8 @@ func (a *acctLog) rotateOnce(size int64) error {
 	return err
 }
 
-// close stops the rotation. Accounting stays on until the supervisor's
-// container goes (its mount with it).
+// close stops the rotation. Accounting stays on until the container it
+// goes through goes (its mount with it).
 func (a *acctLog) close() {
 	if a == nil {
 		return

@@ -248,6 +248,141 @@ func TestAccountingEndsWithItsMount(t *testing.T) {
 	}
 }
 
+// TestAccountingOutlivesItsContainer: anchored through another
+// container's mount of the state directory, accounting outlives the
+// supervisor's own container, and ends with the anchor's. Each stands as a
+// process in a mount namespace of its own: the anchor (istio-proxy), and a
+// helper that turns accounting on, anchors it, and exits (a supervisor
+// killed). A process that ends after the helper has its record; one that
+// ends after the anchor, none. Refused: a container that has another
+// directory at the path; and once the anchor is gone, the rotation's tick
+// points the kernel back at the supervisor's own mount.
+func TestAccountingOutlivesItsContainer(t *testing.T) {
+	if !inOwnPIDNamespace(t) {
+		return
+	}
+	dir := t.TempDir()
+	boot, err := bootTime()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := &acctLog{dir: dir, boot: boot}
+	recorded := func(p Process) (Status, bool) {
+		t.Helper()
+		s, ok, err := files.lookup(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, ok
+	}
+
+	host, endHost := container(t, "exit", "0")
+	sup := helper(t, "anchored", dir, strconv.Itoa(host.PID), strconv.FormatUint(host.StartTime, 10))
+	sup.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS}
+	out, err := sup.Output()
+	child, aerr := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil || aerr != nil {
+		t.Fatalf("anchored helper: %v %q", err, out)
+	}
+	if s, ok := files.lookupPID(t, child); !ok || s != exited(3) {
+		t.Errorf("the helper's child: %v %v, want exit 3", s, ok)
+	}
+	g := startGrandchild(t, "4")
+	endReaped(t, g)
+	if s, ok := recorded(g.proc); !ok || s != exited(4) {
+		t.Errorf("ended after the supervisor's container, its anchor running: %v %v, want exit 4 recorded", s, ok)
+	}
+	endHost()
+	g = startGrandchild(t, "5")
+	endReaped(t, g)
+	if s, ok := recorded(g.proc); ok {
+		t.Errorf("ended after the anchor's container: recorded %v, want no record (accounting went with its mount)", s)
+	}
+
+	// Refused: another directory at the path.
+	a, support := startAcct(dir, testProbe(t, "7"))
+	if !support.ok {
+		t.Fatal(support.reason)
+	}
+	defer a.close()
+	hider, endHider := container(t, "hide", dir)
+	if ok, err := a.anchor(hider); ok || err == nil || !strings.Contains(err.Error(), "another directory") {
+		t.Errorf("anchored through a container with a tmpfs at the path: %v %v, want refused", ok, err)
+	}
+	endHider()
+
+	// The anchor gone: back to our own mount at the next tick.
+	host, endHost = container(t, "exit", "0")
+	if ok, err := a.anchor(host); !ok || err != nil {
+		t.Fatalf("anchor: %v %v", ok, err)
+	}
+	if ok, err := a.anchor(host); ok || err != nil {
+		t.Errorf("anchored again while the anchor runs: %v %v, want nothing done", ok, err)
+	}
+	endHost()
+	if err := a.rotateOnce(1 << 40); err != nil {
+		t.Fatal(err)
+	}
+	if a.host.PID != 0 {
+		t.Errorf("anchor %v kept after its end", a.host)
+	}
+	g = startGrandchild(t, "6")
+	endReaped(t, g)
+	if s, ok := recorded(g.proc); !ok || s != exited(6) {
+		t.Errorf("ended after the anchor went and the tick: %v %v, want exit 6 recorded", s, ok)
+	}
+}
+
+// container starts a helper in a mount namespace of its own (a container
+// of the pod, as far as mounts go), and returns it and a function that
+// ends it and waits for it: its mount namespace is gone then.
+func container(t *testing.T, mode string, args ...string) (Process, func()) {
+	t.Helper()
+	cmd := helper(t, mode, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS}
+	stdin, out := startPiped(t, cmd)
+	end := func() { stdin.Close(); cmd.Wait() }
+	t.Cleanup(end)
+	if mode == "hide" {
+		if line, err := readLine(out, 10*time.Second); err != nil || line != "ready" {
+			t.Fatalf("hide helper: %q %v", line, err)
+		}
+	}
+	st, err := startTime(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Process{PID: cmd.Process.Pid, StartTime: st}, end
+}
+
+// helper is the test binary in a HELPER mode.
+func helper(t *testing.T, mode string, args ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^$"}, args...)...)
+	cmd.Env = append(os.Environ(), "HELPER="+mode)
+	return cmd
+}
+
+// lookupPID finds the first record of pid, whatever its start.
+func (a *acctLog) lookupPID(t *testing.T, pid int) (Status, bool) {
+	t.Helper()
+	gens, err := a.gens()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range gens {
+		b, err := os.ReadFile(a.path(g))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i+acctRecordSize <= len(b); i += acctRecordSize {
+			if r := parseAcct(b[i : i+acctRecordSize]); r.pid == pid {
+				return decodeWaitStatus(r.exitCode), true
+			}
+		}
+	}
+	return Status{}, false
+}
+
 // records reads every record of the helper's pacct.
 func (a *acctLog) records(t *testing.T) []acctRecord {
 	t.Helper()

@@ -33,6 +33,12 @@ import (
 //	                    that fails pidfd_open with ENOSYS (an old kernel)
 //	HELPER=accton D M   turns accounting on through a bind mount of its
 //	                    own (TestAccountingEndsWithItsMount)
+//	HELPER=anchored D P S  turns accounting on in D, anchored through
+//	                    process P (started at S), runs a child that
+//	                    exits 3, prints its PID and exits
+//	                    (TestAccountingOutlivesItsContainer)
+//	HELPER=hide D       mounts a tmpfs on D, says "ready", waits for
+//	                    stdin to close
 //
 // The helper modes need the main goroutine on the main thread (leader-exit).
 func init() {
@@ -106,6 +112,38 @@ func TestMain(m *testing.M) {
 		c.Run()
 		fmt.Println(c.Process.Pid)
 		os.Exit(0)
+	case "anchored":
+		// In a mount namespace of its own, as a supervisor's container.
+		n := len(os.Args)
+		dir := os.Args[n-3]
+		pid, _ := strconv.Atoi(os.Args[n-2])
+		start, _ := strconv.ParseUint(os.Args[n-1], 10, 64)
+		os.Setenv("HELPER", "exit") // the probe's mode
+		a, sup := startAcct(dir, []string{os.Args[0], "-test.run=^$", "7"})
+		if !sup.ok {
+			fmt.Println("accounting:", sup.reason)
+			os.Exit(100)
+		}
+		if ok, err := a.anchor(Process{PID: pid, StartTime: start}); !ok || err != nil {
+			fmt.Println("anchor:", ok, err)
+			os.Exit(100)
+		}
+		c := exec.Command(os.Args[0], "-test.run=^$", "3")
+		c.Run()
+		fmt.Println(c.Process.Pid)
+		os.Exit(0)
+	case "hide":
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			fmt.Println("private:", err)
+			os.Exit(100)
+		}
+		if err := unix.Mount("tmpfs", os.Args[len(os.Args)-1], "tmpfs", 0, ""); err != nil {
+			fmt.Println("tmpfs:", err)
+			os.Exit(100)
+		}
+		fmt.Println("ready")
+		io.Copy(io.Discard, os.Stdin)
+		os.Exit(0)
 	case "exit":
 		code, _ := strconv.Atoi(os.Args[len(os.Args)-1])
 		io.Copy(io.Discard, os.Stdin)
@@ -157,10 +195,9 @@ type grand struct {
 	out  *bufio.Reader // what it prints after its PID
 }
 
-func startGrandchild(t *testing.T, how string) grand {
+// startPiped starts cmd with a pipe to its stdin and one from its stdout.
+func startPiped(t *testing.T, cmd *exec.Cmd) (io.WriteCloser, *bufio.Reader) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$", how)
-	cmd.Env = append(os.Environ(), "HELPER=parent")
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -172,8 +209,15 @@ func startGrandchild(t *testing.T, how string) grand {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	return stdin, bufio.NewReader(out)
+}
+
+func startGrandchild(t *testing.T, how string) grand {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$", how)
+	cmd.Env = append(os.Environ(), "HELPER=parent")
+	stdin, r := startPiped(t, cmd)
 	t.Cleanup(func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() })
-	r := bufio.NewReader(out)
 	line, err := readLine(r, 10*time.Second)
 	if err != nil {
 		t.Fatalf("read grandchild pid: %v", err)

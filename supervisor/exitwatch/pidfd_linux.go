@@ -89,23 +89,31 @@ func probePidfd(argv []string) (support, error) {
 // fields are counted from the last ')': the comm before it may hold any
 // byte, spaces and parentheses included.
 func startTime(pid int) (uint64, error) {
+	_, st, err := procStat(pid)
+	return st, err
+}
+
+// procStat reads a process's state (field 3: 'Z' for a zombie) and start
+// time from /proc/PID/stat.
+func procStat(pid int) (byte, uint64, error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESRCH) {
-		return 0, fmt.Errorf("pid %d: %w", pid, ErrGone)
+		return 0, 0, fmt.Errorf("pid %d: %w", pid, ErrGone)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("read pid %d: %w", pid, err)
+		return 0, 0, fmt.Errorf("read pid %d: %w", pid, err)
 	}
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return 0, fmt.Errorf("pid %d: malformed stat", pid)
+		return 0, 0, fmt.Errorf("pid %d: malformed stat", pid)
 	}
 	f := bytes.Fields(b[i+1:])
 	// After the comm: state (3), ppid (4), ... starttime (22).
-	if len(f) < 20 {
-		return 0, fmt.Errorf("pid %d: malformed stat", pid)
+	if len(f) < 20 || len(f[0]) != 1 {
+		return 0, 0, fmt.Errorf("pid %d: malformed stat", pid)
 	}
-	return strconv.ParseUint(string(f[19]), 10, 64)
+	st, err := strconv.ParseUint(string(f[19]), 10, 64)
+	return f[0][0], st, err
 }
 
 // pidfds holds processes by pidfd and waits for all of them on one epoll

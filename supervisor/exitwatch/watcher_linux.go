@@ -147,6 +147,18 @@ func (w *Watcher) Recorded(p Process) (Status, bool) {
 	return s, ok && err == nil
 }
 
+// Anchor keeps accounting on through p's view of the state directory, a
+// mount of another container that outlives the supervisor's own
+// (acctLog.anchor). It reports whether accounting goes through p now:
+// false with no error where accounting is off, or already goes through a
+// process that still runs.
+func (w *Watcher) Anchor(p Process) (bool, error) {
+	if w.acct == nil {
+		return false, nil
+	}
+	return w.acct.anchor(p)
+}
+
 // Close stops watching and releases every pidfd; tracees are detached by
 // the kernel when the supervisor exits. Accounting stays on (acctLog).
 func (w *Watcher) Close() error {
