@@ -429,14 +429,27 @@ func checkTemplateOutput(t *testing.T, in istioInstall, tc injectCase) {
 	var wantOrders map[string][]string
 	switch mode {
 	case "job":
+		// Under exit-status ptrace (root with SYS_PTRACE), istio-proxy mounts
+		// the state volume too: accounting goes through its mount.
+		root := tc.want.SupervisorEnv["SUPERVISOR_EXIT_STATUS"] == "ptrace"
+		if root {
+			checkProxyStateMount(t, patch.Spec, rendered)
+		}
 		// The native shape: the supervisor alone among the init containers,
 		// after the pod's own.
 		if findInit(patch.Spec, supervisorName) != nil {
 			want = parts{InitContainers: []string{supervisorName}, Volumes: []string{stateVolume}}
 			wantOrders = map[string][]string{"initContainers": append(shapeOf(pod.Spec).InitContainers, supervisorName)}
+			if root {
+				want.Containers = []string{proxyName}
+				wantOrders["containers"] = append(withoutProxy(shapeOf(pod.Spec).Containers), proxyName)
+			}
 			break
 		}
 		want = parts{Containers: []string{supervisorName}, Volumes: []string{stateVolume}}
+		if root {
+			want.Containers = append(want.Containers, proxyName)
+		}
 		// Where Istio's injector puts istio-proxy (reorderPod's own test):
 		// last by default, and the supervisor then goes before the pod's
 		// containers; first with holdApplicationUntilProxyStarts, and the
@@ -446,6 +459,9 @@ func checkTemplateOutput(t *testing.T, in istioInstall, tc injectCase) {
 		order := append([]string{supervisorName}, shapeOf(pod.Spec).Containers...)
 		if proxyFirst {
 			order = append(shapeOf(pod.Spec).Containers, supervisorName)
+		}
+		if root && !slices.Contains(order, proxyName) {
+			order = append(order, proxyName)
 		}
 		wantOrders = map[string][]string{"containers": order}
 	case "hold":
@@ -461,9 +477,8 @@ func checkTemplateOutput(t *testing.T, in istioInstall, tc injectCase) {
 				t.Errorf("template output must set istio-proxy's preStop only:\n%s", rendered)
 			}
 		}
-		apps := slices.DeleteFunc(shapeOf(pod.Spec).Containers, func(c string) bool { return c == proxyName })
 		wantOrders = map[string][]string{
-			"containers":     append(apps, proxyName),
+			"containers":     append(withoutProxy(shapeOf(pod.Spec).Containers), proxyName),
 			"initContainers": append(shapeOf(pod.Spec).InitContainers, installName),
 		}
 	default:
@@ -474,6 +489,26 @@ func checkTemplateOutput(t *testing.T, in istioInstall, tc injectCase) {
 	}
 	if diff := cmp.Diff(wantOrders, orders); diff != "" {
 		t.Errorf("$setElementOrder directives (-want +got):\n%s\n%s", diff, rendered)
+	}
+}
+
+// withoutProxy is names without istio-proxy.
+func withoutProxy(names []string) []string {
+	return slices.DeleteFunc(names, func(c string) bool { return c == proxyName })
+}
+
+// checkProxyStateMount: the template patches istio-proxy with the state
+// volume's mount alone, writable, at the supervisor's path.
+func checkProxyStateMount(t *testing.T, spec corev1.PodSpec, rendered string) {
+	t.Helper()
+	proxy := findContainer(spec, proxyName)
+	if proxy == nil {
+		t.Errorf("template output does not mount the state volume in istio-proxy:\n%s", rendered)
+		return
+	}
+	want := corev1.Container{Name: proxyName, VolumeMounts: []corev1.VolumeMount{{Name: stateVolume, MountPath: stateDir}}}
+	if diff := cmp.Diff(want, *proxy); diff != "" {
+		t.Errorf("template output's istio-proxy (-want +got):\n%s\n%s", diff, rendered)
 	}
 }
 

@@ -86,11 +86,14 @@ func checkSupervisorShape(t *testing.T, spec corev1.PodSpec, c *corev1.Container
 }
 
 // checkStateDir: a supervisor c whose env has SUPERVISOR_STATE_DIR mounts
-// there, writable, a volume of its own, which no other container mounts (a
-// restarted supervisor reads back only what it wrote itself): an emptyDir
-// in memory (it lasts as long as the pod, on no disk; tmpfs pages count
-// against the supervisor's own memory limit) of at most 1Mi. Without it,
-// no state volume.
+// there, writable, a volume no app container mounts (a restarted
+// supervisor reads back only what it wrote itself, or istio-proxy's
+// uid, which it checks): an emptyDir in memory (it lasts as long as the
+// pod, on no disk; tmpfs pages count against the supervisor's own memory
+// limit) of at most 1Mi. istio-proxy mounts it too, at the same path and
+// writable, exactly under exit-status ptrace (process accounting goes
+// through istio-proxy's mount, to outlive the supervisor's: that needs
+// the supervisor's CAP_SYS_PTRACE). Without it, no state volume.
 func checkStateDir(t *testing.T, spec corev1.PodSpec, c *corev1.Container, env map[string]string) {
 	t.Helper()
 	dir := env[stateVar]
@@ -112,14 +115,24 @@ func checkStateDir(t *testing.T, spec corev1.PodSpec, c *corev1.Container, env m
 	if diff := cmp.Diff([]string{dir}, mounts); diff != "" {
 		t.Errorf("%s=%s: the supervisor's mounts of %s (-want +got):\n%s", stateVar, dir, stateVolume, diff)
 	}
+	root := env["SUPERVISOR_EXIT_STATUS"] == "ptrace"
 	for _, o := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
 		if o.Name == supervisorName {
 			continue
 		}
+		var at []corev1.VolumeMount
 		for _, m := range o.VolumeMounts {
 			if m.Name == stateVolume {
-				t.Errorf("container %s mounts the supervisor's state volume too", o.Name)
+				at = append(at, m)
 			}
+		}
+		switch want := []corev1.VolumeMount{{Name: stateVolume, MountPath: dir}}; {
+		case o.Name == proxyName && root:
+			if diff := cmp.Diff(want, at); diff != "" {
+				t.Errorf("istio-proxy's mounts of %s, under exit-status ptrace (-want +got):\n%s", stateVolume, diff)
+			}
+		case len(at) > 0:
+			t.Errorf("container %s mounts the supervisor's state volume too", o.Name)
 		}
 	}
 	want := corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,8 +51,19 @@ func (e *env) deployJobPtrace(ctx context.Context, t *testing.T) {
 	}
 	wantExit(t, p, "app", 0)
 	wantExit(t, p, proxyName, 0)
-	e.checkSupervisor(ctx, t, p, "success: {app} exit 0; action "+quit.action()+"; sidecar stopped",
+	log := e.checkSupervisor(ctx, t, p, "success: {app} exit 0; action "+quit.action()+"; sidecar stopped",
 		logPtrace, logFound, logExited, logDecision, logStopped, logDone)
+	anchored(t, p, log)
+}
+
+// anchored checks that the supervisor's process accounting went through
+// istio-proxy's mount of the state volume, which the manifest or the
+// template mounts there for a supervisor as root.
+func anchored(t *testing.T, p corev1.Pod, log string) {
+	t.Helper()
+	if !strings.Contains(log, `"message":"`+logAnchored) {
+		t.Errorf("pod %s: the supervisor's log lacks %q:\n%s", p.Name, logAnchored, log)
+	}
 }
 
 // cronJob: a CronJob scheduled every minute, injected like the Jobs, fires

@@ -122,8 +122,11 @@ func (e *env) createJob(ctx context.Context, t *testing.T, ns string, j *batchv1
 
 // The supervisor's log messages the cases look for.
 const (
-	logPidfd    = "exit statuses read with pidfd (PIDFD_INFO_EXIT)"
-	logPtrace   = "exit statuses read with ptrace"
+	logPidfd  = "exit statuses read with pidfd (PIDFD_INFO_EXIT)"
+	logPtrace = "exit statuses read with ptrace"
+	// Process accounting goes through istio-proxy's mount of the state
+	// volume (exit-status ptrace: root with SYS_PTRACE).
+	logAnchored = "accounting goes through the sidecar's mount of the state directory"
 	logFound    = "app found"
 	logExited   = "app exited"
 	logDecision = "decision"

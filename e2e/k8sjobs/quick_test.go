@@ -133,6 +133,9 @@ func (e *env) millisecondApps(ctx context.Context, t *testing.T) {
 			}
 		}
 		app := wantExit(t, p, "app", code)
+		if jb.method == "ptrace" {
+			anchored(t, p, e.logs(ctx, t, p, supervisorName, false))
+		}
 		if msg := status(t, p, supervisorName).State.Terminated; msg != nil && late.MatchString(msg.Message) {
 			// Missed, or adopted too late to read its status (seen in CI,
 			// 1 pod in 3 on a busy node): the unknown outcome's SIGTERM,
