@@ -63,25 +63,36 @@ staging_version() {
 
 # kube_module_dir: the throw-away module that requires k8s.io/kubernetes and
 # replaces every staging module (k8s.io/kubernetes's own go.mod points them at
-# ./staging/src/..., which does not exist outside its repository).
+# ./staging/src/..., which does not exist outside its repository). It also
+# requires every module e2e/go.mod requires, at e2e's versions (which are at
+# least k8s.io/kubernetes's: keep them so when bumping either), so that each
+# package both build use (client-go, apimachinery, apiserver, grpc, ...; about
+# half of these binaries' source) is the same package at the same version,
+# compiled with the same flags (CGO_ENABLED=0, no -trimpath: e2e/test.sh sets
+# the first for the e2e module, whose tests need real source paths): the
+# Kubernetes build then takes those from the Go build cache that the e2e
+# module's vet has just filled, instead of compiling them again. Rewritten
+# when e2e/go.mod changes.
 kube_module_dir() {
-	local mod sv gomod
+	local mod sv gomod want
 	mod="$(cached kube-build "$KUBERNETES_VERSION")"
-	if [ ! -s "$mod/go.mod.done" ]; then
-		sv="$(staging_version "$KUBERNETES_VERSION")"
+	sv="$(staging_version "$KUBERNETES_VERSION")"
+	gomod="$(cd "$mod" && GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" |
+		sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')"
+	[ -s "$gomod" ] || die "could not download the go.mod of k8s.io/kubernetes@$KUBERNETES_VERSION"
+	want="$(
+		printf 'module sidecar-supervisor-e2e/kubebuild\n\ngo %s\n\n' "$(sed -n 's/^go //p' "$gomod")"
+		printf 'require k8s.io/kubernetes %s\n\nreplace (\n' "$KUBERNETES_VERSION"
+		# Each "k8s.io/x => ./staging/src/k8s.io/x" becomes "k8s.io/x => k8s.io/x v0.X.Y".
+		sed -n 's#^[[:space:]]*\(k8s\.io/[^ ]*\) => \./staging/src/.*#\t\1 => \1 '"$sv"'#p' "$gomod"
+		printf ')\n\n'
+		sed -n '/^require (/,/^)/p' "$E2E_DIR/go.mod"
+	)"
+	if [ "$(cat "$mod/go.mod.done" 2>/dev/null)" != "$want" ]; then
 		log "preparing build module for k8s.io/kubernetes@$KUBERNETES_VERSION in $mod"
-		gomod="$(cd "$mod" && GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" |
-			sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')"
-		[ -s "$gomod" ] || die "could not download the go.mod of k8s.io/kubernetes@$KUBERNETES_VERSION"
-		{
-			printf 'module sidecar-supervisor-e2e/kubebuild\n\ngo %s\n\n' "$(sed -n 's/^go //p' "$gomod")"
-			printf 'require k8s.io/kubernetes %s\n\nreplace (\n' "$KUBERNETES_VERSION"
-			# Each "k8s.io/x => ./staging/src/k8s.io/x" becomes "k8s.io/x => k8s.io/x v0.X.Y".
-			sed -n 's#^[[:space:]]*\(k8s\.io/[^ ]*\) => \./staging/src/.*#\t\1 => \1 '"$sv"'#p' "$gomod"
-			printf ')\n'
-		} >"$mod/go.mod"
+		printf '%s\n' "$want" >"$mod/go.mod"
 		rm -f "$mod/go.sum"
-		cp "$mod/go.mod" "$mod/go.mod.done"
+		printf '%s\n' "$want" >"$mod/go.mod.done"
 	fi
 	printf '%s\n' "$mod"
 }
@@ -98,7 +109,7 @@ build_kube_binary() {
 		cd "$mod"
 		export GOFLAGS=-mod=mod CGO_ENABLED=0
 		go get "k8s.io/kubernetes/cmd/$name@$KUBERNETES_VERSION" >&2
-		nice -n 10 go build -trimpath -o "$dir/$name.tmp.$$" \
+		nice -n 10 go build -o "$dir/$name.tmp.$$" \
 			-ldflags "-s -w -X $pkgbase.gitVersion=$KUBERNETES_VERSION -X $pkgbase.gitTreeState=clean -X $pkgbase.gitMajor=1 -X $pkgbase.gitMinor=$(minor "$KUBERNETES_VERSION")" \
 			"k8s.io/kubernetes/cmd/$name" >&2
 	)
