@@ -127,13 +127,15 @@ const (
 	// Process accounting goes through istio-proxy's mount of the state
 	// volume (exit-status ptrace: root with SYS_PTRACE).
 	logAnchored = "accounting goes through the sidecar's mount of the state directory"
-	logFound    = "app found"
-	logExited   = "app exited"
-	logDecision = "decision"
-	logStopped  = "sidecar stopped"
-	logDone     = "done"
-	logRetry    = "app failed under restartPolicy OnFailure: the kubelet restarts it, the sidecar stays up"
-	logNewApp   = "app restarted by the kubelet: watching the new container"
+	// Discovery found istio-proxy's pilot-agent while the apps ran.
+	logSidecarFound = "sidecar found"
+	logFound        = "app found"
+	logExited       = "app exited"
+	logDecision     = "decision"
+	logStopped      = "sidecar stopped"
+	logDone         = "done"
+	logRetry        = "app failed under restartPolicy OnFailure: the kubelet restarts it, the sidecar stays up"
+	logNewApp       = "app restarted by the kubelet: watching the new container"
 )
 
 // stopWay is how the supervisor stops istio-proxy once every app succeeded.
