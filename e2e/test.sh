@@ -12,8 +12,7 @@
 #   cluster  the one-node Kubernetes (built from source on a cold machine:
 #            minutes of compiling) and the tests on it
 #   qemu     Debian's kernels under software emulation
-#   host     the product module's vet and tests, then everything else:
-#            simulated pods, Istio's injector, units
+#   host     everything else: simulated pods, Istio's injector, units
 # Most of the host lane's time is spent waiting on the processes it starts,
 # which the other two lanes' compiling and emulating use; no test depends on
 # the machine's speed (e2e/README.md), so they share it. Each lane's output
@@ -32,8 +31,11 @@ RUN_DIR="${SUPERVISOR_E2E_RUN_DIR:-/tmp/sidecar-supervisor-e2e-run}"
 rm -rf "$RUN_DIR"
 mkdir -p "$RUN_DIR"
 
+log "product module: vet and tests"
 # procscan's TestRealRuntimeInits creates containers with runc and crun.
 e2e/scripts/install-deps.sh >/dev/null
+go vet ./...
+go test -count=1 "$@" ./...
 
 log "e2e module: vet"
 cd e2e
@@ -56,18 +58,12 @@ for p in $all; do
 done
 pkgs[host]="${host[*]}"
 
-# lane NAME: its packages, one at a time; output prefixed, and kept. The
-# host lane first vets and tests the product module (its default cgo): it
-# has minutes to spare, where the cluster lane, which builds Kubernetes on a
-# cold machine, sets the run's time.
+# lane NAME: its packages, one at a time; output prefixed, and kept.
 lane() {
 	local name="$1" t0 rc=0
 	t0=$(date +%s)
-	if [ "$name" = host ]; then
-		(cd .. && unset CGO_ENABLED && go vet ./... && go test -count=1 "${args[@]}" ./...) >"$RUN_DIR/$name.log" 2>&1 || rc=$?
-	fi
 	# shellcheck disable=SC2086
-	go test -count=1 -p 1 -timeout 80m "${args[@]}" ${pkgs[$name]} >>"$RUN_DIR/$name.log" 2>&1 || rc=$?
+	go test -count=1 -p 1 -timeout 80m "${args[@]}" ${pkgs[$name]} >"$RUN_DIR/$name.log" 2>&1 || rc=$?
 	printf '%s %s %d\n' "$name" "$rc" $(($(date +%s) - t0)) >"$RUN_DIR/$name.status"
 	return $rc
 }
