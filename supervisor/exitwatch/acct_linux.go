@@ -23,27 +23,11 @@ package exitwatch
 // (acct_on pins it), and ends it when that mount goes; a container's
 // mounts go with its mount namespace, at its death
 // (TestAccountingEndsWithItsMount pins this; seen first in the soak, seed
-// 20261213). Opened through the supervisor's own mount of the state
-// directory, accounting would end with the supervisor, and an app that
-// ends while none runs (killed, being restarted) would leave no record.
-// So once a sidecar is found whose container mounts the same directory
-// (under exit-status ptrace the template mounts the state volume in
-// istio-proxy, at the same path),
-// the kernel is pointed at the same file through that container's view of
-// it, /proc/PID/root/DIR (anchor): accounting then lasts as long as
-// istio-proxy does, which the supervisor stops only after the apps, and
-// the next supervisor reads what ended meanwhile
-// (TestAccountingOutlivesItsContainer). Facts, not guesses: the directory
-// seen there must be ours (same device and inode), and the process the
-// one found (same start time, not a zombie) once the kernel holds the
-// file. Reading another uid's /proc/PID/root needs CAP_SYS_PTRACE (the
-// ptrace method's); without it, or without the mount, accounting ends
-// with the supervisor, as the log says. Should the anchor's container
-// end first, the next rotation tick (a second) points the kernel back at
-// the supervisor's own mount. The kernel also suspends accounting while
-// the file's filesystem has less than 2% free (kernel.acct). A missing
-// record leaves the status unknown, as without accounting: never a wrong
-// one.
+// 20261213). So the file is opened, where it can be, through a sidecar's
+// mount of the state directory, which outlives the supervisor's own
+// (anchor_linux.go). The kernel also suspends accounting while the file's
+// filesystem has less than 2% free (kernel.acct). A missing record leaves
+// the status unknown, as without accounting: never a wrong one.
 //
 // The record's status is the main thread's exit code, or the group's
 // when a thread calls exit_group (every program that ends normally, Go's,
@@ -191,7 +175,7 @@ func (a *acctLog) point(gen int) error {
 	}
 	f.Close()
 	if a.host.PID != 0 {
-		if acctOn(a.through(a.host, gen)) == nil && a.runs(a.host) {
+		if a.pointThrough(a.host, gen) == nil {
 			a.gen = gen
 			return nil
 		}
@@ -215,57 +199,6 @@ func acctOn(path string) error {
 		return fmt.Errorf("acct(2) on %s: %w (the state directory must be a writable local filesystem, such as an emptyDir)", path, err)
 	}
 	return nil
-}
-
-// through is pacct.<gen> as p's container sees it.
-func (a *acctLog) through(p Process, gen int) string {
-	return "/proc/" + strconv.Itoa(p.PID) + "/root" + a.path(gen)
-}
-
-// runs reports whether p still runs: the same process (start time), not a
-// zombie (whose mounts may be gone already).
-func (a *acctLog) runs(p Process) bool {
-	state, st, err := procStat(p.PID)
-	return err == nil && st == p.StartTime && state != 'Z' && state != 'X'
-}
-
-// anchor points the kernel at the current file through p's mount of the
-// state directory (see the top of this file), unless it already goes
-// through a process that runs. It checks that p's container sees our
-// directory there, and that p is still the process found once the kernel
-// holds the file; else accounting stays where it was, and the error says
-// why.
-func (a *acctLog) anchor(p Process) (bool, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.host.PID != 0 && a.runs(a.host) {
-		return false, nil
-	}
-	root := "/proc/" + strconv.Itoa(p.PID) + "/root"
-	var ours, theirs unix.Stat_t
-	if err := unix.Stat(a.dir, &ours); err != nil {
-		return false, fmt.Errorf("stat the state directory: %w", err)
-	}
-	switch err := unix.Stat(root+a.dir, &theirs); {
-	case errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM):
-		return false, fmt.Errorf("another container's files (%s) are not ours to open: that needs CAP_SYS_PTRACE (exit-status ptrace has it)", root)
-	case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR):
-		return false, fmt.Errorf("its container does not mount the state directory at %s (the template mounts the supervisor's state volume in istio-proxy there under exit-status ptrace)", a.dir)
-	case err != nil:
-		return false, fmt.Errorf("stat %s: %w", root+a.dir, err)
-	case theirs.Dev != ours.Dev || theirs.Ino != ours.Ino:
-		return false, fmt.Errorf("its container has another directory at %s, not the supervisor's state volume", a.dir)
-	}
-	if err := acctOn(a.through(p, a.gen)); err != nil {
-		return false, err
-	}
-	if !a.runs(p) {
-		// Gone or replaced meanwhile: the kernel may hold the file through
-		// a mount about to go.
-		return false, errors.Join(fmt.Errorf("pid %d: %w", p.PID, ErrGone), acctOn(a.path(a.gen)))
-	}
-	a.host = p
-	return true, nil
 }
 
 func (a *acctLog) path(gen int) string {
