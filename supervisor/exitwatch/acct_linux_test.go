@@ -225,8 +225,7 @@ func TestAccountingEndsWithItsMount(t *testing.T) {
 		return
 	}
 	dir, mnt := t.TempDir(), t.TempDir()
-	cmd := exec.Command(os.Args[0], "-test.run=^$", dir, mnt)
-	cmd.Env = append(os.Environ(), "HELPER=accton")
+	cmd := helper("accton", dir, mnt)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS}
 	out, err := cmd.Output()
 	before, aerr := strconv.Atoi(strings.TrimSpace(string(out)))
@@ -235,9 +234,8 @@ func TestAccountingEndsWithItsMount(t *testing.T) {
 	}
 	g := startGrandchild(t, "4")
 	endReaped(t, g)
-	a := &acctLog{dir: dir}
 	pids := map[int]uint32{}
-	for _, r := range a.records(t) {
+	for _, r := range readRecords(t, dir+"/pacct") {
 		pids[r.pid] = r.exitCode
 	}
 	if code, ok := pids[before]; !ok || code != 3<<8 {
@@ -277,7 +275,7 @@ func TestAccountingOutlivesItsContainer(t *testing.T) {
 	}
 
 	host, endHost := container(t, "exit", "0")
-	sup := helper(t, "anchored", dir, strconv.Itoa(host.PID), strconv.FormatUint(host.StartTime, 10))
+	sup := helper("anchored", dir, strconv.Itoa(host.PID), strconv.FormatUint(host.StartTime, 10))
 	sup.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS}
 	out, err := sup.Output()
 	child, aerr := strconv.Atoi(strings.TrimSpace(string(out)))
@@ -338,7 +336,7 @@ func TestAccountingOutlivesItsContainer(t *testing.T) {
 // ends it and waits for it: its mount namespace is gone then.
 func container(t *testing.T, mode string, args ...string) (Process, func()) {
 	t.Helper()
-	cmd := helper(t, mode, args...)
+	cmd := helper(mode, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS}
 	stdin, out := startPiped(t, cmd)
 	end := func() { stdin.Close(); cmd.Wait() }
@@ -355,13 +353,6 @@ func container(t *testing.T, mode string, args ...string) (Process, func()) {
 	return Process{PID: cmd.Process.Pid, StartTime: st}, end
 }
 
-// helper is the test binary in a HELPER mode.
-func helper(t *testing.T, mode string, args ...string) *exec.Cmd {
-	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^$"}, args...)...)
-	cmd.Env = append(os.Environ(), "HELPER="+mode)
-	return cmd
-}
-
 // lookupPID finds the first record of pid, whatever its start.
 func (a *acctLog) lookupPID(t *testing.T, pid int) (Status, bool) {
 	t.Helper()
@@ -370,12 +361,8 @@ func (a *acctLog) lookupPID(t *testing.T, pid int) (Status, bool) {
 		t.Fatal(err)
 	}
 	for _, g := range gens {
-		b, err := os.ReadFile(a.path(g))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := 0; i+acctRecordSize <= len(b); i += acctRecordSize {
-			if r := parseAcct(b[i : i+acctRecordSize]); r.pid == pid {
+		for _, r := range readRecords(t, a.path(g)) {
+			if r.pid == pid {
 				return decodeWaitStatus(r.exitCode), true
 			}
 		}
@@ -383,10 +370,10 @@ func (a *acctLog) lookupPID(t *testing.T, pid int) (Status, bool) {
 	return Status{}, false
 }
 
-// records reads every record of the helper's pacct.
-func (a *acctLog) records(t *testing.T) []acctRecord {
+// readRecords reads every record of an accounting file.
+func readRecords(t *testing.T, path string) []acctRecord {
 	t.Helper()
-	b, err := os.ReadFile(a.dir + "/pacct")
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}

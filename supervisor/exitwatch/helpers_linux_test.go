@@ -195,6 +195,14 @@ type grand struct {
 	out  *bufio.Reader // what it prints after its PID
 }
 
+// helper is the test binary in a HELPER mode, with args (it runs no
+// tests: -test.run=^$, should HELPER ever be lost).
+func helper(mode string, args ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^$"}, args...)...)
+	cmd.Env = append(os.Environ(), "HELPER="+mode)
+	return cmd
+}
+
 // startPiped starts cmd with a pipe to its stdin and one from its stdout.
 func startPiped(t *testing.T, cmd *exec.Cmd) (io.WriteCloser, *bufio.Reader) {
 	t.Helper()
@@ -214,8 +222,7 @@ func startPiped(t *testing.T, cmd *exec.Cmd) (io.WriteCloser, *bufio.Reader) {
 
 func startGrandchild(t *testing.T, how string) grand {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$", how)
-	cmd.Env = append(os.Environ(), "HELPER=parent")
+	cmd := helper("parent", how)
 	stdin, r := startPiped(t, cmd)
 	t.Cleanup(func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() })
 	line, err := readLine(r, 10*time.Second)

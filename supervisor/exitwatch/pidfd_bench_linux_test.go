@@ -20,8 +20,7 @@ import (
 // its HELPER=exit mode, which waits for its stdin to close.
 func benchSleeper(b *testing.B) *exec.Cmd {
 	b.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$", "0")
-	cmd.Env = append(os.Environ(), "HELPER=exit")
+	cmd := helper("exit", "0")
 	if _, err := cmd.StdinPipe(); err != nil {
 		b.Fatal(err)
 	}

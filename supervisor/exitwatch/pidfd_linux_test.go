@@ -4,8 +4,6 @@ package exitwatch
 
 import (
 	"errors"
-	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -182,8 +180,7 @@ func TestProbePidfd(t *testing.T) {
 // ENOSYS), the supervisor's start-up error names the call, what it needs,
 // and the kernel it found.
 func TestNoPidfdSaysWhy(t *testing.T) {
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "HELPER=nopidfd")
+	cmd := helper("nopidfd")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("helper: %v\n%s", err, out)

@@ -399,8 +399,7 @@ func TestPtraceAlreadyTraced(t *testing.T) {
 	needPtrace(t)
 	w := newPtraceKernel(t)
 	g, end := grandchild(t, "0")
-	cmd := exec.Command(os.Args[0], "-test.run=^$", strconv.Itoa(g.PID))
-	cmd.Env = append(os.Environ(), "HELPER=tracer")
+	cmd := helper("tracer", strconv.Itoa(g.PID))
 	if line := startFirstLine(t, cmd, "the other tracer's word"); line != "traced" {
 		t.Fatalf("the other tracer: %q", line)
 	}
