@@ -299,7 +299,7 @@ func (r *run) trackSidecar(c procscan.Container) {
 
 // anchor keeps the kernel's process accounting on through the sidecar's
 // mount of the state directory, which outlives this supervisor's own
-// (exitwatch's acct_linux.go): an app that ends while no supervisor runs
+// (exitwatch's anchor_linux.go): an app that ends while no supervisor runs
 // (one killed, being restarted) is then recorded, and the next supervisor
 // reads its status.
 func (r *run) anchor(c procscan.Container) {

@@ -87,7 +87,7 @@ func (r *run) contradicted(entries []entry, pod procscan.Pod) string {
 // watched them taken as ended: with the status the kernel's accounting
 // recorded, where it was on when the instance ended (an end the killed
 // supervisor had not read, or one while no supervisor ran, where
-// accounting went through istio-proxy's mount: exitwatch's acct_linux.go),
+// accounting went through istio-proxy's mount: exitwatch's anchor_linux.go),
 // else unknown (no one in the pod can read it now).
 func (r *run) replay(entries []entry, pod procscan.Pod) {
 	mains := map[instance]procscan.Container{}

@@ -431,8 +431,8 @@ func checkTemplateOutput(t *testing.T, in istioInstall, tc injectCase) {
 	case "job":
 		// Under exit-status ptrace (root with SYS_PTRACE), istio-proxy mounts
 		// the state volume too: accounting goes through its mount.
-		root := tc.want.SupervisorEnv["SUPERVISOR_EXIT_STATUS"] == "ptrace"
-		if root {
+		ptrace := tc.want.SupervisorEnv["SUPERVISOR_EXIT_STATUS"] == "ptrace"
+		if ptrace {
 			checkProxyStateMount(t, patch.Spec, rendered)
 		}
 		// The native shape: the supervisor alone among the init containers,
@@ -440,14 +440,14 @@ func checkTemplateOutput(t *testing.T, in istioInstall, tc injectCase) {
 		if findInit(patch.Spec, supervisorName) != nil {
 			want = parts{InitContainers: []string{supervisorName}, Volumes: []string{stateVolume}}
 			wantOrders = map[string][]string{"initContainers": append(shapeOf(pod.Spec).InitContainers, supervisorName)}
-			if root {
+			if ptrace {
 				want.Containers = []string{proxyName}
 				wantOrders["containers"] = append(withoutProxy(shapeOf(pod.Spec).Containers), proxyName)
 			}
 			break
 		}
 		want = parts{Containers: []string{supervisorName}, Volumes: []string{stateVolume}}
-		if root {
+		if ptrace {
 			want.Containers = append(want.Containers, proxyName)
 		}
 		// Where Istio's injector puts istio-proxy (reorderPod's own test):
@@ -460,7 +460,7 @@ func checkTemplateOutput(t *testing.T, in istioInstall, tc injectCase) {
 		if proxyFirst {
 			order = append(shapeOf(pod.Spec).Containers, supervisorName)
 		}
-		if root && !slices.Contains(order, proxyName) {
+		if ptrace && !slices.Contains(order, proxyName) {
 			order = append(order, proxyName)
 		}
 		wantOrders = map[string][]string{"containers": order}

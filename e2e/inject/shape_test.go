@@ -115,7 +115,7 @@ func checkStateDir(t *testing.T, spec corev1.PodSpec, c *corev1.Container, env m
 	if diff := cmp.Diff([]string{dir}, mounts); diff != "" {
 		t.Errorf("%s=%s: the supervisor's mounts of %s (-want +got):\n%s", stateVar, dir, stateVolume, diff)
 	}
-	root := env["SUPERVISOR_EXIT_STATUS"] == "ptrace"
+	ptrace := env["SUPERVISOR_EXIT_STATUS"] == "ptrace"
 	for _, o := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
 		if o.Name == supervisorName {
 			continue
@@ -127,7 +127,7 @@ func checkStateDir(t *testing.T, spec corev1.PodSpec, c *corev1.Container, env m
 			}
 		}
 		switch want := []corev1.VolumeMount{{Name: stateVolume, MountPath: dir}}; {
-		case o.Name == proxyName && root:
+		case o.Name == proxyName && ptrace:
 			if diff := cmp.Diff(want, at); diff != "" {
 				t.Errorf("istio-proxy's mounts of %s, under exit-status ptrace (-want +got):\n%s", stateVolume, diff)
 			}
