@@ -120,6 +120,10 @@ type supervisorLog struct {
 	// that ended as its runtime's init (msgInitEnds): a start that failed,
 	// or a run too brief to see its exec (supervisor/startfailed.go).
 	initWait time.Duration
+	// anchored is its line saying accounting goes through istio-proxy's
+	// mount (msgAnchored): it records the ends after this supervisor's
+	// death.
+	anchored time.Time
 }
 
 type logLine struct {
@@ -151,6 +155,7 @@ const (
 	msgResumed   = "carrying on from the journal of the supervisor before"
 	msgMissing   = "app containers missing: they finished before the supervisor started, or never started"
 	msgNoSidecar = "no sidecar appeared: nothing to stop"
+	msgAnchored  = "accounting goes through the sidecar's mount of the state directory: it records the apps' ends even while no supervisor runs"
 )
 
 var msgInitEnds = []string{
@@ -193,6 +198,8 @@ func parseSupervisorLog(text string) (supervisorLog, error) {
 			s.resumed = &l
 		case l.Message == msgDone:
 			s.done = at
+		case l.Message == msgAnchored && s.anchored.IsZero():
+			s.anchored = at
 		case l.Message == msgDecision && s.decided.IsZero():
 			s.decided = at
 		case l.Message == msgMissing && s.missing == nil:
@@ -297,9 +304,12 @@ type killOutcome struct {
 	// resumed is the restarted supervisor's "carrying on" line.
 	resumed *logLine
 	// lost lists the app instances that ended while no supervisor ran
-	// (from the kill to the restarted one's start): their statuses are
-	// no one's to read.
+	// (from the kill to the restarted one's start), unrecorded: their
+	// statuses are no one's to read.
 	lost []string
+	// recorded lists those whose ends the kernel recorded for the next
+	// one to read (exit-status ptrace: deadTime).
+	recorded []string
 	// wouldStop is when istio-proxy would have been stopped without the
 	// kill (wouldStop), stop when it was; delay the difference, bound
 	// its allowance (killBound, plus the restart wait of a status lost
@@ -579,17 +589,17 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, k *k
 	}
 
 	// Supervisor restart: only where killed, then carried on, in time.
-	var gap [2]time.Time // no supervisor ran, from the kill to the restarted one's start
-	killedLast := false  // the kill ended the last instance, after its work
+	var dead deadTime   // no supervisor ran, from the kill to the restarted one's start
+	killedLast := false // the kill ended the last instance, after its work
 	if sup != nil {
-		gap, killedLast = checkRestart(t, w, p, sup, sls, stops, k, inst, v)
+		dead, killedLast = checkRestart(t, w, p, sup, sls, stops, k, inst, v)
 	}
 	for _, sl := range sls {
 		for _, j := range sl.journal {
 			v.add(invRestart, "pod %s: the supervisor: %s", name, j)
 		}
 	}
-	if w != nil && !deleted && len(stops) > 0 && (k == nil || k.pod != name || gap[0].IsZero()) {
+	if w != nil && !deleted && len(stops) > 0 && (k == nil || k.pod != name || dead.gap[0].IsZero()) {
 		if at, ok := wouldStop(t, *w, inst); ok {
 			kind := lagRead
 			switch {
@@ -637,7 +647,7 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, k *k
 	if logOK {
 		first = sls[0].first
 	}
-	allowed, named := expectedOutcomes(t, *w, inst, first, logOK, gap)
+	allowed, named := expectedOutcomes(t, *w, inst, first, logOK, dead)
 	for _, s := range p.pod.Status.ContainerStatuses {
 		if startError(s.State) && s.Name != proxyName && s.Name != supervisorName && !slices.Contains(allowed, "failure") {
 			// The runtime failed to start an app (exit 128): the
@@ -759,16 +769,34 @@ func inGap(gap [2]time.Time, at time.Time) bool {
 	return !gap[0].IsZero() && !at.Before(gap[0].Add(-gapBefore)) && !at.After(gap[1].Add(gapAfter))
 }
 
+// deadTime is a pod's time without a supervisor: gap, from the kill to the
+// restarted one's carrying on (zero: none). Under exit-status ptrace, once
+// the killed one had anchored accounting to istio-proxy's mount
+// (msgAnchored), the kernel recorded the ends in the gap and the next one
+// reads them: the end of every instance the killed one had journaled,
+// that is, that started (by seenMargin) before recordedBefore (zero:
+// none).
+type deadTime struct {
+	gap            [2]time.Time
+	recordedBefore time.Time
+}
+
+// unread says whether in's end fell in the gap, unrecorded.
+func (d deadTime) unread(in instance) bool {
+	return inGap(d.gap, in.end) && (d.recordedBefore.IsZero() || !in.start.Before(d.recordedBefore))
+}
+
 // checkRestart checks the supervisor's restarts: none in a pod whose
 // supervisor the soak did not kill; where it did, one, after an exit 137,
 // and the instance after carried on from the journal and stopped
 // istio-proxy within killBound of when it would have without the kill.
-// It fills v.kill, and returns the gap: from the kill to the restarted
-// supervisor's line saying it carries on (zero: no kill that counts).
+// It fills v.kill, and returns the pod's dead time: from the kill to the
+// restarted supervisor's line saying it carries on (zero: no kill that
+// counts), and what the kernel recorded of it.
 //
 // ended says the kill ended the supervisor's last instance after its work,
 // and no restart followed: its exit 137 is the kill's, not a failure.
-func checkRestart(t timeline, w *podWant, p podObs, sup *corev1.ContainerStatus, sls []supervisorLog, stops []logLine, k *killed, inst map[string][]instance, v *verdict) (gap [2]time.Time, ended bool) {
+func checkRestart(t timeline, w *podWant, p podObs, sup *corev1.ContainerStatus, sls []supervisorLog, stops []logLine, k *killed, inst map[string][]instance, v *verdict) (dead deadTime, ended bool) {
 	name := p.pod.Name
 	last := sup.LastTerminationState.Terminated
 	if !k.sent() || k.pod != name {
@@ -785,7 +813,7 @@ func checkRestart(t timeline, w *podWant, p podObs, sup *corev1.ContainerStatus,
 		case sup.RestartCount != 0:
 			v.add(invRestart, "pod %s: the supervisor, not killed, restarted %d time(s) (last: %s)", name, sup.RestartCount, cluster.StateString(sup.LastTerminationState))
 		}
-		return gap, false
+		return dead, false
 	}
 	ko := v.kill
 	ko.missed = ""
@@ -817,7 +845,7 @@ func checkRestart(t timeline, w *podWant, p podObs, sup *corev1.ContainerStatus,
 				msgDecision, clock(sls[0].decided), proxy.State.Terminated.ExitCode)
 		}
 		if ko.missed != "" {
-			return gap, true
+			return dead, true
 		}
 	}
 	if sup.RestartCount != 1 || last == nil || last.ExitCode != 137 {
@@ -825,7 +853,7 @@ func checkRestart(t timeline, w *podWant, p podObs, sup *corev1.ContainerStatus,
 			name, clock(k.at), sup.RestartCount, cluster.StateString(sup.LastTerminationState))
 	}
 	if len(sls) == 0 {
-		return gap, false // checkPod says why there is no log
+		return dead, false // checkPod says why there is no log
 	}
 	before, after := supervisorLog{}, sls[len(sls)-1]
 	switch {
@@ -836,37 +864,44 @@ func checkRestart(t timeline, w *podWant, p podObs, sup *corev1.ContainerStatus,
 		// came is told by the stamps alone.
 	default:
 		v.add(invRestart, "pod %s: no logs of two instances of the supervisor", name)
-		return gap, false
+		return dead, false
 	}
 	ko.when = placeKill(k.at, inst, before)
 	ko.resumed = after.resumed
-	gap = [2]time.Time{k.at, after.start}
+	dead.gap = [2]time.Time{k.at, after.start}
 	if after.resumed == nil {
 		v.add(invRestart, "pod %s: the restarted supervisor does not say %q", name, msgResumed)
 	} else {
-		gap[1] = after.resumed.At
+		dead.gap[1] = after.resumed.At
+	}
+	if t.ptrace && !before.anchored.IsZero() && before.anchored.Before(k.at) {
+		dead.recordedBefore = k.at.Add(-seenMargin)
 	}
 	if w == nil || w.deleted {
-		return gap, false
+		return dead, false
 	}
 	for _, a := range t.apps {
 		for _, in := range inst[a.name] {
-			if !in.end.IsZero() && inGap(gap, in.end) {
+			switch {
+			case in.end.IsZero() || !inGap(dead.gap, in.end):
+			case dead.unread(in):
 				ko.lost = append(ko.lost, fmt.Sprintf("%s #%d", in.app, in.n))
+			default:
+				ko.recorded = append(ko.recorded, fmt.Sprintf("%s #%d", in.app, in.n))
 			}
 		}
 	}
 	would, ok := wouldStop(t, *w, inst)
 	would = would.Add(graceFor(sup))
 	if !ok || len(stops) == 0 {
-		return gap, false // the other invariants say why
+		return dead, false // the other invariants say why
 	}
 	ko.wouldStop, ko.stop = would, stops[0].At
 	ko.delay = ko.stop.Sub(would)
 	ko.bound = killBound
 	if t.restart == corev1.RestartPolicyOnFailure && !t.none {
 		for _, a := range t.apps {
-			if x := find(inst[a.name], w.last[a.name]); x != nil && inGap(gap, x.end) {
+			if x := find(inst[a.name], w.last[a.name]); x != nil && dead.unread(*x) {
 				ko.bound = max(ko.bound, killBound+restartWait(w.last[a.name]-w.first[a.name]+1))
 			}
 		}
@@ -900,7 +935,7 @@ func checkRestart(t timeline, w *podWant, p podObs, sup *corev1.ContainerStatus,
 		v.add(invRestart, "pod %s: istio-proxy stopped at %s, %s after it would have without the kill (%s), more than %s",
 			name, clock(ko.stop), ko.delay.Round(time.Millisecond), clock(would), ko.bound)
 	}
-	return gap, false
+	return dead, false
 }
 
 // placeKill says where in the pod's life the kill came: during or after the
@@ -1134,9 +1169,9 @@ const seenMargin = time.Second
 
 // expectedOutcomes returns the summaries the supervisor may give the pod
 // (success, failure, unknown), and the "app exit N" its failure summary
-// must name. An instance that ended in the gap (inGap: while no supervisor
-// ran, its supervisor killed) was not seen.
-func expectedOutcomes(t timeline, w podWant, inst map[string][]instance, supStart time.Time, logOK bool, gap [2]time.Time) (allowed, named []string) {
+// must name. An instance whose end is unread in the dead time (while no
+// supervisor ran, its supervisor killed) was not seen.
+func expectedOutcomes(t timeline, w podWant, inst map[string][]instance, supStart time.Time, logOK bool, dead deadTime) (allowed, named []string) {
 	if t.none {
 		return []string{"unknown"}, nil
 	}
@@ -1146,7 +1181,7 @@ func expectedOutcomes(t timeline, w podWant, inst map[string][]instance, supStar
 		code := a.at(n).code
 		in := find(inst[a.name], n)
 		seen := logOK && in != nil && !in.end.IsZero() && in.end.After(supStart.Add(seenMargin)) &&
-			(n == w.first[a.name] || in.end.Sub(in.start) >= seenMargin) && !inGap(gap, in.end)
+			(n == w.first[a.name] || in.end.Sub(in.start) >= seenMargin) && !dead.unread(*in)
 		switch {
 		case code != 0 && seen:
 			failSeen = true
@@ -1179,6 +1214,9 @@ func (k *killOutcome) String() string {
 	}
 	if len(k.lost) > 0 {
 		s += "; ended while no supervisor ran: " + strings.Join(k.lost, ", ")
+	}
+	if len(k.recorded) > 0 {
+		s += "; ended while no supervisor ran, recorded: " + strings.Join(k.recorded, ", ")
 	}
 	if !k.stop.IsZero() {
 		s += fmt.Sprintf("; istio-proxy stopped at %s, would have at %s: %s later (bound %s)",

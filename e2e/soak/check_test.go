@@ -299,6 +299,33 @@ func TestCheckJob(t *testing.T) {
 				t.Errorf("kill outcome: %s", k)
 			}
 		}},
+		// Under ptrace, anchored before the kill, the end in the gap is
+		// recorded: its status must be read, and the stop come in time.
+		{name: "killed, ptrace, status recorded", base: killedPod, edit: func(tl *timeline, o *observed) {
+			recordedStatus(tl, o, 4000, 4001)
+		}, want: -1, check: func(t *testing.T, v verdict) {
+			if k := v.kill; len(k.lost) != 0 || len(k.recorded) != 1 || k.bound != killBound {
+				t.Errorf("kill outcome: %s", k)
+			}
+		}},
+		{name: "killed, ptrace, status recorded, read unknown", base: killedPod, edit: func(tl *timeline, o *observed) {
+			recordedStatus(tl, o, 4000, 4001)
+			cs(o, supervisorName).State.Terminated.Message = "unknown: a unknown; action SIGTERM"
+		}, want: invMessage, text: `want it to start with "success:"`},
+		{name: "killed, ptrace, status recorded, OnFailure waits", base: killedPod, edit: func(tl *timeline, o *observed) {
+			tl.restart, tl.backoffLimit = corev1.RestartPolicyOnFailure, 1
+			tl.want = tl.oracle()
+			recordedStatus(tl, o, 4000, 19001)
+		}, want: invRestart, text: "16.001s after it would have"},
+		{name: "killed, ptrace, not anchored", base: killedPod, edit: func(tl *timeline, o *observed) {
+			recordedStatus(tl, o, 4000, 4001)
+			o.pods[0].prevLog = strings.Join([]string{logAt(500, "starting", ""), logAt(600, "app found", "")}, "\n")
+			cs(o, supervisorName).State.Terminated.Message = "unknown: a unknown; action SIGTERM"
+		}, want: -1, check: func(t *testing.T, v verdict) {
+			if k := v.kill; len(k.lost) != 1 || len(k.recorded) != 0 {
+				t.Errorf("kill outcome: %s", k)
+			}
+		}},
 		// The instance after finds gone the istio-proxy the one before
 		// signalled: no failure. Gone before any signal is one.
 		{name: "killed, gone after the action", base: killedPod, edit: func(_ *timeline, o *observed) {
@@ -466,6 +493,15 @@ func lostStatus(o *observed, backMS, signalMS int) {
 		logAt(backMS, msgResumed, `,"apps":1,"ended":0,"ended_unwatched":1,"watched":0`),
 		logAt(3002, msgSignalled, `,"signal":"SIGTERM"`), logAt(signalMS, msgSignalled, `,"signal":"SIGTERM"`)).Replace(o.pods[0].log)
 	cs(o, supervisorName).State.Terminated.Message = "unknown: a unknown; action SIGTERM"
+}
+
+// recordedStatus is lostStatus under exit-status ptrace, the killed
+// instance having anchored accounting at 0.7 s: the status is read.
+func recordedStatus(tl *timeline, o *observed, backMS, signalMS int) {
+	tl.ptrace = true
+	lostStatus(o, backMS, signalMS)
+	o.pods[0].prevLog += "\n" + logAt(700, msgAnchored, "")
+	cs(o, supervisorName).State.Terminated.Message = "success: a exit 0; action SIGTERM"
 }
 
 // notRestarted makes killedPod's supervisor one instance, never

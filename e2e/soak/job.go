@@ -88,7 +88,7 @@ func (t timeline) job(dir string) *batchv1.Job {
 			}}},
 		},
 	}
-	if t.none || t.accounting || t.native {
+	if t.none || t.accounting || t.ptrace || t.native {
 		tmpl.Annotations = map[string]string{}
 	}
 	if t.none {
@@ -96,6 +96,9 @@ func (t timeline) job(dir string) *batchv1.Job {
 	}
 	if t.accounting {
 		tmpl.Annotations[exitStatusAnnotation] = "accounting"
+	}
+	if t.ptrace {
+		tmpl.Annotations[exitStatusAnnotation] = "ptrace"
 	}
 	if t.native {
 		tmpl.Annotations[shapeAnnotation] = "native"

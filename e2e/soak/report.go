@@ -75,6 +75,7 @@ func rows() []row {
 		{"exit-status none (statuses unknown)", func(r result) bool { return r.t.none }},
 		{"exit-status accounting (root, SYS_PACCT)", func(r result) bool { return r.t.accounting }},
 		{"supervisor killed, exit-status accounting", func(r result) bool { return r.t.accounting && r.killed() }},
+		{"supervisor killed, exit-status ptrace (root, SYS_PTRACE)", func(r result) bool { return r.t.ptrace && r.killed() }},
 		{"2 or 3 apps", func(r result) bool { return len(r.t.apps) > 1 }},
 		{"an app run under 1 s", func(r result) bool { return quickRun(r.t) }},
 		{"running across the kubelet restart", func(r result) bool { return slices.Contains(r.across, "kubelet") }},

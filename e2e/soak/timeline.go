@@ -41,9 +41,12 @@ type timeline struct {
 	// none forces the supervisor's exit-status method to none (the pod
 	// annotation): every app status is unknown. accounting forces it to
 	// accounting (root with SYS_PACCT): statuses from the kernel's
-	// process accounting records.
+	// process accounting records. ptrace forces ptrace (root with
+	// SYS_PTRACE), whose accounting outlives the supervisor's container
+	// (the ends in its dead time are recorded; check.go's deadTime).
 	none         bool
 	accounting   bool
+	ptrace       bool
 	apps         []appPlan
 	backoffLimit int32
 	// deadline is activeDeadlineSeconds (0: unset); deadlineHit says the
@@ -218,13 +221,16 @@ func generate(seed uint64, i int) timeline {
 	if drawKill(r, &t) {
 		t.want = t.oracle()
 	}
-	// Drawn last too: statuses from process accounting, for half the Jobs
-	// whose supervisor is killed (an end the killed one had not read is
-	// in the records; one after the kill is not: accounting ends with the
-	// supervisor's container) and one in six of the others.
+	// Drawn last too: statuses from process accounting, for a third of
+	// the Jobs whose supervisor is killed (an end the killed one had not
+	// read is in the records; one after the kill is not: accounting ends
+	// with the supervisor's container) and one in six of the others; from
+	// ptrace, for another third of the killed (its records of the ends
+	// after the kill too).
 	if !t.none {
 		if t.kill != nil {
-			t.accounting = r.IntN(2) == 0
+			x := r.IntN(3)
+			t.accounting, t.ptrace = x == 0, x == 1
 		} else {
 			t.accounting = r.IntN(6) == 0
 		}
@@ -421,6 +427,9 @@ func (t timeline) String() string {
 	fmt.Fprintf(&b, "%s, backoffLimit %d", t.restart, t.backoffLimit)
 	if t.none {
 		b.WriteString(", exit-status none")
+	}
+	if t.ptrace {
+		b.WriteString(", exit-status ptrace")
 	}
 	if t.accounting {
 		b.WriteString(", exit-status accounting")
