@@ -2,17 +2,15 @@ package qemu
 
 import (
 	"bytes"
-	"io"
 	"sync"
 	"time"
 )
 
 // consoleWriter collects qemu's serial output, cleans it line by line and
-// copies finished lines to an optional live writer. It notes when /init's
+// keeps them. It notes when /init's
 // release line went by, which ends the boot.
 type consoleWriter struct {
 	mu      sync.Mutex
-	live    io.Writer
 	start   time.Time
 	partial []byte
 	buf     bytes.Buffer
@@ -40,9 +38,6 @@ func (c *consoleWriter) line(raw []byte) {
 		c.boot = time.Since(c.start)
 	}
 	c.buf.Write(clean)
-	if c.live != nil {
-		c.live.Write(clean) // best effort: a broken live view must not fail the run
-	}
 }
 
 func (c *consoleWriter) flush() {

@@ -39,8 +39,6 @@ const (
 type initParams struct {
 	exit     string // the shell line that hands $v to qemu (arch.exit)
 	hostname string
-	release  string // of the modules
-	modules  []module
 	argv     []string
 	env      []string
 	dir      string
@@ -105,9 +103,6 @@ func initScript(p initParams) []byte {
 	w("mount -t cgroup2 -o nsdelegate cgroup2 /sys/fs/cgroup || fail 'mount cgroup2 on /sys/fs/cgroup'")
 	w("ip link set lo up || fail 'bring up lo'")
 	w("hostname %s || fail 'set the hostname'", shellQuote(p.hostname))
-	for _, m := range p.modules {
-		w("insmod %s || fail %s", shellQuote(m.guest), shellQuote("insmod "+m.guest))
-	}
 	w("echo \"%s$(uname -r)\"", markRelease)
 	w("")
 

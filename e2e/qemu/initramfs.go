@@ -1,11 +1,9 @@
 package qemu
 
 import (
-	"bufio"
 	"bytes"
 	"cmp"
 	"debug/elf"
-	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -61,12 +59,6 @@ type initramfs struct {
 	script  []byte // Config.Script, if any
 	files   []File
 	trees   []Tree
-	modules []module
-}
-
-// module is a kernel module file on the host and where the guest finds it.
-type module struct {
-	host, guest string
 }
 
 // write writes the archive to name, uncompressed: the kernel unpacks a plain
@@ -123,11 +115,6 @@ func (s initramfs) write(name string) (size int64, err error) {
 	}
 	if err := s.copyHost(c, s.busybox, guestBusybox, 0o755); err != nil {
 		return 0, err
-	}
-	for _, m := range s.modules {
-		if err := s.copyHost(c, m.host, m.guest, 0o644); err != nil {
-			return 0, err
-		}
 	}
 	for _, f := range s.helpers {
 		if err := s.copyHost(c, f.Host, f.Guest, f.Mode); err != nil {
@@ -239,90 +226,4 @@ func checkExecutable(fh *os.File, host string, machine elf.Machine, goarch strin
 		}
 	}
 	return nil
-}
-
-// resolveModules turns module names into the files to load, dependencies
-// first, using the kernel's modules.dep. Names match with '-' and '_' alike,
-// as modprobe does.
-func resolveModules(modDir, release string, names []string) ([]module, error) {
-	if len(names) == 0 {
-		return nil, nil
-	}
-	if modDir == "" {
-		return nil, errors.New("modules requested but the kernel has no module directory")
-	}
-	deps, err := readModulesDep(filepath.Join(modDir, "modules.dep"))
-	if err != nil {
-		return nil, err
-	}
-	byName := map[string]string{} // module name -> path relative to modDir
-	for rel := range deps {
-		byName[moduleName(rel)] = rel
-	}
-	var order []string
-	done := map[string]bool{}
-	var visit func(rel string, depth int) error
-	visit = func(rel string, depth int) error {
-		if done[rel] {
-			return nil
-		}
-		if depth > 64 {
-			return fmt.Errorf("modules.dep: dependency loop at %s", rel)
-		}
-		for _, d := range deps[rel] {
-			if err := visit(d, depth+1); err != nil {
-				return err
-			}
-		}
-		done[rel] = true
-		order = append(order, rel)
-		return nil
-	}
-	for _, n := range names {
-		rel, ok := byName[strings.ReplaceAll(n, "-", "_")]
-		if !ok {
-			return nil, fmt.Errorf("kernel module %q not in %s/modules.dep (built in, or misspelt? see the kernel's config)", n, modDir)
-		}
-		if err := visit(rel, 0); err != nil {
-			return nil, err
-		}
-	}
-	mods := make([]module, 0, len(order))
-	for _, rel := range order {
-		mods = append(mods, module{
-			host:  filepath.Join(modDir, rel),
-			guest: path.Join("/lib/modules", release, rel),
-		})
-	}
-	return mods, nil
-}
-
-// readModulesDep parses lines of the form "kernel/a/b.ko: kernel/c.ko ...".
-func readModulesDep(name string) (map[string][]string, error) {
-	f, err := os.Open(name)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	deps := map[string][]string{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		mod, rest, ok := strings.Cut(sc.Text(), ":")
-		if !ok {
-			continue
-		}
-		deps[mod] = strings.Fields(rest)
-	}
-	return deps, sc.Err()
-}
-
-// moduleName is "overlay" for "kernel/fs/overlayfs/overlay.ko", with '-'
-// folded to '_' as the kernel does.
-func moduleName(rel string) string {
-	base := path.Base(rel)
-	if i := strings.Index(base, ".ko"); i >= 0 {
-		base = base[:i]
-	}
-	return strings.ReplaceAll(base, "-", "_")
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/scripts"
 )
@@ -20,10 +19,6 @@ type Kernel struct {
 	// Image is the kernel passed to qemu -kernel: an ELF vmlinux or a
 	// bzImage for amd64, an Image for arm64.
 	Image string
-	// Modules is the kernel's /lib/modules/<release> directory on the host,
-	// with modules.dep; needed only when Config.Modules is set. Empty when
-	// the kernel's package has no modules.
-	Modules string
 	// Release is the kernel's `uname -r`, e.g. "6.1.0-57-amd64".
 	Release string
 	// QEMU is the qemu-system-x86_64 or qemu-system-aarch64 binary.
@@ -90,13 +85,6 @@ func parseKernel(out []byte) (Kernel, error) {
 	})
 	if err != nil {
 		return Kernel{}, err
-	}
-	// MODULES= is empty for a kernel packaged without its modules, which
-	// scripts.Parse takes for a missing line.
-	for _, line := range strings.Split(string(out), "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "MODULES="); ok {
-			k.Modules = v
-		}
 	}
 	if _, ok := archs[k.Arch]; !ok {
 		return Kernel{}, fmt.Errorf("ARCH=%s: want amd64 or arm64", k.Arch)

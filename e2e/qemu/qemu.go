@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -44,13 +43,6 @@ type Config struct {
 	// Hostname of the guest; default "qemu-guest".
 	Hostname string
 
-	// Modules are kernel modules to load before the command, by name (e.g.
-	// "overlay", "veth"), with their dependencies. Most of what a pod
-	// simulation needs (namespaces, cgroup2, tmpfs) is built into Debian's
-	// kernel and needs nothing here.
-	Modules []string
-	// KernelArgs are appended to the kernel command line.
-	KernelArgs []string
 	// CPUs is the guest's number of vCPUs; default 1. qemu's TCG runs
 	// each vCPU on a host thread of its own.
 	CPUs int
@@ -69,10 +61,6 @@ type Config struct {
 	// console intact. Default: three quarters of Timeout, leaving the rest
 	// for booting under software emulation.
 	CommandTimeout time.Duration
-
-	// Console, if set, receives the cleaned console output line by line
-	// while the guest runs, for watching a long run.
-	Console io.Writer
 }
 
 // Result is what a guest run produced.
@@ -183,7 +171,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		"-no-reboot",
 	}
 	args = append(args, a.qemuArgs...)
-	kargs := append(append(append([]string{}, a.kernelArgs...), "panic=-1", "quiet"), cfg.KernelArgs...)
+	kargs := append(append([]string{}, a.kernelArgs...), "panic=-1", "quiet")
 	args = append(args,
 		"-kernel", cfg.Kernel.Image,
 		"-initrd", initrd,
@@ -193,7 +181,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, cfg.Kernel.QEMU, args...)
-	con := &consoleWriter{live: cfg.Console}
+	con := &consoleWriter{}
 	var qlog bytes.Buffer
 	cmd.Stdin = nil // /dev/null: the serial console is output only
 	cmd.Stdout = con
@@ -237,10 +225,6 @@ func tcgAccel(goarch string, cpus int) string {
 }
 
 func buildInitramfs(cfg Config, a arch, helpers []File, name string) (int64, error) {
-	mods, err := resolveModules(cfg.Kernel.Modules, cfg.Kernel.Release, cfg.Modules)
-	if err != nil {
-		return 0, err
-	}
 	argv := cfg.Command
 	var script []byte
 	if cfg.Script != "" {
@@ -255,12 +239,9 @@ func buildInitramfs(cfg Config, a arch, helpers []File, name string) (int64, err
 		script:  script,
 		files:   cfg.Files,
 		trees:   cfg.Trees,
-		modules: mods,
 		init: initScript(initParams{
 			exit:     a.exit,
 			hostname: cfg.Hostname,
-			release:  cfg.Kernel.Release,
-			modules:  mods,
 			argv:     argv,
 			env:      cfg.Env,
 			dir:      cfg.Dir,

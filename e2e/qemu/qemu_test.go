@@ -336,28 +336,3 @@ func TestRunHostTimeout(t *testing.T) {
 		t.Errorf("Run returned %s after qemu's start, with a 500ms timeout", res.Elapsed)
 	}
 }
-
-// TestRunModules loads two modules that Debian builds as modules and uses
-// them: overlayfs, and veth (a pod simulation may want a network namespace
-// with a link to the outside).
-func TestRunModules(t *testing.T) {
-	t.Parallel() // each boots guests of its own: two at a time (-parallel)
-	k := kernel(t)
-	res := run(t, Config{
-		Kernel:  k,
-		Modules: []string{"overlay", "veth"},
-		Script: `set -e
-mkdir -p /tmp/l /tmp/u /tmp/w /tmp/m
-echo lower > /tmp/l/f
-mount -t overlay overlay -o lowerdir=/tmp/l,upperdir=/tmp/u,workdir=/tmp/w /tmp/m
-cat /tmp/m/f
-# busybox ip ignores "peer name": the kernel names the peer veth0.
-ip link add v0 type veth
-ip -o link show v0 | grep -o 'v0@veth0'
-`,
-		Timeout: guestBudget,
-	})
-	if want := "lower\nv0@veth0\n"; res.ExitStatus != 0 || res.Output != want {
-		t.Errorf("status %d, output %q; want 0, %q", res.ExitStatus, res.Output, want)
-	}
-}

@@ -109,47 +109,13 @@ func TestShellQuote(t *testing.T) {
 	}
 }
 
-func TestResolveModules(t *testing.T) {
-	dir := t.TempDir()
-	dep := "kernel/a/top.ko: kernel/b/mid-dep.ko kernel/c/base.ko\n" +
-		"kernel/b/mid-dep.ko: kernel/c/base.ko\n" +
-		"kernel/c/base.ko:\n"
-	if err := os.WriteFile(filepath.Join(dir, "modules.dep"), []byte(dep), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	mods, err := resolveModules(dir, "6.1.0-test", []string{"top", "mid_dep"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, m := range mods {
-		got = append(got, m.guest)
-	}
-	want := []string{
-		"/lib/modules/6.1.0-test/kernel/c/base.ko",
-		"/lib/modules/6.1.0-test/kernel/b/mid-dep.ko",
-		"/lib/modules/6.1.0-test/kernel/a/top.ko",
-	}
-	if strings.Join(got, " ") != strings.Join(want, " ") {
-		t.Errorf("load order %v, want %v", got, want)
-	}
-	if _, err := resolveModules(dir, "6.1.0-test", []string{"nope"}); err == nil {
-		t.Error("unknown module: no error")
-	}
-}
-
 func TestParseKernel(t *testing.T) {
-	k, err := parseKernel([]byte("NAME=n\nARCH=amd64\nKERNEL=/k\nMODULES=/m\nRELEASE=6.1.0-1-amd64\nQEMU=/q\nBUSYBOX=/b\n"))
-	want := Kernel{Name: "n", Arch: "amd64", Image: "/k", Modules: "/m", Release: "6.1.0-1-amd64", QEMU: "/q", Busybox: "/b"}
+	k, err := parseKernel([]byte("NAME=n\nARCH=amd64\nKERNEL=/k\nRELEASE=6.1.0-1-amd64\nQEMU=/q\nBUSYBOX=/b\n"))
+	want := Kernel{Name: "n", Arch: "amd64", Image: "/k", Release: "6.1.0-1-amd64", QEMU: "/q", Busybox: "/b"}
 	if err != nil || k != want {
 		t.Errorf("parseKernel = %+v, %v; want %+v", k, err, want)
 	}
-	// A kernel packaged without modules (sid's) has an empty MODULES=.
-	k, err = parseKernel([]byte("NAME=n\nARCH=arm64\nKERNEL=/k\nMODULES=\nRELEASE=7.2.0-arm64\nQEMU=/q\nBUSYBOX=/b\n"))
-	if err != nil || k.Modules != "" || k.Arch != "arm64" {
-		t.Errorf("parseKernel without modules = %+v, %v", k, err)
-	}
-	for _, bad := range []string{"KERNEL=/k\n", "NAME=n\nARCH=riscv64\nKERNEL=/k\nMODULES=\nRELEASE=r\nQEMU=/q\nBUSYBOX=/b\n"} {
+	for _, bad := range []string{"KERNEL=/k\n", "NAME=n\nARCH=riscv64\nKERNEL=/k\nRELEASE=r\nQEMU=/q\nBUSYBOX=/b\n"} {
 		if _, err := parseKernel([]byte(bad)); err == nil {
 			t.Errorf("parseKernel(%q): no error", bad)
 		}

@@ -24,8 +24,6 @@
 #                 uncompressed ELF (vmlinux, booted via PVH, much faster under
 #                 TCG) when it could be extracted, else the bzImage; for arm64
 #                 the Image (Debian's arm64 vmlinuz is not compressed)
-#       MODULES=  /lib/modules/<release> of that kernel, with a modules.dep;
-#                 empty when its package has no modules (sid splits them out)
 #       RELEASE=  its `uname -r`
 #       QEMU=     qemu-system-x86_64 or qemu-system-aarch64
 #       BUSYBOX=  a static busybox of the guest's architecture
@@ -182,16 +180,17 @@ fetch_kernel() {
 	mkdir -p "$tmp/root"
 	for deb in "$tmp"/*.deb; do
 		log "unpack $(basename "$deb")"
-		# Only the kernel image, its config and the modules: the rest
-		# (docs, System.map, device trees) is not needed to boot it.
-		# Packages up to 6.12 put them under /boot and /lib/modules; sid's
-		# split packages under /usr/lib/modules/<release>.
+		# Only the kernel image and its config: the rest (modules, docs,
+		# System.map, device trees) is not needed to boot it, the guests
+		# loading no module. Packages up to 6.12 put them under /boot;
+		# sid's under /usr/lib/modules/<release>.
 		dpkg-deb --fsys-tarfile "$deb" | tar -x -C "$tmp/root" --wildcards \
-			--exclude './usr/share' --exclude './usr/lib/linux-image-*' --exclude '*/dtb' --exclude '*/System.map*' ||
+			--exclude './usr/share' --exclude './usr/lib/linux-image-*' --exclude '*/dtb' --exclude '*/System.map*' \
+			--exclude '*/modules/*/kernel' ||
 			die "cannot unpack $deb"
 		rm -f "$deb"
 	done
-	local vmlinuz config release moddir
+	local vmlinuz config release
 	vmlinuz="$(find "$tmp/root" \( -path '*/boot/vmlinuz-*' -o -path '*/modules/*/vmlinuz' \) -type f -print -quit)"
 	[ -n "$vmlinuz" ] || die "$* hold no vmlinuz"
 	case "$vmlinuz" in
@@ -200,22 +199,6 @@ fetch_kernel() {
 	esac
 	config="$(find "$tmp/root" \( -path "*/boot/config-$release" -o -path "*/modules/$release/config" \) -type f -print -quit)"
 	[ -n "$config" ] || die "$* hold no config for $release (a sid kernel needs its linux-base-* package too)"
-	mkdir -p "$dir/modules"
-	moddir="$(find "$tmp/root" -path "*/modules/$release/kernel" -type d -print -quit)"
-	if [ -n "$moddir" ]; then
-		mv "$(dirname "$moddir")" "$dir/modules/$release"
-		# The package leaves modules.dep to depmod at install time;
-		# busybox's depmod writes the same format (kmod's depmod is not
-		# installed here). It wants the tree under lib/modules.
-		log "depmod $release"
-		mkdir -p "$tmp/depmod/lib/modules"
-		ln -s "$dir/modules/$release" "$tmp/depmod/lib/modules/$release"
-		/bin/busybox depmod -b "$tmp/depmod" "$release"
-		rm -f "$dir/modules/$release/vmlinuz" "$dir/modules/$release/config"
-		printf '%s\n' "$dir/modules/$release" >"$dir/modules-dir"
-	else
-		printf '\n' >"$dir/modules-dir"
-	fi
 	mv "$vmlinuz" "$dir/vmlinuz"
 	mv "$config" "$dir/config"
 	rm -rf "$tmp"
@@ -315,7 +298,6 @@ main() {
 	printf 'NAME=%s\n' "$name"
 	printf 'ARCH=%s\n' "$arch"
 	printf 'KERNEL=%s\n' "$kernel"
-	printf 'MODULES=%s\n' "$(cat "$dir/modules-dir")"
 	printf 'RELEASE=%s\n' "$(cat "$dir/release")"
 	printf 'QEMU=%s\n' "$qemu"
 	printf 'BUSYBOX=%s\n' "$busybox"
