@@ -123,15 +123,14 @@ func startAgent(t *testing.T, cfg istioproxy.Config) *agent {
 	if err != nil {
 		t.Fatalf("start pilot-agent: %v", err)
 	}
-	a.watch("pilot-agent", func() { _ = cmd.Process.Kill() }, nil)
+	a.watch("pilot-agent")
 	return a
 }
 
 // watch waits for the started agent's process in the background. At the
-// end of the test it kills the process if it still runs (kill, given
-// exitGuard, then SIGKILL), runs after (when not nil), and dumps the agent
-// if the test failed.
-func (a *agent) watch(name string, kill, after func()) {
+// end of the test it kills the process if it still runs (SIGKILL, then
+// bounded by exitGuard), and dumps the agent if the test failed.
+func (a *agent) watch(name string) {
 	go func() {
 		a.waitErr = a.cmd.Wait()
 		a.exited = time.Now()
@@ -141,16 +140,12 @@ func (a *agent) watch(name string, kill, after func()) {
 		select {
 		case <-a.done:
 		default:
-			kill()
+			_ = a.cmd.Process.Kill()
 			select {
 			case <-a.done:
 			case <-time.After(exitGuard):
-				_ = a.cmd.Process.Kill()
 				a.t.Errorf("%s (pid %d) did not end within %s of its kill", name, a.cmd.Process.Pid, exitGuard)
 			}
-		}
-		if after != nil {
-			after()
 		}
 		if a.t.Failed() {
 			a.dump()

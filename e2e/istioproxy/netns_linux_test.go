@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"runtime"
 	"syscall"
 	"testing"
@@ -20,8 +19,6 @@ import (
 // socket belongs to the namespace of the thread that created it.
 type netns struct {
 	calls chan func()
-	// path names the namespace for others to join (runc's linux.namespaces[].path).
-	path string
 }
 
 func newNetns(t *testing.T) *netns {
@@ -41,7 +38,6 @@ func newNetns(t *testing.T) *netns {
 			ready <- err
 			return
 		}
-		ns.path = fmt.Sprintf("/proc/%d/task/%d/ns/net", os.Getpid(), syscall.Gettid())
 		ready <- nil
 		for f := range ns.calls {
 			f()

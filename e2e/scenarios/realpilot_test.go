@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/istioproxy"
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/istioproxy/record"
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/pod"
 )
@@ -109,8 +110,16 @@ func TestRealPilot(t *testing.T) {
 				if err != nil {
 					t.Fatalf("envoy's record: %v", err)
 				}
-				if len(record.OfKind(events, record.Start)) != 1 {
-					t.Fatalf("envoy did not start once: %d start events", len(record.OfKind(events, record.Start)))
+				starts := record.OfKind(events, record.Start)
+				if len(starts) != 1 {
+					t.Fatalf("envoy did not start once: %d start events", len(starts))
+				}
+				if uid := starts[0].UID; uid == nil || *uid != istioproxy.ProxyUID {
+					t.Errorf("envoy started as %s, want uid %d", starts[0], istioproxy.ProxyUID)
+				}
+				// On runc the root is read-only but for Proxy.Writable.
+				if out := p.Logs("istio-proxy"); strings.Contains(out, "read-only file system") {
+					t.Errorf("istio-proxy wrote outside its writable mounts:\n%s", out)
 				}
 				all := record.OfKind(events, record.Drain)
 				drains := record.Filter(all, func(e record.Event) bool { return !e.SkipExit })
