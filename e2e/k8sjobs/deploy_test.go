@@ -69,27 +69,6 @@ func anchored(t *testing.T, p corev1.Pod, log string) {
 	}
 }
 
-// cronJob: a CronJob scheduled every minute, injected like the Jobs, fires
-// for real (the CronJob controller creates the Job at the minute); it is
-// suspended as soon as it has, and that one Job must complete.
-func (e *env) cronJob(ctx context.Context, t *testing.T) {
-	ns := e.namespace(ctx, t, "cronjob")
-	j := newJob("", corev1.RestartPolicyOnFailure, 2, app("app", "date; echo working; echo done"))
-	gate(t, &j.Spec.Template.Spec, "app")
-	cj := &batchv1.CronJob{
-		ObjectMeta: metav1.ObjectMeta{Name: "every-minute"},
-		Spec: batchv1.CronJobSpec{
-			Schedule:          "* * * * *",
-			ConcurrencyPolicy: batchv1.ForbidConcurrent,
-			JobTemplate:       batchv1.JobTemplateSpec{Spec: j.Spec},
-		},
-	}
-	p := e.fireOnce(ctx, t, ns, cj)
-	e.checkInjected(t, p, shape{apps: []string{"app"}, supervisor: true,
-		supervisorEnv: map[string]string{"SUPERVISOR_RESTART_POLICY": "OnFailure", "SUPERVISOR_APP_CONTAINERS": "1"}})
-	e.checkSucceeded(ctx, t, p, []string{"app"}, "success: {app} exit 0", quit)
-}
-
 // completeDeployJob creates the Job of deploy/file, its app gated, in a new
 // namespace named after prefix, releases the app, waits for the Job to
 // complete and returns its pod.
@@ -106,7 +85,7 @@ func (e *env) completeDeployJob(ctx context.Context, t *testing.T, file, prefix 
 }
 
 // deployCronJob: deploy/cronjob.yaml with its schedule changed to every
-// minute and its app gated, nothing else; fires once like cronJob.
+// minute and its app gated, nothing else; fires once (fireOnce).
 func (e *env) deployCronJob(ctx context.Context, t *testing.T) {
 	var cj batchv1.CronJob
 	readDeploy(t, "cronjob.yaml", &cj)

@@ -65,7 +65,6 @@ func TestJobs(t *testing.T) {
 			{"exit 3 fails, proxy killed", e.exitThree},
 			{"OnFailure retry keeps the proxy", e.onFailure},
 			{"two apps", e.twoApps},
-			{"CronJob fires", e.cronJob},
 			{"control: no supervisor stays Running", e.control},
 			{"deploy/job.yaml", e.deployJob},
 			{"deploy/job-ptrace.yaml", e.deployJobPtrace},
