@@ -6,4 +6,5 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 [ "$(id -u)" -eq 0 ] || { echo "demo: needs root, to create the pod's namespaces and cgroups (sudo $0)" >&2; exit 1; }
+export CGO_ENABLED=0 # static, as e2e/test.sh builds: its build cache serves
 exec go run ./cmd/demo "$@"

@@ -12,6 +12,10 @@ set -euo pipefail
 E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 REPO_DIR="$(cd "$E2E_DIR/.." && pwd)"
 CACHE="${SUPERVISOR_E2E_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sidecar-supervisor-e2e}"
+# Every Go program here is static, and built as e2e/test.sh builds the e2e
+# module: so bench.sh, k8sbench.sh and soak.sh's `go run` take the
+# packages test.sh compiled from Go's build cache (demo.sh too, alone).
+export CGO_ENABLED=0
 # shellcheck source=../versions.env
 . "$E2E_DIR/versions.env"
 # Another Kubernetes for the one-node cluster, one the module proxy serves
