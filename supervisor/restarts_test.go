@@ -21,7 +21,7 @@ import (
 //	init NAME PID     named, adopted as its runtime's init
 //	execd NAME        NAME's last instance is seen running its program
 //	exit NAME CODE    NAME's last instance exits with CODE (-1: unknown)
-//	kill NAME         NAME's last instance is killed by SIGKILL
+//	kill NAME [SIG]   NAME's last instance is killed by SIG (SIGKILL)
 //	at SECONDS        settle at that time (the clock of the table)
 //	missing           the slots never seen are filled as unknown
 //
@@ -91,6 +91,17 @@ func TestLedger(t *testing.T) {
 		{name: "never: an init killed before its exec, then started again", policy: Never, want: 1,
 			margin: 15 * time.Second, timeout: 330 * time.Second,
 			steps: "init a 1; kill a @0; init a 2; execd a; exit a 0 @3", finished: true, final: "a exit 0", replaced: "a<a"},
+		// The kubelet stops the created container (its stop signal,
+		// SIGTERM) before starting it again: the soak, seed 20261215, Job 63.
+		{name: "never: an init SIGTERMed before its exec awaits its new start", policy: Never, want: 1,
+			margin: 15 * time.Second, timeout: 330 * time.Second,
+			steps: "init a 1; kill a SIGTERM @0; at 14", seeking: true,
+			final: "a unknown (killed (SIGTERM) as its runtime's init, before its program ran: its start failed, and the kubelet starts it again)"},
+		{name: "never: an init SIGTERMed before its exec, then started again", policy: Never, want: 1,
+			margin: 15 * time.Second, timeout: 330 * time.Second,
+			steps: "init a 1; kill a SIGTERM @0; init a 2; execd a; exit a 0 @3", finished: true, final: "a exit 0", replaced: "a<a"},
+		{name: "never: SIGTERMed once its program runs is a failure", policy: Never, want: 1,
+			steps: "init a 1; execd a; kill a SIGTERM", finished: true, final: "a killed by SIGTERM"},
 		{name: "never: an init killed before its exec, no new start in time", policy: Never, want: 1,
 			margin: 15 * time.Second, timeout: 330 * time.Second,
 			steps: "init a 1; kill a @0; at 15", finished: true,
@@ -145,7 +156,14 @@ func TestLedger(t *testing.T) {
 				case "execd":
 					l.execd(last[f[1]])
 				case "kill":
-					l.exited(last[f[1]], exitwatch.Status{Known: true, Signal: exitwatch.SIGKILL}, now)
+					sig := exitwatch.SIGKILL
+					if len(f) > 2 {
+						var err error
+						if sig, err = exitwatch.ParseSignal(f[2]); err != nil {
+							t.Fatal(err)
+						}
+					}
+					l.exited(last[f[1]], exitwatch.Status{Known: true, Signal: sig}, now)
 				case "start":
 					var pid int
 					fmt.Sscanf(f[2], "%d", &pid)
@@ -262,6 +280,9 @@ func TestStartFailedIsNoEnd(t *testing.T) {
 		{"killed", killed(exitwatch.SIGKILL),
 			"app killed before its program ran: its start failed, and the kubelet starts it again whatever the restart policy; the sidecar stays up",
 			"app unknown (killed (SIGKILL) as its runtime's init, and no new start was seen within 15s"},
+		{"stopped", killed(exitwatch.SIGTERM),
+			"app killed before its program ran: its start failed, and the kubelet starts it again whatever the restart policy; the sidecar stays up",
+			"app unknown (killed (SIGTERM) as its runtime's init, and no new start was seen within 15s"},
 		{"status unknown", unknownStatus(),
 			"app ended before its program was seen running, its status unknown: its start may have failed, and the kubelet would start it again",
 			"app unknown (ended as its runtime's init, its program never seen running (test), and no new start was seen within 15s"},

@@ -8,9 +8,13 @@ import (
 // "runc:[2:INIT]", crun's, Kata's agent: procscan.Container.Init) has not
 // run its program yet. Until a scan shows it running its program, the pod
 // is scanned (unexeced; every fastInterval for startingHot, look), and
-// a SIGKILL before that ends no run of the app: it is the runtime's
+// a signal before that ends no run of the app: it is the runtime's
 // cleanup of a start that failed (containerd or the kubelet restarted
-// under it: "failed to create shim task: context canceled"). CRI leaves
+// under it: "failed to create shim task: context canceled"), SIGKILL as
+// runc deletes it, or the container's stop signal, SIGTERM, as the kubelet
+// stops the created container before starting it again (the soak, seed
+// 20261215, Job 63: an init left by a kubelet restart, SIGTERMed seven
+// minutes later, then started again under Never). CRI leaves
 // such a container created, and the kubelet starts a created container
 // again whatever the restart policy (pkg/kubelet/container
 // ShouldContainerBeRestarted: "Always restart container in the unknown, or
@@ -28,7 +32,7 @@ import (
 // a failure or a success: a start that failed once the task existed
 // ("failed to start containerd task": the container is left exited, and
 // under Never not started again; seen in the soak, seed 123, Job 1), an
-// app killed by SIGKILL within one scan of its exec, and, statuses unknown,
+// app killed by a signal within one scan of its exec, and, statuses unknown,
 // a program that ran and ended within one scan of its exec.
 
 // adoptedInit marks the instance id as adopted from its runtime's init,
@@ -60,18 +64,19 @@ func (l *ledger) unexeced() bool {
 }
 
 // startFailure is s's meaning for a. An instance still its runtime's init
-// when it ended, and either killed by SIGKILL (the runtime's cleanup) or
-// of unknown status (none read, or gone before it could be watched), may
-// be a start that failed (ok): its status is unknown, said so, and it
-// awaits its new start. An unknown one may as well have run its program
-// too briefly for a scan to see the exec: that costs the wait, never a
-// wrong stop.
+// when it ended, and either killed by a signal (the runtime's cleanup, or
+// the kubelet's stop of the created container) or of unknown status (none
+// read, or gone before it could be watched), may be a start that failed
+// (ok): its status is unknown, said so, and it awaits its new start. One
+// whose exec came within a scan of its end may as well have run its
+// program: that costs the wait, never a wrong stop. A pod being deleted
+// stops the supervisor too, which then acts as for a deletion.
 func startFailure(a *app, s exitwatch.Status) (_ exitwatch.Status, ok bool) {
 	switch {
 	case !a.init:
 		return s, false
-	case s.Known && s.Signal == exitwatch.SIGKILL:
-		a.initEnd = "killed (SIGKILL) as its runtime's init"
+	case s.Known && s.Signal != 0:
+		a.initEnd = "killed (" + s.Signal.String() + ") as its runtime's init"
 		return exitwatch.Status{Reason: a.initEnd + ", before its program ran: its start failed, and the kubelet starts it again"}, true
 	case !s.Known:
 		a.initEnd = "ended as its runtime's init, its program never seen running (" + s.Reason + ")"

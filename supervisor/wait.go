@@ -163,7 +163,7 @@ func (r *run) logEnd(e ending, main *procscan.Process, s exitwatch.Status) {
 	switch {
 	case e.startFailed:
 		msg := "app ended before its program was seen running, its status unknown: its start may have failed, and the kubelet would start it again whatever the restart policy; the sidecar stays up until then"
-		if s.Known { // killed (SIGKILL): startFailure
+		if s.Known { // killed by a signal: startFailure
 			msg = "app killed before its program ran: its start failed, and the kubelet starts it again whatever the restart policy; the sidecar stays up"
 		}
 		r.log.Warn().Str("container", e.container).Int("restart", e.restart).
