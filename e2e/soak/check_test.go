@@ -190,6 +190,17 @@ func TestCheckJob(t *testing.T) {
 			proxy.RestartCount = 1
 			proxy.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"}}
 		}, want: -1, anomalies: 1},
+		// containerd restarted as the containers ended: the kubelet has
+		// exit 255, "Unknown", for each; the stamps have the real exits.
+		{name: "exits the runtime lost", edit: func(_ *timeline, o *observed) {
+			for _, n := range []string{"a", supervisorName, proxyName} {
+				cs(o, n).State.Terminated.ExitCode, cs(o, n).State.Terminated.Reason = 255, "Unknown"
+			}
+		}, want: -1, anomalies: 3},
+		{name: "an exit the runtime lost, the stamp another", edit: func(_ *timeline, o *observed) {
+			cs(o, "a").State.Terminated.ExitCode, cs(o, "a").State.Terminated.Reason = 255, "Unknown"
+			o.inst["a"][0].code = 3
+		}, want: invCondition, text: "a exited 255, want 0"},
 		{name: "containers left running", edit: func(_ *timeline, o *observed) {
 			o.pods[0].running = []string{"abc123"}
 			cs(o, proxyName).State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
