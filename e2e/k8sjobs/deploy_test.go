@@ -53,8 +53,11 @@ func (e *env) deployJobPtrace(ctx context.Context, t *testing.T) {
 	wantExit(t, p, proxyName, 0)
 	log := e.checkSupervisor(ctx, t, p, "success: {app} exit 0; action "+quit.action()+"; sidecar stopped",
 		logPtrace, logFound, logExited, logDecision, logStopped, logDone)
-	// The app runs 10 s: pilot-agent is found while it runs.
-	inOrder(t, p, log, logSidecarFound, logAnchored)
+	// Where pilot-agent was found while the app ran. Once every app is
+	// found the supervisor looks no more until the stop, and istio-proxy
+	// starts after the app: on a loaded node after that last look (a CI
+	// run: istio-proxy 7 s after the app, found only by the stop).
+	anchored(t, p, log)
 }
 
 // anchored checks that the supervisor's process accounting went through

@@ -165,7 +165,16 @@ func TestSeveralSidecars(t *testing.T) {
 			SupervisorEnv: patient("SUPERVISOR_SIDECAR_PROCESSES=pilot-agent,cloud-sql-proxy",
 				"SUPERVISOR_SIDECAR_ACTIONS=cloud-sql-proxy=SIGINT")})
 		sqlRecord := addSidecar(t, &built, "cloud-sql-proxy")
-		_, st := runBuilt(t, built)
+		p := Start(t, built)
+		// Each stand-in records its start once it handles its signals: the
+		// app ends after both (a SIGINT before would end the second by
+		// default, exit 130, as a loaded CI machine showed).
+		waitRecordStart(t, built.PilotRecord)
+		waitRecordStart(t, sqlRecord)
+		if err := releaseRuns(p, built, "app", 1, nil); err != nil {
+			t.Fatal(err)
+		}
+		st := p.MustWaitPhase(t, EventBound)
 		if st.Phase != pod.Succeeded {
 			t.Errorf("phase %s", st)
 		}
