@@ -786,9 +786,15 @@ type deadTime struct {
 	recordedBefore time.Time
 }
 
+// recorded says whether the kernel recorded in's end, had it fallen in
+// the gap.
+func (d deadTime) recorded(in instance) bool {
+	return !d.recordedBefore.IsZero() && in.start.Before(d.recordedBefore)
+}
+
 // unread says whether in's end fell in the gap, unrecorded.
 func (d deadTime) unread(in instance) bool {
-	return inGap(d.gap, in.end) && (d.recordedBefore.IsZero() || !in.start.Before(d.recordedBefore))
+	return inGap(d.gap, in.end) && !d.recorded(in)
 }
 
 // checkRestart checks the supervisor's restarts: none in a pod whose
@@ -889,10 +895,10 @@ func checkRestart(t timeline, w *podWant, p podObs, sup *corev1.ContainerStatus,
 		for _, in := range inst[a.name] {
 			switch {
 			case in.end.IsZero() || !inGap(dead.gap, in.end):
-			case dead.unread(in):
-				ko.lost = append(ko.lost, fmt.Sprintf("%s #%d", in.app, in.n))
-			default:
+			case dead.recorded(in):
 				ko.recorded = append(ko.recorded, fmt.Sprintf("%s #%d", in.app, in.n))
+			default:
+				ko.lost = append(ko.lost, fmt.Sprintf("%s #%d", in.app, in.n))
 			}
 		}
 	}
@@ -1034,12 +1040,13 @@ func checkApps(t timeline, w podWant, p *corev1.Pod, inst map[string][]instance,
 				v.add(invCondition, "pod %s: %s, want exit %d", name, in, a.at(in.n).code)
 			}
 		}
+		lastRun := find(list, w.last[a.name])
 		switch {
 		case s == nil:
 			v.add(invCondition, "pod %s has no status for %s", name, a.name)
 		case s.State.Terminated == nil:
 			v.add(invCondition, "pod %s: %s %s", name, a.name, cluster.StateString(s.State))
-		case exitLost(s.State) && find(list, w.last[a.name]) != nil && find(list, w.last[a.name]).code == a.at(w.last[a.name]).code:
+		case exitLost(s.State) && lastRun != nil && lastRun.code == a.at(w.last[a.name]).code:
 			// The stamps have the exit the runtime lost.
 			v.anomalies = append(v.anomalies, fmt.Sprintf("pod %s: the runtime lost %s's exit (%s); its stamp has exit %d", name, a.name,
 				cluster.StateString(s.State), a.at(w.last[a.name]).code))

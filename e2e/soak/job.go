@@ -88,17 +88,11 @@ func (t timeline) job(dir string) *batchv1.Job {
 			}}},
 		},
 	}
-	if t.none || t.accounting || t.ptrace || t.native {
+	if t.exitStatus() != "" || t.native {
 		tmpl.Annotations = map[string]string{}
 	}
-	if t.none {
-		tmpl.Annotations[exitStatusAnnotation] = "none"
-	}
-	if t.accounting {
-		tmpl.Annotations[exitStatusAnnotation] = "accounting"
-	}
-	if t.ptrace {
-		tmpl.Annotations[exitStatusAnnotation] = "ptrace"
+	if m := t.exitStatus(); m != "" {
+		tmpl.Annotations[exitStatusAnnotation] = m
 	}
 	if t.native {
 		tmpl.Annotations[shapeAnnotation] = "native"

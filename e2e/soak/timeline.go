@@ -421,18 +421,26 @@ func (t timeline) oracle() outcome {
 	panic(fmt.Sprintf("timeline %d: more than 10 pods", t.index))
 }
 
+// exitStatus is the exit-status method the pod's annotation forces (none,
+// accounting, ptrace: one at most), "" for the template's own.
+func (t timeline) exitStatus() string {
+	switch {
+	case t.none:
+		return "none"
+	case t.accounting:
+		return "accounting"
+	case t.ptrace:
+		return "ptrace"
+	}
+	return ""
+}
+
 // String renders the timeline on one line, for the report.
 func (t timeline) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s, backoffLimit %d", t.restart, t.backoffLimit)
-	if t.none {
-		b.WriteString(", exit-status none")
-	}
-	if t.ptrace {
-		b.WriteString(", exit-status ptrace")
-	}
-	if t.accounting {
-		b.WriteString(", exit-status accounting")
+	if m := t.exitStatus(); m != "" {
+		b.WriteString(", exit-status " + m)
 	}
 	if t.deadline > 0 {
 		fmt.Fprintf(&b, ", activeDeadlineSeconds %d", t.deadline)
