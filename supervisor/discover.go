@@ -297,18 +297,23 @@ func (r *run) trackSidecar(c procscan.Container) {
 	r.anchor(c)
 }
 
+// anchorer is exitwatch.Watcher's anchoring of accounting.
+type anchorer interface {
+	Anchor(exitwatch.Process) (bool, error)
+	CanAnchor() bool
+}
+
 // anchor keeps the kernel's process accounting on through the sidecar's
 // mount of the state directory, which outlives this supervisor's own
 // (exitwatch's anchor_linux.go): an app that ends while no supervisor runs
 // (one killed, being restarted) is then recorded, and the next supervisor
 // reads its status.
 func (r *run) anchor(c procscan.Container) {
-	a, ok := r.watch.(interface {
-		Anchor(exitwatch.Process) (bool, error)
-	})
+	a, ok := r.watch.(anchorer)
 	if !ok {
 		return
 	}
+	r.offered = true
 	switch done, err := a.Anchor(process(c.Main)); {
 	case err != nil:
 		r.log.Info().Str("container", c.Name).Str("why", err.Error()).

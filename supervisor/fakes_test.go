@@ -248,6 +248,13 @@ func (k *fakeKernel) Anchor(p exitwatch.Process) (bool, error) {
 	return k.anchorErr == nil && len(k.anchored) == 1, k.anchorErr
 }
 
+// CanAnchor is exitwatch.Watcher's: whether accounting is on to anchor.
+func (k *fakeKernel) CanAnchor() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.anchors
+}
+
 func (k *fakeKernel) anchoredPIDs() []int {
 	k.mu.Lock()
 	defer k.mu.Unlock()

@@ -187,6 +187,47 @@ func TestAnchor(t *testing.T) {
 	}
 }
 
+// TestAnchorSidecarLate: istio-proxy starts after the apps (no hold); on a
+// loaded node, seconds after every app was found. Where accounting can be
+// anchored, the wait looks for it (SCAN_INTERVAL) and anchors through it
+// while the app runs; if none comes within APP_START_TIMEOUT, it says so
+// and looks no more. Where it cannot, the wait does not look at all.
+func TestAnchorSidecarLate(t *testing.T) {
+	const anchoredMsg = `"message":"accounting goes through the sidecar's mount of the state directory`
+	const noneMsg = `"message":"no sidecar seen within SUPERVISOR_APP_START_TIMEOUT of the apps`
+	for _, tc := range []struct {
+		name     string
+		anchors  bool
+		after    float64 // when the sidecar starts, from the wait's start, in APP_START_TIMEOUTs
+		anchored bool
+	}{
+		{"found while the app runs", true, 0.9, true},
+		{"too late", true, 1.1, false},
+		{"cannot anchor", false, 0.5, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := startWith(t, stateConfig(t), func(h *harness) { h.kernel.anchors = tc.anchors }, container(procscan.App, "app", 10))
+				waitLog(t, h, `"message":"app found"`)
+				synctest.Wait() // the wait has begun
+				cfg := stateConfig(t)
+				time.Sleep(time.Duration(tc.after * float64(cfg.AppStartTimeout)))
+				h.pod.add(container(procscan.Sidecar, "pilot-agent", 100))
+				time.Sleep(time.Second)
+				synctest.Wait()
+				if got := strings.Contains(h.logged(), anchoredMsg); got != tc.anchored {
+					t.Errorf("anchored while the app runs: %v, want %v; log:\n%s", got, tc.anchored, h.logged())
+				}
+				if got, want := strings.Contains(h.logged(), noneMsg), tc.anchors && !tc.anchored; got != want {
+					t.Errorf("said no sidecar came: %v, want %v; log:\n%s", got, want, h.logged())
+				}
+				h.proc(10).exit(exited(0))
+				h.finish(Success, "SIGTERM 100")
+			})
+		})
+	}
+}
+
 // TestResumeAfterStop: the sidecar was stopped and seen to exit before the
 // supervisor died (the native shape's restart, or a kill in its last
 // moments): the next one finds nothing to stop and waits for nothing

@@ -93,6 +93,10 @@ type run struct {
 	watched  []watchedApp
 	found    []*sidecar
 	starting map[instance]time.Time
+	// discover.go: offered, once a sidecar was offered to anchor accounting
+	// (anchor). wait.go: anchorBy, until when the wait looks for one.
+	offered  bool
+	anchorBy time.Time
 
 	// decide.go: what the apps' ends add up to, and the action.
 	decision decision

@@ -24,7 +24,9 @@ func (w watchedApp) id() instance { return instanceOf(w.main) }
 // It blocks on the apps' exits without polling, except while a restart is
 // awaited (the new container has to be found in /proc), or an app adopted
 // from its runtime's init has not been seen running its program (a kill
-// before the exec is a failed start, which the kubelet retries).
+// before the exec is a failed start, which the kubelet retries), or
+// accounting can be anchored and no sidecar has been seen yet
+// (seekingAnchor).
 func (r *run) wait(ctx context.Context) (state, error) {
 	waitCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -70,11 +72,15 @@ func (r *run) wait(ctx context.Context) (state, error) {
 		// runtime's init has not been seen running its program (the exec
 		// tells a start that failed from a run: ledger.end).
 		var tickC, fastC <-chan time.Time
-		if r.apps.seeking() || r.apps.unexeced() {
+		restart, sidecar := r.apps.seeking() || r.apps.unexeced(), r.seekingAnchor(time.Now())
+		if restart || sidecar {
 			if lk == nil {
 				lk = r.newLook()
 			}
-			tickC, fastC = lk.tick.C, lk.fast
+			tickC = lk.tick.C
+			if restart {
+				fastC = lk.fast
+			}
 		} else if lk != nil {
 			lk.stop()
 			lk = nil
@@ -118,6 +124,32 @@ func (r *run) wait(ctx context.Context) (state, error) {
 			return nil, err
 		}
 	}
+}
+
+// seekingAnchor reports whether the wait, at now, still looks for a
+// sidecar to anchor accounting through (run.anchor). istio-proxy starts
+// after the apps, unless held: on a loaded node, seconds after every app
+// was found, when discovery looks no more. Found only by the stop, it
+// would anchor nothing, and an app that ended while no supervisor ran
+// (one killed, being restarted) would have no recorded status. So where
+// the anchor can work (exitwatch's CanAnchor), the wait scans every
+// SCAN_INTERVAL (no fast look: a sidecar runs for the pod's life) until a
+// sidecar is offered, for APP_START_TIMEOUT at most, and says so if none
+// came.
+func (r *run) seekingAnchor(now time.Time) bool {
+	if a, ok := r.watch.(anchorer); r.offered || !ok || !a.CanAnchor() {
+		return false
+	}
+	if r.anchorBy.IsZero() {
+		r.anchorBy = now.Add(r.cfg.AppStartTimeout)
+	}
+	if now.Before(r.anchorBy) {
+		return true
+	}
+	r.offered = true // said once
+	r.log.Warn().Str("timeout", r.cfg.AppStartTimeout.String()).
+		Msg("no sidecar seen within " + EnvPrefix + "APP_START_TIMEOUT of the apps: accounting ends with this supervisor's container, and an app that ends while none runs will have no recorded status")
+	return false
 }
 
 // collectExits records the exits the kernel has already reported but the

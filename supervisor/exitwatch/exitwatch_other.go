@@ -15,7 +15,7 @@ func New(cfg Config) (*Watcher, Choice, error) {
 	return nil, Choice{}, fmt.Errorf("watching another container's processes needs Linux: %w", errors.ErrUnsupported)
 }
 
-// Method, Watch, Track, Recorded, Anchor and Close exist so that the package builds.
+// Method, Watch, Track, Recorded, Anchor, CanAnchor and Close exist so that the package builds.
 func (w *Watcher) Method() Method { return None }
 
 func (w *Watcher) Watch(p Process) (Proc, error) { return nil, errors.ErrUnsupported }
@@ -25,5 +25,7 @@ func (w *Watcher) Track(p Process) (Proc, error) { return nil, errors.ErrUnsuppo
 func (w *Watcher) Recorded(p Process) (Status, bool) { return Status{}, false }
 
 func (w *Watcher) Anchor(p Process) (bool, error) { return false, nil }
+
+func (w *Watcher) CanAnchor() bool { return false }
 
 func (w *Watcher) Close() error { return nil }

@@ -159,6 +159,12 @@ func (w *Watcher) Anchor(p Process) (bool, error) {
 	return w.acct.anchor(p)
 }
 
+// CanAnchor reports whether Anchor can succeed here: accounting is on, and
+// the method is ptrace, whose CAP_SYS_PTRACE opening another container's
+// files needs (acctLog.anchor; the template mounts the state volume in
+// istio-proxy under that method alone).
+func (w *Watcher) CanAnchor() bool { return w.acct != nil && w.method == Ptrace }
+
 // Close stops watching and releases every pidfd; tracees are detached by
 // the kernel when the supervisor exits. Accounting stays on (acctLog).
 func (w *Watcher) Close() error {
