@@ -57,6 +57,9 @@ func (e *env) release(ctx context.Context, t *testing.T, p corev1.Pod, container
 	t.Helper()
 	if run == 1 && findContainer(p.Spec, proxyName) != nil {
 		e.waitRunning(ctx, t, p, proxyName, 0)
+		if anchors(p) {
+			e.waitLogged(ctx, t, p, logAnchored, proxyName, 1)
+		}
 	}
 	e.waitLogged(ctx, t, p, logFound, container, run)
 	e.waitRunning(ctx, t, p, container, run-1)
@@ -71,6 +74,18 @@ func (e *env) release(ctx context.Context, t *testing.T, p corev1.Pod, container
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+}
+
+// anchors reports whether p's supervisor anchors accounting through
+// istio-proxy (exit-status ptrace, which the manifest and the template
+// pair with the state volume mounted in istio-proxy): it looks for
+// istio-proxy while the apps run, and the first run is released only once
+// it said so.
+func anchors(p corev1.Pod) bool {
+	c := findContainer(p.Spec, supervisorName)
+	return c != nil && slices.ContainsFunc(c.Env, func(v corev1.EnvVar) bool {
+		return v.Name == "SUPERVISOR_EXIT_STATUS" && v.Value == "ptrace"
+	})
 }
 
 // gated reports whether container of p is a gated app (gate).

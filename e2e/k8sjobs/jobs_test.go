@@ -125,7 +125,7 @@ const (
 	logPtrace = "exit statuses read with ptrace"
 	// Process accounting goes through istio-proxy's mount of the state
 	// volume (exit-status ptrace: root with SYS_PTRACE).
-	logAnchored = "accounting goes through the sidecar's mount of the state directory"
+	logAnchored = "accounting goes through the sidecar's mount of the state directory: it records the apps' ends even while no supervisor runs"
 	// Discovery found istio-proxy's pilot-agent while the apps ran.
 	logSidecarFound = "sidecar found"
 	logFound        = "app found"

@@ -180,3 +180,15 @@ func (e *env) millisecondApps(ctx context.Context, t *testing.T) {
 	}
 	t.Logf("%d of %d apps of milliseconds adopted, their statuses read", len(jobs)-missed, len(jobs))
 }
+
+// anchored checks that the supervisor's process accounting went through
+// istio-proxy's mount of the state volume, which the template mounts there
+// under exit-status ptrace, where pilot-agent was found while the apps ran
+// (an app of milliseconds can be done before istio-proxy starts; one first
+// seen by the stop is not anchored to: no app's end is left to record).
+func anchored(t *testing.T, p corev1.Pod, log string) {
+	t.Helper()
+	if strings.Contains(log, `"message":"`+logSidecarFound) && !strings.Contains(log, `"message":"`+logAnchored) {
+		t.Errorf("pod %s: the supervisor's log lacks %q:\n%s", p.Name, logAnchored, log)
+	}
+}
