@@ -30,13 +30,11 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -46,6 +44,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/scripts"
 )
 
 // Cluster is a running one-node cluster in use by one test.
@@ -101,11 +101,11 @@ func Open(ctx context.Context, logf func(format string, args ...any)) (*Cluster,
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("a real cluster needs root (containerd, kubelet, network namespaces); running as uid %d", os.Geteuid())
 	}
-	scripts, err := scriptsDir()
+	scriptsDir, err := scripts.Dir()
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{scripts: scripts, log: logf}
+	c := &Cluster{scripts: scriptsDir, log: logf}
 	dir := stateDir()
 
 	start, err := waitLock(ctx, dir+startLock, syscall.LOCK_EX, logf)
@@ -308,23 +308,6 @@ func parseEnv(s string) map[string]string {
 		}
 	}
 	return env
-}
-
-// scriptsDir finds e2e/scripts: SUPERVISOR_E2E_SCRIPTS, else next to this
-// source file (which go test compiles from the repo).
-func scriptsDir() (string, error) {
-	if d := os.Getenv("SUPERVISOR_E2E_SCRIPTS"); d != "" {
-		return d, nil
-	}
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		return "", errors.New("cannot locate e2e/scripts: set SUPERVISOR_E2E_SCRIPTS")
-	}
-	d := filepath.Join(filepath.Dir(file), "..", "scripts")
-	if _, err := os.Stat(filepath.Join(d, "cluster-up.sh")); err != nil {
-		return "", fmt.Errorf("cannot locate e2e/scripts (set SUPERVISOR_E2E_SCRIPTS): %w", err)
-	}
-	return d, nil
 }
 
 // stateDir mirrors CLUSTER_DIR in e2e/scripts/cluster-lib.sh.

@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/scripts"
 )
 
 // TestDockerfileTranslation checks that build-image.sh builds the image the
@@ -16,18 +18,18 @@ import (
 // refuses Dockerfile shapes it cannot translate faithfully rather than
 // building something else. Needs no root and builds nothing.
 func TestDockerfileTranslation(t *testing.T) {
-	scripts, err := scriptsDir()
+	scriptsDir, err := scripts.Dir()
 	if err != nil {
 		t.Fatal(err)
 	}
-	real := filepath.Join(scripts, "..", "..", "Dockerfile")
+	real := filepath.Join(scriptsDir, "..", "..", "Dockerfile")
 
 	t.Run("repo Dockerfile", func(t *testing.T) {
 		src, err := os.ReadFile(real)
 		if err != nil {
 			t.Fatal(err)
 		}
-		out, err := checkTranslation(t, scripts, real)
+		out, err := checkTranslation(t, scriptsDir, real)
 		if err != nil {
 			t.Fatalf("build-image.sh --check: %v\n%s", err, out)
 		}
@@ -69,7 +71,7 @@ func TestDockerfileTranslation(t *testing.T) {
 			if err := os.WriteFile(f, []byte(tc.dockerfile), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			out, err := checkTranslation(t, scripts, f)
+			out, err := checkTranslation(t, scriptsDir, f)
 			if err == nil {
 				t.Fatalf("build-image.sh --check accepted it:\n%s", out)
 			}

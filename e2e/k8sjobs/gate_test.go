@@ -2,10 +2,8 @@ package k8sjobs
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/cluster"
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/measure"
 )
 
 // An app that must be seen by the supervisor before it ends is gated: each
@@ -143,20 +142,11 @@ func (e *env) waitLogged(ctx context.Context, t *testing.T, p corev1.Pod, messag
 	return ""
 }
 
-// countLogged counts the lines of a supervisor log (zerolog JSON) whose
-// message is message and whose container is container.
+// countLogged counts the lines of a supervisor log whose message is
+// message and whose container is container.
 func countLogged(log, message, container string) int {
-	n := 0
-	for _, line := range strings.Split(log, "\n") {
-		var l struct {
-			Message   string `json:"message"`
-			Container string `json:"container"`
-		}
-		if json.Unmarshal([]byte(line), &l) == nil && l.Message == message && l.Container == container {
-			n++
-		}
-	}
-	return n
+	lines, _ := measure.ParseLog(log) // a line being written is left out
+	return len(slices.DeleteFunc(lines, func(l measure.LogLine) bool { return l.Message != message || l.Container != container }))
 }
 
 // nthPod waits, up to jobLimit, until job has n pods, and returns the

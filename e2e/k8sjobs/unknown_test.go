@@ -2,12 +2,13 @@ package k8sjobs
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/measure"
 )
 
 // Issue 19 on the real cluster: exit statuses unknown (forced with
@@ -94,18 +95,14 @@ if [ "$n" -lt `+string(rune('0'+fails))+` ]; then echo "run $((n+1)): failing"; 
 	}
 }
 
-// restartWaits are the waits (field wait, in seconds) of the supervisor's
-// waitingLine lines for container app, in order.
+// restartWaits are the waits of the supervisor's waitingLine lines for
+// container app, in order.
 func restartWaits(log string) []time.Duration {
 	var waits []time.Duration
-	for _, line := range strings.Split(log, "\n") {
-		var l struct {
-			Message   string  `json:"message"`
-			Container string  `json:"container"`
-			Wait      float64 `json:"wait"`
-		}
-		if json.Unmarshal([]byte(line), &l) == nil && l.Message == waitingLine && l.Container == "app" {
-			waits = append(waits, time.Duration(l.Wait*float64(time.Second)).Round(time.Millisecond))
+	lines, _ := measure.ParseLog(log)
+	for _, l := range lines {
+		if l.Message == waitingLine && l.Container == "app" {
+			waits = append(waits, l.Waited().Round(time.Millisecond))
 		}
 	}
 	return waits

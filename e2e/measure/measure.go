@@ -163,15 +163,22 @@ func ParseAdjtimex(text string) (time.Time, error) {
 // read, its time parsed, and the line itself for the fields of one
 // message only (the same key means other things in other messages).
 type LogLine struct {
-	Time    string    `json:"time"`
-	Message string    `json:"message"`
-	Signal  string    `json:"signal"`
-	Reason  string    `json:"reason"`
-	Error   string    `json:"error"`
-	Missing []string  `json:"missing"`
-	At      time.Time `json:"-"`
-	Raw     string    `json:"-"`
+	Time      string   `json:"time"`
+	Message   string   `json:"message"`
+	Container string   `json:"container"`
+	Signal    string   `json:"signal"`
+	Reason    string   `json:"reason"`
+	Error     string   `json:"error"`
+	Missing   []string `json:"missing"`
+	// Wait is a wait for a restart, in seconds (cmd/sidecar-supervisor
+	// sets zerolog's duration unit).
+	Wait float64   `json:"wait"`
+	At   time.Time `json:"-"`
+	Raw  string    `json:"-"`
 }
+
+// Waited is l's Wait as a duration.
+func (l LogLine) Waited() time.Duration { return time.Duration(l.Wait * float64(time.Second)) }
 
 // ParseLog reads the supervisor's JSON lines out of its container's output.
 // Lines not starting with "{" are someone else's; one that does but cannot

@@ -205,13 +205,7 @@ func parseSupervisorLog(text string) (supervisorLog, error) {
 		case l.Message == msgMissing && s.missing == nil:
 			s.missing = l.Missing
 		case slices.Contains(msgInitEnds, l.Message):
-			var f struct {
-				Wait float64 `json:"wait"` // seconds (cmd/sidecar-supervisor sets zerolog's unit)
-			}
-			if err := json.Unmarshal([]byte(l.Raw), &f); err != nil {
-				return s, fmt.Errorf("supervisor log line %q: %w", l.Raw, err)
-			}
-			s.initWait = max(s.initWait, time.Duration(f.Wait*float64(time.Second)))
+			s.initWait = max(s.initWait, l.Waited())
 		case slices.Contains(msgJournal, l.Message):
 			s.journal = append(s.journal, strings.TrimSpace(l.Message+" "+l.Reason+" "+l.Error))
 		}
