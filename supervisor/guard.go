@@ -7,31 +7,39 @@ import (
 	"github.com/sidecar-supervisor/sidecar-supervisor/procscan"
 )
 
-// Guard is what the supervisor does once its run is done (res), under
-// restartPolicy OnFailure: the kubelet starts a regular container again
-// when its exit is not 0, a sidecar's after the stop too. It may be the
-// sidecar's own exit, or the runtime's loss of it (containerd, restarted
-// as istio-proxy exited, reported 255, "Unknown": seen in the soak, seed
-// 20261210, Job 126). The restarted sidecar then runs on, and the Job
-// never ends. So the supervisor looks at the pod (the kernel's last PID
-// every ScanInterval, a scan when it has moved) and stops such a sidecar
-// as the run did, maxStopRounds times at most:
+// Guard is what the supervisor does once its run is done (res). The
+// kubelet may start a sidecar again after the stop, and the restarted
+// sidecar then runs on, and the Job never ends:
+//   - under restartPolicy OnFailure, when its exit is not 0: its own, or
+//     the runtime's loss of it (containerd, restarted as istio-proxy
+//     exited, reported 255, "Unknown": seen in the soak, seed 20261210,
+//     Job 126);
+//   - under any policy, when its start failed (StartError), as it starts
+//     any container whose start failed (seed 20261217, Job 64: the
+//     kubelet, restarted while it started istio-proxy, recorded "context
+//     canceled" and started istio-proxy again under Never, after the
+//     stop).
 //
-//   - native (SUPERVISOR_SHAPE=native): until the kubelet's SIGTERM (ctx),
-//     which it waits for anyway, whatever it has seen;
-//   - a container: only where a sidecar's exit after the stop was not 0
-//     (res.Restarting, as read or as its signal gives), for as long as the
-//     kubelet's restart takes (its back-off, counted from the sidecar's
-//     first restart, plus RestartMargin); it ends once every sidecar
-//     stopped again has exited 0. A lost exit leaves no trace here: a
-//     container supervisor has exited when the kubelet starts the sidecar
-//     again.
+// So the supervisor looks at the pod (the kernel's last PID every
+// ScanInterval, a scan when it has moved) and stops such a sidecar as the
+// run did, maxStopRounds times at most:
 //
-// Under another policy, or with no stop done, a native supervisor only
-// waits, a container one returns.
+//   - native (SUPERVISOR_SHAPE=native): under any policy, until the
+//     kubelet's SIGTERM (ctx), which it waits for anyway, whatever it has
+//     seen;
+//   - a container: under OnFailure, only where a sidecar's exit after the
+//     stop was not 0 (res.Restarting, as read or as its signal gives), for
+//     as long as the kubelet's restart takes (its back-off, counted from
+//     the sidecar's first restart, plus RestartMargin); it ends once every
+//     sidecar stopped again has exited 0. A lost exit, or a failed start,
+//     leaves no trace here: a container supervisor has exited when the
+//     kubelet starts the sidecar again (the native shape covers both).
+//
+// With no stop done (the pod deleted, no app seen), a native supervisor
+// only waits, a container one returns.
 func (s *Supervisor) Guard(ctx context.Context, res Result) {
 	native := s.cfg.Shape == ShapeNative
-	if s.cfg.RestartPolicy != OnFailure || res.Deleted || len(res.Apps) == 0 || !native && len(res.Restarting) == 0 {
+	if res.Deleted || len(res.Apps) == 0 || !native && (s.cfg.RestartPolicy != OnFailure || len(res.Restarting) == 0) {
 		if native {
 			<-ctx.Done()
 		}
@@ -93,7 +101,7 @@ func (s *Supervisor) Guard(ctx context.Context, res Result) {
 		rounds++
 		for _, sp := range again {
 			s.log.Warn().Int("pid", sp.sidecar.main.PID).Str("comm", sp.sidecar.main.Comm).Str("container", sp.sidecar.container).Int("round", rounds).
-				Msg("a sidecar runs again after the stop (the kubelet restarted it: its exit was not 0, or the runtime lost it): stopping it again")
+				Msg("a sidecar runs again after the stop (the kubelet restarted it: its exit was not 0, the runtime lost it, or its start had failed): stopping it again")
 		}
 		begun := time.Now()
 		if next := r.act(ctx, plan); next == nil {

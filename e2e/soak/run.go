@@ -329,10 +329,12 @@ func (s *soak) runJob(ctx context.Context, t timeline) result {
 		}
 		s.rec.mu.Lock()
 		obs := p.podObs
-		if fetched == nil {
-			obs.logErr = errors.New("the pod never reached a final phase")
-		}
 		s.rec.mu.Unlock()
+		if fetched == nil {
+			// The pod never reached a final phase: its supervisor's log as
+			// it is now (seed 20261217, Job 64, had none to read).
+			obs.log, obs.logErr = s.rec.supervisorLog(ctx, obs.pod.Name, false)
+		}
 		obs.running, obs.crictlErr = s.running(ctx, obs.pod.UID)
 		o.pods = append(o.pods, obs)
 	}
