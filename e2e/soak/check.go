@@ -92,8 +92,8 @@ func parseStamps(app, text string) ([]instance, error) {
 // supervisorLog is what the soak reads in the log of one instance of the
 // supervisor.
 type supervisorLog struct {
-	// start is its first line's time.
-	start time.Time
+	// start is its first line's time, last its last line's.
+	start, last time.Time
 	// first is when its first scan ended: its first "app found" or
 	// "sidecar found" line, else its first line. Under load the start
 	// (the exit-status probe, reading names) can take seconds, and an app
@@ -186,6 +186,7 @@ func parseSupervisorLog(text string) (supervisorLog, error) {
 		if s.first.IsZero() {
 			s.start, s.first = at, at
 		}
+		s.last = at
 		if !foundSeen && (l.Message == "app found" || l.Message == "sidecar found") {
 			s.first, foundSeen = at, true
 		}
@@ -874,6 +875,14 @@ func checkRestart(t timeline, w *podWant, p podObs, sup *corev1.ContainerStatus,
 	ko.when = placeKill(k.at, inst, before)
 	ko.resumed = after.resumed
 	dead.gap = [2]time.Time{k.at, after.start}
+	if !before.last.IsZero() && before.last.Before(k.at) {
+		// An end after the killed instance's last line was not read by it
+		// (it logs each end it reads), however long before the kill it
+		// came: on a loaded node it may not get the CPU for hundreds of
+		// milliseconds (seed 20261217, Job 178: 441 ms). Whether it read
+		// it soon enough is the bound's to say, not the message's.
+		dead.gap[0] = before.last
+	}
 	if after.resumed == nil {
 		v.add(invRestart, "pod %s: the restarted supervisor does not say %q", name, msgResumed)
 	} else {

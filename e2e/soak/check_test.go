@@ -299,6 +299,23 @@ func TestCheckJob(t *testing.T) {
 		{name: "killed, status lost, Never, late", base: killedPod, edit: func(_ *timeline, o *observed) {
 			lostStatus(o, 7000, 7001)
 		}, want: invRestart, text: "4.001s after it would have"},
+		// Killed 500 ms after the app's end, which it had not read (its
+		// last line is at 0.6 s): the status is lost (seed 20261217, Job
+		// 178). A line it logged since shows it ran after the end: that end
+		// it had the time to read, as before.
+		{name: "killed after an end it had not read", base: killedPod, edit: func(_ *timeline, o *observed) {
+			lostStatus(o, 4000, 4001)
+			o.kill.at = at(3500)
+		}, want: -1, check: func(t *testing.T, v verdict) {
+			if k := v.kill; len(k.lost) != 1 {
+				t.Errorf("kill outcome: %s", k)
+			}
+		}},
+		{name: "killed after an end it may have read", base: killedPod, edit: func(_ *timeline, o *observed) {
+			lostStatus(o, 4000, 4001)
+			o.kill.at = at(3500)
+			o.pods[0].prevLog += "\n" + logAt(3300, "app exited", `,"container":"a"`)
+		}, want: invMessage, text: `want it to start with "success:"`},
 		// Under OnFailure the lost status awaits the app's restart for the
 		// margin: 1 s for the restart, then 15 s more, is in bound.
 		{name: "killed, status lost, OnFailure", base: killedPod, edit: func(tl *timeline, o *observed) {
