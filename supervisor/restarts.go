@@ -232,7 +232,9 @@ type ending struct {
 	// its start again (whatever the policy, startFailure); for
 	// wait.
 	failed, unknown, startFailed bool
-	wait                         time.Duration
+	// superseded: its container had been started again while it ran.
+	superseded bool
+	wait       time.Duration
 }
 
 // running reports whether id is an instance still running.
@@ -278,6 +280,15 @@ func (l *ledger) end(a *app, s exitwatch.Status, now time.Time) ending {
 	e := ending{container: a.container, restart: a.restarts + 1}
 	s, e.startFailed = startFailure(a, s)
 	a.done, a.status, a.exitAt = true, s, now
+	if a.superseded {
+		// Its container was started again while it ran: the kubelet had
+		// lost it (containerd's restart: the soak, seed 20261216, Job 130,
+		// where this end, 143, awaited a restart for RESTART_TIMEOUT and
+		// the newer instance's exit 0 was lost to "unknown"). The newer
+		// instance's end is the container's; this one brings no restart.
+		e.superseded = true
+		return e
+	}
 	if !e.startFailed && (l.policy != OnFailure || s.Success()) {
 		return e
 	}

@@ -82,6 +82,13 @@ func TestLedger(t *testing.T) {
 		{name: "names: an instance seen at its exit, unnamed, is replaced by its named restart", policy: OnFailure, want: 2,
 			steps: "named b 2; start x 1; exit x 1; named a 3; exit a 0; exit b 0", finished: true,
 			final: "b exit 0, a exit 0", replaced: "a<x"},
+		// The kubelet lost an instance (containerd's restart: seed
+		// 20261216, Job 130) and started the container again while it
+		// ran: the new instance's end is the container's last run, and
+		// the old one's later end awaits no restart.
+		{name: "onfailure: an instance ending after its container's new start awaits nothing", policy: OnFailure, want: 1,
+			steps: "named a 1; named a 2; exit a 0; exit #1 143", finished: true,
+			final: "a exit 0", replaced: "a<a"},
 		// A start that failed: the runtime's init killed before its exec,
 		// and the kubelet starts the container again, whatever the policy.
 		{name: "never: an init killed before its exec awaits its new start", policy: Never, want: 1,
@@ -182,7 +189,13 @@ func TestLedger(t *testing.T) {
 					if code < 0 {
 						s = exitwatch.Status{Reason: "test"}
 					}
-					l.exited(last[strings.Split(f[1], "-")[0]], s, now)
+					id := last[strings.Split(f[1], "-")[0]]
+					if pid, ok := strings.CutPrefix(f[1], "#"); ok { // an instance by its PID
+						var n int
+						fmt.Sscanf(pid, "%d", &n)
+						id = instanceOf(procscan.Process{PID: n, StartTime: uint64(n)})
+					}
+					l.exited(id, s, now)
 				case "at":
 					var s int
 					fmt.Sscanf(f[1], "%d", &s)

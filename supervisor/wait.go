@@ -193,6 +193,9 @@ func (r *run) logEnd(e ending, main *procscan.Process, s exitwatch.Status) {
 	}
 	logStatus(ev, s).Msg("app exited")
 	switch {
+	case e.superseded:
+		r.log.Warn().Str("container", e.container).
+			Msg("app instance ended after its container was started again (the kubelet had lost it, as when the runtime restarts): the newer instance's end is the container's")
 	case e.startFailed:
 		msg := "app ended before its program was seen running, its status unknown: its start may have failed, and the kubelet would start it again whatever the restart policy; the sidecar stays up until then"
 		if s.Known { // killed by a signal: startFailure
