@@ -364,18 +364,14 @@ func ended(st pod.Status) bool {
 
 // stamp reads the time of the first event line in a stamps file.
 func stamp(path, event string) (time.Time, error) {
-	for _, l := range scenarios.Record(path) {
-		i := strings.LastIndexByte(l, ' ')
-		if i < 0 || l[:i] != event {
-			continue
-		}
-		n, err := strconv.ParseInt(l[i+1:], 10, 64)
-		if err != nil {
-			return time.Time{}, fmt.Errorf("%s: bad line %q", path, l)
-		}
-		return time.Unix(0, n), nil
+	ts, err := scenarios.Stamps(path, event)
+	if err == nil && len(ts) == 0 {
+		err = fmt.Errorf("%s: no %q", path, event)
 	}
-	return time.Time{}, fmt.Errorf("%s: no %q", path, event)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return ts[0], nil
 }
 
 // reaped is when the pod reaped container name's main process.

@@ -193,21 +193,12 @@ func seconds(l scenarios.LogLine, key string) time.Duration {
 	return time.Duration(f * float64(time.Second)).Round(time.Millisecond)
 }
 
-// stamps reads the times of event from a podsim stamps file ("EVENT
-// UNIX_NS" lines; the event may have more words, "signal SIGTERM").
+// stamps is scenarios.Stamps, failing the test on a bad line.
 func stamps(t *testing.T, path, event string) []time.Time {
 	t.Helper()
-	var out []time.Time
-	for _, line := range scenarios.Record(path) {
-		fs := strings.Fields(line)
-		if len(fs) < 2 || fs[0] != event {
-			continue
-		}
-		ns, err := strconv.ParseInt(fs[len(fs)-1], 10, 64)
-		if err != nil {
-			t.Fatalf("%s: bad stamp %q: %v", path, line, err)
-		}
-		out = append(out, time.Unix(0, ns))
+	out, err := scenarios.Stamps(path, event)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return out
 }

@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/pod"
 )
@@ -26,6 +28,26 @@ func Record(path string) []string {
 		out = append(out, sc.Text())
 	}
 	return out
+}
+
+// Stamps reads the times of event from a podsim stamps file ("EVENT
+// UNIX_NS" lines; CLOCK_REALTIME nanoseconds), in order. An event of one
+// word matches its lines with more ("signal" matches "signal SIGTERM N").
+// A matching line whose time cannot be read is an error.
+func Stamps(path, event string) ([]time.Time, error) {
+	var out []time.Time
+	for _, l := range Record(path) {
+		i := strings.LastIndexByte(l, ' ')
+		if i < 0 || l[:i] != event && !strings.HasPrefix(l, event+" ") {
+			continue
+		}
+		ns, err := strconv.ParseInt(l[i+1:], 10, 64)
+		if err != nil {
+			return out, fmt.Errorf("%s: bad stamp %q: %w", path, l, err)
+		}
+		out = append(out, time.Unix(0, ns))
+	}
+	return out, nil
 }
 
 // LogLine is one line of the supervisor's JSON log.

@@ -4,7 +4,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -55,13 +54,8 @@ func withStamps(b *Built, apps []string) []string {
 func appEnds(files []string) []time.Time {
 	var out []time.Time
 	for _, f := range files {
-		for _, l := range Record(f) {
-			if fs := strings.Fields(l); len(fs) == 2 && fs[0] == "exit" {
-				if ns, err := strconv.ParseInt(fs[1], 10, 64); err == nil {
-					out = append(out, time.Unix(0, ns))
-				}
-			}
-		}
+		ends, _ := Stamps(f, "exit")
+		out = append(out, ends...)
 	}
 	return out
 }
