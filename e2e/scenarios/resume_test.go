@@ -176,7 +176,7 @@ func TestSidecarBackAfterStop(t *testing.T) {
 				if rec := Record(built.PilotRecord); strings.Count(strings.Join(rec, "\n"), "signal SIGTERM") != 2 || !slices.Contains(rec, "exit 1") {
 					t.Errorf("native %v: istio-proxy's record %q, want two SIGTERMs, the first instance's exit 1", native, rec)
 				}
-				waitLog(t, p, "a sidecar runs again after the stop (the kubelet restarted it: its exit was not 0, or the runtime lost it): stopping it again")
+				waitLog(t, p, "a sidecar runs again after the stop (the kubelet restarted it: its exit was not 0, the runtime lost it, or its start had failed): stopping it again")
 			})
 		})
 	}
