@@ -997,7 +997,15 @@ func checkApps(t timeline, w podWant, p *corev1.Pod, inst map[string][]instance,
 			v.add(invCondition, "pod %s (deleted): phase %s, want Failed", name, p.Status.Phase)
 		}
 		for _, a := range t.apps {
-			if list := inst[a.name]; len(list) == 0 || list[0].n != w.first[a.name] {
+			list := inst[a.name]
+			switch s := status(p.Status.ContainerStatuses, a.name); {
+			case len(list) == 0 && s != nil && s.RestartCount == 0 && (s.State.Waiting != nil || neverStarted(s.State) || killedBy(s.State)):
+				// The deletion came before its program wrote its first
+				// stamp: on a loaded node a container starts seconds after
+				// the one before (seed 20261218, Job 7: app2 started 4 s
+				// before the deadline, SIGTERMed unstamped).
+				v.anomalies = append(v.anomalies, fmt.Sprintf("pod %s: deleted before %s ran its program (%s)", name, a.name, cluster.StateString(s.State)))
+			case len(list) == 0 || list[0].n != w.first[a.name]:
 				v.add(invCondition, "pod %s (deleted): %s's first instance %v, want #%d", name, a.name, list, w.first[a.name])
 			}
 		}
@@ -1149,6 +1157,12 @@ func by(logged, at time.Time) bool { return !logged.IsZero() && !logged.After(at
 func neverStarted(st corev1.ContainerState) bool {
 	t := st.Terminated
 	return t != nil && (t.StartedAt.IsZero() || t.StartedAt.Unix() == 0)
+}
+
+// killedBy reports whether a container ended by SIGTERM or SIGKILL (143,
+// 137): a deletion's.
+func killedBy(st corev1.ContainerState) bool {
+	return st.Terminated != nil && (st.Terminated.ExitCode == 143 || st.Terminated.ExitCode == 137)
 }
 
 // startError reports whether a container state is a start the runtime

@@ -287,6 +287,13 @@ func TestCheckJob(t *testing.T) {
 		{name: "killed, the current log gone", base: killedPod, edit: func(_ *timeline, o *observed) {
 			o.pods[0].log = "unable to retrieve container logs for containerd://4bdf686e577e"
 		}, want: -1, unchecked: 1, note: "supervisor log gone"},
+		// The deadline passed before b's program wrote its first stamp
+		// (seed 20261218, Job 7): its container was SIGTERMed unstamped.
+		{name: "deadline before an app ran", edit: deadlineBeforeB, want: -1, anomalies: 1, note: "deleted before b ran its program"},
+		{name: "deadline, an app that ran unstamped", edit: func(tl *timeline, o *observed) {
+			deadlineBeforeB(tl, o)
+			cs(o, "b").State.Terminated.ExitCode = 0
+		}, want: invCondition, text: "b's first instance [], want #1"},
 		// The app ended at 3 s while no supervisor ran (killed at 2.9 s,
 		// back at 4 s): under Never the stop comes with the restart.
 		{name: "killed, status lost, Never, in time", base: killedPod, edit: func(_ *timeline, o *observed) {
@@ -508,6 +515,25 @@ func proxyUnstarted() (timeline, observed) {
 	o.pods[0].pod.Status.Phase = corev1.PodFailed
 	o.pods[0].log = strings.Join([]string{logAt(500, "starting", ""), logAt(600, "app found", ""), logAt(33000, msgNoSidecar, "")}, "\n")
 	return tl, o
+}
+
+// deadlineBeforeB makes success a Job of apps a and b whose deadline
+// passed at 10 s, while a ran and before b's program had run.
+func deadlineBeforeB(tl *timeline, o *observed) {
+	tl.deadline, tl.deadlineHit = 10, true
+	tl.apps = []appPlan{{name: "a", steps: []step{{20 * time.Second, 0}}}, {name: "b", steps: []step{{time.Second, 0}}}}
+	tl.want = tl.oracle()
+	o.cond = &batchv1.JobCondition{Type: batchv1.JobFailed, Reason: batchv1.JobReasonDeadlineExceeded, Status: corev1.ConditionTrue}
+	p := o.pods[0].pod
+	del := metav1.NewTime(at(10000))
+	p.DeletionTimestamp = &del
+	p.Status.Phase = corev1.PodFailed
+	p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, terminated("b", 143, "", at(10100)))
+	cs(o, "b").State.Terminated.StartedAt = metav1.NewTime(at(9000))
+	cs(o, "a").State.Terminated.ExitCode = 143
+	cs(o, supervisorName).State.Terminated.Message = "pod deleted before the apps finished: sidecar left to the kubelet"
+	o.inst["a"][0].end = time.Time{}
+	o.pods[0].log = strings.Join([]string{logAt(500, "starting", ""), logAt(600, "app found", "")}, "\n")
 }
 
 // lostStatus makes killedPod's supervisor killed at 2.9 s, before the app's
