@@ -1182,7 +1182,8 @@ func exitLost(st corev1.ContainerState) bool {
 // startFailed names the first container of pods whose start the runtime
 // failed (exit 128, StartError, never started: the kubelet or containerd
 // restarted under its creation, "context canceled"), or whose restart the
-// kubelet counts though its last instance never ran, "" if none. Such a
+// kubelet counts though its last instance never ran, or whose exit the
+// runtime lost in a pod that failed (exitLost), "" if none. Such a
 // Job's condition follows the failed start, not the timeline (under
 // OnFailure the Job controller counts the restarts toward backoffLimit).
 func startFailed(pods []podObs) string {
@@ -1195,6 +1196,11 @@ func startFailed(pods []podObs) string {
 			}
 			if restartUnrun(s) {
 				return fmt.Sprintf("pod %s: the kubelet counts %d restart(s) of %s, whose last instance never ran", p.pod.Name, s.RestartCount, s.Name)
+			}
+			if exitLost(s.State) && p.pod.Status.Phase == corev1.PodFailed {
+				// Its 255 fails the pod, and the Job makes another (seed
+				// 20261217, Job 115: a fourth pod where three were drawn).
+				return fmt.Sprintf("pod %s: the runtime lost %s's exit, and the pod failed on it", p.pod.Name, s.Name)
 			}
 		}
 	}

@@ -287,6 +287,14 @@ func TestCheckJob(t *testing.T) {
 		{name: "killed, the current log gone", base: killedPod, edit: func(_ *timeline, o *observed) {
 			o.pods[0].log = "unable to retrieve container logs for containerd://4bdf686e577e"
 		}, want: -1, unchecked: 1, note: "supervisor log gone"},
+		// containerd's restart lost the supervisor's exit (255,
+		// "Unknown"), which failed the pod (seed 20261217, Job 115): the
+		// Job's course is the runtime's doing from there.
+		{name: "a lost exit fails the pod", edit: func(_ *timeline, o *observed) {
+			sup := cs(o, supervisorName).State.Terminated
+			sup.ExitCode, sup.Reason = 255, "Unknown"
+			o.pods[0].pod.Status.Phase = corev1.PodFailed
+		}, want: -1, anomalies: 2, note: "the pod failed on it"},
 		// The deadline passed before b's program wrote its first stamp
 		// (seed 20261218, Job 7): its container was SIGTERMed unstamped.
 		{name: "deadline before an app ran", edit: deadlineBeforeB, want: -1, anomalies: 1, note: "deleted before b ran its program"},
