@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"maps"
 	"time"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/procscan"
@@ -63,7 +64,13 @@ func (s *Supervisor) Guard(ctx context.Context, res Result) {
 	}
 	expect(1)
 	last, rounds := -1, 0
-	left := map[int]bool{} // sidecars whose action is none: not the run's to stop
+	// Skipped: sidecars whose action is none (not the run's to stop), and
+	// the processes the run's stop acted on (one it could not signal runs
+	// on; one started again is another process).
+	left := maps.Clone(res.acted)
+	if left == nil {
+		left = map[int]bool{}
+	}
 	for {
 		select {
 		case <-ctx.Done():

@@ -135,3 +135,40 @@ func TestGuardContainer(t *testing.T) {
 		})
 	})
 }
+
+// TestGuardLeavesWhatTheStopActedOn: a sidecar the run's stop could not
+// signal (another uid, no CAP_KILL) runs on after the stop. A native
+// supervisor's Guard, under either policy, does not take it for one the
+// kubelet started again: it is the same process, which the stop acted on.
+func TestGuardLeavesWhatTheStopActedOn(t *testing.T) {
+	for _, policy := range []string{"OnFailure", "Never"} {
+		t.Run(policy, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				cfg := testConfig(t, "SUPERVISOR_RESTART_POLICY="+policy, "SUPERVISOR_SHAPE=native", "SUPERVISOR_STATE_DIR="+t.TempDir())
+				h := start(t, cfg, container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
+				h.kernel.refuse(100)
+				h.proc(10).exit(exited(0))
+				res, err := h.wait()
+				if err != nil {
+					t.Fatal(err)
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan struct{})
+				go func() {
+					New(cfg, zerolog.New(h.logw), h.pod, h.kernel, nil).Guard(ctx, res)
+					close(done)
+				}()
+				time.Sleep(10 * cfg.ScanInterval)
+				synctest.Wait()
+				if got := h.kernel.sent(); !slices.Equal(got, []string{"SIGTERM 100"}) {
+					t.Errorf("signals %q, want the stop's SIGTERM alone; log:\n%s", got, h.logged())
+				}
+				if strings.Contains(h.logged(), "runs again after the stop") {
+					t.Errorf("the refused sidecar taken for one started again; log:\n%s", h.logged())
+				}
+				cancel()
+				<-done
+			})
+		})
+	}
+}

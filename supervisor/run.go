@@ -68,6 +68,9 @@ type Result struct {
 	// Restarting names the sidecars the kubelet will start again, under
 	// OnFailure: their exit after the stop was not 0 (Guard).
 	Restarting []string
+	// acted holds the PIDs of the sidecar processes the stop acted on:
+	// Guard stops only others (one the kubelet started again).
+	acted map[int]bool
 }
 
 // run is the state of one Run: the states below are its methods, each
@@ -101,8 +104,10 @@ type run struct {
 	// decide.go: what the apps' ends add up to, and the action.
 	decision decision
 
-	// stop.go: stopping is set once the sidecars found are being stopped.
+	// stop.go: stopping is set once the sidecars found are being stopped;
+	// acted, the PIDs of the sidecar processes a round of the stop acted on.
 	stopping bool
+	acted    map[int]bool
 	// act.go: own lists the sidecars stopped by an action of their own
 	// ("cloud-sql-proxy: POST ..."), for the summary. stop.go: restarting,
 	// those the kubelet will start again (reportExits).
@@ -155,7 +160,7 @@ func (s *Supervisor) Run(ctx context.Context) (res Result, err error) {
 // result is what the run did so far, without its summary.
 func (r *run) result() Result {
 	return Result{Outcome: r.decision.outcome, Reason: r.decision.reason, Action: r.decision.action,
-		Apps: r.decision.apps, Deleted: r.podDeleted, Restarting: r.restarting}
+		Apps: r.decision.apps, Deleted: r.podDeleted, Restarting: r.restarting, acted: r.acted}
 }
 
 // loop runs the states from st until one returns none, or an error.

@@ -28,10 +28,12 @@ func (r *run) stop(ctx context.Context) (state, error) {
 	}
 	r.stopping = true
 	begun := time.Now()
-	acted := map[int]bool{} // the PIDs a round has acted on
+	if r.acted == nil {
+		r.acted = map[int]bool{}
+	}
 	for round := 1; ; round++ {
 		for _, s := range sidecars {
-			acted[s.main.PID] = true
+			r.acted[s.main.PID] = true
 		}
 		plan := planStop(r.decision.outcome, &r.cfg, sidecars)
 		if next := r.act(ctx, plan); next != nil {
@@ -55,7 +57,7 @@ func (r *run) stop(ctx context.Context) (state, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read /proc: %w", err)
 		}
-		sidecars = r.trackSidecars(pod, acted)
+		sidecars = r.trackSidecars(pod, r.acted)
 		if len(sidecars) == 0 {
 			break
 		}
