@@ -207,10 +207,10 @@ func TestAnchorSidecarLate(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				h := startWith(t, stateConfig(t), func(h *harness) { h.kernel.anchors = tc.anchors }, container(procscan.App, "app", 10))
+				cfg := stateConfig(t)
+				h := startWith(t, cfg, func(h *harness) { h.kernel.anchors = tc.anchors }, container(procscan.App, "app", 10))
 				waitLog(t, h, `"message":"app found"`)
 				synctest.Wait() // the wait has begun
-				cfg := stateConfig(t)
 				time.Sleep(time.Duration(tc.after * float64(cfg.AppStartTimeout)))
 				h.pod.add(container(procscan.Sidecar, "pilot-agent", 100))
 				time.Sleep(time.Second)

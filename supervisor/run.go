@@ -96,8 +96,9 @@ type run struct {
 	watched  []watchedApp
 	found    []*sidecar
 	starting map[instance]time.Time
-	// discover.go: offered, once a sidecar was offered to anchor accounting
-	// (anchor). wait.go: anchorBy, until when the wait looks for one.
+	// offered: once a sidecar was offered to anchor accounting (anchor,
+	// discover.go), or the wait's look for one ended (seekingAnchor,
+	// wait.go, which keeps anchorBy, until when it looks).
 	offered  bool
 	anchorBy time.Time
 
