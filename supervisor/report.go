@@ -6,8 +6,9 @@ import (
 	"os"
 )
 
-// maxTerminationMessage is the kubelet's limit: it keeps the first 4096
-// bytes of a container's termination message.
+// maxTerminationMessage is the kubelet's limit: it keeps the last 4096
+// bytes of a container's termination-message file (pkg/util/tail's
+// ReadAtMost), so a longer file loses its start, the outcome.
 const maxTerminationMessage = 4096
 
 // WriteTerminationMessage writes the summary where the kubelet reads the
@@ -19,17 +20,28 @@ func WriteTerminationMessage(path, summary string) (written bool, err error) {
 	if path == "" {
 		return false, nil
 	}
-	if len(summary) > maxTerminationMessage {
-		summary = summary[:maxTerminationMessage-3] + "..."
+	if len(summary)+len("\n") > maxTerminationMessage {
+		summary = summary[:maxTerminationMessage-len("...\n")] + "..."
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}
 	if err != nil {
 		return false, err
 	}
-	if _, err := f.WriteString(summary + "\n"); err != nil {
+	// Written over what is there, then cut to its length; not truncated
+	// first. The file is rewritten as the run goes (its progress), and a
+	// supervisor killed between a truncation and the write after it left
+	// it empty, which the kubelet replaces with the log's last lines
+	// (soak seed 20261219, Job 32). Killed between these two steps, it
+	// leaves the new text first and the old one's tail after it.
+	text := summary + "\n"
+	if _, err := f.WriteAt([]byte(text), 0); err != nil {
+		f.Close()
+		return false, err
+	}
+	if err := f.Truncate(int64(len(text))); err != nil {
 		f.Close()
 		return false, err
 	}
