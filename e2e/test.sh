@@ -31,19 +31,38 @@ RUN_DIR="${SUPERVISOR_E2E_RUN_DIR:-/tmp/sidecar-supervisor-e2e-run}"
 rm -rf "$RUN_DIR"
 mkdir -p "$RUN_DIR"
 
+# cpu_seconds: the CPU seconds (user and system) this shell's children have
+# used so far, the ones it waited for and theirs (bash's `times`). The
+# daemons a test starts detached (containerd, the pods' processes) are not
+# among them.
+cpu_seconds() {
+	local f="$RUN_DIR/.times.$BASHPID"
+	times >"$f" # not in a pipe: that would be a subshell's figures
+	awk 'NR == 2 { n = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); n += a[1] * 60 + a[2] } printf "%d\n", n }' "$f"
+	rm -f "$f"
+}
+# phase NAME T0 CPU0: records a step's wall and CPU seconds for timings().
+phase() {
+	printf '%s %d %d\n' "$1" $(($(date +%s) - $2)) $(($(cpu_seconds) - $3)) >>"$RUN_DIR/phases"
+}
+
 log "product module: vet and tests"
+t0=$(date +%s) cpu0=$(cpu_seconds)
 # procscan's TestRealRuntimeInits creates containers with runc and crun.
 e2e/scripts/install-deps.sh >/dev/null
 go vet ./...
 go test -count=1 "$@" ./...
+phase product "$t0" "$cpu0"
 
 log "e2e module: vet"
+t0=$(date +%s) cpu0=$(cpu_seconds)
 cd e2e
 # Static, as every binary the tests build: and so the Kubernetes build
 # (scripts/cluster-tools.sh) finds the packages it shares with this module
 # in the build cache this vet fills, instead of compiling them again.
 export CGO_ENABLED=0
 go vet ./...
+phase "e2e-vet" "$t0" "$cpu0"
 
 lanes=(cluster qemu host)
 declare -A pkgs=(
@@ -64,22 +83,27 @@ lane() {
 	t0=$(date +%s)
 	# shellcheck disable=SC2086
 	go test -count=1 -p 1 -timeout 80m "${args[@]}" ${pkgs[$name]} >"$RUN_DIR/$name.log" 2>&1 || rc=$?
-	printf '%s %s %d\n' "$name" "$rc" $(($(date +%s) - t0)) >"$RUN_DIR/$name.status"
+	printf '%s %s %d %d\n' "$name" "$rc" $(($(date +%s) - t0)) "$(cpu_seconds)" >"$RUN_DIR/$name.status"
 	return $rc
 }
 args=("$@")
 
-# timings TOTAL: the run's figures as markdown, for e2e/TIMINGS.md: the
-# lanes' times and each package's own figure (go test's, which leaves out
-# its compile).
+# timings TOTAL: the run's figures as markdown, for e2e/TIMINGS.md: each
+# step's and lane's wall and CPU seconds (a lane's CPU includes the
+# compiles and links of its test binaries, and a cold cluster lane's
+# Kubernetes build), and each package's own figure (go test's, which
+# leaves out its compile).
 timings() {
 	printf '### %s, commit %s, caches %s: %ss in all\n\n' "$(date -u '+%Y-%m-%d %H:%M UTC')" \
 		"$(git -C .. rev-parse --short HEAD 2>/dev/null || echo unknown)" "$caches" "$1"
-	printf '| lane | exit | seconds |\n|---|---|---|\n'
-	local l p rc secs
+	printf '| step | exit | seconds | CPU seconds |\n|---|---|---|---|\n'
+	local l p rc secs cpu
+	while read -r l secs cpu; do
+		printf '| %s | 0 | %s | %s |\n' "$l" "$secs" "$cpu"
+	done <"$RUN_DIR/phases"
 	for l in "${lanes[@]}"; do
-		read -r _ rc secs <"$RUN_DIR/$l.status"
-		printf '| %s | %s | %s |\n' "$l" "$rc" "$secs"
+		read -r _ rc secs cpu <"$RUN_DIR/$l.status"
+		printf '| %s | %s | %s | %s |\n' "$l" "$rc" "$secs" "$cpu"
 	done
 	printf '\n| package | lane | result | seconds |\n|---|---|---|---|\n'
 	for l in "${lanes[@]}"; do
@@ -103,7 +127,7 @@ for i in "${!lanes[@]}"; do
 done
 wait "${tails[@]}" || true
 for l in "${lanes[@]}"; do
-	read -r _ rc secs <"$RUN_DIR/$l.status"
+	read -r _ rc secs _ <"$RUN_DIR/$l.status"
 	log "lane $l: exit $rc in ${secs}s"
 done
 timings "$(($(date +%s) - start))" >"$RUN_DIR/timings.md"
