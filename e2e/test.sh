@@ -31,23 +31,26 @@ RUN_DIR="${SUPERVISOR_E2E_RUN_DIR:-/tmp/sidecar-supervisor-e2e-run}"
 rm -rf "$RUN_DIR"
 mkdir -p "$RUN_DIR"
 
-# cpu_seconds: the CPU seconds (user and system) this shell's children have
-# used so far, the ones it waited for and theirs (bash's `times`). The
+# cpu_now sets CPU to the CPU seconds (user and system) this shell's
+# children have used so far, the ones it waited for and theirs (bash's
+# `times`; not in a pipe or $(...), whose subshell has its own). The
 # daemons a test starts detached (containerd, the pods' processes) are not
 # among them.
-cpu_seconds() {
+cpu_now() {
 	local f="$RUN_DIR/.times.$BASHPID"
-	times >"$f" # not in a pipe: that would be a subshell's figures
-	awk 'NR == 2 { n = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); n += a[1] * 60 + a[2] } printf "%d\n", n }' "$f"
+	times >"$f"
+	CPU=$(awk 'NR == 2 { n = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); n += a[1] * 60 + a[2] } printf "%d\n", n }' "$f")
 	rm -f "$f"
 }
 # phase NAME T0 CPU0: records a step's wall and CPU seconds for timings().
 phase() {
-	printf '%s %d %d\n' "$1" $(($(date +%s) - $2)) $(($(cpu_seconds) - $3)) >>"$RUN_DIR/phases"
+	cpu_now
+	printf '%s %d %d\n' "$1" $(($(date +%s) - $2)) $((CPU - $3)) >>"$RUN_DIR/phases"
 }
 
 log "product module: vet and tests"
-t0=$(date +%s) cpu0=$(cpu_seconds)
+cpu_now
+t0=$(date +%s) cpu0=$CPU
 # procscan's TestRealRuntimeInits creates containers with runc and crun.
 e2e/scripts/install-deps.sh >/dev/null
 go vet ./...
@@ -55,7 +58,8 @@ go test -count=1 "$@" ./...
 phase product "$t0" "$cpu0"
 
 log "e2e module: vet"
-t0=$(date +%s) cpu0=$(cpu_seconds)
+cpu_now
+t0=$(date +%s) cpu0=$CPU
 cd e2e
 # Static, as every binary the tests build: and so the Kubernetes build
 # (scripts/cluster-tools.sh) finds the packages it shares with this module
@@ -83,7 +87,8 @@ lane() {
 	t0=$(date +%s)
 	# shellcheck disable=SC2086
 	go test -count=1 -p 1 -timeout 80m "${args[@]}" ${pkgs[$name]} >"$RUN_DIR/$name.log" 2>&1 || rc=$?
-	printf '%s %s %d %d\n' "$name" "$rc" $(($(date +%s) - t0)) "$(cpu_seconds)" >"$RUN_DIR/$name.status"
+	cpu_now
+	printf '%s %s %d %d\n' "$name" "$rc" $(($(date +%s) - t0)) "$CPU" >"$RUN_DIR/$name.status"
 	return $rc
 }
 args=("$@")
