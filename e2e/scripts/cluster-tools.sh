@@ -121,9 +121,7 @@ build_kube_binaries() {
 	log "building $* $KUBERNETES_VERSION (nice; minutes on 2 cores)"
 	rm -rf "$dir"/.build.* # a killed build's
 	mkdir -p "$tmp"
-	# The build's CPU seconds, for e2e/TIMINGS.md (stderr, as the logs).
-	local TIMEFORMAT="kube build: %0R s, CPU %0U s user + %0S s system"
-	time (
+	(
 		cd "$mod"
 		export GOFLAGS=-mod=mod CGO_ENABLED=0
 		go get "${pkgs[@]/%/@$KUBERNETES_VERSION}" >&2
