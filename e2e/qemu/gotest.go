@@ -22,18 +22,25 @@ func staticEnv(goarch string) []string {
 	return []string{"CGO_ENABLED=0", "GOOS=linux", "GOARCH=" + goarch}
 }
 
-// BuildStatic runs `go build -o out pkg` in dir with CGO_ENABLED=0 for
-// GOARCH goarch (a Kernel's Arch). pkg is anything go build accepts,
-// including a directory under testdata given as a relative path
-// ("./testdata/x").
+// BuildStatic runs `go build -trimpath -o out pkg` in dir with
+// CGO_ENABLED=0 for GOARCH goarch (a Kernel's Arch). pkg is anything go
+// build accepts, including a directory under testdata given as a relative
+// path ("./testdata/x").
+//
+// -trimpath, as the product image's build (e2e/scripts/build-image.sh) and
+// pod.BuildToolsFor: what the guests run then shares the standard
+// library's and the product's compiles for arm64 with those builds, which
+// a cold run makes anyway, instead of compiling them a second time with
+// other paths. Nothing that runs in a guest reads its own source.
 func BuildStatic(ctx context.Context, goarch, dir, pkg, out string) error {
-	return goCmd(ctx, goarch, dir, "build", "-o", out, pkg)
+	return goCmd(ctx, goarch, dir, "build", "-trimpath", "-o", out, pkg)
 }
 
 // BuildTest compiles pkg's tests into the static binary out, as
-// `go test -c -o out pkg` with CGO_ENABLED=0, for GOARCH goarch.
+// `go test -c -trimpath -o out pkg` with CGO_ENABLED=0, for GOARCH goarch
+// (-trimpath: see BuildStatic).
 func BuildTest(ctx context.Context, goarch, dir, pkg, out string) error {
-	if err := goCmd(ctx, goarch, dir, "test", "-c", "-o", out, pkg); err != nil {
+	if err := goCmd(ctx, goarch, dir, "test", "-c", "-trimpath", "-o", out, pkg); err != nil {
 		return err
 	}
 	// go test -c writes nothing, successfully, for a package without tests.
