@@ -24,6 +24,9 @@ import (
 //
 //	HELPER=exit CODE    exits with CODE once stdin closes (the start-up
 //	                    probes' target)
+//	HELPER=stopped CODE stops itself (SIGSTOP), then as exit once
+//	                    continued: a probe child kept off the CPU
+//	HELPER=spin         uses the CPU, and never exits
 //	HELPER=parent ARGS  starts "HELPER=child ARGS" as its child, prints the
 //	                    child's PID, reaps it and exits 0: the child is then
 //	                    not ours, like an app's main process in a pod
@@ -144,10 +147,17 @@ func TestMain(m *testing.M) {
 		fmt.Println("ready")
 		io.Copy(io.Discard, os.Stdin)
 		os.Exit(0)
-	case "exit":
+	case "exit", "stopped":
+		if os.Getenv("HELPER") == "stopped" {
+			unix.Kill(os.Getpid(), unix.SIGSTOP)
+		}
 		code, _ := strconv.Atoi(os.Args[len(os.Args)-1])
 		io.Copy(io.Discard, os.Stdin)
 		os.Exit(code)
+	case "spin":
+		for n := 0; ; n++ { // the CPU, on purpose
+			_ = n
+		}
 	case "parent":
 		cmd := exec.Command(os.Args[0], os.Args[1:]...)
 		cmd.Env = append(os.Environ(), "HELPER=child")

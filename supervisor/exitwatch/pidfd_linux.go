@@ -26,6 +26,7 @@ import (
 	"os/exec"
 	"strconv"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -96,24 +97,52 @@ func startTime(pid int) (uint64, error) {
 // procStat reads a process's state (field 3: 'Z' for a zombie) and start
 // time from /proc/PID/stat.
 func procStat(pid int) (byte, uint64, error) {
+	f, err := statFields(pid)
+	if err != nil {
+		return 0, 0, err
+	}
+	st, err := strconv.ParseUint(string(f[19]), 10, 64)
+	return f[0][0], st, err
+}
+
+// procCPU reads a process's state and the CPU time it has had, user and
+// system (fields 14 and 15, in clock ticks: USER_HZ, 100 on Linux).
+func procCPU(pid int) (byte, time.Duration, error) {
+	f, err := statFields(pid)
+	if err != nil {
+		return 0, 0, err
+	}
+	var ticks uint64
+	for _, b := range f[11:13] {
+		n, err := strconv.ParseUint(string(b), 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("pid %d: malformed stat: %w", pid, err)
+		}
+		ticks += n
+	}
+	return f[0][0], time.Duration(ticks) * (time.Second / 100), nil
+}
+
+// statFields are the fields of /proc/PID/stat after the comm, from the
+// state (field 3) on.
+func statFields(pid int) ([][]byte, error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESRCH) {
-		return 0, 0, fmt.Errorf("pid %d: %w", pid, ErrGone)
+		return nil, fmt.Errorf("pid %d: %w", pid, ErrGone)
 	}
 	if err != nil {
-		return 0, 0, fmt.Errorf("read pid %d: %w", pid, err)
+		return nil, fmt.Errorf("read pid %d: %w", pid, err)
 	}
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return 0, 0, fmt.Errorf("pid %d: malformed stat", pid)
+		return nil, fmt.Errorf("pid %d: malformed stat", pid)
 	}
 	f := bytes.Fields(b[i+1:])
 	// After the comm: state (3), ppid (4), ... starttime (22).
 	if len(f) < 20 || len(f[0]) != 1 {
-		return 0, 0, fmt.Errorf("pid %d: malformed stat", pid)
+		return nil, fmt.Errorf("pid %d: malformed stat", pid)
 	}
-	st, err := strconv.ParseUint(string(f[19]), 10, 64)
-	return f[0][0], st, err
+	return f, nil
 }
 
 // pidfds holds processes by pidfd and waits for all of them on one epoll

@@ -45,8 +45,24 @@ import (
 // capSysPtrace is CAP_SYS_PTRACE's bit in CapEff.
 const capSysPtrace = 19
 
-// probeTimeout bounds each start-up probe.
-const probeTimeout = 10 * time.Second
+// The probe's child needs a few milliseconds of CPU to exit once its stdin
+// closes, but a busy node can keep it off the CPU far longer: the
+// supervisor's container asks for 5m of CPU, the smallest share there is.
+// On the e2e cluster, with every case's pods starting at once, a probe
+// that allowed 10 s in all failed while its child had not yet run, and
+// SUPERVISOR_EXIT_STATUS=ptrace then ended the supervisor, leaving
+// istio-proxy to run on. So a probe ends without the status only on what
+// the kernel says of the child at each probeTick: it was reaped and the
+// tracer, drained once more, has no status for it, or it had probeCPU of
+// CPU time and did not exit. A child that is alive and has hardly run, or
+// is still exiting (a zombie main thread whose other threads have yet to
+// end), is waited for, up to probeLimit, a hang guard. Variables for the
+// tests.
+var (
+	probeTick  = 10 * time.Second
+	probeCPU   = time.Second
+	probeLimit = 2 * time.Minute
+)
 
 // probePtrace checks whether the ptrace method can work here, by real
 // calls: the capability, Yama's scope, then a seize of a child of ours
@@ -243,6 +259,7 @@ func (t *tracer) probe(argv []string) error {
 	defer r.Close()
 	var perr error
 	var ch chan Status
+	pid := 0
 	t.do(func() {
 		// Started on the tracer thread: it is then our child and tracee
 		// both, and wait4 on this thread collects it.
@@ -260,23 +277,65 @@ func (t *tracer) probe(argv []string) error {
 			unix.Wait4(proc.Pid, &ws, 0, nil)
 			return
 		}
+		pid = proc.Pid
 		ch = make(chan Status, 1)
-		t.probed[proc.Pid] = ch
+		t.probed[pid] = ch
 	})
 	w.Close()
 	if perr != nil {
 		return perr
 	}
-	var s Status
-	select {
-	case s = <-ch:
-	case <-time.After(probeTimeout):
-		return fmt.Errorf("ptrace probe: no exit seen within %s", probeTimeout)
+	s, err := t.awaitProbe(pid, ch)
+	if err != nil {
+		// Killed: the tracer reaps it, or the kernel at our exit.
+		unix.Kill(pid, unix.SIGKILL)
+		return err
 	}
 	if s != (Status{Known: true, Code: 7}) {
 		return fmt.Errorf("ptrace probe: want exit 7 through the tracer, got %v", s)
 	}
 	return nil
+}
+
+// awaitProbe waits for the probe child's status from the tracer, judging
+// at each probeTick by what the kernel says of the child (see probeTick).
+func (t *tracer) awaitProbe(pid int, ch chan Status) (Status, error) {
+	start := time.Now()
+	tick := time.NewTicker(probeTick)
+	defer tick.Stop()
+	for {
+		select {
+		case s := <-ch:
+			return s, nil
+		case <-tick.C:
+		}
+		state, cpu, err := procCPU(pid)
+		if err != nil {
+			// Reaped: by the tracer, whose status is then in ch once it
+			// is drained, or by someone else, and the status is lost.
+			t.do(t.drain)
+			select {
+			case s := <-ch:
+				return s, nil
+			default:
+			}
+			return Status{}, fmt.Errorf("ptrace probe: its child is gone and the tracer saw no exit: %v", err)
+		}
+		// A zombie main thread may still wait for the child's other
+		// threads to end: its status is not due yet.
+		exiting := state == 'Z' || state == 'X'
+		switch {
+		case !exiting && cpu >= probeCPU:
+			return Status{}, fmt.Errorf("ptrace probe: its child ran %s of CPU in %s and did not exit", cpu, time.Since(start).Round(time.Millisecond))
+		case time.Since(start) < probeLimit:
+			continue // starved, or still exiting: not a verdict
+		case exiting:
+			return Status{}, fmt.Errorf("ptrace probe: its child exited, and the tracer saw no status within %s", probeLimit)
+		default:
+			return Status{}, fmt.Errorf("ptrace probe: no exit seen within %s, while its child had only %s of CPU: "+
+				"the node keeps this container off the CPU (raise its CPU request)", probeLimit, cpu)
+		}
+	}
 }
 
 func (t *tracer) close() {

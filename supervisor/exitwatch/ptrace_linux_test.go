@@ -32,6 +32,98 @@ func needPtrace(t *testing.T) {
 
 func newPtraceKernel(t *testing.T) *Watcher { return testWatcher(t, Ptrace) }
 
+// shortProbe makes the probe judge every 20 ms, with a CPU budget of cpu
+// and limit as its hang guard, for the test.
+func shortProbe(t *testing.T, cpu, limit time.Duration) {
+	tick0, cpu0, limit0 := probeTick, probeCPU, probeLimit
+	probeTick, probeCPU, probeLimit = 20*time.Millisecond, cpu, limit
+	t.Cleanup(func() { probeTick, probeCPU, probeLimit = tick0, cpu0, limit0 })
+}
+
+// probeChild finds the probe's child, a child of this process started
+// with helper mode mode, and waits until it is stopped (a traced process
+// in a group-stop reads 't', else 'T'), failing if the probe ends first.
+func probeChild(t *testing.T, mode string, res <-chan support) int {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case sup := <-res:
+			t.Fatalf("the probe ended before its child was seen stopped: %+v", sup)
+		default:
+		}
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			if f, err := statFields(pid); err != nil || string(f[1]) != strconv.Itoa(os.Getpid()) {
+				continue
+			}
+			env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+			if !slices.Contains(strings.Split(string(env), "\x00"), "HELPER="+mode) {
+				continue
+			}
+			if state, _, err := procCPU(pid); err == nil && (state == 'T' || state == 't') {
+				return pid
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("no stopped child of ours in mode %s within 30s", mode)
+	return 0
+}
+
+// TestPtraceProbeWaitsForStarvedChild: a probe child that has not had the
+// CPU is not a verdict, however many ticks pass (it failed the supervisor
+// at 10 s on a busy node); once it runs, the probe succeeds. The child
+// stops itself to stand for a node that keeps it off the CPU.
+func TestPtraceProbeWaitsForStarvedChild(t *testing.T) {
+	needPtrace(t)
+	shortProbe(t, time.Second, time.Minute)
+	t.Setenv("HELPER", "stopped")
+	argv := []string{os.Args[0], "-test.run=^$", "7"}
+	res := make(chan support, 1)
+	go func() { res <- probePtrace(argv) }()
+	pid := probeChild(t, "stopped", res)
+	// Twenty ticks with the child stopped: the probe must still wait. (A
+	// loaded machine may run fewer of them; it cannot make the probe end.)
+	select {
+	case sup := <-res:
+		t.Fatalf("the probe ended while its child was stopped: %+v", sup)
+	case <-time.After(20 * probeTick):
+	}
+	if err := unix.Kill(pid, unix.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if sup := <-res; !sup.ok {
+		t.Fatalf("probe after SIGCONT: %s", sup.reason)
+	}
+}
+
+// TestPtraceProbeVerdicts: the probe's ends without a status, each on what
+// the kernel says of its child, each in a bounded time.
+func TestPtraceProbeVerdicts(t *testing.T) {
+	needPtrace(t)
+	t.Run("starved past the limit", func(t *testing.T) {
+		shortProbe(t, time.Second, 500*time.Millisecond)
+		t.Setenv("HELPER", "stopped")
+		sup := probePtrace([]string{os.Args[0], "-test.run=^$", "7"})
+		if sup.ok || !strings.Contains(sup.reason, "no exit seen within 500ms, while its child had only") {
+			t.Fatalf("probe: %+v, want a failure naming the limit and the child's CPU", sup)
+		}
+	})
+	t.Run("ran and did not exit", func(t *testing.T) {
+		shortProbe(t, 50*time.Millisecond, time.Minute)
+		t.Setenv("HELPER", "spin")
+		sup := probePtrace([]string{os.Args[0], "-test.run=^$"})
+		if sup.ok || !strings.Contains(sup.reason, "of CPU in") || !strings.Contains(sup.reason, "did not exit") {
+			t.Fatalf("probe: %+v, want a failure naming the child's CPU", sup)
+		}
+	})
+}
+
 // TestPtraceExitStatus: every way a non-child can end, read as its tracer.
 func TestPtraceExitStatus(t *testing.T) {
 	needPtrace(t)
