@@ -287,8 +287,6 @@ func (t *tracer) probe(argv []string) error {
 	}
 	s, err := t.awaitProbe(pid, ch)
 	if err != nil {
-		// Killed: the tracer reaps it, or the kernel at our exit.
-		unix.Kill(pid, unix.SIGKILL)
 		return err
 	}
 	if s != (Status{Known: true, Code: 7}) {
@@ -324,17 +322,26 @@ func (t *tracer) awaitProbe(pid int, ch chan Status) (Status, error) {
 		// A zombie main thread may still wait for the child's other
 		// threads to end: its status is not due yet.
 		exiting := state == 'Z' || state == 'X'
+		var verdict error
 		switch {
 		case !exiting && cpu >= probeCPU:
-			return Status{}, fmt.Errorf("ptrace probe: its child ran %s of CPU in %s and did not exit", cpu, time.Since(start).Round(time.Millisecond))
+			verdict = fmt.Errorf("ptrace probe: its child ran %s of CPU in %s and did not exit", cpu, time.Since(start).Round(time.Millisecond))
 		case time.Since(start) < probeLimit:
 			continue // starved, or still exiting: not a verdict
 		case exiting:
-			return Status{}, fmt.Errorf("ptrace probe: its child exited, and the tracer saw no status within %s", probeLimit)
+			verdict = fmt.Errorf("ptrace probe: its child exited, and the tracer saw no status within %s", probeLimit)
 		default:
-			return Status{}, fmt.Errorf("ptrace probe: no exit seen within %s, while its child had only %s of CPU: "+
+			verdict = fmt.Errorf("ptrace probe: no exit seen within %s, while its child had only %s of CPU: "+
 				"the node keeps this container off the CPU (raise its CPU request)", probeLimit, cpu)
 		}
+		// Killed on the tracer thread, which alone reaps it: while it is
+		// still in probed, its PID is still the child's, never another's.
+		t.do(func() {
+			if t.probed[pid] != nil {
+				unix.Kill(pid, unix.SIGKILL)
+			}
+		})
+		return Status{}, verdict
 	}
 }
 
