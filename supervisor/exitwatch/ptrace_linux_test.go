@@ -33,17 +33,47 @@ func needPtrace(t *testing.T) {
 func newPtraceKernel(t *testing.T) *Watcher { return testWatcher(t, Ptrace) }
 
 // shortProbe makes the probe judge every 20 ms, with a CPU budget of cpu
-// and limit as its hang guard, for the test.
+// and limit as its hang guard, for the test. The probe children the test
+// starts carry PROBE_TEST=<its name> (probeChild finds its own by it),
+// and any still there at its end is killed: a stopped one left behind
+// would keep go test waiting on the output pipe it holds.
 func shortProbe(t *testing.T, cpu, limit time.Duration) {
 	tick0, cpu0, limit0 := probeTick, probeCPU, probeLimit
 	probeTick, probeCPU, probeLimit = 20*time.Millisecond, cpu, limit
-	t.Cleanup(func() { probeTick, probeCPU, probeLimit = tick0, cpu0, limit0 })
+	t.Setenv("PROBE_TEST", t.Name())
+	t.Cleanup(func() {
+		probeTick, probeCPU, probeLimit = tick0, cpu0, limit0
+		for _, pid := range probeChildren(t.Name()) {
+			unix.Kill(pid, unix.SIGKILL)
+		}
+	})
 }
 
-// probeChild finds the probe's child, a child of this process started
-// with helper mode mode, and waits until it is stopped (a traced process
-// in a group-stop reads 't', else 'T'), failing if the probe ends first.
-func probeChild(t *testing.T, mode string, res <-chan support) int {
+// probeChildren are this process's children with PROBE_TEST=name.
+func probeChildren(name string) []int {
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		f, err := statFields(pid)
+		if err != nil || string(f[1]) != strconv.Itoa(os.Getpid()) {
+			continue
+		}
+		env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if slices.Contains(strings.Split(string(env), "\x00"), "PROBE_TEST="+name) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// probeChild finds the test's probe child (shortProbe) and waits until it
+// is stopped (a traced process in a group-stop reads 't', else 'T'),
+// failing if the probe ends first.
+func probeChild(t *testing.T, res <-chan support) int {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
@@ -52,26 +82,14 @@ func probeChild(t *testing.T, mode string, res <-chan support) int {
 			t.Fatalf("the probe ended before its child was seen stopped: %+v", sup)
 		default:
 		}
-		ents, _ := os.ReadDir("/proc")
-		for _, e := range ents {
-			pid, err := strconv.Atoi(e.Name())
-			if err != nil {
-				continue
-			}
-			if f, err := statFields(pid); err != nil || string(f[1]) != strconv.Itoa(os.Getpid()) {
-				continue
-			}
-			env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-			if !slices.Contains(strings.Split(string(env), "\x00"), "HELPER="+mode) {
-				continue
-			}
-			if state, _, err := procCPU(pid); err == nil && (state == 'T' || state == 't') {
+		for _, pid := range probeChildren(t.Name()) {
+			if state, _, err := procStat(pid); err == nil && (state == 'T' || state == 't') {
 				return pid
 			}
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Fatalf("no stopped child of ours in mode %s within 30s", mode)
+	t.Fatalf("no stopped probe child of %s within 30s", t.Name())
 	return 0
 }
 
@@ -86,7 +104,7 @@ func TestPtraceProbeWaitsForStarvedChild(t *testing.T) {
 	argv := []string{os.Args[0], "-test.run=^$", "7"}
 	res := make(chan support, 1)
 	go func() { res <- probePtrace(argv) }()
-	pid := probeChild(t, "stopped", res)
+	pid := probeChild(t, res)
 	// Twenty ticks with the child stopped: the probe must still wait. (A
 	// loaded machine may run fewer of them; it cannot make the probe end.)
 	select {
