@@ -116,6 +116,13 @@ timings() {
 			awk -v lane="$l" '{p=$2; sub("github.com/sidecar-supervisor/sidecar-supervisor/", "", p); printf "| %s | %s | %s | %s |\n", p, lane, $1, $3}'
 	done
 }
+# failures LOG: the failed tests in a lane's LOG, each with the first line
+# of its messages (a dump's is its heading), cut at 300 characters: the last
+# lines of a run, the ones a reader of its end sees, say what failed and why.
+failures() {
+	awk '/^[[:space:]]*--- FAIL: |^panic: |^FAIL[[:space:]]|test timed out/ { print; next }
+		/^[[:space:]]+[A-Za-z0-9_]+\.go:[0-9]+: / { print substr($0, 1, 300) }' "$1" | head -n 200
+}
 log "e2e module: tests, in lanes: ${lanes[*]}"
 pids=() tails=()
 for l in "${lanes[@]}"; do
@@ -136,5 +143,9 @@ for l in "${lanes[@]}"; do
 	log "lane $l: exit $rc in ${secs}s"
 done
 timings "$(($(date +%s) - start))" >"$RUN_DIR/timings.md"
+for l in "${failed[@]}"; do
+	log "lane $l failed: its failed tests and the first line of each of their messages"
+	failures "$RUN_DIR/$l.log" | sed "s/^/[$l] /"
+done
 [ ${#failed[@]} -eq 0 ] || die "failed: ${failed[*]} (logs in $RUN_DIR)"
 log "all tests passed in $(($(date +%s) - start))s (timings: $RUN_DIR/timings.md)"
