@@ -117,11 +117,11 @@ timings() {
 	done
 }
 # failures LOG: the failed tests in a lane's LOG, each with the first line
-# of its messages (a dump's is its heading), cut at 300 characters: the last
+# of its messages (a dump's is its heading), cut at 1,000 characters: the last
 # lines of a run, the ones a reader of its end sees, say what failed and why.
 failures() {
 	awk '/^[[:space:]]*--- FAIL: |^panic: |^FAIL[[:space:]]|test timed out/ { print; next }
-		/^[[:space:]]+[A-Za-z0-9_]+\.go:[0-9]+: / { print substr($0, 1, 300) }' "$1" | head -n 200
+		/^[[:space:]]+[A-Za-z0-9_]+\.go:[0-9]+: / { print substr($0, 1, 1000) }' "$1" | head -n 200
 }
 log "e2e module: tests, in lanes: ${lanes[*]}"
 pids=() tails=()

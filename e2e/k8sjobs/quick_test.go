@@ -5,10 +5,13 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/measure"
 )
 
 // quickApps: issue 16. Pods whose app ends 1.0-1.9 s after it starts, six
@@ -40,21 +43,26 @@ func (e *env) quickApps(ctx context.Context, t *testing.T) {
 		e.createJob(ctx, t, ns, j)
 		e.waitComplete(ctx, t, ns, q.name)
 		pods := e.jobPods(ctx, t, ns, q.name)
-		waited := 0
+		waited, longest := 0, time.Duration(0)
 		for _, p := range pods {
 			if p.Status.Phase != corev1.PodSucceeded {
 				t.Errorf("pod %s is %s, want Succeeded", p.Name, p.Status.Phase)
 			}
 			wantExit(t, p, "app", 0)
 			wantExit(t, p, proxyName, 0)
-			if strings.Contains(e.logs(ctx, t, p, supervisorName, false), "sidecar would die of the signal now") {
-				waited++
+			lines, _ := measure.ParseLog(e.logs(ctx, t, p, supervisorName, false))
+			for _, l := range lines {
+				if l.Message == "sidecar handles the signal now" {
+					waited++
+					longest = max(longest, time.Duration(l.Elapsed*float64(time.Second)))
+				}
 			}
 		}
 		if len(pods) != q.completions {
 			t.Errorf("job %s: %d pods, want %d (none failed)", q.name, len(pods), q.completions)
 		}
-		t.Logf("job %s: %d pods Succeeded; the supervisor waited for pilot-agent's handler in %d", q.name, len(pods), waited)
+		t.Logf("job %s: %d pods Succeeded; the supervisor waited for pilot-agent's handler in %d, at most %s",
+			q.name, len(pods), waited, longest.Round(time.Millisecond))
 	}
 }
 

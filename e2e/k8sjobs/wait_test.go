@@ -49,9 +49,38 @@ func (e *env) waitComplete(ctx context.Context, t *testing.T, ns, name string) b
 	t.Helper()
 	cond := e.waitJob(ctx, t, ns, name, jobLimit)
 	if cond.Type != batchv1.JobComplete {
-		t.Fatalf("job %s ended %s (%s: %s), want Complete", name, cond.Type, cond.Reason, cond.Message)
+		t.Fatalf("job %s ended %s (%s: %s), want Complete%s", name, cond.Type, cond.Reason, cond.Message, e.failedPods(ctx, t, ns, name))
 	}
 	return cond
+}
+
+// failedPods says, for each failed pod of a Job, how each of its containers
+// ended and what the supervisor's termination message says: on one line, so
+// that the end of a run's output, which may be all a reader has, shows it.
+func (e *env) failedPods(ctx context.Context, t *testing.T, ns, job string) string {
+	t.Helper()
+	var b strings.Builder
+	for _, p := range e.jobPods(ctx, t, ns, job) {
+		if p.Status.Phase != corev1.PodFailed {
+			continue
+		}
+		fmt.Fprintf(&b, "; pod %s Failed:", p.Name)
+		for i, s := range p.Status.ContainerStatuses {
+			if i > 0 {
+				b.WriteString(",")
+			}
+			term := s.State.Terminated
+			if term == nil {
+				fmt.Fprintf(&b, " %s %s", s.Name, cluster.StateString(s.State))
+				continue
+			}
+			fmt.Fprintf(&b, " %s exit %d (%s)", s.Name, term.ExitCode, term.Reason)
+			if s.Name == supervisorName && term.Message != "" {
+				fmt.Fprintf(&b, " %q", term.Message)
+			}
+		}
+	}
+	return b.String()
 }
 
 // runcInit is the comm runc gives its init process, which stands in a

@@ -172,9 +172,12 @@ type LogLine struct {
 	Missing   []string `json:"missing"`
 	// Wait is a wait for a restart, in seconds (cmd/sidecar-supervisor
 	// sets zerolog's duration unit).
-	Wait float64   `json:"wait"`
-	At   time.Time `json:"-"`
-	Raw  string    `json:"-"`
+	Wait float64 `json:"wait"`
+	// Elapsed is how long a wait took, in seconds (the line "sidecar
+	// handles the signal now", among others).
+	Elapsed float64   `json:"elapsed"`
+	At      time.Time `json:"-"`
+	Raw     string    `json:"-"`
 }
 
 // Waited is l's Wait as a duration.
