@@ -66,9 +66,11 @@ type admissionEnv struct {
 // TestAdmission runs Jobs whose pods get the supervisor from the admission
 // policy on the one-node cluster, and pods the policy must leave alone.
 func TestAdmission(t *testing.T) {
+	// Beside TestJobs: both spend their time waiting for the cluster.
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
 	defer cancel()
-	a := setUpAdmission(ctx, t, setUp(ctx, t))
+	a := setUpAdmission(ctx, t, setUp(ctx, t, "k8sjobs-admission"))
 	t0 := time.Now()
 	t.Run("kubectl apply --dry-run=server -f deploy/admission", a.applyDryRun)
 	t.Run("left alone", a.leftAlone)

@@ -42,13 +42,14 @@ const (
 // TestJobs runs Jobs and CronJobs injected by Istio's own injector with our
 // template on a real one-node Kubernetes, and checks what the Job controller
 // and the kubelet make of them. The cases run in parallel, each in its own
-// namespace.
+// namespace; and beside TestAdmission's.
 func TestJobs(t *testing.T) {
+	t.Parallel()
 	// Under test.sh's -timeout 80m, so that a hang fails here, with the
 	// cases' own messages.
 	ctx, cancel := context.WithTimeout(context.Background(), 70*time.Minute)
 	defer cancel()
-	e := setUp(ctx, t)
+	e := setUp(ctx, t, "k8sjobs")
 	t0 := time.Now()
 	t.Run("cases", func(t *testing.T) {
 		for _, tc := range append([]jobCase{

@@ -33,8 +33,9 @@ type env struct {
 
 // setUp starts (or joins) the cluster, builds and imports the supervisor and
 // istio-proxy images, and registers Istio's injector, running in this
-// process, as the API server's mutating webhook for the run's namespaces.
-func setUp(ctx context.Context, t *testing.T) *env {
+// process, as the API server's mutating webhook for the run's namespaces,
+// under owner: TestJobs and TestAdmission run at once, each with its own.
+func setUp(ctx context.Context, t *testing.T, owner string) *env {
 	t.Helper()
 	t0 := time.Now()
 	c, err := cluster.Start(ctx, t)
@@ -59,7 +60,7 @@ func setUp(ctx context.Context, t *testing.T) *env {
 	for _, w := range in.Warnings {
 		t.Logf("helm render warning: %s", w)
 	}
-	e.hook, err = injector.Serve(ctx, c.Client, in, "k8sjobs", log.New(testWriter{t}, "injector: ", 0))
+	e.hook, err = injector.Serve(ctx, c.Client, in, owner, log.New(testWriter{t}, "injector: ", 0))
 	if err != nil {
 		t.Fatal(err)
 	}
