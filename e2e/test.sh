@@ -86,12 +86,27 @@ pkgs[host]="${host[*]}"
 # (cluster-up.sh reuses a Ready cluster) instead of starting its own and
 # tearing it down (some 15 s each way, seven times), and the lane tears it
 # down at its end.
+#
+# The images the cluster's pods run are built (or found in the cache) from
+# the lane's start, beside its tests: on a cold machine while the Kubernetes
+# build (niced) still runs, rather than after it, when the cluster's tests
+# are all that is left to run and would wait for them. The tests take them
+# from the cache, or wait on its lock while they are being built.
 lane() {
-	local name="$1" t0 rc=0 keep=0
+	local name="$1" t0 rc=0 keep=0 images=
 	t0=$(date +%s)
-	[ "$name" != cluster ] || keep=1
+	if [ "$name" = cluster ]; then
+		keep=1
+		{ bash scripts/build-image.sh && bash scripts/cluster-images.sh pause busybox istio-proxy cloud-sql-proxy standins; } \
+			>/dev/null 2>"$RUN_DIR/images.log" &
+		images=$!
+	fi
 	# shellcheck disable=SC2086
 	SUPERVISOR_E2E_KEEP_CLUSTER=$keep go test -count=1 -p 1 -timeout 80m "${args[@]}" ${pkgs[$name]} >"$RUN_DIR/$name.log" 2>&1 || rc=$?
+	if [ -n "$images" ] && ! wait "$images"; then
+		{ echo "building the cluster's images failed:"; cat "$RUN_DIR/images.log"; } >>"$RUN_DIR/$name.log"
+		rc=$((rc ? rc : 1))
+	fi
 	if [ $keep = 1 ]; then
 		bash scripts/cluster-down.sh >>"$RUN_DIR/$name.log" 2>&1 || rc=$((rc ? rc : 1))
 	fi
