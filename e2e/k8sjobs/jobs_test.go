@@ -133,9 +133,11 @@ const (
 	logExited       = "app exited"
 	logDecision     = "decision"
 	logStopped      = "sidecar stopped"
-	logDone         = "done"
-	logRetry        = "app failed under restartPolicy OnFailure: the kubelet restarts it, the sidecar stays up"
-	logNewApp       = "app restarted by the kubelet: watching the new container"
+	// The end of a wait for pilot-agent's handler (supervisor/handler.go).
+	logHandled = "sidecar handles the signal now"
+	logDone    = "done"
+	logRetry   = "app failed under restartPolicy OnFailure: the kubelet restarts it, the sidecar stays up"
+	logNewApp  = "app restarted by the kubelet: watching the new container"
 )
 
 // stopWay is how the supervisor stops istio-proxy once every app succeeded.

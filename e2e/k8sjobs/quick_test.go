@@ -52,9 +52,9 @@ func (e *env) quickApps(ctx context.Context, t *testing.T) {
 			wantExit(t, p, proxyName, 0)
 			lines, _ := measure.ParseLog(e.logs(ctx, t, p, supervisorName, false))
 			for _, l := range lines {
-				if l.Message == "sidecar handles the signal now" {
+				if l.Message == logHandled {
 					waited++
-					longest = max(longest, time.Duration(l.Elapsed*float64(time.Second)))
+					longest = max(longest, l.Took())
 				}
 			}
 		}

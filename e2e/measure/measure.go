@@ -183,6 +183,9 @@ type LogLine struct {
 // Waited is l's Wait as a duration.
 func (l LogLine) Waited() time.Duration { return time.Duration(l.Wait * float64(time.Second)) }
 
+// Took is l's Elapsed as a duration.
+func (l LogLine) Took() time.Duration { return time.Duration(l.Elapsed * float64(time.Second)) }
+
 // ParseLog reads the supervisor's JSON lines out of its container's output.
 // Lines not starting with "{" are someone else's; one that does but cannot
 // be read, its time included, is left out and makes the error.
