@@ -115,6 +115,10 @@ func LogWhere(p *pod.Pod, match func(LogLine) bool) []LogLine {
 // AccountingOn is the supervisor's line when process accounting is on.
 const AccountingOn = "process accounting on: the status of an app too quick to watch, or ended unread before a restart, is read from the kernel's record of its exit"
 
+// AcctZero begins the reason of a status unknown because its accounting
+// record says exit 0 (supervisor/exitwatch/acct_linux.go).
+const AcctZero = "its accounting record says exit 0"
+
 // Is matches the lines with message msg.
 func Is(msg string) func(LogLine) bool { return func(l LogLine) bool { return l.Msg() == msg } }
 

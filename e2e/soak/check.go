@@ -598,9 +598,9 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, k *k
 		if at, ok := wouldStop(t, *w, inst); ok {
 			kind := lagRead
 			switch {
-			case t.none && t.restart == corev1.RestartPolicyOnFailure:
+			case (t.none || t.accounting) && t.restart == corev1.RestartPolicyOnFailure:
 				kind = lagUnknownOnFailure
-			case t.none:
+			case t.none || t.accounting:
 				kind = lagUnknownNever
 			}
 			v.stopLags[kind] = append(v.stopLags[kind], stops[0].At.Sub(at))
@@ -717,8 +717,8 @@ func restartWait(k int) time.Duration {
 
 // wouldStop is when the supervisor stops istio-proxy in a pod that ran to
 // its end, had it not been killed: at the end of the pod's last app
-// instance; with statuses unknown under OnFailure, once each app's last
-// instance has awaited the restart it might need (restartWait). ok is
+// instance; with its status unknown under OnFailure (unknownEnd), once each
+// app's last instance has awaited the restart it might need (restartWait). ok is
 // false where an instance has no end.
 func wouldStop(t timeline, w podWant, inst map[string][]instance) (at time.Time, ok bool) {
 	for _, a := range t.apps {
@@ -727,7 +727,7 @@ func wouldStop(t timeline, w podWant, inst map[string][]instance) (at time.Time,
 			return time.Time{}, false
 		}
 		end := x.end
-		if t.none && t.restart == corev1.RestartPolicyOnFailure {
+		if t.unknownEnd(x.code) && t.restart == corev1.RestartPolicyOnFailure {
 			end = end.Add(restartWait(w.last[a.name] - w.first[a.name] + 1))
 		}
 		if end.After(at) {
@@ -781,10 +781,11 @@ type deadTime struct {
 	recordedBefore time.Time
 }
 
-// recorded says whether the kernel recorded in's end, had it fallen in
-// the gap.
+// recorded says whether the next supervisor reads in's status from the
+// kernel's record of its end, had it fallen in the gap: a record of exit
+// 0 reads unknown (supervisor/exitwatch/acct_linux.go).
 func (d deadTime) recorded(in instance) bool {
-	return !d.recordedBefore.IsZero() && in.start.Before(d.recordedBefore)
+	return !d.recordedBefore.IsZero() && in.start.Before(d.recordedBefore) && in.code != 0
 }
 
 // unread says whether in's end fell in the gap, unrecorded.
@@ -1222,19 +1223,28 @@ func expectedOutcomes(t timeline, w podWant, inst map[string][]instance, supStar
 	if t.none {
 		return []string{"unknown"}, nil
 	}
-	var failSeen, failUnseen, okUnseen bool
+	var failSeen, failRecorded, failUnseen, okRecorded, okUnseen bool
 	for _, a := range t.apps {
 		n := w.last[a.name]
 		code := a.at(n).code
 		in := find(inst[a.name], n)
 		seen := logOK && in != nil && !in.end.IsZero() && in.end.After(supStart.Add(seenMargin)) &&
 			(n == w.first[a.name] || in.end.Sub(in.start) >= seenMargin) && !dead.unread(*in)
+		// Read from its accounting record: the method's, or the dead
+		// time's under ptrace.
+		fromRecord := seen && (t.accounting || (inGap(dead.gap, in.end) && dead.recorded(*in)))
 		switch {
+		case code != 0 && fromRecord:
+			// A failure's record may say 0 (written before the app's main
+			// thread took its code), read as unknown: not named.
+			failRecorded = true
 		case code != 0 && seen:
 			failSeen = true
 			named = append(named, fmt.Sprintf("%s exit %d", a.name, code))
 		case code != 0:
 			failUnseen = true
+		case t.accounting:
+			okRecorded = true // a record of exit 0 reads unknown
 		case !seen:
 			okUnseen = true
 		}
@@ -1242,8 +1252,10 @@ func expectedOutcomes(t timeline, w podWant, inst map[string][]instance, supStar
 	switch {
 	case failSeen:
 		return []string{"failure"}, named
-	case failUnseen:
+	case failUnseen, failRecorded:
 		return []string{"failure", "unknown"}, named
+	case okRecorded:
+		return []string{"unknown"}, nil
 	case okUnseen:
 		return []string{"success", "unknown"}, nil
 	}

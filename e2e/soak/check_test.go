@@ -63,24 +63,32 @@ var success = never(0, "success: a exit 0; action SIGTERM", 0, 3002)
 // killedPod is success with its supervisor, a native sidecar, SIGKILLed at
 // 1.5 s and carrying on from the journal at 2.5 s; the stop at 3.002 s
 // comes from the instance after.
-func killedPod() (timeline, observed) {
-	tl, o := success()
-	tl.native = true
-	tl.kill = &killPlan{app: "a", n: 1, moment: killRun, frac: 0.5}
-	p := o.pods[0].pod
-	sup := p.Status.ContainerStatuses[1]
-	p.Status.ContainerStatuses = slices.Delete(p.Status.ContainerStatuses, 1, 2)
-	sup.RestartCount = 1
-	sup.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "Error"}}
-	p.Status.InitContainerStatuses = []corev1.ContainerStatus{sup}
-	o.pods[0].prevLog = strings.Join([]string{logAt(500, "starting", ""), logAt(600, "app found", "")}, "\n")
-	o.pods[0].log = strings.Join([]string{
-		logAt(2450, "starting", ""),
-		logAt(2500, msgResumed, `,"apps":1,"ended":0,"ended_unwatched":0,"watched":1`),
-		logAt(3002, msgSignalled, `,"signal":"SIGTERM"`),
-	}, "\n")
-	o.kill = &killed{pod: "p1", at: at(1500), planned: at(1500)}
-	return tl, o
+var killedPod = killedFrom(success)
+
+// killedFailure is killedPod whose app exits 3 (Never: istio-proxy
+// SIGKILLed).
+var killedFailure = killedFrom(never(3, "failure: a exit 3; action SIGKILL", 137, 3002))
+
+func killedFrom(base func() (timeline, observed)) func() (timeline, observed) {
+	return func() (timeline, observed) {
+		tl, o := base()
+		tl.native = true
+		tl.kill = &killPlan{app: "a", n: 1, moment: killRun, frac: 0.5}
+		p := o.pods[0].pod
+		sup := p.Status.ContainerStatuses[1]
+		p.Status.ContainerStatuses = slices.Delete(p.Status.ContainerStatuses, 1, 2)
+		sup.RestartCount = 1
+		sup.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "Error"}}
+		p.Status.InitContainerStatuses = []corev1.ContainerStatus{sup}
+		o.pods[0].prevLog = strings.Join([]string{logAt(500, "starting", ""), logAt(600, "app found", "")}, "\n")
+		o.pods[0].log = strings.Join([]string{
+			logAt(2450, "starting", ""),
+			logAt(2500, msgResumed, `,"apps":1,"ended":0,"ended_unwatched":0,"watched":1`),
+			logAt(3002, msgSignalled, `,"signal":"SIGTERM"`),
+		}, "\n")
+		o.kill = &killed{pod: "p1", at: at(1500), planned: at(1500)}
+		return tl, o
+	}
 }
 
 // cs is container name's status in o's first pod, to edit.
@@ -343,25 +351,41 @@ func TestCheckJob(t *testing.T) {
 			}
 		}},
 		// Under ptrace, anchored before the kill, the end in the gap is
-		// recorded: its status must be read, and the stop come in time.
-		{name: "killed, ptrace, status recorded", base: killedPod, edit: func(tl *timeline, o *observed) {
-			recordedStatus(tl, o, 4000, 4001)
+		// recorded: a failure's status is read (or, its record saying 0,
+		// unknown: acct_linux.go), and the stop comes in time; a record of
+		// exit 0 reads unknown, which under OnFailure awaits a restart.
+		{name: "killed, ptrace, failure recorded", base: killedFailure, edit: func(tl *timeline, o *observed) {
+			recordedStatus(tl, o, 4000, 4001, "failure: a exit 3; action SIGKILL")
 		}, want: -1, check: func(t *testing.T, v verdict) {
 			if k := v.kill; len(k.lost) != 0 || len(k.recorded) != 1 || k.bound != killBound {
 				t.Errorf("kill outcome: %s", k)
 			}
 		}},
-		{name: "killed, ptrace, status recorded, read unknown", base: killedPod, edit: func(tl *timeline, o *observed) {
-			recordedStatus(tl, o, 4000, 4001)
-			cs(o, supervisorName).State.Terminated.Message = "unknown: a unknown; action SIGTERM"
-		}, want: invMessage, text: `want it to start with "success:"`},
-		{name: "killed, ptrace, status recorded, OnFailure waits", base: killedPod, edit: func(tl *timeline, o *observed) {
+		{name: "killed, ptrace, failure recorded as 0", base: killedFailure, edit: func(tl *timeline, o *observed) {
+			recordedStatus(tl, o, 4000, 4001, "unknown: a unknown (its accounting record says exit 0); action SIGTERM")
+			cs(o, proxyName).State.Terminated.ExitCode = 0
+		}, want: -1},
+		{name: "killed, ptrace, failure recorded, late", base: killedFailure, edit: func(tl *timeline, o *observed) {
+			recordedStatus(tl, o, 4000, 7001, "failure: a exit 3; action SIGKILL")
+		}, want: invRestart, text: "4.001s after it would have"},
+		{name: "killed, ptrace, exit 0 recorded", base: killedPod, edit: func(tl *timeline, o *observed) {
+			recordedStatus(tl, o, 4000, 4001, "unknown: a unknown (its accounting record says exit 0); action SIGTERM")
+		}, want: -1, check: func(t *testing.T, v verdict) {
+			if k := v.kill; len(k.lost) != 1 || len(k.recorded) != 0 {
+				t.Errorf("kill outcome: %s", k)
+			}
+		}},
+		{name: "killed, ptrace, exit 0 recorded, OnFailure waits", base: killedPod, edit: func(tl *timeline, o *observed) {
 			tl.restart, tl.backoffLimit = corev1.RestartPolicyOnFailure, 1
 			tl.want = tl.oracle()
-			recordedStatus(tl, o, 4000, 19001)
-		}, want: invRestart, text: "16.001s after it would have"},
+			recordedStatus(tl, o, 4000, 19001, "unknown: a unknown (its accounting record says exit 0); action SIGTERM")
+		}, want: -1, check: func(t *testing.T, v verdict) {
+			if k := v.kill; k.delay != 16001*time.Millisecond || k.bound != killBound+restartMargin {
+				t.Errorf("kill outcome: %s", k)
+			}
+		}},
 		{name: "killed, ptrace, not anchored", base: killedPod, edit: func(tl *timeline, o *observed) {
-			recordedStatus(tl, o, 4000, 4001)
+			recordedStatus(tl, o, 4000, 4001, "unknown: a unknown; action SIGTERM")
 			o.pods[0].prevLog = strings.Join([]string{logAt(500, "starting", ""), logAt(600, "app found", "")}, "\n")
 			cs(o, supervisorName).State.Terminated.Message = "unknown: a unknown; action SIGTERM"
 		}, want: -1, check: func(t *testing.T, v verdict) {
@@ -558,12 +582,12 @@ func lostStatus(o *observed, backMS, signalMS int) {
 }
 
 // recordedStatus is lostStatus under exit-status ptrace, the killed
-// instance having anchored accounting at 0.7 s: the status is read.
-func recordedStatus(tl *timeline, o *observed, backMS, signalMS int) {
+// instance having anchored accounting at 0.7 s, its summary summary.
+func recordedStatus(tl *timeline, o *observed, backMS, signalMS int, summary string) {
 	tl.ptrace = true
 	lostStatus(o, backMS, signalMS)
 	o.pods[0].prevLog += "\n" + logAt(700, msgAnchored, "")
-	cs(o, supervisorName).State.Terminated.Message = "success: a exit 0; action SIGTERM"
+	cs(o, supervisorName).State.Terminated.Message = summary
 }
 
 // notRestarted makes killedPod's supervisor one instance, never

@@ -41,7 +41,8 @@ type timeline struct {
 	// none forces the supervisor's exit-status method to none (the pod
 	// annotation): every app status is unknown. accounting forces it to
 	// accounting (root with SYS_PACCT): statuses from the kernel's
-	// process accounting records. ptrace forces ptrace (root with
+	// process accounting records, where exit 0 reads unknown
+	// (unknownEnd). ptrace forces ptrace (root with
 	// SYS_PTRACE), whose accounting outlives the supervisor's container
 	// (the ends in its dead time are recorded; check.go's deadTime).
 	none         bool
@@ -474,3 +475,9 @@ func fmtDur(d time.Duration) string {
 	}
 	return strings.TrimSuffix(strings.TrimRight(fmt.Sprintf("%.3f", d.Seconds()), "0"), ".") + "s"
 }
+
+// unknownEnd says whether the supervisor reads an app's end with code as
+// unknown, wherever it sees it: every status under exit-status none; exit
+// 0 under accounting, whose record of 0 says only that the app ended
+// (supervisor/exitwatch/acct_linux.go).
+func (t timeline) unknownEnd(code int) bool { return t.none || (t.accounting && code == 0) }

@@ -89,26 +89,38 @@ func TestAccounting(t *testing.T) {
 		t.Fatalf("choice %+v, want accounting, on", choice)
 	}
 
-	// Watched: each way of ending, as the kernel reports it to the parent.
-	// leader-exit: the main thread exits alone (code 0), another thread
-	// then calls exit_group(6). The parent reaps status 6; the record
-	// holds the main thread's own code, 0 (acct_collect takes the
-	// leader's). The one way the record is wrong, pinned here so that a
-	// kernel that changes it is seen (acct_linux.go).
-	for how, want := range map[string]Status{"0": exited(0), "3": exited(3), "SIGKILL": killed(9), "thread-exit": exited(5), "leader-exit": exited(0)} {
-		p, end := grandchild(t, how)
+	// Watched: each way of ending. A shell has one thread, so its record
+	// is exact; a record of 0 reads unknown, whoever wrote it. The Go
+	// programs have several threads: thread-exit (exit_group(5) from
+	// another thread) may be recorded before the main thread took its
+	// code, then as 0; leader-exit's main thread exits alone (code 0),
+	// another thread then calls exit_group(6), which the parent reaps, and
+	// the record holds the main thread's 0 (acct_linux.go).
+	for _, c := range []struct {
+		how   string
+		want  Status
+		maybe bool // or the unknown of a record of 0
+	}{
+		{"sh:exit 0", acctUnknown, false},
+		{"sh:exit 3", exited(3), false},
+		{"sh:kill -9 $$", killed(9), false},
+		{"0", acctUnknown, false},
+		{"thread-exit", exited(5), true},
+		{"leader-exit", acctUnknown, false},
+	} {
+		p, end := grandchild(t, c.how)
 		proc, err := w.Watch(p)
 		if err != nil {
 			t.Fatal(err)
 		}
 		end()
-		if got := waitDone(t, proc); got != want {
-			t.Errorf("%s: status %v, want %v", how, got, want)
+		if got := waitDone(t, proc); got != c.want && !(c.maybe && got == acctUnknown) {
+			t.Errorf("%s: status %v, want %v", c.how, got, c.want)
 		}
 	}
 
 	// A sidecar, tracked: its status from its record too.
-	sp, send := grandchild(t, "2")
+	sp, send := grandchild(t, "sh:exit 2")
 	sproc, err := w.Track(sp)
 	if err != nil {
 		t.Fatal(err)
@@ -122,7 +134,7 @@ func TestAccounting(t *testing.T) {
 	}
 
 	// Gone before it was watched: reaped already, its record read.
-	g := startGrandchild(t, "4")
+	g := startGrandchild(t, "sh:exit 4")
 	endReaped(t, g)
 	proc, err := w.Watch(g.proc)
 	if err != nil {
@@ -135,7 +147,7 @@ func TestAccounting(t *testing.T) {
 	// The supervisor restarted: a process ends while no watcher runs,
 	// and the next reads its record from the file accounting went on
 	// writing to meanwhile.
-	g = startGrandchild(t, "6")
+	g = startGrandchild(t, "sh:exit 6")
 	w.Close()
 	endReaped(t, g)
 	p := g.proc
@@ -164,7 +176,7 @@ func TestAccounting(t *testing.T) {
 	if err != nil || len(gens) != 2 || gens[1] != a.gen {
 		t.Fatalf("files %v (%v), want the last two, ending with %d", gens, err, a.gen)
 	}
-	g = startGrandchild(t, "SIGTERM")
+	g = startGrandchild(t, "sh:kill -15 $$")
 	endReaped(t, g)
 	p = g.proc
 	if got, ok := w2.Recorded(p); !ok || got != killed(15) {
@@ -176,6 +188,47 @@ func TestAccounting(t *testing.T) {
 	if got, ok := w2.Recorded(p); !ok || got != killed(15) {
 		t.Errorf("in the file before the kernel's: %v %v, want killed by SIGTERM", got, ok)
 	}
+}
+
+// acctUnknown is the status of a record of exit 0.
+var acctUnknown = Status{Reason: acctZero}
+
+// TestAccountingNeverWrong: programs of several threads (the test binary,
+// as a Go app) that exit 4, one after another: the kernel may record one
+// before its main thread took its code, as 0 (acct_linux.go; 5 in 3,000
+// on a loaded 7.2 guest), which must read unknown, never success.
+func TestAccountingNeverWrong(t *testing.T) {
+	if !inOwnPIDNamespace(t) {
+		return
+	}
+	a, sup := startAcct(t.TempDir(), testProbe(t, "7"))
+	if !sup.ok {
+		t.Fatal(sup.reason)
+	}
+	defer a.close()
+	const n = 200
+	unknown := 0
+	for range n {
+		cmd := helper("exit", "4") // stdin /dev/null: it exits at once
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		st, err := startTime(cmd.Process.Pid) // ours until reaped
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Wait()
+		s, found, err := a.lookup(Process{PID: cmd.Process.Pid, StartTime: st})
+		switch {
+		case err != nil || !found:
+			t.Fatalf("pid %d: no record (%v)", cmd.Process.Pid, err)
+		case s == acctUnknown:
+			unknown++
+		case s != exited(4):
+			t.Fatalf("pid %d: status %v, want exit 4 or unknown", cmd.Process.Pid, s)
+		}
+	}
+	t.Logf("%d of %d read unknown (recorded as 0), the others exit 4", unknown, n)
 }
 
 // TestAccountingRefused: without CAP_SYS_PACCT accounting is off, with a
@@ -285,13 +338,13 @@ func TestAccountingOutlivesItsContainer(t *testing.T) {
 	if s, ok := files.lookupPID(t, child); !ok || s != exited(3) {
 		t.Errorf("the helper's child: %v %v, want exit 3", s, ok)
 	}
-	g := startGrandchild(t, "4")
+	g := startGrandchild(t, "sh:exit 4")
 	endReaped(t, g)
 	if s, ok := recorded(g.proc); !ok || s != exited(4) {
 		t.Errorf("ended after the supervisor's container, its anchor running: %v %v, want exit 4 recorded", s, ok)
 	}
 	endHost()
-	g = startGrandchild(t, "5")
+	g = startGrandchild(t, "sh:exit 5")
 	endReaped(t, g)
 	if s, ok := recorded(g.proc); ok {
 		t.Errorf("ended after the anchor's container: recorded %v, want no record (accounting went with its mount)", s)
@@ -324,7 +377,7 @@ func TestAccountingOutlivesItsContainer(t *testing.T) {
 	if a.host.PID != 0 {
 		t.Errorf("anchor %v kept after its end", a.host)
 	}
-	g = startGrandchild(t, "6")
+	g = startGrandchild(t, "sh:exit 6")
 	endReaped(t, g)
 	if s, ok := recorded(g.proc); !ok || s != exited(6) {
 		t.Errorf("ended after the anchor went and the tick: %v %v, want exit 6 recorded", s, ok)

@@ -12,8 +12,10 @@
 //	accounting  the kernel's process accounting record of the exit (any
 //	            kernel with CONFIG_BSD_PROCESS_ACCT_V3); outlives the
 //	            process, not the supervisor's container; needs
-//	            CAP_SYS_PACCT and a state directory; exact but for a main
-//	            thread that exits before the others (acct_linux.go)
+//	            CAP_SYS_PACCT and a state directory; a failure's status
+//	            is exact, exit 0 reads unknown: the kernel records 0 too
+//	            when a threaded program's main thread has not yet taken
+//	            its code (acct_linux.go)
 //	none        a pidfd alone (Linux 5.3+): the exit is seen, its status
 //	            unknown
 //

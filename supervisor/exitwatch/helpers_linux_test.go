@@ -37,7 +37,7 @@ import (
 //	HELPER=accton D M   turns accounting on through a bind mount of its
 //	                    own (TestAccountingEndsWithItsMount)
 //	HELPER=anchored D P S  turns accounting on in D, anchored through
-//	                    process P (started at S), runs a child that
+//	                    process P (started at S), runs a shell that
 //	                    exits 3, prints its PID and exits
 //	                    (TestAccountingOutlivesItsContainer)
 //	HELPER=hide D       mounts a tmpfs on D, says "ready", waits for
@@ -91,7 +91,7 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	case "accton":
 		// In a mount namespace of its own: binds DIR on MNT, turns
-		// accounting on into MNT/pacct, runs a child that exits 3, prints
+		// accounting on into MNT/pacct, runs a shell that exits 3, prints
 		// its PID, and exits, its mount namespace with it.
 		dir, mnt := os.Args[len(os.Args)-2], os.Args[len(os.Args)-1]
 		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
@@ -110,8 +110,7 @@ func TestMain(m *testing.M) {
 			fmt.Println("acct:", err)
 			os.Exit(100)
 		}
-		c := exec.Command(os.Args[0], "-test.run=^$", "3")
-		c.Env = append(os.Environ(), "HELPER=exit")
+		c := exec.Command("sh", "-c", "exit 3") // one thread: an exact record
 		c.Run()
 		fmt.Println(c.Process.Pid)
 		os.Exit(0)
@@ -131,7 +130,7 @@ func TestMain(m *testing.M) {
 			fmt.Println("anchor:", ok, err)
 			os.Exit(100)
 		}
-		c := exec.Command(os.Args[0], "-test.run=^$", "3")
+		c := exec.Command("sh", "-c", "exit 3") // one thread: an exact record
 		c.Run()
 		fmt.Println(c.Process.Pid)
 		os.Exit(0)
@@ -356,7 +355,12 @@ func waitDone(t *testing.T, p Proc) Status {
 //	fork           runs two children of its own (which print their
 //	               TracerPid), waits for them, exits 4
 //	shell          execs sh -c 'CHILD 0; exit 4' (a shell as main process)
+//	sh:SCRIPT      execs sh -c 'read stdin to its end; SCRIPT': one
+//	               thread, whose accounting record is exact (acct_linux.go)
 func child(how string) {
+	if script, ok := strings.CutPrefix(how, "sh:"); ok {
+		execShell("while read -r _; do :; done; " + script)
+	}
 	signal.Ignore(syscall.SIGHUP)
 	ready := func() { fmt.Println("ready") }
 	switch how {
@@ -413,13 +417,8 @@ func child(how string) {
 		}
 		os.Exit(4)
 	case "shell":
-		sh, err := exec.LookPath("sh")
-		if err != nil {
-			os.Exit(111)
-		}
 		io.Copy(io.Discard, os.Stdin)
-		cmd := fmt.Sprintf("HELPER=tracerpid %q -test.run=^$ x; exit 4", os.Args[0])
-		syscall.Exec(sh, []string{"sh", "-c", cmd}, os.Environ())
+		execShell(fmt.Sprintf("HELPER=tracerpid %q -test.run=^$ x; exit 4", os.Args[0]))
 	}
 	io.Copy(io.Discard, os.Stdin)
 	if code, err := strconv.Atoi(how); err == nil {
@@ -430,6 +429,17 @@ func child(how string) {
 	syscall.Kill(os.Getpid(), syscall.Signal(sig))
 	time.Sleep(time.Minute)
 	os.Exit(99)
+}
+
+// execShell replaces the process with sh -c script (from the main thread:
+// the helpers lock it in init), or exits 111 without a shell.
+func execShell(script string) {
+	sh, err := exec.LookPath("sh")
+	if err == nil {
+		err = syscall.Exec(sh, []string{"sh", "-c", script}, os.Environ())
+	}
+	fmt.Fprintln(os.Stderr, "exec sh:", err)
+	os.Exit(111)
 }
 
 func sigName(s os.Signal) string {
