@@ -8,11 +8,13 @@
 #   e2e/test.sh                  everything
 #   e2e/test.sh -run TestJobs    passed to every `go test`
 #
-# The e2e packages run in three lanes at once, each one package at a time:
+# The e2e packages, compiled first, run in three lanes at once, each one
+# package at a time, beside a fourth that vets them:
 #   cluster  the one-node Kubernetes (built from source on a cold machine:
 #            minutes of compiling) and the tests on it
 #   qemu     Debian's kernels under software emulation
 #   host     everything else: simulated pods, Istio's injector, units
+#   vet      go vet of the module, niced below everything else
 # Most of the host lane's time is spent waiting on the processes it starts,
 # which the other two lanes' compiling and emulating use; no test depends on
 # the machine's speed (e2e/README.md), so they share it. Each lane's output
@@ -57,21 +59,30 @@ go vet ./...
 go test -count=1 "$@" ./...
 phase product "$t0" "$cpu0"
 
-log "e2e module: vet"
+log "e2e module: compile"
 cpu_now
 t0=$(date +%s) cpu0=$CPU
 cd e2e
-# Static, as every binary the tests build: and so the Kubernetes build
+# Every package and test of the module compiled once, before the lanes,
+# which would otherwise compile the packages they share each on its own, at
+# once. Static, as every binary the tests build: and so the Kubernetes build
 # (scripts/cluster-tools.sh) finds the packages it shares with this module
-# in the build cache this vet fills, instead of compiling them again.
+# in the build cache this fills, instead of compiling them again. The vet
+# is a lane of its own (below).
 export CGO_ENABLED=0
-go vet ./...
-phase "e2e-vet" "$t0" "$cpu0"
+go list -export -test ./... >/dev/null
+phase "e2e-compile" "$t0" "$cpu0"
 
-lanes=(cluster qemu host)
+# vet: go vet type-checks every dependency again for its facts (printf's
+# wrappers, lostcancel's no-return functions), work none of the tests
+# needs. Run beside them, niced below the Kubernetes build, it takes the
+# CPU the cluster's tests leave at the end of a cold run; a warm run finds
+# it cached.
+lanes=(cluster qemu host vet)
 declare -A pkgs=(
 	[cluster]="./cluster ./k8sjobs"
 	[qemu]="./qemu ./exitstatus ./guests"
+	[vet]=""
 )
 all="$(go list ./...)"
 host=()
@@ -101,8 +112,12 @@ lane() {
 			>/dev/null 2>"$RUN_DIR/images.log" &
 		images=$!
 	fi
-	# shellcheck disable=SC2086
-	SUPERVISOR_E2E_KEEP_CLUSTER=$keep go test -count=1 -p 1 -timeout 80m "${args[@]}" ${pkgs[$name]} >"$RUN_DIR/$name.log" 2>&1 || rc=$?
+	if [ "$name" = vet ]; then
+		nice -n 15 go vet ./... >"$RUN_DIR/$name.log" 2>&1 || rc=$?
+	else
+		# shellcheck disable=SC2086
+		SUPERVISOR_E2E_KEEP_CLUSTER=$keep go test -count=1 -p 1 -timeout 80m "${args[@]}" ${pkgs[$name]} >"$RUN_DIR/$name.log" 2>&1 || rc=$?
+	fi
 	if [ -n "$images" ] && ! wait "$images"; then
 		{ echo "building the cluster's images failed:"; cat "$RUN_DIR/images.log"; } >>"$RUN_DIR/$name.log"
 		rc=$((rc ? rc : 1))
@@ -139,10 +154,11 @@ timings() {
 			awk -v lane="$l" '{p=$2; sub("github.com/sidecar-supervisor/sidecar-supervisor/", "", p); printf "| %s | %s | %s | %s |\n", p, lane, $1, $3}'
 	done
 }
-# failures LOG: the failed tests in a lane's LOG, each with the first line
+# failures LOG: the failed tests in a lane's LOG (the vet's: its findings), each with the first line
 # of its messages (a dump's is its heading), cut at 1,000 characters: the last
 # lines of a run, the ones a reader of its end sees, say what failed and why.
 failures() {
+	case "$1" in */vet.log) head -n 200 "$1"; return ;; esac
 	awk '/^[[:space:]]*--- FAIL: |^panic: |^FAIL[[:space:]]|test timed out/ { print; next }
 		/^[[:space:]]+[A-Za-z0-9_]+\.go:[0-9]+: / { print substr($0, 1, 1000) }' "$1" | head -n 200
 }
