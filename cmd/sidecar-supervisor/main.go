@@ -257,7 +257,7 @@ func supervise(ctx context.Context, cfg supervisor.Config, log zerolog.Logger, t
 	defer watch.Close()
 	switch {
 	case choice.Accounting:
-		log.Info().Str("dir", cfg.StateDir).Msg("process accounting on: the status of an app too quick to watch, or ended unread before a restart, is read from the kernel's record of its exit")
+		log.Info().Str("dir", cfg.StateDir).Msg("process accounting on: the end of an app too quick to watch, or ended unread before a restart, is read from the kernel's record of its exit (a failure's status; exit 0 reads unknown)")
 	case choice.AccountingFailed:
 		log.Warn().Str("reason", choice.AccountingOff).Msg("process accounting cannot work here (CAP_SYS_PACCT is given): a status lost to an app too quick to watch stays unknown")
 	}

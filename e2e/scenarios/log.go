@@ -113,7 +113,7 @@ func LogWhere(p *pod.Pod, match func(LogLine) bool) []LogLine {
 }
 
 // AccountingOn is the supervisor's line when process accounting is on.
-const AccountingOn = "process accounting on: the status of an app too quick to watch, or ended unread before a restart, is read from the kernel's record of its exit"
+const AccountingOn = "process accounting on: the end of an app too quick to watch, or ended unread before a restart, is read from the kernel's record of its exit (a failure's status; exit 0 reads unknown)"
 
 // AcctZero begins the reason of a status unknown because its accounting
 // record says exit 0 (supervisor/exitwatch/acct_linux.go).
