@@ -30,10 +30,9 @@ const (
 	// controlWindow is how long the Job without the supervisor is watched
 	// staying Running after its app has exited.
 	controlWindow = 60 * time.Second
-	// pilotDrain is pilot-agent's terminationDrainDuration (5 s by default):
-	// on SIGTERM it drains envoy that long before it exits 0. Container
-	// times have one-second resolution, hence the margin.
-	pilotDrain = 4 * time.Second
+	// pilotDrain is pilot-agent's terminationDrainDuration (5 s by
+	// default): on SIGTERM it drains envoy that long before it exits 0.
+	pilotDrain = 5 * time.Second
 	// quitURL is pilot-agent's quit endpoint on Istio's default status
 	// port, the template's and deploy/'s action on success.
 	quitURL = "http://127.0.0.1:15020/quitquitquit"
@@ -206,10 +205,12 @@ func (e *env) checkSucceeded(ctx context.Context, t *testing.T, p corev1.Pod, ap
 		}
 	case drain:
 		// SIGTERM, not a kill or a quit: pilot-agent drains before it exits.
+		// Its own log says it drained. The containers' finish times are
+		// not a measure of it: the runtime records an exit when it
+		// handles it, late on a loaded node (a warm CI run saw 3 s for
+		// the 5 s drain), so they are logged, not bounded.
 		inOrderLines(t, p, proxyName, pilot, pilotDrainLine)
-		if d := proxy.FinishedAt.Sub(last); d < pilotDrain {
-			t.Errorf("pod %s: istio-proxy finished %s after the last app, want at least %s (pilot-agent's drain on SIGTERM)", p.Name, d, pilotDrain)
-		}
+		t.Logf("pod %s: istio-proxy finished %s after the last app (pilot-agent drains %s on SIGTERM)", p.Name, proxy.FinishedAt.Sub(last), pilotDrain)
 	}
 	return e.checkSupervisor(ctx, t, p, summary, logPidfd, logFound, logExited, logDecision, logStopped, logDone)
 }
