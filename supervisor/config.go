@@ -48,7 +48,7 @@ type Config struct {
 	Shape                  Shape            `env:"SHAPE" envDefault:"container" accepts:"container, native" meaning:"the supervisor's own shape in the pod (not istio-proxy's: that is SUPERVISOR_NATIVE_SIDECAR). container: a regular container, which exits once the sidecars are stopped (under OnFailure, where a sidecar's exit was not 0, once the kubelet has started it again and it is stopped again). native: a native sidecar (an init container with restartPolicy Always, Kubernetes 1.29+), which the kubelet restarts on any death: once it has stopped the sidecars it idles until the kubelet's SIGTERM rather than exit, since a native sidecar that exits is restarted. The injection template sets it (The supervisor's shape)"`
 	StateDir               string           `env:"STATE_DIR" accepts:"path" meaning:"a directory (an emptyDir) to keep the supervisor's journal and its ready file in; empty: none. With it, a supervisor the kubelet restarts carries on where the killed one stopped: the apps it had seen and how they ended, the sidecars it had stopped. Where the supervisor has CAP_SYS_PACCT (as root), the kernel's process accounting records go there too: an app too quick to be watched, or that ended unread just before the supervisor was killed, still has its status. The injection template sets it"`
 	HoldTimeout            time.Duration    `env:"HOLD_TIMEOUT" envDefault:"20s" accepts:"duration > 0" meaning:"hold mode (istio-proxy's preStop in long-running pods): give up waiting for the apps after this; keep it under terminationGracePeriodSeconds minus pilot-agent's drain"`
-	ExitStatus             exitwatch.Method `env:"EXIT_STATUS" envDefault:"auto" accepts:"auto, pidfd, accounting, ptrace, none" meaning:"how app exit statuses are read. auto: pidfd (Linux 6.15+, no privileges), else ptrace (needs CAP_SYS_PTRACE, as root), else accounting (the kernel's process accounting: needs CAP_SYS_PACCT, as root, and SUPERVISOR_STATE_DIR; it gives failures, and exit 0 as unknown: the kernel also records 0 for a program of several threads whose main thread had not taken its code), else none (statuses unknown). Accounting, where it works, also fills in the statuses the others lose. A forced method that cannot work stops the supervisor with exit 1"`
+	ExitStatus             exitwatch.Method `env:"EXIT_STATUS" envDefault:"auto" accepts:"auto, pidfd, accounting, ptrace, none" meaning:"how app exit statuses are read. auto: pidfd (Linux 6.15+, no privileges), else ptrace (needs CAP_SYS_PTRACE, as root), else accounting (the kernel's process accounting: needs CAP_SYS_PACCT, as root, and SUPERVISOR_STATE_DIR; it gives failures, and exit 0 as unknown: the kernel also records 0 for a program of several threads whose main thread had not taken its code), else none (statuses unknown). Accounting, where it works, also fills in the statuses the others lose. A forced method that cannot work here is replaced by auto's choice, logged as an error and named in the termination message"`
 	HTTPTimeout            time.Duration    `env:"HTTP_TIMEOUT" envDefault:"5s" accepts:"duration > 0" meaning:"bound on an HTTP action: while nothing answers (nothing listens yet, or the connection closed without an answer and the sidecar runs on a second later) it is tried again, until this long after the first try"`
 	DeletionGrace          time.Duration    `env:"DELETION_GRACE" envDefault:"2s" accepts:"duration ≥ 0" meaning:"how long an app killed by SIGTERM may turn out to be a pod deletion before it counts as a failure"`
 	ScanInterval           time.Duration    `env:"SCAN_INTERVAL" envDefault:"100ms" accepts:"duration > 0" meaning:"how often /proc is read while containers are being looked for: the apps, a restart awaited under OnFailure, the exec of an app adopted from its runtime's init (then every 2 ms for its first 2 s, and whenever the kernel's last PID moves); never once every app is found and running its program, except under exit-status ptrace until a sidecar is seen, to anchor accounting through (APP_START_TIMEOUT at most)"`
@@ -123,19 +123,33 @@ func (p *RestartPolicy) UnmarshalText(b []byte) error {
 	return errors.New("want Never, OnFailure or Always (the pod's restartPolicy)")
 }
 
-// ConfigError is a bad setting: the variable, the value and what it accepts.
+// ConfigError is a bad setting: the variable, the value, what it accepts,
+// and what LoadConfig used in its place.
 type ConfigError struct {
-	Var, Value, Problem string
+	Var, Value, Problem, Used string
 }
 
 func (e *ConfigError) Error() string {
-	return fmt.Sprintf("%s%s=%q: %s", EnvPrefix, e.Var, e.Value, e.Problem)
+	s := fmt.Sprintf("%s%s=%q: %s", EnvPrefix, e.Var, e.Value, e.Problem)
+	if e.Used != "" {
+		s += " (" + e.Used + ", used in its place)"
+	}
+	return s
 }
 
 // LoadConfig reads the configuration from environ (as os.Environ gives it)
-// and validates it. Every bad setting is reported, each naming its variable
-// and the values it accepts. unknown lists SUPERVISOR_* variables that no
-// setting reads (a typo, or a setting of a newer version), to be warned of.
+// and validates it. Every bad setting is reported in err, each naming its
+// variable, the values it accepts and the value used in its place
+// (ConfigError.Used). unknown lists SUPERVISOR_* variables that no setting
+// reads (a typo, or a setting of a newer version), to be warned of.
+//
+// Whatever err says, cfg is a configuration to run with: each bad variable
+// at its default, but a bad SUPERVISOR_RESTART_POLICY at OnFailure (whose
+// waits hold a sidecar for a restart, a bounded time, where Never's stop it
+// early under a pod that restarts its apps), and whatever that made bad in
+// turn likewise. A supervisor that refused to start would leave the
+// sidecar up and the Job hanging, the failure it exists to remove: a typo
+// in a setting must cost a log line, not a cluster's Jobs.
 func LoadConfig(environ []string) (cfg Config, unknown []string, err error) {
 	vars := map[string]string{}
 	for _, kv := range environ {
@@ -143,35 +157,76 @@ func LoadConfig(environ []string) (cfg Config, unknown []string, err error) {
 			vars[k] = v
 		}
 	}
+	cfg, unknown, errs, err := load(vars)
+	if err != nil {
+		return cfg, unknown, err
+	}
+	var all []error
+	seen := map[string]bool{}
+	// Each round puts at least one more variable back, so it ends within
+	// as many rounds as there are settings; a round that could not (a
+	// rule broken by defaults alone) leaves every setting at its default.
+	for len(errs) > 0 {
+		progress := false
+		for _, e := range errs {
+			if seen[e.Var] {
+				continue
+			}
+			seen[e.Var], progress = true, true
+			delete(vars, EnvPrefix+e.Var)
+			e.Used = "no value, its default"
+			if d, _ := defaultOf(e.Var); d != "" {
+				e.Used = "its default, " + d
+			}
+			if e.Var == "RESTART_POLICY" {
+				vars[EnvPrefix+e.Var] = string(OnFailure)
+				e.Used = "OnFailure, whose waits are bounded whatever the pod's policy"
+			}
+			all = append(all, e)
+		}
+		if !progress {
+			vars = map[string]string{EnvPrefix + "RESTART_POLICY": string(OnFailure)}
+		}
+		if cfg, _, errs, err = load(vars); err != nil {
+			return cfg, unknown, err
+		}
+		if !progress && len(errs) > 0 {
+			return cfg, unknown, fmt.Errorf("the defaults break a rule of their own: %v", errs[0])
+		}
+	}
+	return cfg, unknown, errors.Join(all...)
+}
+
+// load parses and validates vars: errs are the bad settings; err, a fault
+// of the configuration's own declaration.
+func load(vars map[string]string) (cfg Config, unknown []string, errs []*ConfigError, err error) {
 	opts := env.Options{
 		Environment: vars,
 		Prefix:      EnvPrefix,
 	}
 	params, err := env.GetFieldParamsWithOptions(&cfg, opts)
 	if err != nil {
-		return cfg, nil, err
+		return cfg, nil, nil, err
 	}
 	known := map[string]bool{} // full variable names
 	for _, p := range params {
 		known[p.Key] = true
 	}
-	var errs []error
 	failed := map[string]bool{} // variables that did not parse
 	if perr := env.ParseWithOptions(&cfg, opts); perr != nil {
 		var agg env.AggregateError
 		if !errors.As(perr, &agg) {
-			return cfg, nil, perr
+			return cfg, nil, nil, perr
 		}
 		for _, e := range agg.Errors {
 			var pe env.ParseError
-			if errors.As(e, &pe) {
-				f, _ := reflect.TypeOf(cfg).FieldByName(pe.Name)
-				name := f.Tag.Get("env")
-				failed[name] = true
-				errs = append(errs, &ConfigError{Var: name, Value: vars[EnvPrefix+name], Problem: describe(f, pe.Err)})
-				continue
+			if !errors.As(e, &pe) {
+				return cfg, nil, nil, e
 			}
-			errs = append(errs, e)
+			f, _ := reflect.TypeOf(cfg).FieldByName(pe.Name)
+			name := f.Tag.Get("env")
+			failed[name] = true
+			errs = append(errs, &ConfigError{Var: name, Value: vars[EnvPrefix+name], Problem: describe(f, pe.Err)})
 		}
 	}
 	for k := range vars {
@@ -188,13 +243,22 @@ func LoadConfig(environ []string) (cfg Config, unknown []string, err error) {
 	for _, e := range cfg.Validate(vars) {
 		// A variable that did not parse was left at its zero value: its
 		// parse error says it all.
-		var ce *ConfigError
-		if errors.As(e, &ce) && failed[ce.Var] {
-			continue
+		if !failed[e.Var] {
+			errs = append(errs, e)
 		}
-		errs = append(errs, e)
 	}
-	return cfg, unknown, errors.Join(errs...)
+	return cfg, unknown, errs, nil
+}
+
+// defaultOf is the default of the setting named v (without the prefix).
+func defaultOf(v string) (string, bool) {
+	t := reflect.TypeOf(Config{})
+	for i := range t.NumField() {
+		if f := t.Field(i); f.Tag.Get("env") == v {
+			return f.Tag.Get("envDefault"), true
+		}
+	}
+	return "", false
 }
 
 // describe turns a parser's error into what the variable accepts, by the
@@ -215,8 +279,8 @@ func describe(field reflect.StructField, err error) string {
 
 // Validate checks the rules that span fields or values the types allow but
 // the supervisor does not. vars gives the raw values for the messages.
-func (c *Config) Validate(vars map[string]string) []error {
-	var errs []error
+func (c *Config) Validate(vars map[string]string) []*ConfigError {
+	var errs []*ConfigError
 	bad := func(name, problem string) {
 		errs = append(errs, &ConfigError{Var: name, Value: vars[EnvPrefix+name], Problem: problem})
 	}

@@ -123,14 +123,50 @@ func TestConfigBad(t *testing.T) {
 		{"SUPERVISOR_SIDECARS=istio_proxy", `SUPERVISOR_SIDECARS="istio_proxy": "istio_proxy": want container names`},
 		{"SUPERVISOR_APPS=app,istio-proxy", `"istio-proxy" is also in SUPERVISOR_SIDECARS`},
 	}
+	defaults, _, _ := LoadConfig(nil)
 	for _, tt := range tests {
-		_, _, err := LoadConfig([]string{tt.env})
-		if err == nil || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("%s: err = %v, want it to contain %q", tt.env, err, tt.want)
+		cfg, _, err := LoadConfig([]string{tt.env})
+		if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.HasSuffix(err.Error(), "used in its place)") {
+			t.Errorf("%s: err = %v, want it to contain %q and name what was used", tt.env, err, tt.want)
 		}
 		if err != nil && strings.Count(err.Error(), "\n") != 0 {
 			t.Errorf("%s: one bad setting gave several errors: %v", tt.env, err)
 		}
+		// The configuration to run with all the same: the defaults, but
+		// a bad restart policy's OnFailure.
+		want := defaults
+		if strings.HasPrefix(tt.env, "SUPERVISOR_RESTART_POLICY=") {
+			want.RestartPolicy = OnFailure
+		}
+		if diff := cmp.Diff(want, cfg); diff != "" {
+			t.Errorf("%s: the configuration run with (-want +got):\n%s", tt.env, diff)
+		}
+	}
+}
+
+// TestConfigFallback: the good settings are kept beside a bad one, and a
+// value the replacement made bad is replaced in turn.
+func TestConfigFallback(t *testing.T) {
+	cfg, _, err := LoadConfig([]string{"SUPERVISOR_RESTART_POLICY=sometimes", "SUPERVISOR_ON_SUCCESS=SIGKILL",
+		"SUPERVISOR_STOP_TIMEOUT=soon", "SUPERVISOR_SCAN_INTERVAL=1s"})
+	sigterm := Action{Kind: ActionSignal, Signal: exitwatch.SIGTERM}
+	if cfg.RestartPolicy != OnFailure || cfg.OnSuccess != sigterm || cfg.StopTimeout != 30*time.Second || cfg.ScanInterval != time.Second {
+		t.Errorf("run with %+v", cfg)
+	}
+	for _, want := range []string{
+		`SUPERVISOR_RESTART_POLICY="sometimes": want Never, OnFailure or Always (the pod's restartPolicy) (OnFailure, whose waits are bounded whatever the pod's policy, used in its place)`,
+		`SUPERVISOR_ON_SUCCESS="SIGKILL": SIGKILL under restartPolicy OnFailure makes the sidecar exit 137, and the kubelet restarts it: use SIGTERM or an http(s) URL (its default, SIGTERM, used in its place)`,
+		`SUPERVISOR_STOP_TIMEOUT="soon": want a duration such as 30s, 1m30s or 500ms (its default, 30s, used in its place)`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("err = %v, want it to contain %s", err, want)
+		}
+	}
+	if err == nil || strings.Count(err.Error(), "\n") != 2 {
+		t.Errorf("err = %v, want three bad settings", err)
+	}
+	if _, _, err := LoadConfig([]string{"SUPERVISOR_APPS=app,Worker"}); err == nil || !strings.Contains(err.Error(), "(no value, its default, used in its place)") {
+		t.Errorf("err = %v", err)
 	}
 }
 

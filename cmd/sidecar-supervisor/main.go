@@ -20,8 +20,9 @@
 //	sidecar-supervisor version
 //
 // Exit codes: 0 done (or the pod is being deleted); 1 cannot work here (no
-// shared PID namespace, /proc unreadable, no pidfd support); 2 bad
-// configuration or usage.
+// shared PID namespace, /proc unreadable, no pidfd support); 2 bad usage. A
+// bad setting is logged and replaced (supervisor.LoadConfig), never an exit:
+// that would leave the sidecar up and the Job hanging.
 package main
 
 import (
@@ -32,6 +33,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -53,7 +55,7 @@ const probeExitArg = "probe-exit"
 const (
 	exitOK        = 0
 	exitCannotRun = 1
-	exitBadConfig = 2
+	exitUsage     = 2
 )
 
 func main() {
@@ -90,7 +92,7 @@ func main() {
 		fmt.Println(version)
 	default:
 		fmt.Fprintf(os.Stderr, "usage: sidecar-supervisor [hold | install DIR | status | ready | wait | version]\n")
-		os.Exit(exitBadConfig)
+		os.Exit(exitUsage)
 	}
 }
 
@@ -111,21 +113,25 @@ func wait(dir string, stderr io.Writer) int {
 	return exitOK
 }
 
+// run supervises (mode "") or holds. A bad setting does not stop it: the
+// value LoadConfig used in its place is logged as an error, and the
+// termination message's last line names it. An exit would leave the
+// sidecar up and the Job hanging, whatever the fault.
 func run(mode string, environ []string, stderr io.Writer) int {
 	cfg, unknown, err := supervisor.LoadConfig(environ)
-	if err != nil {
-		fmt.Fprintf(stderr, "sidecar-supervisor: bad configuration, nothing was done:\n")
-		for _, e := range flatten(err) {
-			fmt.Fprintf(stderr, "  %v\n", e)
-		}
-		return exitBadConfig
-	}
 	log := newLogger(cfg, stderr)
-	for _, name := range unknown {
-		log.Warn().Str("variable", name).Msg("unknown setting ignored: a typo, or a setting of a newer version")
+	var bad []string
+	for _, e := range flatten(err) {
+		bad = append(bad, e.Error())
 	}
 	if mode == "hold" {
-		return hold(cfg, log)
+		return hold(cfg, log, bad)
+	}
+	for _, e := range bad {
+		log.Error().Str("error", e).Msg("bad setting: the supervisor runs on with the value named in its place, so that the Job still completes; fix the setting")
+	}
+	for _, name := range unknown {
+		log.Warn().Str("variable", name).Msg("unknown setting ignored: a typo, or a setting of a newer version")
 	}
 	log.Info().Str("version", version).Object("config", cfg).Msg("starting")
 
@@ -133,8 +139,12 @@ func run(mode string, environ []string, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	err = supervise(ctx, cfg, log, func(sup *supervisor.Supervisor, res supervisor.Result) {
-		report(log, cfg, res.Summary)
+	err = supervise(ctx, cfg, log, &bad, func(sup *supervisor.Supervisor, res supervisor.Result) {
+		summary := res.Summary
+		if len(bad) > 0 {
+			summary += "\nbad settings, run with others in their place: " + strings.Join(bad, "; ")
+		}
+		report(log, cfg, summary)
 		log.Info().Str("summary", res.Summary).Msg("done")
 		if ctx.Err() != nil {
 			return
@@ -161,9 +171,8 @@ func run(mode string, environ []string, stderr io.Writer) int {
 // supervisor's progress from its termination-message file.
 func status(environ []string, stdout, stderr io.Writer) int {
 	cfg, _, err := supervisor.LoadConfig(environ)
-	if err != nil {
-		fmt.Fprintf(stderr, "sidecar-supervisor status: bad configuration: %v\n", err)
-		return exitBadConfig
+	for _, e := range flatten(err) {
+		fmt.Fprintf(stderr, "sidecar-supervisor status: bad setting: %v\n", e)
 	}
 	scan, _, err := openScanner(cfg)
 	if err == nil {
@@ -184,8 +193,9 @@ func status(environ []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// hold is the preStop hook's mode: see supervisor.Hold.
-func hold(cfg supervisor.Config, log zerolog.Logger) int {
+// hold is the preStop hook's mode: see supervisor.Hold. bad are the bad
+// settings, replaced.
+func hold(cfg supervisor.Config, log zerolog.Logger, bad []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	// The supervisor's own containers (a Job's supervisor) are not apps.
@@ -204,6 +214,9 @@ func hold(cfg supervisor.Config, log zerolog.Logger) int {
 	// A preStop hook's output is shown nowhere unless it fails: say what
 	// happened in the sidecar's own log too (kubectl logs istio-proxy).
 	log = log.Output(io.MultiWriter(logWriter(cfg, os.Stderr), logWriter(cfg, sidecarLog(scan))))
+	for _, e := range bad {
+		log.Error().Str("error", e).Msg("hold: bad setting, the value named used in its place; fix the setting")
+	}
 	log.Info().Str("version", version).Str("timeout", cfg.HoldTimeout.String()).Msg("hold: keeping the sidecar up until the apps have exited")
 	res, err := supervisor.Hold(ctx, log, scan, watch, cfg.HoldTimeout)
 	switch {
@@ -240,7 +253,10 @@ func sidecarLog(scan *supervisor.ProcScanner) io.Writer {
 }
 
 // supervise wires the real scanner and kernel into the run loop.
-func supervise(ctx context.Context, cfg supervisor.Config, log zerolog.Logger, then func(*supervisor.Supervisor, supervisor.Result)) error {
+// A forced SUPERVISOR_EXIT_STATUS that cannot work here falls back to
+// auto's choice, logged as an error and added to bad, the settings the
+// termination message names.
+func supervise(ctx context.Context, cfg supervisor.Config, log zerolog.Logger, bad *[]string, then func(*supervisor.Supervisor, supervisor.Result)) error {
 	scan, own, err := openScanner(cfg)
 	if err != nil {
 		return err
@@ -249,8 +265,18 @@ func supervise(ctx context.Context, cfg supervisor.Config, log zerolog.Logger, t
 	if err != nil {
 		return fmt.Errorf("find own executable for the exit probe: %w", err)
 	}
-	watch, choice, err := exitwatch.New(exitwatch.Config{
-		Method: cfg.ExitStatus, Probe: []string{exe, probeExitArg}, Setting: supervisor.EnvPrefix + "EXIT_STATUS", Dir: cfg.StateDir})
+	xcfg := exitwatch.Config{
+		Method: cfg.ExitStatus, Probe: []string{exe, probeExitArg}, Setting: supervisor.EnvPrefix + "EXIT_STATUS", Dir: cfg.StateDir}
+	watch, choice, err := exitwatch.New(xcfg)
+	if err != nil && xcfg.Method != exitwatch.Auto {
+		forced := err
+		xcfg.Method = exitwatch.Auto
+		if watch, choice, err = exitwatch.New(xcfg); err == nil {
+			log.Error().Err(forced).Str("method", string(choice.Method)).
+				Msg("bad setting: the supervisor runs on with auto's method, so that the Job still completes; fix the setting")
+			*bad = append(*bad, forced.Error()+" (auto used in its place, which chose "+string(choice.Method)+")")
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -344,8 +370,11 @@ func logWriter(cfg supervisor.Config, w io.Writer) io.Writer {
 	return w
 }
 
-// flatten lists the errors joined in err, one per bad setting.
+// flatten lists the errors joined in err, one per bad setting; none for nil.
 func flatten(err error) []error {
+	if err == nil {
+		return nil
+	}
 	var j interface{ Unwrap() []error }
 	if errors.As(err, &j) {
 		var out []error
