@@ -72,9 +72,7 @@ import (
 	"io"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -194,82 +192,20 @@ func startAcct(dir string, argv []string) (*acctLog, support) {
 	return a, support{ok: true}
 }
 
-// point makes the kernel write to pacct.<gen>, created if need be:
-// through the anchor's mount while it runs, else through our own.
-func (a *acctLog) point(gen int) error {
-	path := a.path(gen)
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return fmt.Errorf("create the accounting file: %w", err)
-	}
-	f.Close()
-	if a.host.PID != 0 {
-		if a.pointThrough(a.host, gen) == nil {
-			a.gen = gen
-			return nil
-		}
-		a.host = Process{} // gone: back to our own mount
-	}
-	if err := acctOn(path); err != nil {
-		return err
-	}
-	a.gen = gen
-	return nil
-}
-
-// acctOn points the kernel's accounting at path.
-func acctOn(path string) error {
-	switch err := unix.Acct(path); {
-	case errors.Is(err, unix.ENOSYS):
-		return errors.New("the kernel has no process accounting (CONFIG_BSD_PROCESS_ACCT), or seccomp denies acct(2)")
-	case errors.Is(err, unix.EPERM):
-		return errors.New("acct(2) refused: seccomp allows it only with CAP_SYS_PACCT in the container's capabilities (RuntimeDefault does then)")
-	case err != nil:
-		return fmt.Errorf("acct(2) on %s: %w (the state directory must be a writable local filesystem, such as an emptyDir)", path, err)
-	}
-	return nil
-}
-
-func (a *acctLog) path(gen int) string {
-	return filepath.Join(a.dir, acctPrefix+strconv.Itoa(gen))
-}
-
-// gens lists the accounting files in dir, oldest first.
-func (a *acctLog) gens() ([]int, error) {
-	ents, err := os.ReadDir(a.dir)
-	if err != nil {
-		return nil, fmt.Errorf("read the state directory: %w (it must be the supervisor's to read and write, as an emptyDir is)", err)
-	}
-	var gens []int
-	for _, e := range ents {
-		if n, ok := strings.CutPrefix(e.Name(), acctPrefix); ok {
-			if g, err := strconv.Atoi(n); err == nil && g >= 0 && e.Type().IsRegular() {
-				gens = append(gens, g)
-			}
-		}
-	}
-	slices.Sort(gens)
-	return gens, nil
-}
-
 // probe starts argv as our child, lets it exit with code 7, reaps it, and
 // looks its record up: the kernel writes version-3 records, for this PID
 // namespace, before the reap.
 func (a *acctLog) probe(argv []string) error {
-	cmd := exec.Command(argv[0], argv[1:]...)
-	if err := cmd.Start(); err != nil { // stdin is /dev/null: it exits at once
-		return fmt.Errorf("start accounting probe %s: %w", argv[0], err)
+	var pid int
+	var st uint64
+	var serr error
+	if err := runProbe(argv, "accounting probe", func(p int) { pid = p; st, serr = startTime(p) }); err != nil {
+		return err
 	}
-	st, serr := startTime(cmd.Process.Pid) // ours until reaped
-	werr := cmd.Wait()
 	if serr != nil {
 		return fmt.Errorf("accounting probe: %w", serr)
 	}
-	var ee *exec.ExitError
-	if !errors.As(werr, &ee) || ee.ExitCode() != 7 {
-		return fmt.Errorf("accounting probe %s: want exit status 7, got %v", argv[0], werr)
-	}
-	r, found, err := a.record(Process{PID: cmd.Process.Pid, StartTime: st})
+	r, found, err := a.record(Process{PID: pid, StartTime: st})
 	switch {
 	case err != nil:
 		return err
@@ -343,60 +279,6 @@ func (a *acctLog) find(gen, pid int, start int64) (acctRecord, bool, error) {
 			return acctRecord{}, false, fmt.Errorf("read the accounting file: %w", err)
 		}
 	}
-}
-
-// rotate keeps the files small until close, and accounting on should the
-// anchor go.
-func (a *acctLog) rotate() {
-	defer close(a.done)
-	t := time.NewTicker(acctRotateEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-a.stop:
-			return
-		case <-t.C:
-			a.rotateOnce(acctRotateSize)
-		}
-	}
-}
-
-// rotateOnce moves the kernel to a new file once the current one has
-// grown past size, and removes all but the last two.
-func (a *acctLog) rotateOnce(size int64) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.host.PID != 0 && !a.runs(a.host) {
-		// The anchor's container is ending: our own mount, at once.
-		a.host = Process{}
-		if err := a.point(a.gen); err != nil {
-			return err
-		}
-	}
-	fi, err := os.Stat(a.path(a.gen))
-	if err != nil || fi.Size() < size {
-		return err
-	}
-	if err := a.point(a.gen + 1); err != nil {
-		return err
-	}
-	gens, err := a.gens()
-	for _, g := range gens {
-		if g < a.gen-1 {
-			os.Remove(a.path(g))
-		}
-	}
-	return err
-}
-
-// close stops the rotation. Accounting stays on until the container it
-// goes through goes (its mount with it).
-func (a *acctLog) close() {
-	if a == nil {
-		return
-	}
-	close(a.stop)
-	<-a.done
 }
 
 // bootTime reads the boot time, in Unix seconds, from /proc/stat.

@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/exec"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -50,36 +51,62 @@ func kernelName() string {
 
 // probePidfd checks, by real calls, whether the kernel gives exit statuses
 // through pidfds: it starts argv (a process that must exit with code 7 at
-// once), opens a pidfd on it, reaps it, and asks.
-func probePidfd(argv []string) (support, error) {
-	cmd := exec.Command(argv[0], argv[1:]...)
-	if err := cmd.Start(); err != nil {
-		return support{}, fmt.Errorf("start exit probe %s: %w", argv[0], err)
+// once), opens a pidfd on it, reaps it, and asks. A probe that fails
+// (runProbe) only says pidfd cannot give statuses: auto then tries the
+// other methods, and at worst runs with statuses unknown, never exits.
+func probePidfd(argv []string) support {
+	fd, oerr := -1, error(nil)
+	err := runProbe(argv, "exit probe", func(pid int) { fd, oerr = unix.PidfdOpen(pid, 0) })
+	if fd >= 0 {
+		defer unix.Close(fd)
 	}
-	fd, err := unix.PidfdOpen(cmd.Process.Pid, 0)
-	werr := cmd.Wait()
-	if err != nil {
-		return support{}, fmt.Errorf("pidfd_open of the exit probe: %w", err)
-	}
-	defer unix.Close(fd)
-	var ee *exec.ExitError
-	if !errors.As(werr, &ee) || ee.ExitCode() != 7 {
-		return support{}, fmt.Errorf("exit probe %s: want exit status 7, got %v", argv[0], werr)
+	switch {
+	case err != nil:
+		return support{reason: err.Error()}
+	case oerr != nil:
+		return support{reason: fmt.Sprintf("pidfd_open of the exit probe: %v", oerr)}
 	}
 	info := unix.PidfdInfo{Mask: unix.PIDFD_INFO_EXIT}
 	switch err := unix.IoctlPidfdInfo(fd, &info); {
 	case errors.Is(err, unix.ENOTTY), errors.Is(err, unix.EINVAL):
 		// ENOTTY: no PIDFD_GET_INFO (before 6.13).
-		return support{reason: "the kernel has no PIDFD_GET_INFO (Linux 6.15+ has it)"}, nil
+		return support{reason: "the kernel has no PIDFD_GET_INFO (Linux 6.15+ has it)"}
 	case err != nil:
-		return support{reason: fmt.Sprintf("PIDFD_GET_INFO: %v", err)}, nil
+		return support{reason: fmt.Sprintf("PIDFD_GET_INFO: %v", err)}
 	case info.Mask&unix.PIDFD_INFO_EXIT == 0:
 		// 6.13 and 6.14 know the ioctl but not PIDFD_INFO_EXIT.
-		return support{reason: "the kernel has no PIDFD_INFO_EXIT (Linux 6.15+ has it)"}, nil
+		return support{reason: "the kernel has no PIDFD_INFO_EXIT (Linux 6.15+ has it)"}
 	case decodeWaitStatus(uint32(info.Exit_code)) != Status{Known: true, Code: 7}:
-		return support{reason: fmt.Sprintf("PIDFD_INFO_EXIT gave status %#x for an exit with code 7", info.Exit_code)}, nil
+		return support{reason: fmt.Sprintf("PIDFD_INFO_EXIT gave status %#x for an exit with code 7", info.Exit_code)}
 	}
-	return support{ok: true}, nil
+	return support{ok: true}
+}
+
+// runProbe starts argv, our child, which must exit with code 7 at once (its
+// stdin is /dev/null), calls started with its PID while it is ours (not
+// yet reaped), and reaps it. A child that has not exited within probeLimit
+// (a node that keeps this container off the CPU) is killed: an error, as
+// a failed start or another status is.
+func runProbe(argv []string, name string, started func(pid int)) error {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s %s: %w", name, argv[0], err)
+	}
+	started(cmd.Process.Pid)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var werr error
+	select {
+	case werr = <-done:
+	case <-time.After(probeLimit):
+		cmd.Process.Kill() // reaped by the Wait above, whenever it ends
+		return fmt.Errorf("%s %s did not exit within %s: the node keeps this container off the CPU (raise its CPU request)", name, argv[0], probeLimit)
+	}
+	var ee *exec.ExitError
+	if !errors.As(werr, &ee) || ee.ExitCode() != 7 {
+		return fmt.Errorf("%s %s: want exit status 7, got %v", name, argv[0], werr)
+	}
+	return nil
 }
 
 // pidfds holds processes by pidfd and waits for all of them on one epoll

@@ -167,11 +167,24 @@ func TestProbePidfd(t *testing.T) {
 	if !sup.ExitInfo && sup.Reason == "" {
 		t.Error("no exit info and no reason")
 	}
-	if _, err := probePidfd(testProbe(t, "3")); err == nil {
-		t.Error("probe with a target exiting 3 did not fail")
+	// A probe that fails says why, and leaves pidfd without statuses:
+	// auto then goes on to the other methods.
+	for _, tt := range []struct {
+		argv []string
+		want string
+	}{
+		{testProbe(t, "3"), "exit probe " + testProbe(t, "3")[0] + ": want exit status 7, got exit status 3"},
+		{[]string{"/nonexistent/probe"}, "start exit probe /nonexistent/probe: "},
+	} {
+		if sup := probePidfd(tt.argv); sup.ok || !strings.HasPrefix(sup.reason, tt.want) {
+			t.Errorf("probe %q: %+v, want not ok, the reason starting %q", tt.argv, sup, tt.want)
+		}
 	}
-	if _, err := probePidfd([]string{"/nonexistent/probe"}); err == nil {
-		t.Error("probe with a missing target did not fail")
+	// One that does not exit within probeLimit is killed.
+	defer func(l time.Duration) { probeLimit = l }(probeLimit)
+	probeLimit = 100 * time.Millisecond
+	if sup := probePidfd([]string{"/bin/sleep", "60"}); sup.ok || !strings.Contains(sup.reason, "did not exit within 100ms") {
+		t.Errorf("a probe that does not exit: %+v", sup)
 	}
 }
 

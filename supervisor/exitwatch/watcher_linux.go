@@ -31,10 +31,7 @@ func New(cfg Config) (*Watcher, Choice, error) {
 	}
 	pidfd := support{reason: "not probed"}
 	if cfg.Method != None {
-		var err error
-		if pidfd, err = probePidfd(cfg.Probe); err != nil {
-			return nil, Choice{}, err
-		}
+		pidfd = probePidfd(cfg.Probe)
 	}
 	acct, acctSupport := (*acctLog)(nil), support{reason: "no state directory (SUPERVISOR_STATE_DIR) to keep its records in"}
 	if cfg.Dir != "" && cfg.Method != None {
