@@ -626,7 +626,16 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, k *k
 	}
 	if deleted {
 		v.outcomes["deleted"]++
-		if !strings.Contains(msg, "pod deleted") {
+		switch {
+		case strings.Contains(msg, "pod deleted"):
+		case (w == nil || !w.deleted) && endedBefore(inst, name, deletionAsked(p.pod)):
+			// The Job controller deleted it as it failed the Job on a
+			// start the runtime failed, once the apps had ended (seed
+			// 20261206, Job 130: istio-proxy's first start failed, its
+			// restart counted toward backoffLimit 1): the supervisor
+			// rightly summed up the apps' ends.
+			v.anomalies = append(v.anomalies, fmt.Sprintf("pod %s: deleted (%s) once its apps had ended; message %q", name, v.startFailed, msg))
+		default:
 			v.add(invMessage, "pod %s (deleted while its apps ran): message %q, want it to say \"pod deleted\"", name, msg)
 		}
 		return
@@ -1178,6 +1187,37 @@ func startError(st corev1.ContainerState) bool {
 // second of its restart). What the process exited with is the stamp's.
 func exitLost(st corev1.ContainerState) bool {
 	return st.Terminated != nil && st.Terminated.ExitCode == 255 && st.Terminated.Reason == "Unknown"
+}
+
+// deletionAsked is when p's deletion was asked for: its deletion timestamp
+// less its grace period (the kubelet's deadline for it); zero if none.
+func deletionAsked(p *corev1.Pod) time.Time {
+	if p.DeletionTimestamp == nil {
+		return time.Time{}
+	}
+	at := p.DeletionTimestamp.Time
+	if p.DeletionGracePeriodSeconds != nil {
+		at = at.Add(-time.Duration(*p.DeletionGracePeriodSeconds) * time.Second)
+	}
+	return at
+}
+
+// endedBefore reports whether every app instance stamped in pod ended
+// before at, and at least one ran there.
+func endedBefore(inst map[string][]instance, pod string, at time.Time) bool {
+	ran := false
+	for _, list := range inst {
+		for _, i := range list {
+			if i.pod != pod {
+				continue
+			}
+			if i.end.IsZero() || !i.end.Before(at) {
+				return false
+			}
+			ran = true
+		}
+	}
+	return ran && !at.IsZero()
 }
 
 // startFailed names the first container of pods whose start the runtime

@@ -186,6 +186,16 @@ func TestCheckJob(t *testing.T) {
 		// Job's condition is the cluster's; the supervisor must say there
 		// was no sidecar, and not have stopped one.
 		{name: "istio-proxy never started", base: proxyUnstarted, want: -1, anomalies: 1},
+		// Seed 20261206, Job 130: istio-proxy's first start failed, and
+		// the Job controller deleted the pod once the app had ended: the
+		// supervisor's summary of the apps stands. Deleted before the
+		// app's end, it must say so.
+		{name: "istio-proxy never started, pod deleted after the app", base: proxyUnstarted, edit: func(_ *timeline, o *observed) {
+			proxyDeleted(o, 3500)
+		}, want: -1, anomalies: 3, note: "once its apps had ended"},
+		{name: "istio-proxy never started, pod deleted before the app's end", base: proxyUnstarted, edit: func(_ *timeline, o *observed) {
+			proxyDeleted(o, 2500)
+		}, want: invMessage, text: "want it to say \"pod deleted\"", anomalies: 2},
 		{name: "istio-proxy never started, said not", base: proxyUnstarted, edit: func(_ *timeline, o *observed) {
 			cs(o, supervisorName).State.Terminated.Message = "success: a exit 0; action SIGTERM; sidecar stopped in 0.1s"
 			o.pods[0].log = strings.Join([]string{logAt(500, "starting", ""), logAt(600, "app found", "")}, "\n")
@@ -547,6 +557,14 @@ func proxyUnstarted() (timeline, observed) {
 	o.pods[0].pod.Status.Phase = corev1.PodFailed
 	o.pods[0].log = strings.Join([]string{logAt(500, "starting", ""), logAt(600, "app found", ""), logAt(33000, msgNoSidecar, "")}, "\n")
 	return tl, o
+}
+
+// proxyDeleted makes proxyUnstarted's pod deleted at ms, its grace period
+// 30 s.
+func proxyDeleted(o *observed, ms int) {
+	p, grace := o.pods[0].pod, int64(30)
+	del := metav1.NewTime(at(ms).Add(30 * time.Second))
+	p.DeletionTimestamp, p.DeletionGracePeriodSeconds = &del, &grace
 }
 
 // deadlineBeforeB makes success a Job of apps a and b whose deadline
