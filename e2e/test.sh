@@ -79,19 +79,16 @@ phase "e2e-compile" "$t0" "$cpu0"
 # (the cluster lane's, the run's longest step: kube_built), then takes,
 # niced, the CPU the cluster's tests leave; a warm run finds it all cached.
 lanes=(cluster qemu host vet) # cluster first: the vet lane waits on it
-# kube_built: the Kubernetes binaries scripts/cluster-tools.sh builds are
-# in the cache (it moves them there once all are built).
+# kube_built: the binaries scripts/cluster-tools.sh builds are in the cache
+# (it moves them there once all are built).
+# shellcheck source=scripts/cluster-tools.sh
+. scripts/cluster-tools.sh
 kube_built() {
-	local b
-	for b in kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl; do
-		[ -x "$CACHE/kube/$KUBERNETES_VERSION/$b" ] || return 1
-	done
-	[ -x "$CACHE/crictl/$CRI_TOOLS_VERSION/crictl" ]
+	[ -z "$(missing_packages "$CACHE/kube/$KUBERNETES_VERSION" "$CACHE/crictl/$CRI_TOOLS_VERSION")" ]
 }
 declare -A pkgs=(
 	[cluster]="./cluster ./k8sjobs"
 	[qemu]="./qemu ./exitstatus ./guests"
-	[vet]=""
 )
 all="$(go list ./...)"
 host=()

@@ -16,8 +16,10 @@
 # bumping either version in e2e/versions.env rebuilds what it names.
 #
 # Prints one NAME=PATH line per binary on stdout (logs go to stderr), so a caller
-# can `eval "$(e2e/scripts/cluster-tools.sh)"`. Idempotent.
-. "$(dirname "$0")/lib.sh"
+# can `eval "$(e2e/scripts/cluster-tools.sh)"`. Idempotent. Sourced, it only
+# defines its functions (test.sh asks missing_packages whether the build is
+# done).
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 KUBE_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
 KUBE_CMD=k8s.io/kubernetes/cmd
@@ -162,4 +164,6 @@ minor() {
 	printf '%s\n' "${v%%.*}"
 }
 
-cluster_tools_main "$@"
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+	cluster_tools_main "$@"
+fi
