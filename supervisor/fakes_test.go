@@ -187,9 +187,9 @@ func (p *fakeProc) Signal(sig exitwatch.Signal) error {
 type fakeKernel struct {
 	mu      sync.Mutex
 	procs   map[int]*fakeProc
-	gone    map[int]bool             // Open fails with ErrGone
-	refused map[int]bool             // Signal fails: not permitted (another uid)
-	records map[int]exitwatch.Status // process accounting's records, by PID
+	gone    map[int]bool   // Open fails with ErrGone
+	refused map[int]bool   // Signal fails: not permitted (another uid)
+	records map[int]record // process accounting's records, by PID
 	// anchored: the PIDs Anchor was given; anchors: whether accounting is
 	// on for it to anchor (off: it does nothing, as the real one); anchorErr:
 	// what it then returns
@@ -217,23 +217,28 @@ func newFakeKernel() *fakeKernel {
 		}}
 }
 
-// writeRecord writes the accounting record of pid's exit, which Recorded
-// reads.
+// writeRecord writes the accounting record of pid's exit, now, which
+// Recorded reads.
 func (k *fakeKernel) writeRecord(pid int, s exitwatch.Status) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.records == nil {
-		k.records = map[int]exitwatch.Status{}
+		k.records = map[int]record{}
 	}
-	k.records[pid] = s
+	k.records[pid] = record{s, time.Now()}
+}
+
+type record struct {
+	status exitwatch.Status
+	at     time.Time
 }
 
 // Recorded is exitwatch.Watcher's: the record of an exit, if written.
-func (k *fakeKernel) Recorded(p exitwatch.Process) (exitwatch.Status, bool) {
+func (k *fakeKernel) Recorded(p exitwatch.Process) (exitwatch.Status, time.Time, bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	s, ok := k.records[p.PID]
-	return s, ok
+	r, ok := k.records[p.PID]
+	return r.status, r.at, ok
 }
 
 // Anchor is exitwatch.Watcher's: with anchors, done the first time, unless

@@ -132,14 +132,14 @@ func (r *run) replay(entries []entry, pod procscan.Pod) {
 	for _, id := range r.apps.runningInstances() {
 		c, ok := mains[id]
 		if !ok {
-			s, found := r.recorded(id)
+			s, at, found := r.recorded(id)
 			if found {
 				recorded++
 			} else {
-				s = exitwatch.Status{Reason: "it ended while no supervisor watched it (the supervisor was restarted)"}
+				s, at = exitwatch.Status{Reason: "it ended while no supervisor watched it (the supervisor was restarted)"}, time.Now()
 				lost++
 			}
-			r.exited(id, nil, s)
+			r.exitedAt(id, nil, s, at)
 			continue
 		}
 		if c.Init {
@@ -176,13 +176,17 @@ func (r *run) replay(entries []entry, pod procscan.Pod) {
 }
 
 // recorded is the status of app instance id, which no supervisor read,
-// from the kernel's accounting record of its exit, where one was written.
-func (r *run) recorded(id instance) (exitwatch.Status, bool) {
+// and when it ended, from the kernel's accounting record of its exit,
+// where one was written. The end, not this supervisor's start, is what a
+// wait for its restart counts from (OnFailure): the dead time between
+// them is the kubelet's restart of the supervisor, seconds on a loaded
+// node.
+func (r *run) recorded(id instance) (exitwatch.Status, time.Time, bool) {
 	rec, ok := r.watch.(interface {
-		Recorded(exitwatch.Process) (exitwatch.Status, bool)
+		Recorded(exitwatch.Process) (exitwatch.Status, time.Time, bool)
 	})
 	if !ok {
-		return exitwatch.Status{}, false
+		return exitwatch.Status{}, time.Time{}, false
 	}
 	return rec.Recorded(exitwatch.Process{PID: id.pid, StartTime: id.start})
 }

@@ -132,20 +132,25 @@ func TestResumeEndedUnwatched(t *testing.T) {
 // OnFailure, a record of exit 0, which reads unknown (exitwatch's
 // acct_linux.go: the kernel writes 0 too for a threaded program whose
 // main thread had not taken its code): the restart a failure would bring
-// is awaited (its margin), then SIGTERM.
+// is awaited (its margin), then SIGTERM. The margin counts from the end
+// the record gives, not from the restarted supervisor's start: the kubelet
+// took seconds to restart it (dead).
 func TestResumeEndedRecorded(t *testing.T) {
 	zero := exitwatch.Status{Reason: "its accounting record says exit 0"}
 	for _, tc := range []struct {
-		policy  string
-		status  exitwatch.Status
-		outcome Outcome
-		signal  string
-		after   time.Duration
+		name, policy string
+		status       exitwatch.Status
+		outcome      Outcome
+		signal       string
+		after, dead  time.Duration
 	}{
-		{"Never", exited(3), Failure, "SIGKILL 100", 0},
-		{"OnFailure", zero, Unknown, "SIGTERM 100", 15 * time.Second},
+		{"Never", "Never", exited(3), Failure, "SIGKILL 100", 0, 0},
+		{"Never, back 10s after the end", "Never", exited(3), Failure, "SIGKILL 100", 0, 10 * time.Second},
+		{"OnFailure", "OnFailure", zero, Unknown, "SIGTERM 100", 15 * time.Second, 0},
+		{"OnFailure, back 10s after the end", "OnFailure", zero, Unknown, "SIGTERM 100", 15 * time.Second, 10 * time.Second},
+		{"OnFailure, back 20s after the end", "OnFailure", zero, Unknown, "SIGTERM 100", 15 * time.Second, 20 * time.Second},
 	} {
-		t.Run(tc.policy, func(t *testing.T) {
+		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				cfg := stateConfig(t, "SUPERVISOR_RESTART_POLICY="+tc.policy, "SUPERVISOR_RESTART_MARGIN=15s")
 				h := start(t, cfg, container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100))
@@ -153,11 +158,12 @@ func TestResumeEndedRecorded(t *testing.T) {
 				kill(t, h)
 				h.proc(10).exit(tc.status)
 				h.kernel.writeRecord(10, tc.status)
+				ended := time.Now()
 				h.pod.remove("app")
-				began := time.Now()
+				time.Sleep(tc.dead)
 				h2 := rerun(t, h, cfg)
 				h2.finish(tc.outcome, tc.signal)
-				h2.signalledAt(0, began.Add(tc.after), "the record read at once; for exit 0 under OnFailure, after the margin")
+				h2.signalledAt(0, ended.Add(max(tc.after, tc.dead)), "the record read at once; for exit 0 under OnFailure, the margin after the end it records")
 				waitLog(t, h2, `"ended_unwatched":0,"ended_recorded":1`)
 			})
 		})

@@ -174,9 +174,13 @@ func (r *run) collectExits() {
 // exited records the end of the app instance id, whose main process was
 // main if it was watched (else nil), and logs it (logEnd).
 func (r *run) exited(id instance, main *procscan.Process, s exitwatch.Status) {
-	now := time.Now()
-	r.logEnd(r.apps.exited(id, s, now), main, s)
-	r.journalEnd(id, s, now)
+	r.exitedAt(id, main, s, time.Now())
+}
+
+// exitedAt is exited for an end at a known time (an accounting record's).
+func (r *run) exitedAt(id instance, main *procscan.Process, s exitwatch.Status, at time.Time) {
+	r.logEnd(r.apps.exited(id, s, at), main, s)
+	r.journalEnd(id, s, at)
 }
 
 // logEnd says an app instance ended, and what it means under OnFailure: a

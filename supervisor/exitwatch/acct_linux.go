@@ -104,6 +104,8 @@ const (
 	// clockTicks is USER_HZ, the unit of /proc/PID/stat's start time: 100
 	// on every Linux architecture Kubernetes runs on.
 	clockTicks = 100
+	// acctHZ is AHZ, the unit of a record's elapsed time (kernel/acct.c).
+	acctHZ = 100
 )
 
 // acctZero is why a record of exit 0 gives no status (above).
@@ -115,12 +117,14 @@ var errAcctZero = errors.New("the accounting record of a probe that exited 7 say
 // acctRecord is what the supervisor reads of a version-3 record (struct
 // acct_v3 in <linux/acct.h>): ac_flag, ac_version, ac_tty, then
 // ac_exitcode, ac_uid, ac_gid, ac_pid, ac_ppid, ac_btime (32 bits each,
-// native byte order), then times and counts, and ac_comm[16].
+// native byte order), ac_etime (an IEEE float), then times and counts,
+// and ac_comm[16].
 type acctRecord struct {
 	version  byte
 	exitCode uint32 // a wait status
 	pid      int
-	btime    int64 // Unix seconds
+	btime    int64   // Unix seconds
+	etime    float32 // from its start to its exit, in AHZ (100) ticks
 }
 
 func parseAcct(b []byte) acctRecord {
@@ -129,7 +133,23 @@ func parseAcct(b []byte) acctRecord {
 		exitCode: binary.NativeEndian.Uint32(b[4:]),
 		pid:      int(binary.NativeEndian.Uint32(b[16:])),
 		btime:    int64(binary.NativeEndian.Uint32(b[24:])),
+		etime:    math.Float32frombits(binary.NativeEndian.Uint32(b[28:])),
 	}
+}
+
+// ended is when the process of r, which started start clock ticks after
+// boot (/proc/PID/stat), exited: its start plus the record's elapsed time,
+// both on the clock since boot (the kernel's AHZ and USER_HZ are both
+// 100), set against that clock now. Exact to a tick (10 ms); the btime
+// beside it has whole seconds only.
+func (r acctRecord) ended(start uint64) (time.Time, error) {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		return time.Time{}, err
+	}
+	now := time.Now()
+	end := time.Duration(start)*time.Second/clockTicks + time.Duration(float64(r.etime)*float64(time.Second)/acctHZ)
+	return now.Add(end - time.Duration(ts.Nano())), nil
 }
 
 // acctLog is the pod's accounting, turned on by this supervisor or an
@@ -226,10 +246,14 @@ func (a *acctLog) lookup(p Process) (Status, bool, error) {
 	if err != nil || !found {
 		return Status{}, found, err
 	}
+	return r.status(), true, nil
+}
+
+func (r acctRecord) status() Status {
 	if r.exitCode == 0 {
-		return Status{Reason: acctZero}, true, nil
+		return Status{Reason: acctZero}
 	}
-	return decodeWaitStatus(r.exitCode), true, nil
+	return decodeWaitStatus(r.exitCode)
 }
 
 // record finds the record of p's exit, if the kernel wrote one.

@@ -147,20 +147,34 @@ func TestAccounting(t *testing.T) {
 	// The supervisor restarted: a process ends while no watcher runs,
 	// and the next reads its record from the file accounting went on
 	// writing to meanwhile.
+	// Its record gives its end too: after the test let it end, before
+	// its parent reaped it, within its rounding (the start and the elapsed
+	// time each rounded down to a tick, 10 ms) and a tick of slack.
+	started := time.Now()
 	g = startGrandchild(t, "sh:exit 6")
 	w.Close()
+	time.Sleep(300 * time.Millisecond) // a lifetime to measure: 30 ticks at least
+	before := time.Now()
 	endReaped(t, g)
+	after := time.Now()
 	p := g.proc
 	w2, _, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w2.Close()
-	if got, ok := w2.Recorded(p); !ok || got != exited(6) {
+	got, ended, ok := w2.Recorded(p)
+	if !ok || got != exited(6) {
 		t.Errorf("ended while no watcher ran: %v %v, want exit 6", got, ok)
 	}
+	t.Logf("its record's end: %s after the test let it end, %s before it was reaped, %s after it was started",
+		ended.Sub(before), after.Sub(ended), ended.Sub(started))
+	if ended.Before(before.Add(-3*time.Second/clockTicks)) || ended.After(after.Add(time.Second/clockTicks)) {
+		t.Errorf("its record says it ended at %s, want between %s and %s (when it was let end, and reaped)",
+			ended.Format(time.StampMicro), before.Format(time.StampMicro), after.Format(time.StampMicro))
+	}
 	// Another start time is another process, whatever its PID.
-	if got, ok := w2.Recorded(Process{PID: p.PID, StartTime: p.StartTime + 3600*clockTicks}); ok {
+	if got, _, ok := w2.Recorded(Process{PID: p.PID, StartTime: p.StartTime + 3600*clockTicks}); ok {
 		t.Errorf("a record found for a process started an hour later: %v", got)
 	}
 
@@ -179,13 +193,13 @@ func TestAccounting(t *testing.T) {
 	g = startGrandchild(t, "sh:kill -15 $$")
 	endReaped(t, g)
 	p = g.proc
-	if got, ok := w2.Recorded(p); !ok || got != killed(15) {
+	if got, _, ok := w2.Recorded(p); !ok || got != killed(15) {
 		t.Errorf("after rotation: %v %v, want killed by SIGTERM", got, ok)
 	}
 	if err := a.rotateOnce(0); err != nil {
 		t.Fatal(err)
 	}
-	if got, ok := w2.Recorded(p); !ok || got != killed(15) {
+	if got, _, ok := w2.Recorded(p); !ok || got != killed(15) {
 		t.Errorf("in the file before the kernel's: %v %v, want killed by SIGTERM", got, ok)
 	}
 }

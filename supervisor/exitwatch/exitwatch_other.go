@@ -5,6 +5,7 @@ package exitwatch
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Watcher is Linux-only.
@@ -22,7 +23,7 @@ func (w *Watcher) Watch(p Process) (Proc, error) { return nil, errors.ErrUnsuppo
 
 func (w *Watcher) Track(p Process) (Proc, error) { return nil, errors.ErrUnsupported }
 
-func (w *Watcher) Recorded(p Process) (Status, bool) { return Status{}, false }
+func (w *Watcher) Recorded(p Process) (Status, time.Time, bool) { return Status{}, time.Time{}, false }
 
 func (w *Watcher) Anchor(p Process) (bool, error) { return false, nil }
 

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -71,7 +72,7 @@ func (w *Watcher) Watch(p Process) (Proc, error) {
 		return proc, err
 	}
 	if errors.Is(err, ErrGone) {
-		if s, ok := w.Recorded(p); ok {
+		if s, _, ok := w.Recorded(p); ok {
 			return endedProc(p.PID, s), nil
 		}
 	}
@@ -136,12 +137,18 @@ func (w *Watcher) Track(p Process) (Proc, error) {
 // Recorded reads p's exit status from its accounting record, if
 // accounting is on and the kernel wrote one: for an app that ended unread
 // just before the supervisor before this one was killed.
-func (w *Watcher) Recorded(p Process) (Status, bool) {
+func (w *Watcher) Recorded(p Process) (s Status, ended time.Time, ok bool) {
 	if w.acct == nil {
-		return Status{}, false
+		return Status{}, time.Time{}, false
 	}
-	s, ok, err := w.acct.lookup(p)
-	return s, ok && err == nil
+	r, ok, err := w.acct.record(p)
+	if !ok || err != nil {
+		return Status{}, time.Time{}, false
+	}
+	if ended, err = r.ended(p.StartTime); err != nil {
+		ended = time.Now()
+	}
+	return r.status(), ended, true
 }
 
 // Anchor keeps accounting on through p's view of the state directory, a
