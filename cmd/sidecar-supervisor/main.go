@@ -253,9 +253,9 @@ func sidecarLog(scan *supervisor.ProcScanner) io.Writer {
 }
 
 // supervise wires the real scanner and kernel into the run loop.
-// A forced SUPERVISOR_EXIT_STATUS that cannot work here falls back to
-// auto's choice, logged as an error and added to bad, the settings the
-// termination message names.
+// A forced SUPERVISOR_EXIT_STATUS that cannot work here gives auto's
+// choice (exitwatch's Choice.Refused), logged as an error and added to
+// bad, the settings the termination message names.
 func supervise(ctx context.Context, cfg supervisor.Config, log zerolog.Logger, bad *[]string, then func(*supervisor.Supervisor, supervisor.Result)) error {
 	scan, own, err := openScanner(cfg)
 	if err != nil {
@@ -265,20 +265,15 @@ func supervise(ctx context.Context, cfg supervisor.Config, log zerolog.Logger, b
 	if err != nil {
 		return fmt.Errorf("find own executable for the exit probe: %w", err)
 	}
-	xcfg := exitwatch.Config{
-		Method: cfg.ExitStatus, Probe: []string{exe, probeExitArg}, Setting: supervisor.EnvPrefix + "EXIT_STATUS", Dir: cfg.StateDir}
-	watch, choice, err := exitwatch.New(xcfg)
-	if err != nil && xcfg.Method != exitwatch.Auto {
-		forced := err
-		xcfg.Method = exitwatch.Auto
-		if watch, choice, err = exitwatch.New(xcfg); err == nil {
-			log.Error().Err(forced).Str("method", string(choice.Method)).
-				Msg("bad setting: the supervisor runs on with auto's method, so that the Job still completes; fix the setting")
-			*bad = append(*bad, forced.Error()+" (auto used in its place, which chose "+string(choice.Method)+")")
-		}
-	}
+	watch, choice, err := exitwatch.New(exitwatch.Config{
+		Method: cfg.ExitStatus, Probe: []string{exe, probeExitArg}, Setting: supervisor.EnvPrefix + "EXIT_STATUS", Dir: cfg.StateDir})
 	if err != nil {
 		return err
+	}
+	if choice.Refused != "" {
+		log.Error().Str("error", choice.Refused).Str("method", string(choice.Method)).
+			Msg("bad setting: the supervisor runs on with auto's method, so that the Job still completes; fix the setting")
+		*bad = append(*bad, choice.Refused+" (auto used in its place, which chose "+string(choice.Method)+")")
 	}
 	defer watch.Close()
 	switch {

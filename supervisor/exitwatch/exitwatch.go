@@ -41,6 +41,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Method says how exit statuses are read.
@@ -120,6 +121,9 @@ type Choice struct {
 	Accounting       bool
 	AccountingOff    string
 	AccountingFailed bool
+	// Refused says why a forced method cannot work here; Method is then
+	// auto's choice, so that the supervisor still runs (a bad setting).
+	Refused string
 }
 
 // support is what a probe found.
@@ -131,40 +135,48 @@ type support struct {
 
 // choose picks the method. auto takes pidfd where the kernel gives exit
 // statuses, else ptrace where permitted, else accounting where it works,
-// else none; a forced method that cannot work is an error. ptrace is
-// probed only when it may be chosen.
-func choose(cfg Config, pidfd, acct support, ptrace func() support) (Choice, error) {
+// else none; a forced method that cannot work gives auto's choice, and
+// why it was refused. ptrace is probed only when it may be chosen, once.
+func choose(cfg Config, pidfd, acct support, ptrace func() support) Choice {
+	ptrace = sync.OnceValue(ptrace)
+	var refused string
 	switch cfg.Method {
 	case None:
-		return Choice{Method: None, Reason: cfg.Setting + "=none"}, nil
+		return Choice{Method: None, Reason: cfg.Setting + "=none"}
 	case Pidfd:
-		if !pidfd.ok {
-			return Choice{}, fmt.Errorf("%s=pidfd cannot work here: %s; use auto, accounting or ptrace", cfg.Setting, pidfd.reason)
+		if pidfd.ok {
+			return Choice{Method: Pidfd}
 		}
-		return Choice{Method: Pidfd}, nil
+		refused = fmt.Sprintf("%s=pidfd cannot work here: %s; use auto, accounting or ptrace", cfg.Setting, pidfd.reason)
 	case Accounting:
-		if !acct.ok {
-			return Choice{}, fmt.Errorf("%s=accounting cannot work here: %s", cfg.Setting, acct.reason)
+		if acct.ok {
+			return Choice{Method: Accounting}
 		}
-		return Choice{Method: Accounting}, nil
+		refused = fmt.Sprintf("%s=accounting cannot work here: %s", cfg.Setting, acct.reason)
 	case Ptrace:
-		if p := ptrace(); !p.ok {
-			return Choice{}, fmt.Errorf("%s=ptrace cannot work here: %s", cfg.Setting, p.reason)
+		if p := ptrace(); p.ok {
+			return Choice{Method: Ptrace}
 		}
-		return Choice{Method: Ptrace}, nil
+		refused = fmt.Sprintf("%s=ptrace cannot work here: %s", cfg.Setting, ptrace().reason)
 	}
+	c := chooseAuto(pidfd, acct, ptrace)
+	c.Refused = refused
+	return c
+}
+
+func chooseAuto(pidfd, acct support, ptrace func() support) Choice {
 	if pidfd.ok {
-		return Choice{Method: Pidfd}, nil
+		return Choice{Method: Pidfd}
 	}
 	p := ptrace()
 	if p.ok {
-		return Choice{Method: Ptrace, Reason: pidfd.reason}, nil
+		return Choice{Method: Ptrace, Reason: pidfd.reason}
 	}
 	if acct.ok {
-		return Choice{Method: Accounting, Reason: pidfd.reason + "; and ptrace: " + p.reason}, nil
+		return Choice{Method: Accounting, Reason: pidfd.reason + "; and ptrace: " + p.reason}
 	}
 	return Choice{Method: None, Reason: pidfd.reason + "; and ptrace: " + p.reason + "; and accounting: " + acct.reason +
-		". Fix: add SYS_PACCT or SYS_PTRACE, as root (see deploy/job-ptrace.yaml), or run on Linux 6.15+"}, nil
+		". Fix: add SYS_PACCT or SYS_PTRACE, as root (see deploy/job-ptrace.yaml), or run on Linux 6.15+"}
 }
 
 // Status is how a process ended, as far as the kernel told.

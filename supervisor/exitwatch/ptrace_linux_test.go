@@ -377,13 +377,13 @@ func TestChoose(t *testing.T) {
 	canTrace := func() support { return support{ok: true} }
 	cannot := func() support { return support{reason: "no CAP_SYS_PTRACE"} }
 	tests := []struct {
-		mode   Method
-		pidfd  support
-		acct   support
-		ptrace func() support
-		want   Method
-		errs   bool
-		reason string
+		mode    Method
+		pidfd   support
+		acct    support
+		ptrace  func() support
+		want    Method
+		refused bool
+		reason  string
 	}{
 		{Auto, yes, yes, cannot, Pidfd, false, ""},
 		{Auto, no, yes, canTrace, Ptrace, false, "no PIDFD_INFO_EXIT"},
@@ -391,31 +391,37 @@ func TestChoose(t *testing.T) {
 		{Auto, no, noAcct, canTrace, Ptrace, false, "no PIDFD_INFO_EXIT"},
 		{Auto, no, noAcct, cannot, None, false, "add SYS_PACCT or SYS_PTRACE"},
 		{Pidfd, yes, noAcct, cannot, Pidfd, false, ""},
-		{Pidfd, no, yes, canTrace, "", true, "EXIT_STATUS=pidfd cannot work here: no PIDFD_INFO_EXIT"},
+		{Pidfd, no, yes, canTrace, Ptrace, true, "EXIT_STATUS=pidfd cannot work here: no PIDFD_INFO_EXIT"},
 		{Accounting, yes, yes, cannot, Accounting, false, ""},
-		{Accounting, yes, noAcct, canTrace, "", true, "EXIT_STATUS=accounting cannot work here: no CAP_SYS_PACCT"},
+		{Accounting, yes, noAcct, canTrace, Pidfd, true, "EXIT_STATUS=accounting cannot work here: no CAP_SYS_PACCT"},
 		{Ptrace, yes, yes, canTrace, Ptrace, false, ""},
-		{Ptrace, yes, noAcct, cannot, "", true, "EXIT_STATUS=ptrace cannot work here: no CAP_SYS_PTRACE"},
+		{Ptrace, yes, noAcct, cannot, Pidfd, true, "EXIT_STATUS=ptrace cannot work here: no CAP_SYS_PTRACE"},
+		{Ptrace, no, noAcct, cannot, None, true, "EXIT_STATUS=ptrace cannot work here: no CAP_SYS_PTRACE"},
 		{None, yes, yes, canTrace, None, false, "EXIT_STATUS=none"},
 	}
 	for _, tt := range tests {
-		c, err := choose(Config{Method: tt.mode, Setting: "SUPERVISOR_EXIT_STATUS"}, tt.pidfd, tt.acct, tt.ptrace)
-		if (err != nil) != tt.errs || c.Method != tt.want {
-			t.Errorf("%s/%v: %+v, %v; want %q (error %v)", tt.mode, tt.pidfd.ok, c, err, tt.want, tt.errs)
+		c := choose(Config{Method: tt.mode, Setting: "SUPERVISOR_EXIT_STATUS"}, tt.pidfd, tt.acct, tt.ptrace)
+		if (c.Refused != "") != tt.refused || c.Method != tt.want {
+			t.Errorf("%s/%v: %+v; want %q (refused %v)", tt.mode, tt.pidfd.ok, c, tt.want, tt.refused)
 			continue
 		}
 		text := c.Reason
-		if err != nil {
-			text = err.Error()
+		if tt.refused {
+			text = c.Refused
 		}
 		if !strings.Contains(text, tt.reason) {
 			t.Errorf("%s/%v: %q does not say %q", tt.mode, tt.pidfd.ok, text, tt.reason)
 		}
 	}
+	// ptrace refused, then auto's turn: its probe (a child traced) runs once.
+	probes := 0
+	choose(Config{Method: Ptrace}, no, noAcct, func() support { probes++; return cannot() })
+	if probes != 1 {
+		t.Errorf("ptrace probed %d times, want once", probes)
+	}
 }
 
-// TestNew: New chooses as the kernel allows, and a forced method that
-// cannot work is an error naming the setting.
+// TestNew: New chooses as the kernel allows.
 func TestNew(t *testing.T) {
 	w, c, err := New(Config{Method: Auto, Probe: testProbe(t, "7"), Setting: "SUPERVISOR_EXIT_STATUS"})
 	if err != nil {

@@ -25,7 +25,8 @@ type Watcher struct {
 
 // New checks that pidfds work (an error if not: nothing can be watched),
 // probes the kernel for the methods cfg.Method may take, chooses one and
-// starts it. None probes nothing beyond pidfd_open.
+// starts it. None probes nothing beyond pidfd_open. A forced method that
+// cannot work here is no error: auto's choice, with Choice.Refused.
 func New(cfg Config) (*Watcher, Choice, error) {
 	if err := checkPidfd(); err != nil {
 		return nil, Choice{}, err
@@ -38,13 +39,10 @@ func New(cfg Config) (*Watcher, Choice, error) {
 	if cfg.Dir != "" && cfg.Method != None {
 		acct, acctSupport = startAcct(cfg.Dir, cfg.Probe)
 	}
-	choice, err := choose(cfg, pidfd, acctSupport, func() support { return probePtrace(cfg.Probe) })
-	if err != nil {
-		acct.close()
-		return nil, Choice{}, err
-	}
+	choice := choose(cfg, pidfd, acctSupport, func() support { return probePtrace(cfg.Probe) })
 	choice.Accounting, choice.AccountingOff, choice.AccountingFailed = acct != nil, acctSupport.reason, acctSupport.failed
 	w := &Watcher{method: choice.Method, acct: acct}
+	var err error
 	if w.pidfds, err = newPidfds(); err != nil {
 		acct.close()
 		return nil, Choice{}, err
