@@ -527,10 +527,12 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, k *k
 	// must say so, within its bound.
 	unstarted := proxy != nil && startError(proxy.State)
 	var lastEnd time.Time
+	unended := false // an instance with no end stamp (killed)
 	for _, in := range all(inst) {
 		if in.end.After(lastEnd) {
 			lastEnd = in.end
 		}
+		unended = unended || in.end.IsZero()
 	}
 	if logOK {
 		for _, s := range stops {
@@ -628,7 +630,7 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, k *k
 		v.outcomes["deleted"]++
 		switch {
 		case strings.Contains(msg, "pod deleted"):
-		case (w == nil || !w.deleted) && endedBefore(inst, name, deletionAsked(p.pod)):
+		case (w == nil || !w.deleted) && !unended && !lastEnd.IsZero() && lastEnd.Before(deletionAsked(p.pod)):
 			// The Job controller deleted it as it failed the Job on a
 			// start the runtime failed, once the apps had ended (seed
 			// 20261206, Job 130: istio-proxy's first start failed, its
@@ -1200,24 +1202,6 @@ func deletionAsked(p *corev1.Pod) time.Time {
 		at = at.Add(-time.Duration(*p.DeletionGracePeriodSeconds) * time.Second)
 	}
 	return at
-}
-
-// endedBefore reports whether every app instance stamped in pod ended
-// before at, and at least one ran there.
-func endedBefore(inst map[string][]instance, pod string, at time.Time) bool {
-	ran := false
-	for _, list := range inst {
-		for _, i := range list {
-			if i.pod != pod {
-				continue
-			}
-			if i.end.IsZero() || !i.end.Before(at) {
-				return false
-			}
-			ran = true
-		}
-	}
-	return ran && !at.IsZero()
 }
 
 // startFailed names the first container of pods whose start the runtime
