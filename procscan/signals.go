@@ -130,6 +130,17 @@ const argsMax = 64 << 10
 // to find the flags that set up its stop (its HTTP stop's port, whether it
 // is on). A command line can carry secrets (--password=...): the caller
 // keeps what it looks for and nothing else, and never logs it.
+//
+// A process in the middle of an exec has none (nil, no error): the kernel
+// gives it its new memory and its new comm (begin_new_exec), and only then
+// sets where its command line lies (create_elf_tables), so a scan can find
+// it already named as its new program but with an empty command line.
+// Seen here in 1 of 5 first sights of an exec'd /bin/sleep's new comm,
+// and on the cluster: a sidecar caught so had its flags read empty. A
+// zombie's and a kernel thread's are empty too. A program that has
+// finished its exec has one (its argv[0]; from Linux 5.18 a lone NUL
+// where it was exec'd with no argv at all, before that none), so an empty
+// one does not last, but for a zombie.
 func (s *Scanner) Args(pid int) ([]string, error) {
 	f, err := os.Open(s.root + "/" + strconv.Itoa(pid) + "/cmdline")
 	if err != nil {
@@ -139,6 +150,9 @@ func (s *Scanner) Args(pid int) ([]string, error) {
 	b, err := io.ReadAll(io.LimitReader(f, argsMax))
 	if err != nil {
 		return nil, gone(pid, err)
+	}
+	if len(b) == 0 {
+		return nil, nil
 	}
 	return strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00"), nil
 }

@@ -155,3 +155,52 @@ func TestChildren(t *testing.T) {
 		t.Errorf("found %d of 4 sleep children %v: %+v", n, want, kids)
 	}
 }
+
+// TestArgs: a running process's command line, whole; a zombie's is empty
+// (nil, as for a process in the middle of its exec), and a reaped one's is
+// ErrGone.
+func TestArgs(t *testing.T) {
+	s, err := NewScanner("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := exec.Command("sleep", "30", "--", "a b")
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { run.Process.Kill(); run.Wait() }()
+	// Start returns once the exec has begun, not ended: until it has, the
+	// command line is the test's (the child shares its memory) or none.
+	want := "sleep|30|--|a b"
+	var got []string
+	for deadline := time.Now().Add(10 * time.Second); strings.Join(got, "|") != want; time.Sleep(time.Millisecond) {
+		if got, err = s.Args(run.Process.Pid); err != nil || time.Now().After(deadline) {
+			t.Fatalf("Args of sleep = %q, %v; want %q", got, err, want)
+		}
+	}
+
+	end := exec.Command("true")
+	if err := end.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := end.Process.Pid
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		p, err := s.Process(pid)
+		if err != nil {
+			t.Fatalf("read the child: %v", err)
+		}
+		if p.IsZombie() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("true not a zombie after 10s: %+v", p)
+		}
+	}
+	if args, err := s.Args(pid); args != nil || err != nil {
+		t.Errorf("Args of a zombie = %q, %v; want nil, nil", args, err)
+	}
+	end.Wait()
+	if _, err := s.Args(pid); !errors.Is(err, ErrGone) {
+		t.Errorf("Args of a reaped process: %v, want ErrGone", err)
+	}
+}

@@ -22,7 +22,8 @@ type fakePod struct {
 	blind      bool             // Signals fails: no dispositions (gVisor)
 	named      bool             // containers carry their Kubernetes names
 	panicAt    int              // Scan panics at this scan (a bug injected)
-	args       map[int][]string // command lines (Args)
+	args       map[int][]string // command lines (Args); else its argv[0]
+	execing    map[int]int      // reads of Args left that find none (an exec)
 	panicAgain bool             // and at every scan after it
 	made       int              // containers added (LastPID)
 }
@@ -77,11 +78,24 @@ func (f *fakePod) Signals(pid int) (procscan.Signals, error) {
 	return procscan.Signals{Caught: ^uint64(0)}, nil
 }
 
-// Args is the command line args says for pid, if any.
+// Args is the command line args says for pid, else its main process's
+// name alone; none while execing counts reads down.
 func (f *fakePod) Args(pid int) ([]string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.args[pid], nil
+	if f.execing[pid] > 0 {
+		f.execing[pid]--
+		return nil, nil
+	}
+	if a, ok := f.args[pid]; ok {
+		return a, nil
+	}
+	for _, c := range f.containers {
+		if c.HasMain && c.Main.PID == pid {
+			return []string{c.Main.Name()}, nil
+		}
+	}
+	return nil, procscan.ErrGone
 }
 
 // Children lists the processes of the pod whose parent is pid.

@@ -92,6 +92,7 @@ func (s *Supervisor) Guard(ctx context.Context, res Result) {
 			continue
 		}
 		found := r.trackSidecars(pod, left)
+		r.awaitArgs(ctx, found)
 		plan := planStop(res.Outcome, &s.cfg, found)
 		again := plan.sidecars[:0] // those to stop: the others are left for good
 		for _, sp := range plan.sidecars {

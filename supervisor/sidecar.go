@@ -17,9 +17,12 @@ type sidecar struct {
 	proc      exitwatch.Proc
 	// known is what the table (sidecars.go) knows of it, or nil; args its
 	// command line, read only for a known sidecar whose stop depends on
-	// its flags.
-	known *knownSidecar
-	args  []string
+	// its flags (needsArgs), once it has one (argsRead): a sidecar found
+	// in the middle of its exec has none yet (procscan.Scanner.Args), and
+	// is read again before its stop is planned (run.awaitArgs).
+	known    *knownSidecar
+	args     []string
+	argsRead bool
 	// handlerSeen: the child that shows a known sidecar handles SIGTERM
 	// (knownSidecar.handlerWith) has been seen.
 	handlerSeen bool
@@ -38,16 +41,32 @@ type sidecar struct {
 // the table (sidecars.go) needs of it read through scan.
 func newSidecar(c procscan.Container, proc exitwatch.Proc, scan Scanner) *sidecar {
 	s := &sidecar{container: c.Name, main: c.Main, proc: proc, known: knownAs(c.Name, c.Main)}
-	if k := s.known; k != nil && (k.zeroFlag != "" || k.quit != nil && (k.quit.portFlag != "" || k.quit.enableFlag != "")) {
-		if args, err := scan.Args(c.Main.PID); err == nil {
-			s.args = args
-		}
-	}
+	s.readArgs(scan)
 	// Read now, while the apps run, rather than on the stop's path (about
 	// a millisecond under load: task/*/children of each thread); if the
 	// child has not started yet, the stop reads again (unready).
 	s.seeHandler(scan)
 	return s
+}
+
+// needsArgs reports whether s's stop depends on flags of its command line.
+func (s *sidecar) needsArgs() bool {
+	k := s.known
+	return k != nil && (k.zeroFlag != "" || k.quit != nil && (k.quit.portFlag != "" || k.quit.enableFlag != ""))
+}
+
+// readArgs reads s's command line if its stop needs it and it has not
+// been read yet, and reports whether it is known now (or not needed). A
+// read that finds none (in the middle of its exec), or finds the process
+// gone, leaves it unread.
+func (s *sidecar) readArgs(scan Scanner) bool {
+	if s.argsRead || !s.needsArgs() {
+		return true
+	}
+	if args, err := scan.Args(s.main.PID); err == nil && len(args) > 0 && !s.exited() {
+		s.args, s.argsRead = args, true
+	}
+	return s.argsRead
 }
 
 // exited reports whether s's process has exited.

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/procscan"
 	"github.com/sidecar-supervisor/sidecar-supervisor/supervisor/exitwatch"
@@ -103,6 +104,65 @@ func TestSidecarOwnStop(t *testing.T) {
 			t.Errorf("summary %q does not name cloud-sql-proxy's own action", res.Summary)
 		}
 	})
+}
+
+// TestSidecarFoundInItsExec: a sidecar found in the middle of its exec
+// shows its new name but no command line yet (procscan.Scanner.Args). Its
+// flags are read again before its stop: cloud-sql-proxy's --quitquitquit
+// is found and used. One whose command line never shows is stopped
+// without its flags after argsWait, and the log says why.
+func TestSidecarFoundInItsExec(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		reads int // reads of its command line that find none
+		post  bool
+	}{
+		{"command line shows by the stop", 1, true},
+		{"command line shows during the stop's wait", 4, true},
+		{"command line never shows", 1 << 30, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				sql := container(procscan.Sidecar, "cloud-sql-proxy", 200)
+				h := startWith(t, testConfig(t), func(h *harness) {
+					h.pod.args = map[int][]string{200: {"/cloud-sql-proxy", "--quitquitquit", "proj:region:inst"}}
+					h.pod.execing = map[int]int{200: tc.reads}
+					h.answer = func(int) (int, error) {
+						go h.kernel.proc(200).exit(exited(0))
+						return 200, nil
+					}
+				}, container(procscan.App, "app", 10), container(procscan.Sidecar, "pilot-agent", 100), sql)
+				h.proc(10).exit(exited(0))
+				begun := time.Now()
+				if !tc.post {
+					h.kernel.setOnSignal(func(sig exitwatch.Signal) *exitwatch.Status {
+						return &exitwatch.Status{Known: true, Code: 0}
+					})
+					res := h.finish(Success, "SIGTERM 100", "SIGTERM 200")
+					if got := h.postsSent(); len(got) != 0 {
+						t.Errorf("posts %v, want none: its flags are unknown", got)
+					}
+					if strings.Contains(res.Summary, "cloud-sql-proxy: POST") {
+						t.Errorf("summary %q names a POST", res.Summary)
+					}
+					if waited := time.Since(begun); waited < argsWait {
+						t.Errorf("stopped %v after the app, before argsWait", waited)
+					}
+					if !strings.Contains(h.log.String(), "command line is still empty") {
+						t.Errorf("log lacks why its flags were not used:\n%s", h.log)
+					}
+					return
+				}
+				res := h.finish(Success, "SIGTERM 100")
+				if got := h.postsSent(); len(got) != 1 || got[0] != "http://127.0.0.1:9091/quitquitquit" {
+					t.Errorf("posts %v", got)
+				}
+				if !strings.Contains(res.Summary, "action SIGTERM (cloud-sql-proxy: POST http://127.0.0.1:9091/quitquitquit)") {
+					t.Errorf("summary %q does not name cloud-sql-proxy's own action", res.Summary)
+				}
+			})
+		})
+	}
 }
 
 // TestDeployKnowsSidecars: the ways of installing that list the sidecars

@@ -35,6 +35,7 @@ func (r *run) stop(ctx context.Context) (state, error) {
 		for _, s := range sidecars {
 			r.acted[s.main.PID] = true
 		}
+		r.awaitArgs(ctx, sidecars)
 		plan := planStop(r.decision.outcome, &r.cfg, sidecars)
 		if next := r.act(ctx, plan); next != nil {
 			closeAll(sidecars)
@@ -75,6 +76,33 @@ func (r *run) stop(ctx context.Context) (state, error) {
 	}
 	r.note(fmt.Sprintf("sidecar stopped in %.1fs", time.Since(begun).Seconds()))
 	return nil, nil
+}
+
+// argsWait bounds the wait for a sidecar found in the middle of its exec
+// to show its command line: the rest of an exec, work of the kernel's of a
+// few milliseconds at most.
+const argsWait = 2 * time.Second
+
+// awaitArgs reads the command line of each sidecar whose stop needs it
+// and that was found in the middle of its exec (sidecar.readArgs), waiting
+// up to argsWait for it, or until it exits or the pod is deleted. Past the
+// bound, its stop is planned without its flags, and the log says so.
+func (r *run) awaitArgs(ctx context.Context, sidecars []*sidecar) {
+	deadline := time.Now().Add(argsWait)
+	for _, s := range sidecars {
+		for !s.readArgs(r.scan) && !s.exited() && ctx.Err() == nil {
+			if !time.Now().Before(deadline) {
+				r.log.Warn().Int("pid", s.main.PID).Str("container", s.container).Dur("waited", argsWait).
+					Msg("the sidecar's command line is still empty (a process in the middle of its exec shows none): its stop is planned without its flags")
+				break
+			}
+			select {
+			case <-s.proc.Done():
+			case <-ctx.Done():
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}
 }
 
 // errGaveUp ends the stop when a sidecar survived SIGKILL: already noted
