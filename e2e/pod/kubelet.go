@@ -37,6 +37,9 @@ func (p *Pod) run(ctx context.Context) {
 		go p.supervise(ctx, i, started)
 		<-started
 		c := &p.Spec.Containers[i]
+		if len(c.StartupProbe) > 0 && p.running(i) {
+			p.probeStartup(ctx, i, c.StartupProbe)
+		}
 		if len(c.PostStart) > 0 && p.running(i) {
 			hctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 			err := p.hook(hctx, i, "postStart", c.PostStart)
@@ -50,6 +53,27 @@ func (p *Pod) run(ctx context.Context) {
 		}
 	}
 	p.wg.Wait()
+}
+
+// probeStartup runs container i's startup probe until it passes, the
+// container stops, or 2 minutes have passed; its last output (and its
+// failure, if it never passed) goes to the container's log.
+func (p *Pod) probeStartup(ctx context.Context, i int, argv []string) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		out, err := p.Backend.Exec(ctx, p, &p.Spec.Containers[i], p.attempt(i), argv)
+		if err == nil || ctx.Err() != nil || !p.running(i) {
+			p.logHook(i, "startupProbe", out, err)
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-tick.C:
+		}
+	}
 }
 
 // runInits runs the init containers in order, each to completion; their

@@ -63,6 +63,12 @@ type Describer interface {
 // container's next line stays apart, and its failure after it.
 func (p *Pod) hook(ctx context.Context, i int, name string, argv []string) error {
 	out, err := p.Backend.Exec(ctx, p, &p.Spec.Containers[i], p.attempt(i), argv)
+	p.logHook(i, name, out, err)
+	return err
+}
+
+// logHook writes what a hook or probe printed to container i's log.
+func (p *Pod) logHook(i int, name string, out []byte, err error) {
 	b := append([]byte("["+name+"] "), out...)
 	if !bytes.HasSuffix(b, []byte("\n")) {
 		b = append(b, '\n')
@@ -71,7 +77,6 @@ func (p *Pod) hook(ctx context.Context, i int, name string, argv []string) error
 		b = fmt.Appendf(b, "[%s failed: %v]\n", name, err)
 	}
 	p.logs[i].Write(b)
-	return err
 }
 
 // logBuffer keeps a container's output and streams it, line-prefixed.

@@ -136,6 +136,11 @@ type Container struct {
 	// starts only once it returns (how Istio holds the application until
 	// the proxy is ready).
 	PostStart []string
+	// StartupProbe runs in the container after it starts, every 20 ms
+	// until it exits 0 (2 minutes at most); the next container starts
+	// only then (a native sidecar's startup probe). Its last output goes
+	// to the container's log.
+	StartupProbe []string
 	// PreStop runs in the container before it gets SIGTERM on deletion.
 	PreStop []string
 	// TerminationMessage is where the container writes its termination
