@@ -110,7 +110,6 @@ func TestConfigBad(t *testing.T) {
 		{"SUPERVISOR_LOG_FORMAT=xml", `SUPERVISOR_LOG_FORMAT="xml": want json or console`},
 		{"SUPERVISOR_STATE_DIR=state", `SUPERVISOR_STATE_DIR="state": want an absolute path`},
 		{"SUPERVISOR_SHAPE=sidecar", `SUPERVISOR_SHAPE="sidecar": want container or native`},
-		{"SUPERVISOR_SHAPE=native", `SUPERVISOR_SHAPE="native": native needs SUPERVISOR_STATE_DIR`},
 		{"SUPERVISOR_EXIT_STATUS=strace", `SUPERVISOR_EXIT_STATUS="strace": want auto, pidfd, accounting, ptrace or none`},
 		{"SUPERVISOR_RESTART_POLICY=Sometimes", `SUPERVISOR_RESTART_POLICY="Sometimes": want Never, OnFailure or Always`},
 		{"SUPERVISOR_RESTART_TIMEOUT=0s", `SUPERVISOR_RESTART_TIMEOUT="0s": want a positive duration`},
@@ -167,6 +166,29 @@ func TestConfigFallback(t *testing.T) {
 	}
 	if _, _, err := LoadConfig([]string{"SUPERVISOR_APPS=app,Worker"}); err == nil || !strings.Contains(err.Error(), "(no value, its default, used in its place)") {
 		t.Errorf("err = %v", err)
+	}
+}
+
+// TestConfigNativeWithoutStateDir: the native shape without a usable state
+// directory stays native (in a native sidecar's place only it idles once
+// done, rather than exit and be started again), and the error says what it
+// runs without.
+func TestConfigNativeWithoutStateDir(t *testing.T) {
+	for _, tc := range []struct{ env, want string }{
+		{"", `SUPERVISOR_STATE_DIR="": SUPERVISOR_SHAPE=native wants one (an emptyDir's mount)`},
+		{"SUPERVISOR_STATE_DIR=state", `SUPERVISOR_STATE_DIR="state": want an absolute path`},
+	} {
+		cfg, _, err := LoadConfig([]string{"SUPERVISOR_SHAPE=native", tc.env})
+		if cfg.Shape != ShapeNative || cfg.StateDir != "" {
+			t.Errorf("%q: run with shape %s, state directory %q; want native, none", tc.env, cfg.Shape, cfg.StateDir)
+		}
+		if err == nil || strings.Count(err.Error(), "\n") != 0 || !strings.Contains(err.Error(), tc.want) ||
+			!strings.HasSuffix(err.Error(), "(none: the startup probe passes without waiting for the first scan, and a restarted supervisor starts over, used in its place)") {
+			t.Errorf("%q: err = %v, want one error containing %q that says what native runs without", tc.env, err, tc.want)
+		}
+	}
+	if _, _, err := LoadConfig([]string{"SUPERVISOR_SHAPE=native", "SUPERVISOR_STATE_DIR=/state"}); err != nil {
+		t.Errorf("native with a state directory: %v", err)
 	}
 }
 

@@ -86,7 +86,28 @@ func LoadConfig(environ []string) (cfg Config, unknown []string, err error) {
 			return cfg, unknown, fmt.Errorf("the defaults break a rule of their own: %v", errs[0])
 		}
 	}
+	if cfg.Shape == ShapeNative && cfg.StateDir == "" {
+		all = nativeWithoutState(all, vars[EnvPrefix+"STATE_DIR"])
+	}
 	return cfg, unknown, errors.Join(all...)
+}
+
+// nativeWithoutState says what the native shape runs without, where it has
+// no state directory (none set, or a bad one): not a reason to change the
+// shape, since in a native sidecar's place only the native shape idles
+// rather than exit once done (a native sidecar that exits is started
+// again), and its startup probe then passes without the ready file
+// (ReadyProbe). The bad STATE_DIR's error says it, or an error of its own.
+func nativeWithoutState(all []error, value string) []error {
+	const used = "none: the startup probe passes without waiting for the first scan, and a restarted supervisor starts over"
+	for _, e := range all {
+		if ce, ok := e.(*ConfigError); ok && ce.Var == "STATE_DIR" {
+			ce.Used = used
+			return all
+		}
+	}
+	return append(all, &ConfigError{Var: "STATE_DIR", Value: value, Used: used,
+		Problem: EnvPrefix + "SHAPE=native wants one (an emptyDir's mount): its ready file tells the kubelet's startup probe the first scan is done, and its journal lets a restarted supervisor carry on"})
 }
 
 // load parses and validates vars: errs are the bad settings; err, a fault

@@ -92,7 +92,7 @@ func startTime(pid int) (uint64, error) {
 // made its first scan of the pod (`sidecar-supervisor ready`).
 func Ready(dir string) error {
 	if dir == "" {
-		return errors.New(EnvPrefix + "STATE_DIR is not set: no ready file is kept")
+		return errors.New("no usable " + EnvPrefix + "STATE_DIR (unset, or a bad value the supervisor's log names): no ready file is kept")
 	}
 	b, err := os.ReadFile(filepath.Join(dir, readyFile))
 	if err != nil {
@@ -115,6 +115,57 @@ func Ready(dir string) error {
 		return fmt.Errorf("not ready: the ready file is an earlier supervisor's (PID %d, which runs no more)", pid)
 	}
 	return nil
+}
+
+// ReadyProbe is the native shape's startup probe, `sidecar-supervisor
+// ready`, for a supervisor run with cfg (LoadConfig's, from the same
+// environment, so the probe and the run agree on the directory). It passes
+// (nil) once the supervisor's first scan is done (Ready); and also, with
+// why in note, where the ready file will not come: a startup probe that
+// keeps failing holds the pod before its apps for good (the kubelet
+// restarts the container, and probes again), the hang the supervisor
+// exists to remove. The file will not come where the run keeps none (no
+// usable SUPERVISOR_STATE_DIR: the run logs it as a bad setting), or where
+// the supervisor has run WaitLimit without writing it (a directory it
+// cannot write, said in its log), the bound the container shape's wait
+// hook has. Past either, the apps start as they would without the probe.
+// up says how long the supervisor has run (Uptime).
+func ReadyProbe(cfg *Config, up func() (time.Duration, error)) (note string, err error) {
+	if cfg.Shape != ShapeNative || cfg.StateDir == "" {
+		return "the supervisor runs without a ready file (its log says why): ready without it", nil
+	}
+	if err = Ready(cfg.StateDir); err == nil {
+		return "", nil
+	}
+	if d, uerr := up(); uerr == nil && d >= WaitLimit {
+		return fmt.Sprintf("%v, with the supervisor up %s: ready without it, as without the probe", err, d.Round(time.Second)), nil
+	}
+	return "", err
+}
+
+// Uptime is how long the main process of the caller's container has run,
+// by the kernel's clock: the supervisor's, for a probe the kubelet execs
+// in its container. The main process is the container's oldest whose
+// parent is outside the pod's PID namespace (procscan.Container.Main).
+func Uptime() (time.Duration, error) {
+	s, err := procscan.NewScanner(procRoot)
+	if err != nil {
+		return 0, err
+	}
+	self, err := s.Self()
+	if err != nil {
+		return 0, err
+	}
+	pod, err := s.Scan(self, procscan.Rules{})
+	if err != nil {
+		return 0, err
+	}
+	for _, c := range pod.Of(procscan.Self) {
+		if c.HasMain {
+			return procscan.Age(c.Main)
+		}
+	}
+	return 0, errors.New("this container has no main process in the PID namespace")
 }
 
 // WaitReady returns once Ready(dir) passes, or with its last error after

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,7 +16,7 @@ import (
 // the first scan is done, naming the running process; without a state
 // directory, or with a file that is not one, Ready says why.
 func TestReadyFile(t *testing.T) {
-	if err := Ready(""); err == nil || !strings.Contains(err.Error(), "SUPERVISOR_STATE_DIR is not set") {
+	if err := Ready(""); err == nil || !strings.Contains(err.Error(), "no usable SUPERVISOR_STATE_DIR") {
 		t.Errorf("Ready(\"\") = %v", err)
 	}
 	dir := t.TempDir()
@@ -100,8 +101,65 @@ func TestWaitReady(t *testing.T) {
 	if err := WaitReady(context.Background(), dir, 20*time.Millisecond); err == nil || !strings.Contains(err.Error(), "runs no more") {
 		t.Errorf("WaitReady on a stale file = %v", err)
 	}
-	if err := WaitReady(context.Background(), "", time.Hour); err == nil || !strings.Contains(err.Error(), "SUPERVISOR_STATE_DIR is not set") {
+	if err := WaitReady(context.Background(), "", time.Hour); err == nil || !strings.Contains(err.Error(), "no usable SUPERVISOR_STATE_DIR") {
 		t.Errorf("WaitReady without a state directory = %v", err)
+	}
+}
+
+// TestReadyProbe: the startup probe passes on the supervisor's ready file;
+// without one to come (no usable state directory, or none written within
+// WaitLimit of the supervisor's start) it passes too, saying why, rather
+// than hold the pod's apps back for good; before that it fails, saying why.
+func TestReadyProbe(t *testing.T) {
+	dir := t.TempDir()
+	native := func(env ...string) Config {
+		cfg, _, _ := LoadConfig(append([]string{"SUPERVISOR_SHAPE=native"}, env...))
+		return cfg
+	}
+	upFor := func(d time.Duration) func() (time.Duration, error) {
+		return func() (time.Duration, error) { return d, nil }
+	}
+	cannot := func() (time.Duration, error) { return 0, errors.New("no main process") }
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		file string // the ready file's content; "" none
+		up   func() (time.Duration, error)
+		// want: the probe passes; note or error contains says.
+		pass bool
+		says string
+	}{
+		{"ready file of the running supervisor", native("SUPERVISOR_STATE_DIR=" + dir), "self", upFor(time.Second), true, ""},
+		{"no ready file yet", native("SUPERVISOR_STATE_DIR=" + dir), "", upFor(time.Second), false, "not ready"},
+		{"an earlier supervisor's file", native("SUPERVISOR_STATE_DIR=" + dir), noProcess, upFor(time.Second), false, "runs no more"},
+		{"no ready file after WaitLimit", native("SUPERVISOR_STATE_DIR=" + dir), "", upFor(WaitLimit), true, "ready without it, as without the probe"},
+		{"its uptime unknown", native("SUPERVISOR_STATE_DIR=" + dir), "", cannot, false, "not ready"},
+		{"no state directory", native(), "", cannot, true, "runs without a ready file"},
+		{"a relative state directory", native("SUPERVISOR_STATE_DIR=state"), "", cannot, true, "runs without a ready file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			switch tc.file {
+			case "":
+				os.Remove(filepath.Join(dir, readyFile))
+			case "self":
+				if err := ready(dir, true); err != nil {
+					t.Fatal(err)
+				}
+			default:
+				writeReady(t, dir, tc.file)
+			}
+			note, err := ReadyProbe(&tc.cfg, tc.up)
+			if (err == nil) != tc.pass {
+				t.Fatalf("ReadyProbe = %q, %v; want passing %v", note, err, tc.pass)
+			}
+			got := note
+			if err != nil {
+				got = err.Error()
+			}
+			if !strings.Contains(got, tc.says) {
+				t.Errorf("ReadyProbe says %q, want %q", got, tc.says)
+			}
+		})
 	}
 }
 

@@ -81,13 +81,20 @@ func main() {
 		os.Exit(status(os.Environ(), os.Stdout, os.Stderr))
 	case mode == "ready" && len(args) == 1:
 		// The native shape's startup probe: the running supervisor has
-		// made its first scan (SUPERVISOR_STATE_DIR's ready file).
-		if err := supervisor.Ready(os.Getenv(supervisor.EnvPrefix + "STATE_DIR")); err != nil {
+		// made its first scan (SUPERVISOR_STATE_DIR's ready file), with
+		// the run's own settings (a bad one replaced as the run does).
+		cfg, _, _ := supervisor.LoadConfig(os.Environ())
+		note, err := supervisor.ReadyProbe(&cfg, supervisor.Uptime)
+		if err != nil {
 			fmt.Fprintf(os.Stderr, "sidecar-supervisor ready: %v\n", err)
 			os.Exit(exitCannotRun)
 		}
+		if note != "" {
+			fmt.Fprintf(os.Stderr, "sidecar-supervisor ready: %s\n", note)
+		}
 	case mode == "wait" && len(args) == 1:
-		os.Exit(wait(os.Getenv(supervisor.EnvPrefix+"STATE_DIR"), os.Stderr))
+		cfg, _, _ := supervisor.LoadConfig(os.Environ())
+		os.Exit(wait(cfg.StateDir, os.Stderr))
 	case mode == "version" && len(args) == 1:
 		fmt.Println(version)
 	default:

@@ -458,8 +458,10 @@ func assemble(d Desc, dir string, apps []pod.Container, proxy, supervisor *pod.C
 		supervisor.OwnPIDNamespace = d.SupervisorOwnPIDNS
 		switch {
 		case d.SupervisorNative:
-			// A native sidecar before every container of the pod.
+			// A native sidecar before every container of the pod; the
+			// next starts once its startup probe passes.
 			supervisor.Native = true
+			supervisor.StartupProbe = []string{supervisor.Argv[0], "ready"}
 			spec.Containers = append([]pod.Container{*supervisor}, spec.Containers...)
 		case d.SupervisorFirst:
 			// The next container starts once the hook has returned.

@@ -313,6 +313,28 @@ func TestWaitHook(t *testing.T) {
 	})
 }
 
+// TestNativeWithoutStateDir: the native shape told a state directory that
+// is not absolute runs native without one: its startup probe passes without
+// the ready file, saying why (a probe that kept failing would hold the apps
+// back for good), the bad setting is named, and the Job completes.
+func TestNativeWithoutStateDir(t *testing.T) {
+	onBackends(t, func(t *testing.T, b Builder) {
+		apps := []App{{Name: "app", Cued: true}}
+		p, built := run(t, b, Desc{Name: "native-nostate", SupervisorNative: true, Apps: apps,
+			SupervisorEnv: patient("SUPERVISOR_STATE_DIR=state")})
+		waitRecordStart(t, built.PilotRecord)
+		releaseApps(t, p, built, apps)
+		st := p.MustWaitPhase(t, EventBound)
+		checkEnd(t, st, pod.Succeeded, map[string]int{"app": 0, "istio-proxy": 0, "supervisor": 0})
+		if logs := p.Logs("supervisor"); !strings.Contains(logs, "[startupProbe] sidecar-supervisor ready: the supervisor runs without a ready file (its log says why)") {
+			t.Errorf("the startup probe did not pass without the ready file:\n%s", logs)
+		}
+		checkSummary(t, p, "success: app exit 0; action SIGTERM; sidecar stopped")
+		checkSummary(t, p, `SUPERVISOR_STATE_DIR="state": want an absolute path (an emptyDir's mount) `+
+			`(none: the startup probe passes without waiting for the first scan, and a restarted supervisor starts over, used in its place)`)
+	})
+}
+
 // TestNoSidecarPod: no sidecar ever appears: the supervisor says so and
 // exits 0 within its bound.
 func TestNoSidecarPod(t *testing.T) {

@@ -3,6 +3,8 @@ package scenarios
 import (
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/pod"
 )
@@ -14,6 +16,8 @@ const stateMount = "/var/run/sidecar-supervisor-state"
 // supervisorState gives the supervisor its state directory where d asks:
 // a directory of the pod's, owned by uid, mounted at inContainer ("": the
 // host's path, for the namespaces backend), kept across its restarts.
+// SUPERVISOR_STATE_DIR in d.SupervisorEnv says where the supervisor is
+// told it is instead.
 func supervisorState(d Desc, dir string, supervisor *pod.Container, uid int, inContainer string) error {
 	if !d.SupervisorState && !d.SupervisorNative && !d.SupervisorFirst {
 		return nil
@@ -30,7 +34,9 @@ func supervisorState(d Desc, dir string, supervisor *pod.Container, uid int, inC
 		path = inContainer
 		supervisor.Mounts = append(supervisor.Mounts, pod.Mount{Host: host, Container: inContainer})
 	}
-	supervisor.Env = append(supervisor.Env, "SUPERVISOR_STATE_DIR="+path)
+	if !slices.ContainsFunc(d.SupervisorEnv, func(kv string) bool { return strings.HasPrefix(kv, "SUPERVISOR_STATE_DIR=") }) {
+		supervisor.Env = append(supervisor.Env, "SUPERVISOR_STATE_DIR="+path)
+	}
 	if d.SupervisorNative {
 		supervisor.Env = append(supervisor.Env, "SUPERVISOR_SHAPE=native")
 	}
