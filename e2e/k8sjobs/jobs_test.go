@@ -52,8 +52,9 @@ func TestJobs(t *testing.T) {
 	t0 := time.Now()
 	t.Run("cases", func(t *testing.T) {
 		for _, tc := range append([]jobCase{
-			{"exit 0 completes", func(ctx context.Context, t *testing.T) { e.succeed(ctx, t, "exit-zero", quit) }},
-			{"exit 0, on-success SIGTERM: pilot-agent drains", func(ctx context.Context, t *testing.T) { e.succeed(ctx, t, "exit-zero-drain", drain) }},
+			{"exit 0 completes", func(ctx context.Context, t *testing.T) { e.succeed(ctx, t, "exit-zero", quit, false) }},
+			{"exit 0, on-success SIGTERM: pilot-agent drains", func(ctx context.Context, t *testing.T) { e.succeed(ctx, t, "exit-zero-drain", drain, false) }},
+			{"exit 0, holdApplicationUntilProxyStarts: istio-proxy first", func(ctx context.Context, t *testing.T) { e.succeed(ctx, t, "exit-zero-hold", quit, true) }},
 			{"quick apps as istio-proxy starts", e.quickApps},
 			{"apps of milliseconds", e.millisecondApps},
 			{"native sidecar of its own", e.nativeSidecarOfItsOwn},
@@ -218,21 +219,33 @@ func (e *env) checkSucceeded(ctx context.Context, t *testing.T, p corev1.Pod, ap
 // succeed runs a Job whose app exits 0, its supervisor told to stop
 // istio-proxy the given way (quit: no annotation, the template's default;
 // drain: on-success SIGTERM, the binary's own default, on which
-// pilot-agent drains, then exits 0). The Job completes.
-func (e *env) succeed(ctx context.Context, t *testing.T, name string, way stopWay) {
+// pilot-agent drains, then exits 0); with proxyFirst, under Istio's
+// holdApplicationUntilProxyStarts. The Job completes.
+func (e *env) succeed(ctx context.Context, t *testing.T, name string, way stopWay, proxyFirst bool) {
 	ns := e.namespace(ctx, t, name)
 	j := newJob(name, corev1.RestartPolicyNever, 0, app("app", "echo working; echo done"))
 	gate(t, &j.Spec.Template.Spec, "app")
+	annotations := map[string]string{}
 	if way == drain {
-		j.Spec.Template.Annotations = map[string]string{"supervisor.sidecar-supervisor.io/on-success": "SIGTERM"}
+		annotations["supervisor.sidecar-supervisor.io/on-success"] = "SIGTERM"
 	}
+	if proxyFirst {
+		// The injector puts istio-proxy first, its postStart holding the
+		// app until the proxy is ready, and the supervisor last.
+		annotations["proxy.istio.io/config"] = `{"holdApplicationUntilProxyStarts": true}`
+	}
+	j.Spec.Template.Annotations = annotations
 	e.createJob(ctx, t, ns, j)
 	e.release(ctx, t, e.nthPod(ctx, t, ns, name, 1), "app", 1)
 	e.waitComplete(ctx, t, ns, name)
 	p := e.onePod(ctx, t, ns, name)
-	e.checkInjected(t, p, shape{apps: []string{"app"}, supervisor: true,
+	e.checkInjected(t, p, shape{apps: []string{"app"}, supervisor: true, proxyFirst: proxyFirst,
 		supervisorEnv: map[string]string{"SUPERVISOR_RESTART_POLICY": "Never", "SUPERVISOR_APP_CONTAINERS": "1",
 			"SUPERVISOR_APPS": "app", "SUPERVISOR_ON_SUCCESS": way.env()}})
+	if c := findContainer(p.Spec, proxyName); proxyFirst && (c == nil || c.Lifecycle == nil || c.Lifecycle.PostStart == nil ||
+		c.Lifecycle.PostStart.Exec == nil || !slices.Contains(c.Lifecycle.PostStart.Exec.Command, "wait")) {
+		t.Errorf("pod %s: istio-proxy has no postStart `pilot-agent wait` holding the app", p.Name)
+	}
 	e.checkSucceeded(ctx, t, p, []string{"app"}, "success: {app} exit 0", way)
 }
 

@@ -216,6 +216,9 @@ type shape struct {
 	supervisor bool
 	// supervisorEnv: settings the supervisor must have (others may be there).
 	supervisorEnv map[string]string
+	// proxyFirst: istio-proxy first (holdApplicationUntilProxyStarts), the
+	// supervisor last.
+	proxyFirst bool
 }
 
 // checkInjected checks that Istio's injector ran on p: no init container
@@ -231,6 +234,9 @@ func (e *env) checkInjected(t *testing.T, p corev1.Pod, want shape) {
 		return v.Name == "SUPERVISOR_AFTER_APPS" && v.Value == proxyName
 	})
 	var wantNames []string
+	if want.proxyFirst {
+		wantNames = append(wantNames, proxyName)
+	}
 	if want.supervisor && first {
 		wantNames = append(wantNames, supervisorName)
 	}
@@ -238,7 +244,9 @@ func (e *env) checkInjected(t *testing.T, p corev1.Pod, want shape) {
 	if want.supervisor && !first {
 		wantNames = append(wantNames, supervisorName)
 	}
-	wantNames = append(wantNames, proxyName)
+	if !want.proxyFirst {
+		wantNames = append(wantNames, proxyName)
+	}
 	if got := containerNames(p.Spec.Containers); !slices.Equal(got, wantNames) {
 		t.Errorf("pod %s has containers %v, want %v", p.Name, got, wantNames)
 	}
