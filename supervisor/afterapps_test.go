@@ -1,6 +1,8 @@
 package supervisor
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -103,4 +105,30 @@ func TestAfterAppsConfig(t *testing.T) {
 			t.Errorf("%s: %v, want %s", env, err, want)
 		}
 	}
+}
+
+// TestLookWithoutReadyFile: where the ready file cannot be written, the
+// kubelet's hooks on it hold the apps back up to WaitLimit: the look for
+// them counts APP_START_TIMEOUT from there, so that an app so held is not
+// counted missing as it starts.
+func TestLookWithoutReadyFile(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		file := filepath.Join(t.TempDir(), "file")
+		if err := os.WriteFile(file, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		// A directory under a file: unwritable, even for root.
+		cfg := testConfig(t, "SUPERVISOR_APP_CONTAINERS=2", "SUPERVISOR_APP_START_TIMEOUT=50ms", "SUPERVISOR_STATE_DIR="+file+"/state")
+		began := time.Now()
+		h := start(t, cfg, container(procscan.App, "app-a", 10), container(procscan.Sidecar, "pilot-agent", 100))
+		h.proc(10).exit(exited(0))
+		res := h.finish(Unknown, "SIGTERM 100")
+		h.signalledAt(0, began.Add(cfg.AppStartTimeout+WaitLimit), "APP_START_TIMEOUT after the ready file's bound")
+		if !strings.Contains(res.Reason, "never seen within SUPERVISOR_APP_START_TIMEOUT, plus the 30s the kubelet's hooks wait for the ready file") {
+			t.Errorf("reason %q", res.Reason)
+		}
+		if !strings.Contains(h.logged(), "cannot write the ready file") {
+			t.Errorf("no warning:\n%s", h.logged())
+		}
+	})
 }

@@ -15,10 +15,17 @@ import (
 // look is bounded by AppStartTimeout from the supervisor's start; with
 // AfterApps, from the first sighting of one of those containers, which the
 // kubelet starts only once it has started (or failed to start) every app,
-// and at the latest AfterAppsTimeout from the start. With the waits for
-// restarts under OnFailure, the only polling of the run.
+// and at the latest AfterAppsTimeout from the start. Where the ready file
+// could not be written, the kubelet's hooks on it (the native startup
+// probe, the wait hook) hold the apps back up to WaitLimit from the start:
+// the look from the start is that much longer, so that an app so held is
+// not counted missing as it starts. With the waits for restarts under
+// OnFailure, the only polling of the run.
 func (r *run) discover(ctx context.Context) (state, error) {
 	bound, clock := r.cfg.AppStartTimeout, "APP_START_TIMEOUT"
+	if r.readyFailed {
+		bound, clock = bound+WaitLimit, "APP_START_TIMEOUT, plus the "+WaitLimit.String()+" the kubelet's hooks wait for the ready file"
+	}
 	after := len(r.cfg.AfterApps) > 0
 	if after && !r.scan.Named() {
 		after = false

@@ -116,9 +116,12 @@ type run struct {
 	restarting []string
 
 	// run.go: podDeleted, once a SIGTERM (pod deletion) ended the run;
-	// notes, for the summary (note).
-	podDeleted bool
-	notes      []string
+	// notes, for the summary (note); unready, the ready file could not be
+	// written: the kubelet's hooks on it may hold the apps back WaitLimit
+	// (discover looks for them that much longer).
+	podDeleted  bool
+	notes       []string
+	readyFailed bool
 
 	// progress.go: the progress last written (publish).
 	published string
@@ -226,7 +229,9 @@ func (r *run) start(ctx context.Context) (state, error) {
 	next := r.first(pod)
 	if r.cfg.StateDir != "" {
 		if err := ready(r.cfg.StateDir, true); err != nil {
-			r.log.Warn().Err(err).Str("dir", r.cfg.StateDir).Msg("cannot write the ready file: the kubelet's hooks on it wait out their bounds before starting the apps")
+			r.readyFailed = true
+			r.log.Warn().Err(err).Str("dir", r.cfg.StateDir).Str("bound", WaitLimit.String()).
+				Msg("cannot write the ready file: the kubelet's hooks on it wait out their bound before starting the apps, and the look for the apps is that much longer")
 		}
 	}
 	return next, nil
