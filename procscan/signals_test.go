@@ -164,18 +164,22 @@ func TestArgs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := exec.Command("sleep", "30", "--", "a b")
+	// A shell that waits for its child, whatever the shell (busybox's,
+	// dash, bash: two commands, so none execs the last in its place), with
+	// an argument holding a space.
+	run := exec.Command("sh", "-c", "sleep 30; :", "a b")
+	run.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // killed with its sleep
 	if err := run.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { run.Process.Kill(); run.Wait() }()
+	defer func() { syscall.Kill(-run.Process.Pid, syscall.SIGKILL); run.Wait() }()
 	// Start returns once the exec has begun, not ended: until it has, the
 	// command line is the test's (the child shares its memory) or none.
-	want := "sleep|30|--|a b"
+	want := "sh|-c|sleep 30; :|a b"
 	var got []string
 	for deadline := time.Now().Add(10 * time.Second); strings.Join(got, "|") != want; time.Sleep(time.Millisecond) {
 		if got, err = s.Args(run.Process.Pid); err != nil || time.Now().After(deadline) {
-			t.Fatalf("Args of sleep = %q, %v; want %q", got, err, want)
+			t.Fatalf("Args of sh = %q, %v; want %q", got, err, want)
 		}
 	}
 
