@@ -41,9 +41,12 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/scripts"
 )
@@ -59,7 +62,7 @@ type Cluster struct {
 	// Config and Client talk to the API server as an admin.
 	Config *rest.Config
 	Client kubernetes.Interface
-	// Env holds what cluster-up.sh printed: KUBECTL, CRICTL, CONTAINERD_SOCK,
+	// Env holds what cluster-up.sh printed: CRICTL, CONTAINERD_SOCK,
 	// PAUSE_IMAGE, BUSYBOX_IMAGE, ...
 	Env map[string]string
 
@@ -208,15 +211,23 @@ func (c *Cluster) stop() error {
 	return nil
 }
 
-// Kubectl runs the kubectl built at KUBERNETES_VERSION against the cluster and
-// returns its combined output.
-func (c *Cluster) Kubectl(ctx context.Context, args ...string) (string, error) {
-	args = append([]string{"--kubeconfig", c.Kubeconfig}, args...)
-	out, err := exec.CommandContext(ctx, c.Env["KUBECTL"], args...).CombinedOutput()
-	if err != nil {
-		return string(out), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args[2:], " "), err, bytes.TrimSpace(out))
+// Exec runs argv in a container of a running pod as kubectl exec does
+// (through the API server and the kubelet, over a WebSocket) and returns its
+// stdout, then its stderr. A non-zero exit is an error.
+func (c *Cluster) Exec(ctx context.Context, ns, pod, container string, argv ...string) (string, error) {
+	req := c.Client.CoreV1().RESTClient().Post().Namespace(ns).Resource("pods").Name(pod).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Container: container, Command: argv, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	ex, err := remotecommand.NewWebSocketExecutor(c.Config, "GET", req.URL().String())
+	if err == nil {
+		var stdout, stderr bytes.Buffer
+		err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &stdout, Stderr: &stderr})
+		out := stdout.String() + stderr.String()
+		if err == nil {
+			return out, nil
+		}
+		return out, fmt.Errorf("exec %q in %s/%s, container %s: %w: %s", argv, ns, pod, container, err, strings.TrimSpace(out))
 	}
-	return string(out), nil
+	return "", fmt.Errorf("exec %q in %s/%s, container %s: %w", argv, ns, pod, container, err)
 }
 
 // RestartDaemon restarts the node's kubelet or containerd as a service

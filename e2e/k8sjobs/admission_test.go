@@ -38,8 +38,8 @@ import (
 //
 // The policy is deploy/admission/policy.yaml as it is but for its name,
 // and its binding selects only this run's namespaces: the cluster is
-// shared. `kubectl apply --dry-run=server -f deploy/admission/` checks the
-// files as shipped against the API server.
+// shared. The files as shipped are created with dryRun=All, as `kubectl
+// apply --dry-run=server -f deploy/admission/` creates them.
 
 const (
 	// admissionLimit bounds a Job's run here: jobLimit's, plus an init
@@ -58,9 +58,17 @@ type admissionEnv struct {
 	standIns  string
 	injectors *sidecarInjectors
 	hook      *injector.Served
-	// policyLabel=policyValue selects the namespaces the policy is bound to;
-	// policyDir holds its files for the server's API version.
-	policyLabel, policyValue, policyDir string
+	// policyLabel=policyValue selects the namespaces the policy is bound to.
+	policyLabel, policyValue string
+	// shipped holds the policy's files for the server's API version, as
+	// they are, each with its resource and file name.
+	shipped []shippedObject
+}
+
+type shippedObject struct {
+	file string
+	obj  *unstructured.Unstructured
+	res  dynamic.ResourceInterface
 }
 
 // TestAdmission runs Jobs whose pods get the supervisor from the admission
@@ -72,7 +80,7 @@ func TestAdmission(t *testing.T) {
 	defer cancel()
 	a := setUpAdmission(ctx, t, setUp(ctx, t, "k8sjobs-admission"))
 	t0 := time.Now()
-	t.Run("kubectl apply --dry-run=server -f deploy/admission", a.applyDryRun)
+	t.Run("deploy/admission created with dryRun=All", a.applyDryRun)
 	t.Run("left alone", a.leftAlone)
 	t.Run("jobs", func(t *testing.T) {
 		for _, jc := range admissionJobs() {
@@ -122,7 +130,6 @@ func setUpAdmission(ctx context.Context, t *testing.T, e *env) *admissionEnv {
 func (a *admissionEnv) installPolicy(ctx context.Context, t *testing.T) {
 	t.Helper()
 	version, dir := a.policyVersion(t)
-	a.policyDir = dir
 	dyn, err := dynamic.NewForConfig(a.c.Config)
 	if err != nil {
 		t.Fatal(err)
@@ -152,6 +159,10 @@ func (a *admissionEnv) installPolicy(ctx context.Context, t *testing.T) {
 		if f.obj.GetAPIVersion() != gv.String() {
 			t.Fatalf("%s is %s, want %s", f.name, f.obj.GetAPIVersion(), gv)
 		}
+	}
+	a.shipped = []shippedObject{
+		{filepath.Join(dir, "policy.yaml"), p.DeepCopy(), policies},
+		{filepath.Join(dir, "binding.yaml"), b.DeepCopy(), bindings},
 	}
 	a.policyLabel, a.policyValue = "sidecar-supervisor-e2e/k8sjobs-policy", a.hook.Value
 	name := p.GetName() + "-e2e-" + a.policyValue
@@ -213,20 +224,20 @@ func (a *admissionEnv) policyVersion(t *testing.T) (version, dir string) {
 }
 
 // applyDryRun: the files as shipped are valid for this API server, CEL
-// included (it compiles every expression when they are written).
+// included (it compiles every expression when they are written), and carry
+// no field it does not know: each is created as `kubectl apply
+// --dry-run=server` creates it (dryRun=All, fieldValidation=Strict).
 func (a *admissionEnv) applyDryRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	out, err := a.c.Kubectl(ctx, "apply", "--dry-run=server", "-f", a.policyDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{
-		"mutatingadmissionpolicy.admissionregistration.k8s.io/sidecar-supervisor created (server dry run)",
-		"mutatingadmissionpolicybinding.admissionregistration.k8s.io/sidecar-supervisor created (server dry run)",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("kubectl apply -f %s said:\n%s\nwant a line %q", a.policyDir, out, want)
+	for _, s := range a.shipped {
+		got, err := s.res.Create(ctx, s.obj, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldValidation: "Strict"})
+		if err != nil {
+			t.Errorf("%s, created with dryRun=All: %v", s.file, err)
+			continue
+		}
+		if got.GetName() != s.obj.GetName() || got.GetKind() != s.obj.GetKind() {
+			t.Errorf("%s, created with dryRun=All: the server answered with %s %s, want %s %s", s.file, got.GetKind(), got.GetName(), s.obj.GetKind(), s.obj.GetName())
 		}
 	}
 }

@@ -64,7 +64,7 @@ func (e *env) release(ctx context.Context, t *testing.T, p corev1.Pod, container
 	e.waitRunning(ctx, t, p, container, run-1)
 	deadline := time.Now().Add(jobLimit)
 	for {
-		out, err := e.c.Kubectl(ctx, "exec", "-n", p.Namespace, p.Name, "-c", container, "--", "touch", gateDir+"/"+container)
+		out, err := e.c.Exec(ctx, p.Namespace, p.Name, container, "touch", gateDir+"/"+container)
 		if err == nil {
 			return
 		}

@@ -107,7 +107,7 @@ func (e *env) hostsRewritten(ctx context.Context, t *testing.T) {
 
 	// What each container reads: first the kubelet's file, pinned its own.
 	for _, c := range []struct{ name, want string }{{"first", "Kubernetes-managed hosts file"}, {"pinned", hostsContent}} {
-		out, err := e.c.Kubectl(ctx, "exec", "-n", ns, p.Name, "-c", c.name, "--", "cat", "/etc/hosts")
+		out, err := e.c.Exec(ctx, ns, p.Name, c.name, "cat", "/etc/hosts")
 		if err != nil {
 			t.Fatalf("exec cat /etc/hosts in %s: %v\n%s", c.name, err, out)
 		}

@@ -136,9 +136,34 @@ pid_alive() {
 
 ctr_cmd() { ctr --address "$CONTAINERD_SOCK" -n k8s.io "$@"; }
 
-# kubectl_cmd ARGS: the kubectl built from KUBERNETES_VERSION (a kubectl on PATH
-# may be any version) against this cluster.
-kubectl_cmd() { "$KUBECTL" --kubeconfig "$KUBECONFIG_PATH" "$@"; }
+# kube_get PATH: GET PATH from the API server as its admin, the JSON on stdout
+# without whitespace. curl rather than a kubectl: these checks are all the
+# scripts asked of one, and its build cost a cold run about a minute. (The
+# API server indents JSON for a curl user agent; the agent set here does not
+# matter, the whitespace is dropped.)
+kube_get() {
+	local out
+	out="$(curl -fsS --max-time 10 --cacert "$CLUSTER_DIR/pki/ca.crt" \
+		--cert "$CLUSTER_DIR/pki/admin.crt" --key "$CLUSTER_DIR/pki/admin.key" \
+		"https://127.0.0.1:$APISERVER_PORT$1")" || return 1
+	printf '%s\n' "${out//[[:space:]]/}"
+}
+
+# condition JSON TYPE STATUS: JSON (without whitespace) has a condition of
+# type TYPE whose status is STATUS (a JSON value: true, "True"), whatever the
+# order of its keys.
+condition() {
+	local c
+	c="$(grep -oE '\{[^{}]*"type":"'"$2"'"[^{}]*\}' <<<"$1")" || return 1
+	grep -q '"status":'"$3" <<<"$c"
+}
+
+# node_ready: the node's Ready condition is True.
+node_ready() {
+	local node
+	node="$(kube_get "/api/v1/nodes/$NODE_NAME")" || return 1
+	condition "$node" Ready '"True"'
+}
 
 # mounts_under DIR: mount points at or below DIR, deepest first.
 mounts_under() {

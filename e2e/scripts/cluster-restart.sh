@@ -19,8 +19,7 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/cluster-lib.sh"
 
-# The binaries cluster-tools.sh built for the running cluster.
-KUBECTL="$CACHE/kube/$KUBERNETES_VERSION/kubectl"
+# The crictl cluster-tools.sh built for the running cluster.
 CRICTL="$CACHE/crictl/$CRI_TOOLS_VERSION/crictl"
 
 cluster_restart_main() {
@@ -30,7 +29,7 @@ cluster_restart_main() {
 	kubelet | containerd) ;;
 	*) die "usage: cluster-restart.sh kubelet|containerd (got '${name}')" ;;
 	esac
-	[ -x "$KUBECTL" ] && [ -x "$CRICTL" ] || die "no kubectl or crictl under $CACHE: start the cluster first (cluster-up.sh)"
+	[ -x "$CRICTL" ] || die "no crictl under $CACHE: start the cluster first (cluster-up.sh)"
 	pid_alive "$name" || die "$name is not running in $CLUSTER_DIR: start the cluster first (cluster-up.sh)"
 	pid="$(cat "$CLUSTER_DIR/pids/$name.pid")"
 	local args=() envs=()
@@ -72,20 +71,12 @@ cluster_restart_main() {
 	log "$name restarted in $((SECONDS - t0))s"
 }
 
-node_ready() {
-	[ "$(kubectl_cmd get node "$NODE_NAME" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
-}
-
 cri_ready() {
 	# Into a variable first: a grep -q on a pipe exits at its first match,
 	# and under pipefail the writer's SIGPIPE would fail the check.
 	local info
 	info="$("$CRICTL" --runtime-endpoint "unix://$CONTAINERD_SOCK" info 2>/dev/null)" || return 1
-	# The RuntimeReady condition, whatever the order of its keys (crictl
-	# sorts them: "status" comes before "type"), must say true.
-	local cond
-	cond="$(grep -oE '\{[^{}]*"type":"RuntimeReady"[^{}]*\}' <<<"${info//[[:space:]]/}")" || return 1
-	grep -q '"status":true' <<<"$cond"
+	condition "${info//[[:space:]]/}" RuntimeReady true # crictl sorts keys: status first
 }
 
 # wait_until WHAT SECONDS CMD...: run CMD every half second until it

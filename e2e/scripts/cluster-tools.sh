@@ -3,12 +3,15 @@
 #
 #   Debian      containerd (+ctr, CRI plugin), runc, etcd-server, the CNI
 #               plugins, buildah, skopeo, catatonit, busybox-static, openssl
-#   Go modules  kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
-#               kubectl from k8s.io/kubernetes at KUBERNETES_VERSION, and crictl
+#   Go modules  kube-apiserver, kube-controller-manager, kube-scheduler and
+#               kubelet from k8s.io/kubernetes at KUBERNETES_VERSION, and crictl
 #               from sigs.k8s.io/cri-tools at CRI_TOOLS_VERSION (not in Debian;
 #               the teardown uses it to stop pod sandboxes through the CRI).
+#               No kubectl: the scripts ask the API server with curl, the
+#               tests with client-go; its build (98 packages of its own and a
+#               62 MB link) cost a cold run about a minute.
 #
-# All six are built by one `go build` in a throw-away module under the cache
+# All five are built by one `go build` in a throw-away module under the cache
 # (never in the repo's e2e module: k8s.io/kubernetes needs one `replace` line
 # per staging module, which would leak into everybody's dependency graph).
 # Each binary is cached, the Kubernetes ones under $CACHE/kube/<version>/ and
@@ -21,7 +24,7 @@
 # done).
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-KUBE_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
+KUBE_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet)
 KUBE_CMD=k8s.io/kubernetes/cmd
 CRICTL_CMD=sigs.k8s.io/cri-tools/cmd/crictl
 
@@ -81,7 +84,7 @@ staging_version() {
 # e2e module, whose tests need real source paths): the Kubernetes build then
 # takes those from the Go build cache that the e2e module's vet has just
 # filled, instead of compiling them again. crictl shares most of its packages
-# (cri-api, grpc, client-go, kubectl's) with the Kubernetes binaries in the
+# (cri-api, grpc, client-go, some of kubectl's) with the Kubernetes binaries in the
 # same way; CRI_TOOLS_VERSION is a release whose requirements are all at most
 # the other two modules' (v1.37.0 wants a newer grpc than e2e's, which would
 # compile grpc and all above it a second time). Rewritten when e2e/go.mod or a
@@ -114,8 +117,8 @@ kube_module_dir() {
 # k8s.io/kubernetes/cmd, or crictl's) into KUBEDIR or CRICTLDIR, in one `go
 # build`, so that the links overlap the compiles and the package graph is
 # loaded once. CGO_ENABLED=0 gives static binaries (what Kubernetes releases
-# ship for these); the gitVersion ldflag makes `version` report the real
-# release, without which kubectl refuses to parse the server's version.
+# ship for these); the gitVersion ldflag makes each report the real release
+# (the node's kubeletVersion, which cluster-up.sh checks, among them).
 # k8s.io/kubernetes's own packages (about 60% of what is compiled here that
 # the e2e module's vet has not already compiled) are compiled without
 # optimisations or inlining (-N -l): about 28% less compile time for them on

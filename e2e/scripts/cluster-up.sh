@@ -9,7 +9,7 @@
 # into containerd before the kubelet starts. Waits (bounded) until the node is
 # Ready, the default ServiceAccount and kube-root-ca.crt exist (pods are
 # rejected or stuck before that), then prints, one NAME=VALUE a line:
-#   KUBECONFIG CLUSTER_DIR NODE_NAME CONTAINERD_SOCK KUBECTL CRICTL
+#   KUBECONFIG CLUSTER_DIR NODE_NAME CONTAINERD_SOCK CRICTL
 #   PAUSE_IMAGE BUSYBOX_IMAGE
 # Logs go to stderr; the daemons' logs to $CLUSTER_DIR/logs/<name>.log.
 #
@@ -61,7 +61,7 @@ cluster_up_main() {
 	fi
 	if cluster_healthy; then
 		local running
-		running="$(kubectl_cmd get node "$NODE_NAME" -o 'jsonpath={.status.nodeInfo.kubeletVersion}')"
+		running="$(kube_get "/api/v1/nodes/$NODE_NAME" | grep -o '"kubeletVersion":"[^"]*"' | cut -d'"' -f4)"
 		[ "$running" = "$KUBERNETES_VERSION" ] ||
 			die "the cluster in $CLUSTER_DIR runs Kubernetes $running, not $KUBERNETES_VERSION: stop it first (e2e/scripts/cluster-down.sh), or set SUPERVISOR_E2E_KUBERNETES_VERSION=$running"
 		log "reusing the cluster in $CLUSTER_DIR"
@@ -125,7 +125,7 @@ cluster_up_main() {
 		--kubelet-preferred-address-types Hostname \
 		--kubelet-client-certificate "$CLUSTER_DIR/pki/admin.crt" --kubelet-client-key "$CLUSTER_DIR/pki/admin.key" \
 		--allow-privileged=true --profiling=false
-	wait_for kube-apiserver "$WAIT_LIMIT" kubectl_cmd get --raw /readyz
+	wait_for kube-apiserver "$WAIT_LIMIT" kube_get /readyz
 
 	start_daemon kube-controller-manager "$KUBE_CONTROLLER_MANAGER" \
 		--kubeconfig "$KUBECONFIG_PATH" \
@@ -147,16 +147,16 @@ cluster_up_main() {
 		--hostname-override "$NODE_NAME" --v "$KUBELET_VERBOSITY"
 
 	wait_for "node $NODE_NAME Ready" "$WAIT_LIMIT" node_ready
-	wait_for "ServiceAccount default" "$WAIT_LIMIT" kubectl_cmd -n default get serviceaccount default
-	wait_for "ConfigMap kube-root-ca.crt" "$WAIT_LIMIT" kubectl_cmd -n default get configmap kube-root-ca.crt
+	wait_for "ServiceAccount default" "$WAIT_LIMIT" kube_get /api/v1/namespaces/default/serviceaccounts/default
+	wait_for "ConfigMap kube-root-ca.crt" "$WAIT_LIMIT" kube_get /api/v1/namespaces/default/configmaps/kube-root-ca.crt
 	trap - EXIT TERM INT
 	log "cluster up in $((SECONDS - start))s (node Ready), state in $CLUSTER_DIR"
 	print_env
 }
 
 print_env() {
-	printf 'KUBECONFIG=%s\nCLUSTER_DIR=%s\nNODE_NAME=%s\nCONTAINERD_SOCK=%s\nKUBECTL=%s\nCRICTL=%s\n' \
-		"$KUBECONFIG_PATH" "$CLUSTER_DIR" "$NODE_NAME" "$CONTAINERD_SOCK" "$KUBECTL" "$CRICTL"
+	printf 'KUBECONFIG=%s\nCLUSTER_DIR=%s\nNODE_NAME=%s\nCONTAINERD_SOCK=%s\nCRICTL=%s\n' \
+		"$KUBECONFIG_PATH" "$CLUSTER_DIR" "$NODE_NAME" "$CONTAINERD_SOCK" "$CRICTL"
 	printf 'PAUSE_IMAGE=%s\nBUSYBOX_IMAGE=%s\n' "$PAUSE_IMAGE" "$BUSYBOX_IMAGE"
 }
 
@@ -185,10 +185,6 @@ cluster_healthy() {
 		pid_alive "$d" || return 1
 	done
 	node_ready
-}
-
-node_ready() {
-	[ "$(kubectl_cmd get node "$NODE_NAME" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
 }
 
 # start_daemon NAME BINARY ARGS...: start as a daemon (daemon_exec: it must
