@@ -11,9 +11,13 @@
 // state machine, one method per state, each returning the next, each in the
 // file of its name:
 //
-//		start -> discover -> wait -> decide -> stop -> done
-//		      \-> idle (restartPolicy Always, native sidecar) -> deleted
+//		[lead ->] start -> discover -> wait -> decide -> stop -> done
+//		                \-> idle (restartPolicy Always, native sidecar) -> deleted
 //
+//	  - lead (lead.go), with a state directory, takes the leader's lock in
+//	    it, or waits for it while another supervisor of the pod (a standby's
+//	    twin) holds it: one leads at a time, and the next the moment the
+//	    last dies.
 //	  - start (run.go) checks the pod shares its PID namespace and picks the
 //	    path by restart policy.
 //	  - discover (discover.go) scans /proc (package procscan) until the

@@ -122,6 +122,7 @@ func (h *harness) launch(cfg Config) {
 	s := New(cfg, logger, h.pod, h.kernel, post)
 	go func() {
 		res, err := s.Run(ctx)
+		s.Release() // as the process's exit would
 		h.result <- runResult{res, err}
 	}()
 }

@@ -30,9 +30,11 @@ import (
 // any other container starts, so the hook's command exists from the
 // start, and no long-running supervisor container is needed in such pods.
 
-// HoldName is the supervisor's own process name: in hold mode, its
-// containers are neither apps nor sidecars.
-const HoldName = "sidecar-supervisor"
+// OwnName is the supervisor's own process name. A container whose main
+// process has it is another of the supervisor's, neither an app nor a
+// sidecar: a standby (lead.go) to the one that runs, or a Job's supervisor
+// to the hold.
+const OwnName = "sidecar-supervisor"
 
 // HoldResult says how a hold ended.
 type HoldResult struct {
@@ -141,7 +143,7 @@ func Install(dir string) (string, error) {
 	if err := tmp.Close(); err != nil {
 		return "", err
 	}
-	dst := filepath.Join(dir, HoldName)
+	dst := filepath.Join(dir, OwnName)
 	if err := os.Rename(tmp.Name(), dst); err != nil {
 		return "", err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -45,6 +46,8 @@ type Supervisor struct {
 	scan  Scanner
 	watch Watcher
 	post  PostFunc
+	// lock is the leader's lock, held from the run's start (lead.go).
+	lock *os.File
 }
 
 // New returns a Supervisor. post may be nil for the real HTTP client.
@@ -118,10 +121,12 @@ type run struct {
 	// run.go: podDeleted, once a SIGTERM (pod deletion) ended the run;
 	// notes, for the summary (note); unready, the ready file could not be
 	// written: the kubelet's hooks on it may hold the apps back WaitLimit
-	// (discover looks for them that much longer).
+	// (discover looks for them that much longer). lead.go: standby, the
+	// leader a standby waited for to the pod's deletion.
 	podDeleted  bool
 	notes       []string
 	readyFailed bool
+	standby     string
 
 	// progress.go: the progress last written (publish).
 	published string
@@ -153,7 +158,11 @@ func (s *Supervisor) Run(ctx context.Context) (res Result, err error) {
 			res, err = r.salvage(ctx, p)
 		}
 	}()
-	if err := r.loop(ctx, r.start); err != nil {
+	first := r.start
+	if s.cfg.StateDir != "" {
+		first = r.lead
+	}
+	if err := r.loop(ctx, first); err != nil {
 		return r.result(), err
 	}
 	res = r.result()
@@ -286,6 +295,8 @@ func (r *run) summary() string {
 	var b strings.Builder
 	d := r.decision
 	switch {
+	case r.standby != "":
+		b.WriteString("standby: " + r.standby + " led to the pod's deletion")
 	case d.apps == nil && !r.podDeleted:
 		// Nothing was waited for (a native sidecar).
 	case r.podDeleted && d.apps == nil:

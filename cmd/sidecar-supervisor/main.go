@@ -206,7 +206,7 @@ func hold(cfg supervisor.Config, log zerolog.Logger, bad []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	// The supervisor's own containers (a Job's supervisor) are not apps.
-	scan, _, err := openScanner(cfg, supervisor.HoldName)
+	scan, _, err := openScanner(cfg, supervisor.OwnName)
 	if err != nil {
 		log.Error().Err(err).Msg("hold: cannot read /proc; not holding")
 		return exitCannotRun
@@ -264,7 +264,8 @@ func sidecarLog(scan *supervisor.ProcScanner) io.Writer {
 // choice (exitwatch's Choice.Refused), logged as an error and added to
 // bad, the settings the termination message names.
 func supervise(ctx context.Context, cfg supervisor.Config, log zerolog.Logger, bad *[]string, then func(*supervisor.Supervisor, supervisor.Result)) error {
-	scan, own, err := openScanner(cfg)
+	// A standby's container is no app (supervisor/lead.go).
+	scan, own, err := openScanner(cfg, supervisor.OwnName)
 	if err != nil {
 		return err
 	}

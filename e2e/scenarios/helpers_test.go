@@ -130,8 +130,14 @@ func releaseApps(t *testing.T, p *pod.Pod, b Built, apps []App) {
 // waitLog waits (bounded) for a message in the supervisor's log.
 func waitLog(t *testing.T, p *pod.Pod, msg string) {
 	t.Helper()
-	if err := AwaitLog(p, 1, Is(msg)); err != nil {
-		t.Fatalf("no %q in the supervisor's log: %v", msg, err)
+	waitLogOf(t, p, "supervisor", msg)
+}
+
+// waitLogOf waits (bounded) for a message in container's log.
+func waitLogOf(t *testing.T, p *pod.Pod, container, msg string) {
+	t.Helper()
+	if err := AwaitLogOf(p, container, 1, Is(msg)); err != nil {
+		t.Fatalf("no %q in %s's log: %v", msg, container, err)
 	}
 }
 

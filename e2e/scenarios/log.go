@@ -102,9 +102,12 @@ func Messages(lines []LogLine) []string {
 }
 
 // LogWhere lists the supervisor's log lines that match.
-func LogWhere(p *pod.Pod, match func(LogLine) bool) []LogLine {
+func LogWhere(p *pod.Pod, match func(LogLine) bool) []LogLine { return LogOf(p, "supervisor", match) }
+
+// LogOf lists the log lines of container (a supervisor's) that match.
+func LogOf(p *pod.Pod, container string, match func(LogLine) bool) []LogLine {
 	var out []LogLine
-	for _, l := range ParseLog(p.Logs("supervisor")) {
+	for _, l := range ParseLog(p.Logs(container)) {
 		if match(l) {
 			out = append(out, l)
 		}
@@ -130,9 +133,14 @@ func About(msg, container string) func(LogLine) bool {
 // AwaitLog waits (bounded by EventBound) until n lines of the supervisor's
 // log match: the pod wakes the wait at each line written (pod.Pod.Await).
 func AwaitLog(p *pod.Pod, n int, match func(LogLine) bool) error {
+	return AwaitLogOf(p, "supervisor", n, match)
+}
+
+// AwaitLogOf is AwaitLog for container's log.
+func AwaitLogOf(p *pod.Pod, container string, n int, match func(LogLine) bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), EventBound)
 	defer cancel()
-	return p.Await(ctx, func() bool { return len(LogWhere(p, match)) >= n })
+	return p.Await(ctx, func() bool { return len(LogOf(p, container, match)) >= n })
 }
 
 // WaitLogFor waits (AwaitLog) for a line of the supervisor's log with

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -122,7 +123,12 @@ type Desc struct {
 	// postStart hook, `sidecar-supervisor wait`, as the injection template
 	// does with istio-proxy last (it has SupervisorState).
 	SupervisorFirst bool
-	Grace           time.Duration
+	// SupervisorStandby adds a second supervisor, "standby", the same but
+	// for its name and termination message, right after the first: it
+	// leads once the first dies (supervisor/lead.go; it needs a state
+	// directory).
+	SupervisorStandby bool
+	Grace             time.Duration
 }
 
 // HandlerCue is the name Built.Release takes for the stand-in's handler
@@ -456,19 +462,27 @@ func assemble(d Desc, dir string, apps []pod.Container, proxy, supervisor *pod.C
 			supervisor.Caps = []int{unix.CAP_KILL, unix.CAP_SYS_PACCT}
 		}
 		supervisor.OwnPIDNamespace = d.SupervisorOwnPIDNS
+		ours := []pod.Container{*supervisor}
+		if d.SupervisorStandby {
+			ours = append(ours, standby(*supervisor))
+		}
 		switch {
 		case d.SupervisorNative:
-			// A native sidecar before every container of the pod; the
+			// Native sidecars before every container of the pod; the
 			// next starts once its startup probe passes.
-			supervisor.Native = true
-			supervisor.StartupProbe = []string{supervisor.Argv[0], "ready"}
-			spec.Containers = append([]pod.Container{*supervisor}, spec.Containers...)
+			for i := range ours {
+				ours[i].Native = true
+				ours[i].StartupProbe = []string{supervisor.Argv[0], "ready"}
+			}
+			spec.Containers = append(ours, spec.Containers...)
 		case d.SupervisorFirst:
 			// The next container starts once the hook has returned.
-			supervisor.PostStart = []string{supervisor.Argv[0], "wait"}
-			spec.Containers = append([]pod.Container{*supervisor}, spec.Containers...)
+			for i := range ours {
+				ours[i].PostStart = []string{supervisor.Argv[0], "wait"}
+			}
+			spec.Containers = append(ours, spec.Containers...)
 		default:
-			spec.Containers = append(spec.Containers, *supervisor)
+			spec.Containers = append(spec.Containers, ours...)
 		}
 	}
 	for _, c := range injected {
@@ -478,6 +492,23 @@ func assemble(d Desc, dir string, apps []pod.Container, proxy, supervisor *pod.C
 		spec.Containers = append(spec.Containers, c)
 	}
 	return spec
+}
+
+// standby is the supervisor container c again as "standby", with a
+// termination message of its own where it is a host file (the namespaces
+// backend's).
+func standby(c pod.Container) pod.Container {
+	c.Name = "standby"
+	if msg := c.TerminationMessage; filepath.IsAbs(msg) && !strings.HasPrefix(msg, "/dev/") {
+		c.TerminationMessage = filepath.Join(filepath.Dir(msg), "standby.termination-log")
+		c.Env = slices.Clone(c.Env)
+		for i, kv := range c.Env {
+			if strings.HasPrefix(kv, "SUPERVISOR_TERMINATION_MESSAGE_PATH=") {
+				c.Env[i] = "SUPERVISOR_TERMINATION_MESSAGE_PATH=" + c.TerminationMessage
+			}
+		}
+	}
+	return c
 }
 
 // appNames are d's app containers (neither native sidecars nor ephemeral).

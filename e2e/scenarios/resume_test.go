@@ -6,6 +6,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/e2e/pod"
 )
@@ -65,6 +66,61 @@ func TestSupervisorKilled(t *testing.T) {
 		}
 	}
 }
+
+// TestStandby: a second supervisor, "standby", waits while the first
+// leads, and carries on from its journal the moment the first dies: no
+// kubelet's restart in between (the killed one, started again, stands by
+// in its turn). Not killed, the standby leads once the first has stopped
+// the sidecar and exited, finds the Job done, and exits 0 too: the pod
+// ends as without it.
+func TestStandby(t *testing.T) {
+	for _, b := range Builders(t) {
+		for _, tc := range []struct {
+			name   string
+			policy pod.RestartPolicy
+			native bool
+			kill   bool
+		}{
+			{name: "OnFailure, the supervisor killed", policy: pod.OnFailure, kill: true},
+			{name: "Never, native shape, the supervisor killed", policy: pod.Never, native: true, kill: true},
+			{name: "Never, not killed", policy: pod.Never},
+		} {
+			t.Run(b.Name+"/"+tc.name, func(t *testing.T) {
+				d := Desc{Name: "standby", Policy: tc.policy, Apps: []App{{Name: "app", Cued: true, UID: 1000}},
+					SupervisorState: true, SupervisorNative: tc.native, SupervisorStandby: true,
+					SupervisorEnv: patient("SUPERVISOR_RESTART_POLICY=" + string(tc.policy))}
+				p, built := run(t, b, d)
+				waitRecordStart(t, built.PilotRecord)
+				WaitLogFor(t, p, "app found", "app")
+				waitLogOf(t, p, "standby", standingBy)
+				if tc.kill {
+					killed := time.Now()
+					if err := p.Signal("supervisor", syscall.SIGKILL); err != nil {
+						t.Fatal(err)
+					}
+					waitLogOf(t, p, "standby", "carrying on from the journal of the supervisor before")
+					t.Logf("the standby carried on %s after the kill", time.Since(killed).Round(time.Millisecond))
+					// Started again by the kubelet, the killed one stands by.
+					waitLog(t, p, standingBy)
+				}
+				releaseApps(t, p, built, d.Apps)
+				st := p.MustWaitPhase(t, EventBound)
+				checkEnd(t, st, pod.Succeeded, map[string]int{"app": 0, "istio-proxy": 0, "supervisor": 0, "standby": 0})
+				if rec := Record(built.PilotRecord); slices.Index(rec, "signal SIGTERM") < 0 || slices.ContainsFunc(rec, func(l string) bool {
+					return strings.HasPrefix(l, "signal ") && l != "signal SIGTERM"
+				}) {
+					t.Errorf("pilot-agent record %q, want SIGTERM only", rec)
+				}
+				if n := len(LogWhere(p, Is("sidecar signalled"))) + len(LogOf(p, "standby", Is("sidecar signalled"))); n != 1 {
+					t.Errorf("%d supervisors signalled the sidecar, want one:\n%s\n%s", n, p.Logs("supervisor"), p.Logs("standby"))
+				}
+			})
+		}
+	}
+}
+
+// standingBy is a standby's message while another supervisor leads.
+const standingBy = "standby: another supervisor of the pod leads; carrying on from its journal the moment it ends"
 
 // TestEndedUnreadBeforeKill: the app ends while the supervisor is stopped
 // (SIGSTOP: alive, off the CPU, as a throttled or frozen container is),
