@@ -148,24 +148,33 @@ func ReadyProbe(cfg *Config, up func() (time.Duration, error)) (note string, err
 // in its container. The main process is the container's oldest whose
 // parent is outside the pod's PID namespace (procscan.Container.Main).
 func Uptime() (time.Duration, error) {
-	s, err := procscan.NewScanner(procRoot)
+	m, err := OwnMain()
 	if err != nil {
 		return 0, err
+	}
+	return procscan.Age(m)
+}
+
+// OwnMain is the main process of the caller's container (see Uptime).
+func OwnMain() (procscan.Process, error) {
+	s, err := procscan.NewScanner(procRoot)
+	if err != nil {
+		return procscan.Process{}, err
 	}
 	self, err := s.Self()
 	if err != nil {
-		return 0, err
+		return procscan.Process{}, err
 	}
 	pod, err := s.Scan(self, procscan.Rules{})
 	if err != nil {
-		return 0, err
+		return procscan.Process{}, err
 	}
 	for _, c := range pod.Of(procscan.Self) {
 		if c.HasMain {
-			return procscan.Age(c.Main)
+			return c.Main, nil
 		}
 	}
-	return 0, errors.New("this container has no main process in the PID namespace")
+	return procscan.Process{}, errors.New("this container has no main process in the PID namespace")
 }
 
 // WaitReady returns once Ready(dir) passes, or with its last error after

@@ -109,8 +109,25 @@ func main() {
 // fails has the kubelet kill the supervisor). What it prints goes to the
 // kubelet, which shows a hook's output only in the event of one that
 // failed.
+//
+// It marks its start and its return in the state directory, the latter
+// naming the supervisor it served, which does not exit before it
+// (supervisor.AwaitHook): the kubelet takes a hook ended by its
+// container's end for a failed start.
 func wait(dir string, stderr io.Writer) int {
 	start := time.Now()
+	if err := supervisor.HookStarted(dir); err != nil {
+		fmt.Fprintf(stderr, "sidecar-supervisor wait: cannot mark the hook's start: %v\n", err)
+	}
+	defer func() {
+		main, err := supervisor.OwnMain()
+		if err == nil {
+			err = supervisor.HookReturned(dir, main)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "sidecar-supervisor wait: cannot mark the hook's return: %v\n", err)
+		}
+	}()
 	if err := supervisor.WaitReady(context.Background(), dir, supervisor.WaitLimit); err != nil {
 		fmt.Fprintf(stderr, "sidecar-supervisor wait: %v; the kubelet starts the apps after %s without it\n",
 			err, time.Since(start).Round(time.Millisecond))
@@ -155,6 +172,16 @@ func run(mode string, environ []string, stderr io.Writer) int {
 		log.Info().Str("summary", res.Summary).Msg("done")
 		if ctx.Err() != nil {
 			return
+		}
+		if cfg.Shape == supervisor.ShapeContainer {
+			// Its exit would end its postStart hook, if that still runs
+			// (a restart that found the work done): a failed start.
+			switch waited, err := supervisor.AwaitHook(ctx, cfg.StateDir, supervisor.Uptime); {
+			case err != nil && ctx.Err() == nil:
+				log.Warn().Err(err).Msg("exiting without the mark of its postStart hook's return")
+			case waited > 0:
+				log.Info().Dur("waited", waited).Msg("its postStart hook has returned")
+			}
 		}
 		if cfg.Shape == supervisor.ShapeNative {
 			// A native sidecar that exits is started again by the kubelet
