@@ -514,6 +514,11 @@ func admissionCases(t *testing.T) []admissionCase {
 			want: supervisorFirst(appEnv("cloud-sql-proxy"), "app", "cloud-sql-proxy")},
 		{name: "cloud-sql-proxy by hand, before the app: the supervisor last", pod: jobPod(corev1.RestartPolicyOnFailure, csql, app),
 			want: supervisorLast(policyEnv("OnFailure", "SUPERVISOR_APP_CONTAINERS", "1", "SUPERVISOR_APPS", "app"), "cloud-sql-proxy", "app")},
+		// A standby: the supervisor twice, first or last (checkStandby).
+		{name: "standby, daprd from its webhook: both first", pod: annotated(never, standbyAnnotation, "true"), webhook: appending(daprd),
+			want: withStandby(supervisorFirst(appEnv("daprd"), "app", "daprd"))},
+		{name: "standby, cloud-sql-proxy before the app: both last", pod: annotated(jobPod(corev1.RestartPolicyOnFailure, csql, app), standbyAnnotation, "true"),
+			want: withStandby(supervisorLast(policyEnv("OnFailure", "SUPERVISOR_APP_CONTAINERS", "1", "SUPERVISOR_APPS", "app"), "cloud-sql-proxy", "app"))},
 		{name: "cloud-sql-proxy by hand, then Istio's injector: one supervisor", pod: jobPod(corev1.RestartPolicyNever, app, csql), webhook: appending(proxy),
 			want: supervisorFirst(appEnv("cloud-sql-proxy"), "app", "cloud-sql-proxy", proxyName)},
 		// Istio's own sidecar template alone (no supervisor template).
@@ -671,7 +676,7 @@ func TestAdmissionPolicy(t *testing.T) {
 				return
 			}
 			w.Spec.ShareProcessNamespace = got.Spec.ShareProcessNamespace
-			g.Spec.Containers = slices.DeleteFunc(g.Spec.Containers, func(c corev1.Container) bool { return c.Name == supervisorName })
+			g.Spec.Containers = slices.DeleteFunc(g.Spec.Containers, func(c corev1.Container) bool { return c.Name == supervisorName || c.Name == standbyName })
 			if n := len(g.Spec.Volumes); n == 0 || g.Spec.Volumes[n-1].Name != stateVolume {
 				t.Errorf("the state volume is not the pod's last: %v", g.Spec.Volumes)
 			} else if g.Spec.Volumes = g.Spec.Volumes[:n-1]; len(g.Spec.Volumes) == 0 {

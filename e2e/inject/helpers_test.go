@@ -20,6 +20,7 @@ const (
 	deployDir = "../../deploy"
 
 	supervisorName = "sidecar-supervisor"
+	standbyName    = "sidecar-supervisor-standby"
 	proxyName      = "istio-proxy"
 	supervisorRef  = "ghcr.io/sidecar-supervisor/sidecar-supervisor:v0.1.0"
 
@@ -321,7 +322,7 @@ func checkOrder(t *testing.T, spec corev1.PodSpec, proxyMayFollow bool) {
 	switch {
 	case !ok:
 		for _, n := range names[i+1:] {
-			if n != proxyName || !proxyMayFollow {
+			if n != standbyName && (n != proxyName || !proxyMayFollow) {
 				t.Errorf("container %q comes after %s, which has no %s: %v", n, supervisorName, afterAppsVar, names)
 			}
 		}
@@ -339,6 +340,27 @@ func checkOrder(t *testing.T, spec corev1.PodSpec, proxyMayFollow bool) {
 					t.Errorf("%s=%s: %s does not come after app %s: %v", afterAppsVar, after, s, a, names)
 				}
 			}
+		}
+	}
+}
+
+// checkStandby: a standby supervisor comes right after the supervisor, in
+// the same list, and is the same container but for its name.
+func checkStandby(t *testing.T, spec corev1.PodSpec) {
+	t.Helper()
+	for _, l := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+		i := slices.IndexFunc(l, func(c corev1.Container) bool { return c.Name == standbyName })
+		if i < 0 {
+			continue
+		}
+		if i == 0 || l[i-1].Name != supervisorName {
+			t.Errorf("%s does not come right after %s", standbyName, supervisorName)
+			continue
+		}
+		twin := *l[i].DeepCopy()
+		twin.Name = supervisorName
+		if diff := cmp.Diff(l[i-1], twin); diff != "" {
+			t.Errorf("%s differs from %s but for its name (-supervisor +standby):\n%s", standbyName, supervisorName, diff)
 		}
 	}
 }
@@ -437,6 +459,7 @@ func checkSupervised(t *testing.T, spec corev1.PodSpec, want podShape, basics su
 		t.Errorf("%s (-want +got):\n%s\n%s", what, diff, shown)
 	}
 	checkOrder(t, spec, proxyMayFollow)
+	checkStandby(t, spec)
 	checkSupervisorBasics(t, spec, basics)
 	checkValid(t, spec)
 	checkPodSecurity(t, spec, want.SupervisorCapsAdd)

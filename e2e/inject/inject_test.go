@@ -435,18 +435,23 @@ func checkTemplateOutput(t *testing.T, in istioInstall, tc injectCase) {
 		if ptrace {
 			checkProxyStateMount(t, patch.Spec, rendered)
 		}
+		// The supervisor, and its standby where the case wants one.
+		ours := []string{supervisorName}
+		if slices.Contains(slices.Concat(tc.want.InitContainers, tc.want.Containers), standbyName) {
+			ours = append(ours, standbyName)
+		}
 		// The native shape: the supervisor alone among the init containers,
 		// after the pod's own.
 		if findInit(patch.Spec, supervisorName) != nil {
-			want = parts{InitContainers: []string{supervisorName}, Volumes: []string{stateVolume}}
-			wantOrders = map[string][]string{"initContainers": append(shapeOf(pod.Spec).InitContainers, supervisorName)}
+			want = parts{InitContainers: ours, Volumes: []string{stateVolume}}
+			wantOrders = map[string][]string{"initContainers": slices.Concat(shapeOf(pod.Spec).InitContainers, ours)}
 			if ptrace {
 				want.Containers = []string{proxyName}
 				wantOrders["containers"] = append(withoutProxy(shapeOf(pod.Spec).Containers), proxyName)
 			}
 			break
 		}
-		want = parts{Containers: []string{supervisorName}, Volumes: []string{stateVolume}}
+		want = parts{Containers: slices.Clone(ours), Volumes: []string{stateVolume}}
 		if ptrace {
 			want.Containers = append(want.Containers, proxyName)
 		}
@@ -456,9 +461,9 @@ func checkTemplateOutput(t *testing.T, in istioInstall, tc injectCase) {
 		// supervisor then goes after them.
 		proxyFirst := meshCfg.GetDefaultConfig().GetHoldApplicationUntilProxyStarts().GetValue() ||
 			in.Values.Struct().GetGlobal().GetProxy().GetHoldApplicationUntilProxyStarts().GetValue()
-		order := append([]string{supervisorName}, shapeOf(pod.Spec).Containers...)
+		order := slices.Concat(ours, shapeOf(pod.Spec).Containers)
 		if proxyFirst {
-			order = append(shapeOf(pod.Spec).Containers, supervisorName)
+			order = slices.Concat(shapeOf(pod.Spec).Containers, ours)
 		}
 		if ptrace && !slices.Contains(order, proxyName) {
 			order = append(order, proxyName)

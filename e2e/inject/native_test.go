@@ -107,7 +107,27 @@ func nativeCases(t *testing.T) []injectCase {
 				"SUPERVISOR_STOP_TIMEOUT", "30s", "SUPERVISOR_EXIT_STATUS", "auto"), "app")},
 		{name: "shape native on a deployment: the hold, as without it",
 			in: annotate(deployment("web", "web"), shapeAnnotation, "native"), want: held("20s")},
+		// A standby: the supervisor twice, the second right after the
+		// first (checkStandby), in either shape and either order.
+		{name: "standby by pod annotation", in: shapeJob("container", standbyAnnotation, "true"), want: withStandby(containerSupervised())},
+		{name: "standby, native shape", in: shapeJob("native", standbyAnnotation, "true"), want: withStandby(nativeJob())},
+		{name: "standby with holdApplicationUntilProxyStarts: both after the app",
+			in: shapeJob("container", standbyAnnotation, "true", proxyConfig, holdConfig), want: withStandby(proxyFirstJob())},
+		{name: "standby annotation other than true: none", in: shapeJob("container", standbyAnnotation, "yes"), want: containerSupervised()},
 	}
+}
+
+// standbyAnnotation asks for a standby supervisor.
+const standbyAnnotation = annotationPrefix + "standby"
+
+// withStandby is s with the standby supervisor right after the supervisor.
+func withStandby(s podShape) podShape {
+	for _, l := range []*[]string{&s.Containers, &s.InitContainers} {
+		if i := slices.Index(*l, supervisorName); i >= 0 {
+			*l = slices.Insert(slices.Clone(*l), i+1, standbyName)
+		}
+	}
+	return s
 }
 
 // nativeValuesCases are the mesh-wide switch, SIDECAR_SUPERVISOR_SHAPE in
@@ -124,6 +144,10 @@ func nativeValuesCases() []injectCase {
 			in: edit(shapeJob("native"), withMigrate), want: withInits(nativeJob(), "istio-validation", "migrate", supervisorName)},
 		{name: "global.proxy.holdApplicationUntilProxyStarts, native: istio-proxy first, the look 1h", values: proxyFirstValues,
 			in: shapeJob("native"), want: nativeProxyFirst("1h")},
+		{name: "pilot.env.SIDECAR_SUPERVISOR_STANDBY true: a standby mesh-wide", values: pilotEnv("SIDECAR_SUPERVISOR_STANDBY", "true"),
+			in: job("sleep", corev1.RestartPolicyNever, nil, "app"), want: withStandby(containerSupervised())},
+		{name: "pilot.env.SIDECAR_SUPERVISOR_STANDBY true, pod standby false: none", values: pilotEnv("SIDECAR_SUPERVISOR_STANDBY", "true"),
+			in: shapeJob("container", standbyAnnotation, "false"), want: containerSupervised()},
 	}
 }
 

@@ -117,7 +117,7 @@ func checkStateDir(t *testing.T, spec corev1.PodSpec, c *corev1.Container, env m
 	}
 	ptrace := env["SUPERVISOR_EXIT_STATUS"] == "ptrace"
 	for _, o := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
-		if o.Name == supervisorName {
+		if o.Name == supervisorName || o.Name == standbyName { // the standby: checkStandby
 			continue
 		}
 		var at []corev1.VolumeMount
@@ -174,7 +174,7 @@ func checkNativeOrder(t *testing.T, spec corev1.PodSpec) {
 	inits := shape.InitContainers
 	i := slices.Index(inits, supervisorName)
 	for _, n := range inits[i+1:] {
-		if !slices.Contains(istioInits, n) {
+		if n != standbyName && !slices.Contains(istioInits, n) {
 			t.Errorf("init container %q comes after the native %s: only Istio's %v may: %v", n, supervisorName, istioInits, inits)
 		}
 	}

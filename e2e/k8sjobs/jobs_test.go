@@ -55,6 +55,8 @@ func TestJobs(t *testing.T) {
 			{"exit 0 completes", func(ctx context.Context, t *testing.T) { e.succeed(ctx, t, "exit-zero", quit, false) }},
 			{"exit 0, on-success SIGTERM: pilot-agent drains", func(ctx context.Context, t *testing.T) { e.succeed(ctx, t, "exit-zero-drain", drain, false) }},
 			{"exit 0, holdApplicationUntilProxyStarts: istio-proxy first", func(ctx context.Context, t *testing.T) { e.succeed(ctx, t, "exit-zero-hold", quit, true) }},
+			{"standby, OnFailure: the leader killed", func(ctx context.Context, t *testing.T) { e.standby(ctx, t, false) }},
+			{"standby, native: the leader killed", func(ctx context.Context, t *testing.T) { e.standby(ctx, t, true) }},
 			{"quick apps as istio-proxy starts", e.quickApps},
 			{"apps of milliseconds", e.millisecondApps},
 			{"native sidecar of its own", e.nativeSidecarOfItsOwn},

@@ -165,10 +165,10 @@ func (e *env) waitRestarted(ctx context.Context, t *testing.T, ns, job, containe
 	}
 }
 
-// status returns a container's status in p.
+// status returns a container's status in p (an init container's too).
 func status(t *testing.T, p corev1.Pod, name string) corev1.ContainerStatus {
 	t.Helper()
-	for _, s := range p.Status.ContainerStatuses {
+	for _, s := range slices.Concat(p.Status.ContainerStatuses, p.Status.InitContainerStatuses) {
 		if s.Name == name {
 			return s
 		}
