@@ -15,6 +15,7 @@
 #   flock /tmp/sidecar-supervisor-cluster.lock sudo e2e/soak.sh
 #   sudo e2e/soak.sh -seed 123 -jobs 20          # a short one
 #   sudo e2e/soak.sh -seed 123 -only 17,42       # replay two Jobs of a seed
+#   sudo e2e/soak.sh -standby                    # every pod with a standby supervisor
 #   go -C e2e run ./soak -h                      # every option
 #
 # Progress goes to stderr. As root: it runs the cluster, restarts its daemons

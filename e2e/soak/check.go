@@ -348,6 +348,8 @@ type podObs struct {
 	logErr    error
 	prevLog   string
 	prevErr   error
+	sbLog     string // the standby's, where the pod has one
+	sbErr     error
 	running   []string
 	crictlErr error
 }
@@ -515,6 +517,21 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, k *k
 		}
 		sls = append(sls, cur)
 	}
+	// A standby leads after the leader's death, or its exit: its log
+	// comes after the killed instance's, before the restarted one's.
+	if logOK := len(sls) > 0; logOK && status(statuses(p.pod), standbyName) != nil {
+		sb, err := parseSupervisorLog(p.sbLog)
+		switch {
+		case p.sbErr != nil || kubeletLine(p.sbLog):
+			v.unchecked = append(v.unchecked, fmt.Sprintf("pod %s: the standby's log: %v %s", name, p.sbErr, strings.TrimSpace(p.sbLog)))
+		case err != nil:
+			v.add(invOrder, "pod %s: the standby: %v", name, err)
+		case len(sls) == 2:
+			sls = slices.Insert(sls, 1, sb)
+		default:
+			sls = append(sls, sb)
+		}
+	}
 	logOK := len(sls) > 0
 	var stops []logLine
 	for _, sl := range sls {
@@ -614,6 +631,11 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, k *k
 		v.add(invMessage, "pod %s has no %s status", name, supervisorName)
 		return
 	}
+	if sb := status(statuses(p.pod), standbyName); sb != nil && sup.RestartCount == 0 && sup.State.Terminated != nil && sup.State.Terminated.ExitCode == 137 {
+		// Killed, and the pod ended before its restart: the standby's
+		// summary is the pod's.
+		sup, killedLast = sb, false
+	}
 	term := sup.State.Terminated
 	if term == nil {
 		v.add(invMessage, "pod %s: the supervisor has not terminated: %s", name, cluster.StateString(sup.State))
@@ -658,7 +680,7 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, k *k
 	}
 	allowed, named := expectedOutcomes(t, *w, inst, first, logOK, dead)
 	for _, s := range p.pod.Status.ContainerStatuses {
-		if startError(s.State) && s.Name != proxyName && s.Name != supervisorName && !slices.Contains(allowed, "failure") {
+		if startError(s.State) && s.Name != proxyName && s.Name != supervisorName && s.Name != standbyName && !slices.Contains(allowed, "failure") {
 			// The runtime failed to start an app (exit 128): the
 			// supervisor saw its init killed before the program ran, a
 			// failure, as the pod's phase has it (seed 20261213, Job 62).
@@ -835,7 +857,13 @@ func checkRestart(t timeline, w *podWant, p podObs, sup *corev1.ContainerStatus,
 	}
 	ko := v.kill
 	ko.missed = ""
-	if sup.RestartCount == 0 && len(sls) == 1 {
+	// A standby's log is among sls (checkPod); the leader's are the others.
+	standby := status(statuses(p.pod), standbyName) != nil
+	leaderLogs := len(sls)
+	if standby && leaderLogs > 0 {
+		leaderLogs--
+	}
+	if sup.RestartCount == 0 && leaderLogs == 1 {
 		proxy := status(p.pod.Status.ContainerStatuses, proxyName)
 		switch {
 		case by(sls[0].done, k.at):
@@ -866,14 +894,23 @@ func checkRestart(t timeline, w *podWant, p podObs, sup *corev1.ContainerStatus,
 			return dead, true
 		}
 	}
-	if sup.RestartCount != 1 || last == nil || last.ExitCode != 137 {
+	switch {
+	case standby && sup.RestartCount == 0 && sup.State.Terminated != nil && sup.State.Terminated.ExitCode == 137:
+		// The standby carried on; the pod ended before the kubelet's
+		// restart of the killed one.
+	case sup.RestartCount != 1 || last == nil || last.ExitCode != 137:
 		v.add(invRestart, "pod %s: the supervisor, SIGKILLed at %s, restarted %d time(s) (last: %s), want once after exit 137",
 			name, clock(k.at), sup.RestartCount, cluster.StateString(sup.LastTerminationState))
 	}
 	if len(sls) == 0 {
 		return dead, false // checkPod says why there is no log
 	}
+	// The instance after: the first to carry on from the journal (a
+	// standby's, before the killed one's restart), else the last.
 	before, after := supervisorLog{}, sls[len(sls)-1]
+	if i := slices.IndexFunc(sls[1:], func(sl supervisorLog) bool { return sl.resumed != nil }); i >= 0 {
+		after = sls[1+i]
+	}
 	switch {
 	case len(sls) >= 2:
 		before = sls[0]

@@ -25,7 +25,9 @@ const (
 	// shapeAnnotation its shape (deploy/istio/supervisor.tmpl).
 	exitStatusAnnotation = "supervisor.sidecar-supervisor.io/exit-status"
 	shapeAnnotation      = "supervisor.sidecar-supervisor.io/shape"
+	standbyAnnotation    = "supervisor.sidecar-supervisor.io/standby"
 	supervisorName       = "sidecar-supervisor"
+	standbyName          = "sidecar-supervisor-standby"
 	proxyName            = "istio-proxy"
 )
 

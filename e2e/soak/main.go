@@ -38,6 +38,7 @@
 //
 //	sudo e2e/soak.sh                     # 200 Jobs, a fresh seed
 //	sudo e2e/soak.sh -seed 7 -only 17    # Job 17 of seed 7 again, alone
+//	sudo e2e/soak.sh -standby            # every pod with a standby supervisor
 //	go -C e2e run ./soak -h              # every option
 //
 // As root: it starts (or joins) the cluster and reads the apps' stamps on
@@ -66,6 +67,7 @@ type options struct {
 	only       []int
 	jobTimeout time.Duration
 	out        string
+	standby    bool
 }
 
 func main() {
@@ -75,6 +77,7 @@ func main() {
 	flag.IntVar(&o.jobs, "jobs", 200, "how many Jobs")
 	flag.IntVar(&o.parallel, "parallel", 12, "how many Jobs run at once (the node's 2 cores hold about this many pods with their istio-proxy)")
 	flag.BoolVar(&o.restarts, "restarts", true, "restart the kubelet after a third of the Jobs have started, and containerd after two thirds")
+	flag.BoolVar(&o.standby, "standby", false, "give every Job's pod a standby supervisor (the template's standby annotation): a killed supervisor's successor is the standby, not the kubelet's restart")
 	flag.StringVar(&only, "only", "", "comma-separated Job indices to run, alone (to replay Jobs of a seed)")
 	flag.DurationVar(&o.jobTimeout, "job-timeout", 10*time.Minute, "bound on one Job; past it the Job counts as not finished (a failed run whose restart ran unseen is awaited SUPERVISOR_RESTART_TIMEOUT, 5m30s)")
 	flag.StringVar(&o.out, "out", "", "directory for the details of the Jobs that failed or whose supervisor was killed (default: a new one under /tmp, made only for such Jobs)")

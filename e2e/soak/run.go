@@ -265,7 +265,16 @@ func (s *soak) runJob(ctx context.Context, t timeline) result {
 		s.mu.Unlock()
 	}()
 	created := time.Now()
-	if _, err := s.c.Client.BatchV1().Jobs(s.ns).Create(ctx, t.job(dir), metav1.CreateOptions{}); err != nil {
+	j := t.job(dir)
+	if s.o.standby {
+		a := j.Spec.Template.Annotations
+		if a == nil {
+			a = map[string]string{}
+		}
+		a[standbyAnnotation] = "true"
+		j.Spec.Template.Annotations = a
+	}
+	if _, err := s.c.Client.BatchV1().Jobs(s.ns).Create(ctx, j, metav1.CreateOptions{}); err != nil {
 		res.v.add(invCondition, "create: %v", err)
 		return res
 	}
@@ -318,13 +327,15 @@ func (s *soak) runJob(ctx context.Context, t timeline) result {
 	s.rec.mu.Unlock()
 	for _, p := range seen {
 		s.rec.mu.Lock()
-		fetched := p.fetched
+		fetched, sbFetched := p.fetched, p.sbFetched
 		s.rec.mu.Unlock()
-		if fetched != nil {
-			// Bounded by fetch's tries.
-			select {
-			case <-fetched:
-			case <-ctx.Done():
+		for _, ch := range []chan struct{}{fetched, sbFetched} {
+			if ch != nil {
+				// Bounded by fetch's tries.
+				select {
+				case <-ch:
+				case <-ctx.Done():
+				}
 			}
 		}
 		s.rec.mu.Lock()
@@ -333,7 +344,7 @@ func (s *soak) runJob(ctx context.Context, t timeline) result {
 		if fetched == nil {
 			// The pod never reached a final phase: its supervisor's log as
 			// it is now (seed 20261217, Job 64, had none to read).
-			obs.log, obs.logErr = s.rec.supervisorLog(ctx, obs.pod.Name, false)
+			obs.log, obs.logErr = s.rec.supervisorLog(ctx, obs.pod.Name, supervisorName, false)
 		}
 		obs.running, obs.crictlErr = s.running(ctx, obs.pod.UID)
 		o.pods = append(o.pods, obs)
@@ -509,6 +520,9 @@ func (s *soak) writeDetail(ctx context.Context, t timeline, o observed, v verdic
 			fmt.Fprintf(&b, "-- supervisor log, the instance before its restart (err %v)\n%s\n", p.prevErr, p.prevLog)
 		}
 		fmt.Fprintf(&b, "-- supervisor log (err %v)\n%s\n", p.logErr, p.log)
+		if p.sbLog != "" || p.sbErr != nil {
+			fmt.Fprintf(&b, "-- standby's log (err %v)\n%s\n", p.sbErr, p.sbLog)
+		}
 	}
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()

@@ -27,8 +27,9 @@ type podSeen struct {
 	seen   time.Time
 	done   bool // the pod is in a final phase
 	// fetched is closed once log, and prevLog if its fetch had begun by
-	// then, are in; prevFetched once prevLog is. nil: not begun.
-	fetched, prevFetched chan struct{}
+	// then, are in; prevFetched once prevLog is; sbFetched once sbLog
+	// (the standby's) is. nil: not begun.
+	fetched, prevFetched, sbFetched chan struct{}
 }
 
 // recorder follows the namespace's Jobs and pods through informers.
@@ -70,10 +71,13 @@ func (r *recorder) pod(ctx context.Context, now time.Time, p *corev1.Pod) {
 	s.pod = p.DeepCopy()
 	s.done = jobprog.PodDone(p)
 	if st := status(statuses(p), supervisorName); st != nil && st.RestartCount > 0 && s.prevFetched == nil {
-		s.prevFetched = r.fetch(ctx, p.Name, true, &s.prevLog, &s.prevErr, nil)
+		s.prevFetched = r.fetch(ctx, p.Name, supervisorName, true, &s.prevLog, &s.prevErr, nil)
 	}
 	if s.done && s.fetched == nil {
-		s.fetched = r.fetch(ctx, p.Name, false, &s.log, &s.logErr, &s.prevFetched)
+		s.fetched = r.fetch(ctx, p.Name, supervisorName, false, &s.log, &s.logErr, &s.prevFetched)
+		if status(statuses(p), standbyName) != nil {
+			s.sbFetched = r.fetch(ctx, p.Name, standbyName, false, &s.sbLog, &s.sbErr, nil)
+		}
 	}
 	r.notify()
 }
@@ -95,14 +99,14 @@ const (
 	logInterval = time.Second
 )
 
-// fetch fetches, in the background, the supervisor's log (previous: its
-// instance's before its restart) into *log and *err, which the lock
+// fetch fetches, in the background, a supervisor's log (container's;
+// previous: its instance's before its restart) into *log and *err, which the lock
 // guards. The channel it returns is closed once they are in and, if after
 // points to a fetch begun by then, once that one's are too.
-func (r *recorder) fetch(ctx context.Context, name string, previous bool, log *string, err *error, after *chan struct{}) chan struct{} {
+func (r *recorder) fetch(ctx context.Context, name, container string, previous bool, log *string, err *error, after *chan struct{}) chan struct{} {
 	done := make(chan struct{})
 	go func() {
-		l, e := r.supervisorLog(ctx, name, previous)
+		l, e := r.supervisorLog(ctx, name, container, previous)
 		r.mu.Lock()
 		*log, *err = l, e
 		var wait chan struct{}
@@ -118,11 +122,11 @@ func (r *recorder) fetch(ctx context.Context, name string, previous bool, log *s
 	return done
 }
 
-func (r *recorder) supervisorLog(ctx context.Context, name string, previous bool) (string, error) {
+func (r *recorder) supervisorLog(ctx context.Context, name, container string, previous bool) (string, error) {
 	var err error
 	for i := 0; i < logTries; i++ {
 		var b []byte
-		b, err = r.client.CoreV1().Pods(r.ns).GetLogs(name, &corev1.PodLogOptions{Container: supervisorName, Previous: previous}).DoRaw(ctx)
+		b, err = r.client.CoreV1().Pods(r.ns).GetLogs(name, &corev1.PodLogOptions{Container: container, Previous: previous}).DoRaw(ctx)
 		// The kubelet's own line is tried again: containerd may be
 		// restarting (the soak restarts it once). Past the tries, it is
 		// the answer: the log is gone. So is an empty answer: a supervisor
