@@ -65,11 +65,14 @@ func (r *run) resume(pod procscan.Pod) {
 // contradicted says why the journal's facts cannot be taken, or "": an app
 // instance it says ended whose main process runs now, or a sidecar it says
 // exited that runs now. (A process exists only once: a PID and its start
-// time name it for good.)
+// time name it for good.) One that has begun to exit, or is a zombie its
+// runtime has not reaped yet, runs no more: a standby leads within
+// milliseconds of the leader's death, and finds so the app whose end the
+// leader had just read (the soak, seed 20261206 with -standby, Job 14).
 func (r *run) contradicted(entries []entry, pod procscan.Pod) string {
 	alive := map[instance]bool{}
 	for _, c := range pod.Containers {
-		if c.HasMain {
+		if c.HasMain && !c.Main.Exiting {
 			alive[instanceOf(c.Main)] = true
 		}
 	}

@@ -313,6 +313,31 @@ func TestResumeContradicted(t *testing.T) {
 	})
 }
 
+// TestResumeEndedExiting: the journal says the app ended, and its main
+// process is still there, exiting (a zombie its runtime has not reaped
+// yet): what a standby finds when it leads within milliseconds of the
+// leader's death. The journal stands; the status it holds is the app's.
+func TestResumeEndedExiting(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := stateConfig(t)
+		head := journalHead("", cfg)
+		end := entry{Kind: "end", ID: &entryInstance{PID: 10, Start: 10}, Status: &entryStatus{Known: true, Code: 3}, At: 1}
+		app := entry{Kind: "app", ID: &entryInstance{PID: 10, Start: 10}, Container: "app"}
+		j, err := createJournal(cfg.StateDir, head, []entry{app, end})
+		if err != nil {
+			t.Fatal(err)
+		}
+		j.close()
+		exiting := container(procscan.App, "app", 10)
+		exiting.Main.Exiting, exiting.Main.State = true, "Z"
+		h := start(t, cfg, exiting, container(procscan.Sidecar, "pilot-agent", 100))
+		res := h.finish(Failure, "SIGKILL 100")
+		if strings.Contains(h.logged(), "the journal of an earlier supervisor is ignored") || !strings.HasPrefix(res.Summary, "failure: app exit 3") {
+			t.Errorf("summary %q; log:\n%s", res.Summary, h.logged())
+		}
+	})
+}
+
 // TestResumeSidecarGoneUnseen: killed during the stop, after its SIGTERM
 // but before the sidecar's exit was seen; the sidecar exits meanwhile. The
 // next supervisor finds it gone (it runs no more: a fact) and waits for no
