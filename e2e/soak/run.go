@@ -345,6 +345,9 @@ func (s *soak) runJob(ctx context.Context, t timeline) result {
 			// The pod never reached a final phase: its supervisor's log as
 			// it is now (seed 20261217, Job 64, had none to read).
 			obs.log, obs.logErr = s.rec.supervisorLog(ctx, obs.pod.Name, supervisorName, false)
+			if status(statuses(obs.pod), standbyName) != nil {
+				obs.sbLog, obs.sbErr = s.rec.supervisorLog(ctx, obs.pod.Name, standbyName, false)
+			}
 		}
 		obs.running, obs.crictlErr = s.running(ctx, obs.pod.UID)
 		o.pods = append(o.pods, obs)
