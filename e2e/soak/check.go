@@ -956,6 +956,15 @@ func checkRestart(t timeline, w *podWant, p podObs, sup *corev1.ContainerStatus,
 	}
 	would, ok := wouldStop(t, *w, inst)
 	would = would.Add(graceFor(sup))
+	// No supervisor stops a sidecar before it runs: the kubelet starts
+	// istio-proxy last, seconds after the apps on a loaded node, even
+	// after their end (seed 20261206 with -standby, Job 164: 4 s). The
+	// API's times have whole seconds: by the next one it ran.
+	if proxy := status(p.pod.Status.ContainerStatuses, proxyName); proxy != nil && proxy.State.Terminated != nil {
+		if runs := proxy.State.Terminated.StartedAt.Add(time.Second); !proxy.State.Terminated.StartedAt.IsZero() && runs.After(would) {
+			would = runs
+		}
+	}
 	if !ok || len(stops) == 0 {
 		return dead, false // the other invariants say why
 	}

@@ -273,6 +273,35 @@ func TestCheckJob(t *testing.T) {
 				t.Errorf("the killed pod counted among the pods not killed: %v", v.stopLags)
 			}
 		}},
+		// A standby carried on (its log after the killed instance's);
+		// the restarted one stood by, then found the work done.
+		{name: "killed, a standby carried on", base: killedPod, edit: func(_ *timeline, o *observed) {
+			p := o.pods[0].pod
+			p.Status.InitContainerStatuses = append(p.Status.InitContainerStatuses, terminated(standbyName, 0, "success: a exit 0; action SIGTERM", at(8000)))
+			o.pods[0].sbLog = strings.Join([]string{
+				logAt(700, "starting", ""),
+				logAt(1510, msgResumed, `,"apps":1,"ended":0,"ended_unwatched":0,"watched":1`),
+				logAt(3002, msgSignalled, `,"signal":"SIGTERM"`),
+			}, "\n")
+			o.pods[0].log = strings.Join([]string{
+				logAt(2450, "starting", ""),
+				logAt(4000, msgResumed, `,"apps":1,"ended":1,"ended_unwatched":0,"watched":0`),
+			}, "\n")
+		}, want: -1, check: func(t *testing.T, v verdict) {
+			if k := v.kill; k == nil || k.resumed == nil || !k.resumed.At.Equal(at(1510)) || k.delay != 2*time.Millisecond {
+				t.Errorf("kill outcome: %+v, want the standby's carrying on at 1.51 s", k)
+			}
+		}},
+		// Seed 20261206 with -standby, Job 164: istio-proxy started 4 s
+		// after the app's end; the stop came once it ran.
+		{name: "killed, istio-proxy started after the app's end", base: killedPod, edit: func(_ *timeline, o *observed) {
+			o.pods[0].log = strings.Replace(o.pods[0].log, logAt(3002, msgSignalled, `,"signal":"SIGTERM"`), logAt(7100, msgSignalled, `,"signal":"SIGTERM"`), 1)
+			cs(o, proxyName).State.Terminated.StartedAt = metav1.NewTime(at(6000))
+		}, want: -1, check: func(t *testing.T, v verdict) {
+			if k := v.kill; k == nil || k.delay != 100*time.Millisecond {
+				t.Errorf("kill outcome: %+v, want the stop 0.1 s after istio-proxy ran", k)
+			}
+		}},
 		{name: "killed, not restarted", base: killedPod, edit: func(_ *timeline, o *observed) {
 			s := cs(o, supervisorName)
 			s.RestartCount, s.LastTerminationState = 0, corev1.ContainerState{}
