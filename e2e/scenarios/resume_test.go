@@ -1,6 +1,7 @@
 package scenarios
 
 import (
+	"context"
 	"slices"
 	"strconv"
 	"strings"
@@ -91,19 +92,26 @@ func TestStandby(t *testing.T) {
 					SupervisorEnv: patient("SUPERVISOR_RESTART_POLICY=" + string(tc.policy))}
 				p, built := run(t, b, d)
 				waitRecordStart(t, built.PilotRecord)
-				WaitLogFor(t, p, "app found", "app")
-				waitLogOf(t, p, "standby", standingBy)
+				leader, standby := whoLeads(t, p)
+				waitLogOf(t, p, leader, "app found")
 				if tc.kill {
 					killed := time.Now()
-					if err := p.Signal("supervisor", syscall.SIGKILL); err != nil {
+					if err := p.Signal(leader, syscall.SIGKILL); err != nil {
 						t.Fatal(err)
 					}
-					waitLogOf(t, p, "standby", "carrying on from the journal of the supervisor before")
+					waitLogOf(t, p, standby, "carrying on from the journal of the supervisor before")
 					t.Logf("the standby carried on %s after the kill", time.Since(killed).Round(time.Millisecond))
 					// Started again by the kubelet, the killed one stands by.
-					waitLog(t, p, standingBy)
+					if err := AwaitLogOf(p, leader, 2, func(l LogLine) bool { return l.Msg() == standingBy || l.Msg() == "starting" }); err != nil {
+						t.Fatalf("the killed %s, started again: %v\n%s", leader, err, p.Logs(leader))
+					}
+					waitLogOf(t, p, leader, standingBy)
 				}
-				releaseApps(t, p, built, d.Apps)
+				// Found by the leader (above): releaseApps would look in
+				// "supervisor"'s log, which may be the standby's.
+				if err := built.Release("app"); err != nil {
+					t.Fatal(err)
+				}
 				st := p.MustWaitPhase(t, EventBound)
 				checkEnd(t, st, pod.Succeeded, map[string]int{"app": 0, "istio-proxy": 0, "supervisor": 0, "standby": 0})
 				if rec := Record(built.PilotRecord); slices.Index(rec, "signal SIGTERM") < 0 || slices.ContainsFunc(rec, func(l string) bool {
@@ -117,6 +125,23 @@ func TestStandby(t *testing.T) {
 			})
 		}
 	}
+}
+
+// whoLeads waits for one of the two supervisors to stand by, and says
+// which leads: the first to take the lock, "supervisor" unless both start
+// at once (no hook orders them: the default placement, after the apps).
+func whoLeads(t *testing.T, p *pod.Pod) (leader, standby string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), EventBound)
+	defer cancel()
+	stands := func(c string) bool { return len(LogOf(p, c, Is(standingBy))) > 0 }
+	if err := p.Await(ctx, func() bool { return stands("supervisor") || stands("standby") }); err != nil {
+		t.Fatalf("neither supervisor stands by: %v", err)
+	}
+	if stands("supervisor") {
+		return "standby", "supervisor"
+	}
+	return "supervisor", "standby"
 }
 
 // standingBy is a standby's message while another supervisor leads.
