@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/sidecar-supervisor/sidecar-supervisor/procscan"
@@ -52,8 +51,7 @@ func HookReturned(dir string, main procscan.Process) error {
 	if dir == "" {
 		return nil
 	}
-	p := filepath.Join(dir, hookedPrefix+strconv.Itoa(main.PID))
-	return os.WriteFile(p, fmt.Appendf(nil, "%d %d\n", main.PID, main.StartTime), 0o600)
+	return writeProcess(filepath.Join(dir, hookedPrefix+strconv.Itoa(main.PID)), main.PID, main.StartTime)
 }
 
 // AwaitHook returns once this process's container has no hook left to
@@ -74,19 +72,26 @@ func AwaitHook(ctx context.Context, dir string, up func() (time.Duration, error)
 		return 0, err
 	}
 	mark := filepath.Join(dir, hookedPrefix+strconv.Itoa(pid))
-	want := fmt.Sprintf("%d %d", pid, start)
 	began := time.Now()
 	tick := time.NewTicker(waitPoll)
 	defer tick.Stop()
+	var until time.Time // WaitLimit after its start: up is read once, if it waits
 	for first := true; ; first = false {
-		if b, err := os.ReadFile(mark); err == nil && strings.TrimSpace(string(b)) == want {
+		if p, s, err := readProcess(mark, "the hook's mark"); err == nil && p == pid && s == start {
 			if first {
 				return 0, nil
 			}
 			return time.Since(began), nil
 		}
-		if d, err := up(); err != nil || d >= WaitLimit {
-			return time.Since(began), fmt.Errorf("no mark of its postStart hook's return %s after its start (up %v, %v)", WaitLimit, d.Round(time.Millisecond), err)
+		if until.IsZero() {
+			d, err := up()
+			if err != nil {
+				return time.Since(began), fmt.Errorf("no mark of its postStart hook's return, and its age unknown: %w", err)
+			}
+			until = time.Now().Add(WaitLimit - d)
+		}
+		if !time.Now().Before(until) {
+			return time.Since(began), fmt.Errorf("no mark of its postStart hook's return %s after its start", WaitLimit)
 		}
 		select {
 		case <-ctx.Done():

@@ -73,11 +73,38 @@ func ready(dir string, on bool) error {
 	if err != nil {
 		return err
 	}
-	tmp := p + ".new"
+	return writeProcess(p, pid, start)
+}
+
+// writeProcess writes path naming a process, its PID and start time
+// (the ready file, the hook's mark: hooked.go), whole: written aside and
+// renamed into place, so a reader never reads half of it.
+func writeProcess(path string, pid int, start uint64) error {
+	tmp := path + ".new"
 	if err := os.WriteFile(tmp, fmt.Appendf(nil, "%d %d\n", pid, start), 0o600); err != nil {
 		return err
 	}
-	return os.Rename(tmp, p)
+	return os.Rename(tmp, path)
+}
+
+// readProcess reads the process a file of writeProcess names; what says
+// which file it is, for the error.
+func readProcess(path, what string) (pid int, start uint64, err error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, 0, err
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 2 {
+		pid, err = strconv.Atoi(f[0])
+		if err == nil {
+			start, err = strconv.ParseUint(f[1], 10, 64)
+		}
+	}
+	if len(f) != 2 || err != nil || pid <= 0 {
+		return 0, 0, fmt.Errorf("%s holds %q, not a supervisor's PID and start time", what, b)
+	}
+	return pid, start, nil
 }
 
 func startTime(pid int) (uint64, error) {
@@ -94,21 +121,9 @@ func Ready(dir string) error {
 	if dir == "" {
 		return errors.New("no usable " + EnvPrefix + "STATE_DIR (unset, or a bad value the supervisor's log names): no ready file is kept")
 	}
-	b, err := os.ReadFile(filepath.Join(dir, readyFile))
+	pid, start, err := readProcess(filepath.Join(dir, readyFile), "the ready file")
 	if err != nil {
 		return fmt.Errorf("not ready: %w", err)
-	}
-	f := strings.Fields(string(b))
-	var pid int
-	var start uint64
-	if len(f) == 2 {
-		pid, err = strconv.Atoi(f[0])
-		if err == nil {
-			start, err = strconv.ParseUint(f[1], 10, 64)
-		}
-	}
-	if len(f) != 2 || err != nil || pid <= 0 {
-		return fmt.Errorf("not ready: the ready file holds %q, not a supervisor's PID and start time", b)
 	}
 	now, err := startTime(pid)
 	if err != nil || now != start {
