@@ -57,10 +57,10 @@ func (e *env) release(ctx context.Context, t *testing.T, p corev1.Pod, container
 	if run == 1 && findContainer(p.Spec, proxyName) != nil {
 		e.waitRunning(ctx, t, p, proxyName, 0)
 		if anchors(p) {
-			e.waitLogged(ctx, t, p, logAnchored, proxyName, 1)
+			e.waitLogged(ctx, t, p, supervisorName, logAnchored, proxyName, 1)
 		}
 	}
-	e.waitLogged(ctx, t, p, logFound, container, run)
+	e.waitLogged(ctx, t, p, supervisorName, logFound, container, run)
 	e.waitRunning(ctx, t, p, container, run-1)
 	deadline := time.Now().Add(jobLimit)
 	for {
@@ -117,16 +117,17 @@ func (e *env) waitRunning(ctx context.Context, t *testing.T, p corev1.Pod, conta
 	t.Fatalf("pod %s: %s not running after %d restarts within %s (%s)", p.Name, container, restarts, jobLimit, state)
 }
 
-// waitLogged waits, up to jobLimit, until the supervisor of pod p has logged
-// message n times for container, and returns its log.
-func (e *env) waitLogged(ctx context.Context, t *testing.T, p corev1.Pod, message, container string, n int) string {
+// waitLogged waits, up to jobLimit, until the supervisor of pod p in
+// container from (its standby's too) has logged message n times for
+// container ("": a line about none), and returns its log.
+func (e *env) waitLogged(ctx context.Context, t *testing.T, p corev1.Pod, from, message, container string, n int) string {
 	t.Helper()
 	var log string
 	deadline := time.Now().Add(jobLimit)
 	for time.Now().Before(deadline) {
 		// The supervisor's container may not be started yet: no log so far.
 		if b, err := e.c.Client.CoreV1().Pods(p.Namespace).GetLogs(p.Name,
-			&corev1.PodLogOptions{Container: supervisorName}).DoRaw(ctx); err == nil {
+			&corev1.PodLogOptions{Container: from}).DoRaw(ctx); err == nil {
 			log = string(b)
 			if countLogged(log, message, container) >= n {
 				return log
@@ -134,11 +135,11 @@ func (e *env) waitLogged(ctx context.Context, t *testing.T, p corev1.Pod, messag
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("pod %s: waiting for the supervisor's %q for %s: %v", p.Name, message, container, ctx.Err())
+			t.Fatalf("pod %s: waiting for %s's %q for %s: %v", p.Name, from, message, container, ctx.Err())
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
-	t.Fatalf("pod %s: the supervisor did not log %q for %s %d times within %s:\n%s", p.Name, message, container, n, jobLimit, log)
+	t.Fatalf("pod %s: %s did not log %q for %s %d times within %s:\n%s", p.Name, from, message, container, n, jobLimit, log)
 	return ""
 }
 

@@ -113,7 +113,7 @@ func (e *env) twoApps(ctx context.Context, t *testing.T) {
 	e.createJob(ctx, t, ns, j)
 	pod := e.nthPod(ctx, t, ns, "two-apps", 1)
 	e.release(ctx, t, pod, "quick", 1)
-	if log := e.waitLogged(ctx, t, pod, logExited, "quick", 1); strings.Contains(log, `"message":"`+logDecision+`"`) {
+	if log := e.waitLogged(ctx, t, pod, supervisorName, logExited, "quick", 1); strings.Contains(log, `"message":"`+logDecision+`"`) {
 		t.Errorf("pod %s: the supervisor decided while slow still worked:\n%s", pod.Name, log)
 	}
 	e.release(ctx, t, pod, "slow", 1)

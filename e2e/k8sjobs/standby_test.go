@@ -65,7 +65,7 @@ func (e *env) standby(ctx context.Context, t *testing.T, native bool) {
 	j.Spec.Template.Annotations = annotations
 	e.createJob(ctx, t, ns, j)
 	p := e.nthPod(ctx, t, ns, name, 1)
-	e.waitLines(ctx, t, p, standbyName, logStandingBy)
+	e.waitLogged(ctx, t, p, standbyName, logStandingBy, "", 1)
 	e.release(ctx, t, p, "app", 1)
 	e.waitComplete(ctx, t, ns, name)
 	p = e.onePod(ctx, t, ns, name)
@@ -97,17 +97,4 @@ func (e *env) standby(ctx context.Context, t *testing.T, native bool) {
 		t.Errorf("pod %s: the killed supervisor, started again, does not carry on from the journal", p.Name)
 	}
 	t.Logf("pod %s: istio-proxy finished %s after the app, its leading supervisor killed by it", p.Name, proxyEnd.Sub(appEnd.Time).Round(time.Millisecond))
-}
-
-// waitLines waits, up to jobLimit, for a line with message in container's
-// current log.
-func (e *env) waitLines(ctx context.Context, t *testing.T, p corev1.Pod, container, message string) {
-	t.Helper()
-	for deadline := time.Now().Add(jobLimit); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
-		if b, err := e.c.Client.CoreV1().Pods(p.Namespace).GetLogs(p.Name,
-			&corev1.PodLogOptions{Container: container}).DoRaw(ctx); err == nil && strings.Contains(string(b), message) {
-			return
-		}
-	}
-	t.Fatalf("pod %s: no %q in %s's log within %s", p.Name, message, container, jobLimit)
 }
