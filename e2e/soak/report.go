@@ -109,8 +109,12 @@ func (r *report) write(w io.Writer) error {
 	kernel, _ := measure.Kernel()
 	host, _ := os.Hostname()
 	fmt.Fprintf(&b, "## Soak: %d Jobs on the one-node cluster, seed %d\n\n", len(r.results), r.o.seed)
-	fmt.Fprintf(&b, "`sudo e2e/soak.sh -seed %d -jobs %d -parallel %d` on %s: %d cores, kernel %s, %s, load %s before and %s after. ",
-		r.o.seed, r.o.jobs, r.o.parallel, host, runtime.NumCPU(), kernel,
+	standby := ""
+	if r.o.standby {
+		standby = " -standby"
+	}
+	fmt.Fprintf(&b, "`sudo e2e/soak.sh -seed %d -jobs %d -parallel %d%s` on %s: %d cores, kernel %s, %s, load %s before and %s after. ",
+		r.o.seed, r.o.jobs, r.o.parallel, standby, host, runtime.NumCPU(), kernel,
 		r.started.UTC().Format("2006-01-02 15:04 MST"), r.loads[0], r.loads[1])
 	fmt.Fprintf(&b, "Took %s, %d Jobs at a time. Images: supervisor %s, istio-proxy %s.\n\n",
 		r.took.Round(time.Second), r.o.parallel, r.images[0], r.images[1])

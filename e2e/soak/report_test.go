@@ -85,7 +85,7 @@ func TestReport(t *testing.T) {
 		results = append(results, result{t: tl, v: v, took: time.Duration(i) * 1100 * time.Millisecond, across: across,
 			startLat: []time.Duration{time.Duration(i) * 70 * time.Millisecond}, pods: len(tl.want.pods), detail: fmt.Sprintf("/tmp/d/%d.txt", i)})
 	}
-	r := report{o: options{seed: 123, jobs: 30, parallel: 12}, results: results,
+	r := report{o: options{seed: 123, jobs: 30, parallel: 12, standby: true}, results: results,
 		restarts: []restart{{daemon: "kubelet", at: t0, took: 1200 * time.Millisecond, jobs: []int{0, 4}},
 			{daemon: "containerd", at: t0.Add(time.Minute), err: errors.New("timed out"), jobs: []int{8}}},
 		started: t0, took: 3 * time.Minute, loads: [2]string{"0.1 0.2 0.3", "1 2 3"}, images: [2]string{"sup:1", "proxy:2"}}
