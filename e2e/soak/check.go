@@ -524,6 +524,11 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, k *k
 		switch {
 		case p.sbErr != nil || kubeletLine(p.sbLog):
 			v.unchecked = append(v.unchecked, fmt.Sprintf("pod %s: the standby's log: %v %s", name, p.sbErr, strings.TrimSpace(p.sbLog)))
+		case p.sbLog == "" && startError(status(statuses(p.pod), standbyName).State):
+			// The runtime failed its start (seed 20261209, Job 64: the
+			// kubelet restarted under it), and under Never no instance
+			// followed: no standby ran, nothing of it to check.
+			v.anomalies = append(v.anomalies, fmt.Sprintf("pod %s: the standby never started: %s", name, cluster.StateString(status(statuses(p.pod), standbyName).State)))
 		case err != nil:
 			v.add(invOrder, "pod %s: the standby: %v", name, err)
 		case len(sls) == 2:
@@ -652,13 +657,21 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, k *k
 		v.outcomes["deleted"]++
 		switch {
 		case strings.Contains(msg, "pod deleted"):
-		case (w == nil || !w.deleted) && !unended && !lastEnd.IsZero() && lastEnd.Before(deletionAsked(p.pod)):
+		case (w == nil || !w.deleted) && !unended && !lastEnd.IsZero():
 			// The Job controller deleted it as it failed the Job on a
-			// start the runtime failed, once the apps had ended (seed
-			// 20261206, Job 130: istio-proxy's first start failed, its
-			// restart counted toward backoffLimit 1): the supervisor
-			// rightly summed up the apps' ends.
-			v.anomalies = append(v.anomalies, fmt.Sprintf("pod %s: deleted (%s) once its apps had ended; message %q", name, v.startFailed, msg))
+			// start the runtime failed, and every app ended of itself
+			// (stamped its end): once the apps had ended (seed 20261206,
+			// Job 130: istio-proxy's first start failed, its restart
+			// counted toward backoffLimit 1), or before the kubelet's
+			// kill reached them (seed 20261209, Job 63: the standby's,
+			// app1's end 1.2 s after the deletion, its SIGTERM after the
+			// supervisor's decision). The supervisor rightly summed up
+			// the apps' ends: it learns of a deletion from its SIGTERM.
+			when := "once its apps had ended"
+			if !lastEnd.Before(deletionAsked(p.pod)) {
+				when = "its apps ending of themselves after it"
+			}
+			v.anomalies = append(v.anomalies, fmt.Sprintf("pod %s: deleted (%s), %s; message %q", name, v.startFailed, when, msg))
 		default:
 			v.add(invMessage, "pod %s (deleted while its apps ran): message %q, want it to say \"pod deleted\"", name, msg)
 		}

@@ -193,9 +193,17 @@ func TestCheckJob(t *testing.T) {
 		{name: "istio-proxy never started, pod deleted after the app", base: proxyUnstarted, edit: func(_ *timeline, o *observed) {
 			proxyDeleted(o, 3500)
 		}, want: -1, anomalies: 3, note: "once its apps had ended"},
-		{name: "istio-proxy never started, pod deleted before the app's end", base: proxyUnstarted, edit: func(_ *timeline, o *observed) {
+		// Seed 20261209, Job 63: the deletion came before the app's end,
+		// but the app ended of itself (stamped its end) before the
+		// kubelet's kill reached it: the summary of the apps stands. An
+		// app the deletion killed (no end stamp) must be said.
+		{name: "istio-proxy never started, pod deleted, the app ending of itself", base: proxyUnstarted, edit: func(_ *timeline, o *observed) {
 			proxyDeleted(o, 2500)
-		}, want: invMessage, text: "want it to say \"pod deleted\"", anomalies: 2},
+		}, want: -1, anomalies: 3, note: "its apps ending of themselves after it"},
+		{name: "istio-proxy never started, pod deleted, the app killed", base: proxyUnstarted, edit: func(_ *timeline, o *observed) {
+			proxyDeleted(o, 2500)
+			o.inst["a"][0].end = time.Time{}
+		}, want: invMessage, text: "want it to say \"pod deleted\"", anomalies: 3},
 		{name: "istio-proxy never started, said not", base: proxyUnstarted, edit: func(_ *timeline, o *observed) {
 			cs(o, supervisorName).State.Terminated.Message = "success: a exit 0; action SIGTERM; sidecar stopped in 0.1s"
 			o.pods[0].log = strings.Join([]string{logAt(500, "starting", ""), logAt(600, "app found", "")}, "\n")
@@ -292,6 +300,19 @@ func TestCheckJob(t *testing.T) {
 				t.Errorf("kill outcome: %+v, want the standby's carrying on at 1.51 s", k)
 			}
 		}},
+		// Seed 20261209 with -standby, Job 64: the runtime failed the
+		// standby's start (the kubelet restarted under it); under Never
+		// no instance of it ran: nothing to check, no log wanted.
+		{name: "the standby never started", edit: func(_ *timeline, o *observed) {
+			p := o.pods[0].pod
+			sb := terminated(standbyName, 128, "failed to create containerd task: context canceled", at(100))
+			sb.State.Terminated.Reason = "StartError"
+			p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, sb)
+		}, want: -1, anomalies: 1, note: "the standby never started"},
+		{name: "the standby ran, no log", edit: func(_ *timeline, o *observed) {
+			p := o.pods[0].pod
+			p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, terminated(standbyName, 0, "success: a exit 0; action SIGTERM", at(8000)))
+		}, want: invOrder, text: "the standby: no JSON line"},
 		// Seed 20261206 with -standby, Job 164: istio-proxy started 4 s
 		// after the app's end; the stop came once it ran.
 		{name: "killed, istio-proxy started after the app's end", base: killedPod, edit: func(_ *timeline, o *observed) {
