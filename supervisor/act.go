@@ -40,6 +40,9 @@ func (r *run) act(ctx context.Context, plan stopPlan) state {
 // fallback is the caller's), or the pod is deleted (next).
 func (r *run) do(ctx context.Context, s *sidecar, steps []step, posted map[string]bool, handlerBy time.Time) (failed bool, next state) {
 	for _, st := range steps {
+		if st.kind == stepDrain || st.kind == stepPost || st.kind == stepSignal {
+			r.touched = true
+		}
 		switch st.kind {
 		case stepDrain:
 			r.postBefore(ctx, st.url, s)

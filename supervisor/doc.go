@@ -48,7 +48,8 @@
 //	    each main process's pidfd, or by an HTTP POST (http.go), a graceful
 //	    signal only once the sidecar handles it (handler.go); then it
 //	    watches each exit, and sends SIGKILL to any still alive after
-//	    StopTimeout.
+//	    StopTimeout. Until it first acts, an app container started again
+//	    sends the run back to wait (appsAgain).
 //
 // After the run, under OnFailure, Guard (guard.go) stops again a sidecar the
 // kubelet starts again because its exit was not 0: a native supervisor until

@@ -385,6 +385,9 @@ func (l *ledger) seeking() bool {
 // last instance has exited 0, or ended unknown with no restart in time.
 func (l *ledger) finished() bool { return l.runningCount() == 0 && !l.seeking() }
 
+// count is how many instances were recorded, ended or not.
+func (l *ledger) count() int { return len(l.apps) }
+
 // final is what the decision is made on: every instance a restart did not
 // replace.
 func (l *ledger) final() []AppStatus {

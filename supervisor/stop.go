@@ -21,7 +21,7 @@ const maxStopRounds = 3
 // are stopped too, in a few more rounds, each planned anew.
 func (r *run) stop(ctx context.Context) (state, error) {
 	// Not yet: a stop begun again (salvage) has not acted either.
-	r.stopping = false
+	r.stopping, r.touched = false, false
 	sidecars, next, err := r.findSidecars(ctx)
 	if next != nil || err != nil || len(sidecars) == 0 {
 		return next, err
@@ -115,16 +115,7 @@ func (r *run) findSidecars(ctx context.Context) ([]*sidecar, state, error) {
 	// The sidecars found by discovery, if still up, spare a scan of the
 	// whole of /proc on the way to the stop (28 ms with 1,000 processes in
 	// the pod); any started since are found by the scan after the stop.
-	var alive []*sidecar
-	for _, s := range r.takeFound() {
-		select {
-		case <-s.proc.Done():
-			s.proc.Close()
-		default:
-			alive = append(alive, s)
-		}
-	}
-	if len(alive) > 0 {
+	if alive := r.aliveFound(); len(alive) > 0 {
 		return alive, nil, nil
 	}
 	if r.resumed.sidecars {
@@ -152,7 +143,12 @@ func (r *run) findSidecars(ctx context.Context) ([]*sidecar, state, error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("read /proc: %w", err)
 		}
-		if out := r.trackSidecars(pod, nil); len(out) > 0 {
+		// What is new is adopted as discovery does: a sidecar found is
+		// kept in found, an app started again withdraws the decision.
+		if next := r.appsAgain(pod); next != nil {
+			return nil, next, nil
+		}
+		if out := r.aliveFound(); len(out) > 0 {
 			return out, nil, nil
 		}
 		if !waiting {
@@ -171,6 +167,53 @@ func (r *run) findSidecars(ctx context.Context) ([]*sidecar, state, error) {
 		case <-tick.C:
 		}
 	}
+}
+
+// aliveFound takes the sidecars found (found) that still run.
+func (r *run) aliveFound() []*sidecar {
+	var alive []*sidecar
+	for _, s := range r.takeFound() {
+		select {
+		case <-s.proc.Done():
+			s.proc.Close()
+		default:
+			alive = append(alive, s)
+		}
+	}
+	return alive
+}
+
+// An app container started again after the decision, before any sidecar
+// was touched, withdraws it: the sidecar must stay up while an app runs.
+// The kubelet starts a container again whatever the restart policy when
+// it finds it created and not started (ShouldContainerBeRestarted:
+// "Always restart container in the unknown, or in the created state"):
+// after its own restart, or the runtime's, under a start in flight. The
+// first attempt's process may have run its program and been killed by the
+// runtime's cleanup ("failed to start containerd task: context canceled"),
+// so its end looked like the app's own, and the decision came at once
+// under Never (the soak, seed 20261209, Job 62: istio-proxy, which started
+// late, was stopped under the app's second attempt). Nothing in the pod
+// tells such an end from a real one; the second attempt, seen, does. So
+// the waits between the decision and the first action (for a sidecar to
+// appear, findSidecars; for it to handle its signal, awaitHandler) adopt
+// what a scan shows, as discovery does; a new app instance sends the run
+// back to the wait, and the decision is made again on the apps' new ends.
+// Once a sidecar has been drained, asked or signalled, the stop goes on.
+//
+// appsAgain adopts what pod shows (adopt: a sidecar found is kept in
+// found), and returns the wait if that added an app instance.
+func (r *run) appsAgain(pod procscan.Pod) state {
+	n := r.apps.count()
+	r.adopt(pod)
+	if r.apps.count() == n {
+		return nil
+	}
+	r.log.Warn().Stringer("outcome", r.decision.outcome).Str("reason", r.decision.reason).
+		Msg("an app container started again after the decision, before any sidecar was stopped (the kubelet retries a start the runtime did not finish, whatever the restart policy): decision withdrawn, the sidecars stay up until it ends")
+	r.note("decision withdrawn (" + r.decision.outcome.String() + ": " + r.decision.reason + "): an app container started again")
+	r.decision = decision{}
+	return r.wait
 }
 
 // trackSidecars opens a pidfd on every sidecar main process not in skip.
