@@ -151,6 +151,10 @@ func (r *run) adopt(pod procscan.Pod) []watchedApp {
 		if replaces {
 			r.logRestart(c, old)
 		}
+		if pid, ok := r.apps.abandonedBy(id); ok {
+			r.log.Warn().Str("container", c.Name).Int("pid", pid).Int("replaced_by", c.Main.PID).
+				Msg("app instance replaced while still its runtime's init, its program never run: a start given up (the kubelet created its container again), not waited for")
+		}
 		proc, err := r.watch.Watch(process(c.Main))
 		switch {
 		case errors.Is(err, exitwatch.ErrGone):

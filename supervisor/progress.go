@@ -34,6 +34,8 @@ func (r *run) progress(doing string) string {
 	for _, a := range r.apps.instances() {
 		state := "running"
 		switch {
+		case a.abandoned:
+			state = "a start given up (its runtime's init, its container created again)"
 		case a.superseded:
 			state = a.status.String() + "; restarted"
 		case a.done && a.awaited:
@@ -53,7 +55,7 @@ func (r *run) progress(doing string) string {
 func (r *run) waitingFor() string {
 	var running []string
 	for _, a := range r.apps.instances() {
-		if !a.done {
+		if !a.done && !a.abandoned {
 			running = append(running, fmt.Sprintf("%s (pid %d)", a.container, a.pid))
 		}
 	}

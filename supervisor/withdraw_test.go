@@ -78,3 +78,63 @@ func TestDecisionWithdrawn(t *testing.T) {
 		})
 	}
 }
+
+// TestStartGivenUp: an app instance replaced while still its runtime's
+// init is a start given up (app.abandoned), not waited for: the soak,
+// seed 20261209, Job 131, where containerd restarted under app1's start,
+// lost the created container (its init waited on its exec fifo until the
+// pod went), the kubelet created app1 again, and the wait for the first
+// init hung the Job. Whether it is seen replaced live, or by a supervisor
+// carrying on from the journal (Job 131's standby); and an init that
+// execs after all is waited for again.
+func TestStartGivenUp(t *testing.T) {
+	attempt := func(n, pid int, init bool) procscan.Container {
+		c := kubeContainer(procscan.App, "app1", "job", pid)
+		if init {
+			c.Main.Comm, c.Processes[0].Comm, c.Init = "runc:[2:INIT]", "runc:[2:INIT]", true
+		}
+		c.ID = "app1-attempt-" + string(rune('0'+n))
+		return c
+	}
+	for _, tc := range []string{"live", "carried on", "exec after all"} {
+		t.Run(tc, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				cfg := stateConfig(t, "SUPERVISOR_APPS=app1")
+				named := func(h *harness) { h.pod.named = true }
+				h := startWith(t, cfg, named, attempt(0, 10, true), kubeContainer(procscan.Sidecar, "istio-proxy", "pilot-agent", 100))
+				waitLog(t, h, `"message":"app found"`)
+				if tc == "carried on" {
+					h.pod.add(attempt(1, 11, false))
+					waitLog(t, h, `"message":"app restarted by the kubelet: watching the new container"`)
+					kill(t, h)
+					h = rerun(t, h, cfg)
+					waitLog(t, h, `"message":"carrying on from the journal of the supervisor before"`)
+				} else {
+					h.pod.add(attempt(1, 11, false))
+					waitLog(t, h, `a start given up (the kubelet created its container again), not waited for`)
+				}
+				if tc == "exec after all" {
+					before := h.pod.scanCount()
+					h.pod.move(10, attempt(0, 10, false))
+					for deadline := time.Now().Add(time.Minute); h.pod.scanCount() < before+1; time.Sleep(cfg.ScanInterval) {
+						if time.Now().After(deadline) {
+							t.Fatalf("no scan within a minute of the exec: an init not seen running its program is looked at; log:\n%s", h.logged())
+						}
+					}
+					synctest.Wait() // the scan's containers handled
+					h.proc(11).exit(exited(0))
+					noSignalFor(t, h, time.Minute) // the first attempt's program runs
+					h.proc(10).exit(exited(0))
+				} else {
+					h.proc(11).exit(exited(0))
+				}
+				ended := time.Now()
+				res := h.finish(Success, "SIGTERM 100")
+				h.signalledWithin(0, ended, cfg.ScanInterval, "once the instance that ran its program ended")
+				if !strings.HasPrefix(res.Summary, "success: app1 exit 0") {
+					t.Errorf("summary %q", res.Summary)
+				}
+			})
+		})
+	}
+}
