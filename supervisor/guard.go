@@ -46,7 +46,7 @@ func (s *Supervisor) Guard(ctx context.Context, res Result) {
 		}
 		return
 	}
-	r := &run{Supervisor: s, kinds: map[string]procscan.Kind{}, warned: map[int]bool{},
+	r := &run{Supervisor: s, kinds: map[string]procscan.Kind{}, warned: map[int]bool{}, settled: true,
 		decision: decision{outcome: res.Outcome, reason: res.Reason, action: res.Action}}
 	tick := time.NewTicker(s.cfg.ScanInterval)
 	defer tick.Stop()

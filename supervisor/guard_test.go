@@ -120,6 +120,28 @@ func TestGuardContainer(t *testing.T) {
 			}
 		})
 	})
+	// The restarted sidecar does not handle SIGTERM at first: the wait
+	// for its handler adopts no app (Guard's run has no ledger: the first
+	// proof of 5025a1c panicked there, e2e TestSidecarBackAfterStop).
+	t.Run("exit 1, restarted, its handler awaited", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			cfg := testConfig(t, "SUPERVISOR_RESTART_POLICY=OnFailure")
+			h, _, _, done := guarded(t, cfg, 1)
+			h.pod.setUnhandled(101, true)
+			h.pod.add(container(procscan.Sidecar, "pilot-agent", 101))
+			waitLog(t, h, `"message":"sidecar would die of the signal now: waiting until it handles it"`)
+			time.Sleep(10 * cfg.ScanInterval)
+			synctest.Wait()
+			if len(h.kernel.sent()) != 1 {
+				t.Fatalf("signals %q before the handler", h.kernel.sent())
+			}
+			h.pod.setUnhandled(101, false)
+			time.Sleep(10 * cfg.ScanInterval)
+			if !returned(done) || !slices.Equal(h.kernel.sent(), []string{"SIGTERM 100", "SIGTERM 101"}) {
+				t.Errorf("signals %q, returned %v; want the new one SIGTERMed once it handles it, then done; log:\n%s", h.kernel.sent(), returned(done), h.logged())
+			}
+		})
+	})
 	t.Run("exit 1, no restart", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			cfg := testConfig(t, "SUPERVISOR_RESTART_POLICY=OnFailure", "SUPERVISOR_RESTART_MARGIN=15s")

@@ -115,6 +115,9 @@ type run struct {
 	stopping bool
 	acted    map[int]bool
 	touched  bool
+	// guard.go, salvage: settled, the decision stands whatever is seen
+	// (Guard's run has no ledger; salvage's no longer trusts its own).
+	settled bool
 	// act.go: own lists the sidecars stopped by an action of their own
 	// ("cloud-sql-proxy: POST ..."), for the summary. stop.go: restarting,
 	// those the kubelet will start again (reportExits).
@@ -217,6 +220,7 @@ func (r *run) salvage(ctx context.Context, p any) (res Result, err error) {
 		}
 	}
 	r.decideUnknown(p)
+	r.settled = true
 	if r.decision.action.Kind != ActionNone {
 		if err := r.loop(ctx, r.stop); err != nil {
 			return r.result(), err
