@@ -53,3 +53,21 @@ func TestPanicTwice(t *testing.T) {
 		}
 	})
 }
+
+// TestPanicThenLateSidecar: the run panics before any sidecar has
+// started; the recovery's stop still finds the sidecar that starts after
+// the app's end, and stops it (a settled run adopts no app, but finds its
+// sidecars).
+func TestPanicThenLateSidecar(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := startWith(t, testConfig(t, "SUPERVISOR_APP_CONTAINERS=2", "SUPERVISOR_SIDECAR_START_TIMEOUT=1m"), func(h *harness) { h.pod.panicAt = 3 },
+			container(procscan.App, "app", 10))
+		waitLog(t, h, "the supervisor failed (a bug")
+		h.proc(10).exit(exited(0))
+		waitLog(t, h, `"message":"no sidecar running yet: waiting for one"`)
+		h.pod.add(container(procscan.Sidecar, "pilot-agent", 100))
+		added := time.Now()
+		h.finish(Unknown, "SIGTERM 100")
+		h.signalledWithin(0, added, time.Second, "once the late sidecar runs")
+	})
+}

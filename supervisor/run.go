@@ -110,7 +110,7 @@ type run struct {
 
 	// stop.go: stopping is set once the sidecars found are being stopped;
 	// acted, the PIDs of the sidecar processes a round of the stop acted on.
-	// act.go, http.go: touched, once this stop drained, asked or signalled
+	// act.go: touched, once this stop drained, asked or signalled
 	// a sidecar (appsAgain withdraws a decision only before).
 	stopping bool
 	acted    map[int]bool

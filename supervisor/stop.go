@@ -144,11 +144,18 @@ func (r *run) findSidecars(ctx context.Context) ([]*sidecar, state, error) {
 			return nil, nil, fmt.Errorf("read /proc: %w", err)
 		}
 		// What is new is adopted as discovery does: a sidecar found is
-		// kept in found, an app started again withdraws the decision.
-		if next := r.appsAgain(pod); next != nil {
+		// kept in found, an app started again withdraws the decision. A
+		// settled run (salvage's) adopts no app: it only takes the
+		// sidecars.
+		var out []*sidecar
+		if r.settled {
+			out = r.trackSidecars(pod, nil)
+		} else if next := r.appsAgain(pod); next != nil {
 			return nil, next, nil
+		} else {
+			out = r.aliveFound()
 		}
-		if out := r.aliveFound(); len(out) > 0 {
+		if len(out) > 0 {
 			return out, nil, nil
 		}
 		if !waiting {
