@@ -2,7 +2,10 @@ package supervisor
 
 import (
 	"fmt"
+	"slices"
 	"strings"
+
+	"github.com/sidecar-supervisor/sidecar-supervisor/supervisor/exitwatch"
 )
 
 // While it runs, the supervisor keeps what it is doing in its
@@ -73,4 +76,24 @@ func (r *run) waitingFor() string {
 		return "nothing"
 	}
 	return strings.Join(parts, "; ")
+}
+
+// appView is an instance as the progress shows it.
+type appView struct {
+	container string
+	pid       int
+	status    exitwatch.Status
+	// done: it has ended; awaited: it awaits its restart; superseded: a
+	// restart replaced it; abandoned: a start given up (app.abandoned).
+	done, awaited, superseded, abandoned bool
+}
+
+// instances are every instance, in the order they started.
+func (l *ledger) instances() []appView {
+	var out []appView
+	for _, a := range l.apps {
+		out = append(out, appView{container: a.container, pid: a.pid, status: a.status,
+			done: a.done, awaited: slices.Contains(l.awaiting, a), superseded: a.superseded, abandoned: a.abandoned()})
+	}
+	return out
 }

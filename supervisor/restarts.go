@@ -47,19 +47,6 @@ type app struct {
 	replaced *app
 }
 
-// abandoned reports whether a is a start given up: its container was
-// created again (superseded) while a was still its runtime's init, its
-// program never seen running. Nothing starts it any more: the kubelet
-// has moved on to the new container, which it created because it found
-// this one created and not started (after a restart of its own or of
-// containerd under the start; the runtime may even have lost it, and its
-// init then waits on its exec fifo until the pod goes: the soak, seed
-// 20261209, Job 131, where the wait for it hung the Job). So it is not
-// waited for, and, superseded, not in the decision. An instance
-// superseded once running its program is still waited for: that program
-// runs, and ends as programs do.
-func (a *app) abandoned() bool { return !a.done && a.superseded && a.init }
-
 // The kubelet's restart back-off for a container that failed (its
 // CrashLoopBackOff, pkg/kubelet/kuberuntime: initial 10 s, doubled at
 // each restart, at most 5 minutes): the first restart comes at once, the
@@ -136,7 +123,8 @@ func newLedger(policy RestartPolicy, want int, restartTimeout, restartMargin tim
 func (l *ledger) started(id instance, container, name string) (replaces string, ok bool) {
 	a := &app{container: container, name: name, pid: id.pid}
 	l.byMain[id] = a
-	return containerOf(l.add(a))
+	a.replaced = l.add(a)
+	return containerOf(a.replaced)
 }
 
 // startedExited records a new instance first seen once its main process
@@ -170,7 +158,6 @@ func (l *ledger) rename(id instance, container string) (was string, ok bool) {
 // add records a, and returns the instance it replaces, or nil when it
 // fills a slot of its own.
 func (l *ledger) add(a *app) (replaces *app) {
-	defer func() { a.replaced = replaces }()
 	l.apps = append(l.apps, a)
 	if a.name != "" {
 		replaces = l.byName[a.name]
@@ -356,26 +343,6 @@ func (l *ledger) short() int { return l.want - l.slots }
 // awaited is how many instances await their restart.
 func (l *ledger) awaited() int { return len(l.awaiting) }
 
-// appView is an instance as the progress shows it.
-type appView struct {
-	container string
-	pid       int
-	status    exitwatch.Status
-	// done: it has ended; awaited: it awaits its restart; superseded: a
-	// restart replaced it; abandoned: a start given up (app.abandoned).
-	done, awaited, superseded, abandoned bool
-}
-
-// instances are every instance, in the order they started.
-func (l *ledger) instances() []appView {
-	var out []appView
-	for _, a := range l.apps {
-		out = append(out, appView{container: a.container, pid: a.pid, status: a.status,
-			done: a.done, awaited: slices.Contains(l.awaiting, a), superseded: a.superseded, abandoned: a.abandoned()})
-	}
-	return out
-}
-
 // runningCount counts the instances still running.
 func (l *ledger) runningCount() int {
 	n := 0
@@ -400,15 +367,6 @@ func (l *ledger) seeking() bool {
 // it: under Never every instance has exited; under OnFailure every slot's
 // last instance has exited 0, or ended unknown with no restart in time.
 func (l *ledger) finished() bool { return l.runningCount() == 0 && !l.seeking() }
-
-// abandonedBy is the PID of the instance that id replaced, if that one is
-// abandoned (abandoned).
-func (l *ledger) abandonedBy(id instance) (pid int, ok bool) {
-	if a := l.byMain[id]; a != nil && a.replaced != nil && a.replaced.abandoned() {
-		return a.replaced.pid, true
-	}
-	return 0, false
-}
 
 // count is how many instances were recorded, ended or not.
 func (l *ledger) count() int { return len(l.apps) }

@@ -84,3 +84,25 @@ func startFailure(a *app, s exitwatch.Status) (_ exitwatch.Status, ok bool) {
 	}
 	return s, false
 }
+
+// abandoned reports whether a is a start given up: its container was
+// created again (superseded) while a was still its runtime's init, its
+// program never seen running. Nothing starts it any more: the kubelet
+// has moved on to the new container, which it created because it found
+// this one created and not started (after a restart of its own or of
+// containerd under the start; the runtime may even have lost it, and its
+// init then waits on its exec fifo until the pod goes: the soak, seed
+// 20261209, Job 131, where the wait for it hung the Job). So it is not
+// waited for, and, superseded, not in the decision. An instance
+// superseded once running its program is still waited for: that program
+// runs, and ends as programs do.
+func (a *app) abandoned() bool { return !a.done && a.superseded && a.init }
+
+// abandonedBy is the PID of the instance that id replaced, if that one is
+// abandoned (abandoned).
+func (l *ledger) abandonedBy(id instance) (pid int, ok bool) {
+	if a := l.byMain[id]; a != nil && a.replaced != nil && a.replaced.abandoned() {
+		return a.replaced.pid, true
+	}
+	return 0, false
+}

@@ -10,6 +10,18 @@ import (
 	"github.com/sidecar-supervisor/sidecar-supervisor/supervisor/exitwatch"
 )
 
+// app1Attempt is the n-th attempt of container app1, named by the kubelet's
+// mount: a container of its own (its cgroup), whose main process is pid,
+// still its runtime's init if init.
+func app1Attempt(n, pid int, init bool) procscan.Container {
+	c := kubeContainer(procscan.App, "app1", "job", pid)
+	if init {
+		c.Main.Comm, c.Processes[0].Comm, c.Init = "runc:[2:INIT]", "runc:[2:INIT]", true
+	}
+	c.ID = "app1-attempt-" + string(rune('0'+n))
+	return c
+}
+
 // TestDecisionWithdrawn: an app container started again after the
 // decision, before any sidecar was touched, sends the run back to the
 // wait (stop.go, appsAgain). The soak, seed 20261209, Job 62: under Never
@@ -19,11 +31,6 @@ import (
 // the second attempt. Here each attempt is a container of its own (its
 // cgroup), named app1 by the kubelet's mount.
 func TestDecisionWithdrawn(t *testing.T) {
-	attempt := func(n, pid int) procscan.Container {
-		c := kubeContainer(procscan.App, "app1", "job", pid)
-		c.ID = "app1-attempt-" + string(rune('0'+n))
-		return c
-	}
 	for _, tc := range []struct {
 		name string
 		// sidecar is in the pod from the start, not handling SIGTERM yet
@@ -40,7 +47,7 @@ func TestDecisionWithdrawn(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				cfg := testConfig(t, "SUPERVISOR_APPS=app1", "SUPERVISOR_ON_SUCCESS=SIGTERM", "SUPERVISOR_SIDECAR_START_TIMEOUT=30s")
 				proxy := kubeContainer(procscan.Sidecar, "istio-proxy", "pilot-agent", 100)
-				first := []procscan.Container{attempt(0, 10)}
+				first := []procscan.Container{app1Attempt(0, 10, false)}
 				if tc.sidecar {
 					first = append(first, proxy)
 				}
@@ -57,7 +64,7 @@ func TestDecisionWithdrawn(t *testing.T) {
 				} else {
 					waitLog(t, h, `"message":"no sidecar running yet: waiting for one"`)
 				}
-				h.pod.add(attempt(1, 11))
+				h.pod.add(app1Attempt(1, 11, false))
 				waitLog(t, h, `decision withdrawn, the sidecars stay up until it ends`)
 				if !tc.sidecar {
 					h.pod.add(proxy)
@@ -88,34 +95,26 @@ func TestDecisionWithdrawn(t *testing.T) {
 // carrying on from the journal (Job 131's standby); and an init that
 // execs after all is waited for again.
 func TestStartGivenUp(t *testing.T) {
-	attempt := func(n, pid int, init bool) procscan.Container {
-		c := kubeContainer(procscan.App, "app1", "job", pid)
-		if init {
-			c.Main.Comm, c.Processes[0].Comm, c.Init = "runc:[2:INIT]", "runc:[2:INIT]", true
-		}
-		c.ID = "app1-attempt-" + string(rune('0'+n))
-		return c
-	}
 	for _, tc := range []string{"live", "carried on", "exec after all"} {
 		t.Run(tc, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				cfg := stateConfig(t, "SUPERVISOR_APPS=app1")
 				named := func(h *harness) { h.pod.named = true }
-				h := startWith(t, cfg, named, attempt(0, 10, true), kubeContainer(procscan.Sidecar, "istio-proxy", "pilot-agent", 100))
+				h := startWith(t, cfg, named, app1Attempt(0, 10, true), kubeContainer(procscan.Sidecar, "istio-proxy", "pilot-agent", 100))
 				waitLog(t, h, `"message":"app found"`)
 				if tc == "carried on" {
-					h.pod.add(attempt(1, 11, false))
+					h.pod.add(app1Attempt(1, 11, false))
 					waitLog(t, h, `"message":"app restarted by the kubelet: watching the new container"`)
 					kill(t, h)
 					h = rerun(t, h, cfg)
 					waitLog(t, h, `"message":"carrying on from the journal of the supervisor before"`)
 				} else {
-					h.pod.add(attempt(1, 11, false))
+					h.pod.add(app1Attempt(1, 11, false))
 					waitLog(t, h, `a start given up (the kubelet created its container again), not waited for`)
 				}
 				if tc == "exec after all" {
 					before := h.pod.scanCount()
-					h.pod.move(10, attempt(0, 10, false))
+					h.pod.move(10, app1Attempt(0, 10, false))
 					for deadline := time.Now().Add(time.Minute); h.pod.scanCount() < before+1; time.Sleep(cfg.ScanInterval) {
 						if time.Now().After(deadline) {
 							t.Fatalf("no scan within a minute of the exec: an init not seen running its program is looked at; log:\n%s", h.logged())
