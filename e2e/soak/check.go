@@ -519,16 +519,16 @@ func checkPod(t timeline, w *podWant, p podObs, inst map[string][]instance, k *k
 	}
 	// A standby leads after the leader's death, or its exit: its log
 	// comes after the killed instance's, before the restarted one's.
-	if logOK := len(sls) > 0; logOK && status(statuses(p.pod), standbyName) != nil {
+	if sbs := status(statuses(p.pod), standbyName); len(sls) > 0 && sbs != nil {
 		sb, err := parseSupervisorLog(p.sbLog)
 		switch {
 		case p.sbErr != nil || kubeletLine(p.sbLog):
 			v.unchecked = append(v.unchecked, fmt.Sprintf("pod %s: the standby's log: %v %s", name, p.sbErr, strings.TrimSpace(p.sbLog)))
-		case p.sbLog == "" && startError(status(statuses(p.pod), standbyName).State):
+		case p.sbLog == "" && startError(sbs.State):
 			// The runtime failed its start (seed 20261209, Job 64: the
 			// kubelet restarted under it), and under Never no instance
 			// followed: no standby ran, nothing of it to check.
-			v.anomalies = append(v.anomalies, fmt.Sprintf("pod %s: the standby never started: %s", name, cluster.StateString(status(statuses(p.pod), standbyName).State)))
+			v.anomalies = append(v.anomalies, fmt.Sprintf("pod %s: the standby never started: %s", name, cluster.StateString(sbs.State)))
 		case err != nil:
 			v.add(invOrder, "pod %s: the standby: %v", name, err)
 		case len(sls) == 2:
