@@ -58,7 +58,8 @@ func (r *run) unready(s *sidecar, sig exitwatch.Signal) string {
 // awaitHandler waits until s handles sig, the sidecar exits, or deadline;
 // at the deadline it says so and lets the signal go. It returns the
 // deleted state if the pod is deleted meanwhile, and the wait if, before
-// any sidecar was touched, an app container started again (appsAgain).
+// any sidecar was touched, an app container started again (appsAgain; not
+// in a settled run).
 func (r *run) awaitHandler(ctx context.Context, s *sidecar, sig exitwatch.Signal, deadline time.Time) state {
 	begun := time.Now()
 	waiting := false
@@ -94,7 +95,7 @@ func (r *run) awaitHandler(ctx context.Context, s *sidecar, sig exitwatch.Signal
 		case <-t.C:
 		}
 		t.Stop()
-		if !r.touched {
+		if !r.touched && !r.settled {
 			// A scan's error leaves the check to the next tick.
 			if pod, err := r.scan.Scan(); err == nil {
 				if next := r.appsAgain(pod); next != nil {

@@ -209,12 +209,10 @@ func (r *run) aliveFound() []*sidecar {
 // Once a sidecar has been drained, asked or signalled, the stop goes on.
 //
 // appsAgain adopts what pod shows (adopt: a sidecar found is kept in
-// found), and returns the wait if that added an app instance. A settled
-// run (Guard's stops, salvage's) adopts nothing: its decision stands.
+// found), and returns the wait if that added an app instance. Its callers
+// do not ask it in a settled run (Guard's stops, salvage's), whose
+// decision stands.
 func (r *run) appsAgain(pod procscan.Pod) state {
-	if r.settled {
-		return nil
-	}
 	n := r.apps.count()
 	r.adopt(pod)
 	if r.apps.count() == n {
